@@ -1,0 +1,151 @@
+// examples/plugins/hello_tier/hello_tier.cpp: a third-party offload tier, written the way an outside
+// plugin author would: only the installed SDK, the C++ helpers, and the host's services.
+//
+// It keeps buffers in host memory obtained from the host (so the host accounts for them), keyed by the
+// caller's 64-bit key. Transfers complete synchronously (events are NULL). It exports and imports its
+// whole state as a byte stream, which makes it hot-swappable.
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "zhost/cpp/plugin.hpp"
+
+namespace {
+
+using zhost::sdk::Host;
+using zhost::sdk::PluginError;
+
+size_t dl_bytes(const DLTensor& t) {
+  size_t n = (t.dtype.bits * t.dtype.lanes + 7) / 8;
+  for (int i = 0; i < t.ndim; ++i) n *= static_cast<size_t>(t.shape[i]);
+  return n;
+}
+
+class HelloTier {
+ public:
+  explicit HelloTier(const Host& host) : host_(host), capacity_(host.config_int("hello_tier.capacity_mb") << 20) {
+    host_.info("hello_tier ready, capacity " + std::to_string(capacity_ >> 20) + " MiB");
+  }
+  ~HelloTier() {
+    for (auto& [key, slot] : slots_) host_.services()->buffer_release(host_.context(), slot.handle);
+  }
+
+  void store(uint64_t key, const DLTensor& data) {
+    if (data.device.device_type != kDLCPU) throw PluginError(ZHOST_ERR_UNSUPPORTED, "hello_tier stores host tensors only");
+    size_t bytes = dl_bytes(data);
+    Slot& slot = slot_for(key, bytes);
+    std::memcpy(slot.data, static_cast<const char*>(data.data) + data.byte_offset, bytes);
+  }
+
+  void load(uint64_t key, DLTensor& data) const {
+    auto it = slots_.find(key);
+    if (it == slots_.end()) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "hello_tier has no buffer " + std::to_string(key));
+    if (dl_bytes(data) != it->second.bytes) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "hello_tier: size mismatch on load");
+    std::memcpy(static_cast<char*>(data.data) + data.byte_offset, it->second.data, it->second.bytes);
+  }
+
+  void drop(uint64_t key) {
+    auto it = slots_.find(key);
+    if (it == slots_.end()) return;
+    host_.check(host_.services()->buffer_release(host_.context(), it->second.handle));
+    used_ -= it->second.bytes;
+    slots_.erase(it);
+  }
+
+  // State stream: repeated [u64 key][u64 bytes][bytes].
+  void export_state(zhost_state_writer write, void* user) const {
+    for (const auto& [key, slot] : slots_) {
+      uint64_t header[2] = {key, slot.bytes};
+      if (write(user, header, sizeof(header)) || write(user, slot.data, slot.bytes))
+        throw PluginError(ZHOST_ERR_IO, "hello_tier: export stopped by the writer");
+    }
+  }
+
+  void import_state(zhost_state_reader read, void* user) {
+    uint64_t header[2];
+    while (read_exact(read, user, header, sizeof(header), true)) {
+      Slot& slot = slot_for(header[0], header[1]);
+      read_exact(read, user, slot.data, header[1], false);
+    }
+  }
+
+ private:
+  struct Slot {
+    zhost_buffer_handle handle;
+    void* data;
+    size_t bytes;
+  };
+
+  Slot& slot_for(uint64_t key, size_t bytes) {
+    auto it = slots_.find(key);
+    if (it != slots_.end() && it->second.bytes == bytes) return it->second;
+    drop(key);
+    if (used_ + bytes > capacity_)
+      throw PluginError(ZHOST_ERR_OUT_OF_MEMORY, "hello_tier is full: raise hello_tier.capacity_mb");
+    zhost_buffer_alloc_args args{};
+    args.struct_size = sizeof(args);
+    args.memory = ZHOST_MEMORY_HOST;
+    args.size_bytes = bytes;
+    args.label = "hello_tier";
+    host_.check(host_.services()->buffer_alloc(host_.context(), &args));
+    used_ += bytes;
+    return slots_[key] = Slot{args.handle, args.data, bytes};
+  }
+
+  // Reads exactly `len` bytes; returns false at a clean end of stream when `end_ok`.
+  static bool read_exact(zhost_state_reader read, void* user, void* out, size_t len, bool end_ok) {
+    size_t done = 0;
+    while (done < len) {
+      int64_t n = read(user, static_cast<char*>(out) + done, len - done);
+      if (n < 0) throw PluginError(ZHOST_ERR_IO, "hello_tier: import stream failed");
+      if (n == 0) {
+        if (done == 0 && end_ok) return false;
+        throw PluginError(ZHOST_ERR_IO, "hello_tier: import stream ended inside a record");
+      }
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  Host host_;
+  size_t capacity_;
+  size_t used_ = 0;
+  std::map<uint64_t, Slot> slots_;
+};
+
+using Instance = zhost::sdk::InstanceOf<HelloTier>;
+
+zhost_status* store(zhost_plugin_instance* self, zhost_tier_io_args* args) {
+  return zhost::sdk::guard([&] { Instance::self(self).store(args->key, *args->data); args->event = nullptr; });
+}
+zhost_status* load(zhost_plugin_instance* self, zhost_tier_io_args* args) {
+  return zhost::sdk::guard([&] { Instance::self(self).load(args->key, *args->data); args->event = nullptr; });
+}
+zhost_status* wait_event(zhost_plugin_instance*, zhost_tier_event*) { return nullptr; }
+zhost_status* drop(zhost_plugin_instance* self, uint64_t key) {
+  return zhost::sdk::guard([&] { Instance::self(self).drop(key); });
+}
+zhost_status* export_state(zhost_plugin_instance* self, zhost_state_writer write, void* user) {
+  return zhost::sdk::guard([&] { Instance::self(self).export_state(write, user); });
+}
+zhost_status* import_state(zhost_plugin_instance* self, zhost_state_reader read, void* user) {
+  return zhost::sdk::guard([&] { Instance::self(self).import_state(read, user); });
+}
+
+const zhost_offload_api kOffload = {sizeof(zhost_offload_api), nullptr, store, load, wait_event, drop, export_state,
+                                    import_state};
+const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr, Instance::create, Instance::destroy,
+                               nullptr, &kOffload, nullptr};
+
+const zhost_plugin_descriptor* describe() {
+  static zhost::sdk::DescriptorBuilder builder("hello_tier", "0.1.0", ZHOST_KIND_OFFLOAD);
+  builder.summary("example third-party tier: buffers in host memory, synchronous, hot-swappable")
+      .provides({"offload:hello"})
+      .flags(ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE)
+      .config_int("hello_tier.capacity_mb", 1024, "most MiB this tier holds", 1, 1 << 20);
+  return builder.build();
+}
+
+}  // namespace
+
+ZHOST_PLUGIN_ENTRY(describe(), &kApi)

@@ -1,0 +1,30 @@
+// host/cli/commands.hpp: the subcommands of the zhost executable, each returning the process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "host/cli/job_setup.hpp"
+
+namespace zhost::cli {
+
+struct PluginsOptions {
+  bool json = false;
+  std::vector<std::string> plugin_dirs;
+};
+int plugins_command(const PluginsOptions& options);
+
+int config_check_command(const JobSetupOptions& options);
+
+struct RunOptions {
+  JobSetupOptions job;
+  int nproc = 0;  // 0: not launching local ranks (single process, or started by an external launcher)
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: pick a free port
+  std::vector<std::string> argv;  // the full command line, for re-executing ranks
+};
+int run_command(const RunOptions& options);
+
+}  // namespace zhost::cli

@@ -1,0 +1,24 @@
+// host/cli/config_command.cpp: `zhost config check CONFIG`: validates a config as `zhost run` would and
+// prints it resolved (defaults included, each key's origin), then which plugin serves each need.
+#include <iostream>
+
+#include "host/cli/commands.hpp"
+#include "host/core/text.hpp"
+
+namespace zhost::cli {
+
+int config_check_command(const JobSetupOptions& options) {
+  JobSetup job = prepare_job(options);
+  std::cout << "# zhost config check: " << (options.config_file.empty() ? "(no file)" : options.config_file.string())
+            << " is valid\n\n";
+  std::cout << job.config->to_toml() << "\n";
+  std::cout << "# plugins serving this config\n";
+  if (job.resolution.plugins.empty())
+    std::cout << "#   none needed: zero.stage = 0 is the host's own data-parallel engine\n";
+  for (const auto* plugin : job.resolution.plugins)
+    std::cout << "#   " << plugin->info.name << " " << plugin->info.version << " (" << plugin->path.string()
+              << ") for " << text::join(job.resolution.chosen_for.at(plugin), "; ") << "\n";
+  return 0;
+}
+
+}  // namespace zhost::cli

@@ -1,0 +1,113 @@
+// host/cli/job_setup.cpp: config file -> discovered plugins -> resolved needs -> validated config.
+//
+// Validation runs twice on purpose. The first pass checks the document against the host's keys plus the
+// keys of every plugin found (so a typo is caught even in a plugin's key) and yields the ZeRO selectors.
+// The selectors give the needs, the needs give the chosen plugins, and the second pass validates against
+// the host's keys plus the chosen plugins' keys only, so a key of a plugin this config does not use is
+// rejected with the reason ("it is read by plugin 'stage2', which this config does not use").
+#include "host/cli/job_setup.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "host/config/host_schema.hpp"
+#include "host/config/validate.hpp"
+#include "host/core/error.hpp"
+
+namespace zhost {
+namespace {
+
+config::ValueType to_value_type(zhost_config_type type) {
+  switch (type) {
+    case ZHOST_CONFIG_BOOL: return config::ValueType::Bool;
+    case ZHOST_CONFIG_INT: return config::ValueType::Int;
+    case ZHOST_CONFIG_FLOAT: return config::ValueType::Float;
+    case ZHOST_CONFIG_STRING: return config::ValueType::String;
+  }
+  return config::ValueType::String;
+}
+
+// `relax_required`: a key without a default becomes optional, for the first pass, where plugins that the
+// config will not use must not demand their required keys.
+void add_plugin_keys(config::Schema& schema, const LoadedPlugin& plugin, bool relax_required = false) {
+  for (const auto& key : plugin.info.config_keys) {
+    config::KeySpec spec;
+    spec.path = key.key;
+    spec.type = to_value_type(key.type);
+    spec.default_toml = key.default_literal;
+    spec.optional = relax_required && !key.default_literal;
+    spec.doc = key.doc;
+    spec.min = key.min_value;
+    spec.max = key.max_value;
+    spec.choices = key.choices;
+    spec.owner = plugin.info.name;
+    schema.add(std::move(spec));
+  }
+}
+
+ZeroSelection zero_selection(const config::ResolvedConfig& config) {
+  ZeroSelection zero;
+  zero.stage = config.get_int("zero.stage");
+  zero.offload_optimizer = config.get_string("zero.offload_optimizer.device");
+  zero.offload_param = config.get_string("zero.offload_param.device");
+  zero.quantized_weights = config.get_bool("zero.zero_quantized_weights");
+  zero.quantized_gradients = config.get_bool("zero.zero_quantized_gradients");
+  zero.hpz_partition_size = config.get_int("zero.zero_hpz_partition_size");
+  return zero;
+}
+
+std::vector<std::string> search_dirs(const JobSetupOptions& options, const config::Document& document) {
+  std::vector<std::string> dirs = options.plugin_dirs;
+  if (auto configured = document.peek("plugins.path"))
+    if (auto* list = std::get_if<std::vector<std::string>>(&*configured))
+      dirs.insert(dirs.end(), list->begin(), list->end());
+  return dirs;
+}
+
+}  // namespace
+
+std::map<std::string, ConfigValue> JobSetup::plugin_config(const LoadedPlugin& plugin) const {
+  std::map<std::string, ConfigValue> values;
+  for (const auto& key : plugin.info.config_keys) {
+    const auto& value = config->get(key.key);
+    if (!value) continue;
+    std::visit(
+        [&](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, int64_t> || std::is_same_v<T, double> ||
+                        std::is_same_v<T, std::string>)
+            values[key.key] = v;
+        },
+        *value);
+  }
+  return values;
+}
+
+JobSetup prepare_job(const JobSetupOptions& options) {
+  JobSetup job;
+  config::Document document = options.config_file.empty() ? config::Document()
+                                                          : config::Document::load_file(options.config_file.string());
+  document.apply_overrides(options.overrides);
+
+  job.services = std::make_unique<HostServices>();
+  job.discovery = discover_plugins(plugin_search_path(search_dirs(options, document)), PluginLoader(*job.services));
+  for (const auto& line : job.discovery.shadowed) spdlog::warn("{}", line);
+  require_no_failures(job.discovery);
+
+  // Pass 1: host keys + every found plugin's keys.
+  config::Schema everything;
+  config::add_host_keys(everything);
+  for (const auto& plugin : job.discovery.plugins) add_plugin_keys(everything, plugin, /*relax_required=*/true);
+  config::ResolvedConfig first = config::validate(document, everything);
+
+  job.needs = needs_for(zero_selection(first));
+  job.resolution = resolve_plugins(job.needs, job.discovery.plugins);
+
+  // Pass 2: host keys + the chosen plugins' keys; keys of unused plugins are rejected with the reason.
+  config::add_host_keys(job.schema);
+  for (const auto* plugin : job.resolution.plugins) add_plugin_keys(job.schema, *plugin);
+  job.config = std::make_unique<config::ResolvedConfig>(
+      config::validate(document, job.schema, inactive_plugin_keys(job.resolution, job.discovery.plugins)));
+  return job;
+}
+
+}  // namespace zhost

@@ -1,0 +1,42 @@
+// host/cli/job_setup.hpp: from a config file to a checked job: the TOML document with overrides, the
+// plugins found on the search path, the plugins this config needs (resolved), and the config validated
+// against the host's keys plus the chosen plugins' keys. Shared by `zhost config check` and `zhost run`.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host/config/document.hpp"
+#include "host/config/resolved.hpp"
+#include "host/config/schema.hpp"
+#include "host/plugins/discovery.hpp"
+#include "host/plugins/instances.hpp"
+#include "host/plugins/resolver.hpp"
+#include "host/services/host_services.hpp"
+
+namespace zhost {
+
+struct JobSetup {
+  std::unique_ptr<HostServices> services;
+  Discovery discovery;
+  std::vector<Need> needs;
+  Resolution resolution;
+  config::Schema schema;
+  std::unique_ptr<config::ResolvedConfig> config;
+
+  // The values a chosen plugin declared, for its host context.
+  std::map<std::string, ConfigValue> plugin_config(const LoadedPlugin& plugin) const;
+};
+
+struct JobSetupOptions {
+  std::filesystem::path config_file;
+  std::vector<std::string> overrides;     // "a.b=c" from --set
+  std::vector<std::string> plugin_dirs;   // --plugin-path, searched before the config's plugins.path
+};
+
+// Throws UsageError (or config::ConfigErrors) with one line per problem; nothing is created.
+JobSetup prepare_job(const JobSetupOptions& options);
+
+}  // namespace zhost

@@ -1,0 +1,94 @@
+// host/cli/main.cpp: the zhost command line (CLI11): parses arguments, dispatches to a subcommand, and
+// turns every zhost::Error into one "zhost: error: ..." line and its exit code.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "host/cli/commands.hpp"
+#include "host/config/validate.hpp"
+#include "host/core/error.hpp"
+#include "host/core/log.hpp"
+#include "zhost/core.h"
+
+#if ZHOST_HAS_ENGINE
+#include "host/engine/version.hpp"
+#endif
+
+namespace {
+
+void add_job_options(CLI::App* command, zhost::JobSetupOptions& job) {
+  command->add_option("config", job.config_file, "the job's TOML config")->required()->check(CLI::ExistingFile);
+  command->add_option("--set", job.overrides, "override a config key, e.g. --set zero.stage=2 (repeatable)")
+      ->type_name("KEY=VALUE");
+  command->add_option("--plugin-path", job.plugin_dirs, "extra folder to search for plugins first (repeatable)");
+}
+
+int print_version() {
+  std::cout << "zhost " << "0.1.0" << "\n"
+            << "plugin ABI " << ZHOST_ABI_MAJOR << "." << ZHOST_ABI_MINOR << "\n";
+#if ZHOST_HAS_ENGINE
+  std::cout << zhost::engine::build_description() << "\n";
+#else
+  std::cout << "training engine: not built (ZHOST_WITH_TORCH=OFF)\n";
+#endif
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"zhost: memory-efficient distributed training (ZeRO stages, offload, ZeRO++) with plugins"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")->capture_default_str();
+
+  zhost::cli::RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand("run", "train with a config, on this process or on --nproc local ranks");
+  add_job_options(run_cmd, run.job);
+  run_cmd->add_option("--nproc", run.nproc, "start this many local ranks (one process each) and supervise them");
+  run_cmd->add_option("--nnodes", run.nnodes, "number of nodes (with --nproc)")->capture_default_str();
+  run_cmd->add_option("--node-rank", run.node_rank, "this node's index (with --nproc)")->capture_default_str();
+  run_cmd->add_option("--master-addr", run.master_addr, "address of rank 0's rendezvous")->capture_default_str();
+  run_cmd->add_option("--master-port", run.master_port, "port of rank 0's rendezvous (0: pick a free one)");
+
+  zhost::cli::PluginsOptions plugins;
+  CLI::App* plugins_cmd = app.add_subcommand("plugins", "list the plugins found on the search path");
+  plugins_cmd->add_flag("--json", plugins.json, "machine-readable output");
+  plugins_cmd->add_option("--plugin-path", plugins.plugin_dirs, "extra folder to search first (repeatable)");
+
+  zhost::JobSetupOptions check;
+  CLI::App* config_cmd = app.add_subcommand("config", "work with config files");
+  config_cmd->require_subcommand(1);
+  CLI::App* check_cmd = config_cmd->add_subcommand("check", "validate a config and print it resolved");
+  add_job_options(check_cmd, check);
+
+  CLI::App* version_cmd = app.add_subcommand("version", "print versions of zhost, its ABI and LibTorch");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    zhost::log::init(log_level);
+    if (*run_cmd) {
+      run.argv.assign(argv, argv + argc);
+      return zhost::cli::run_command(run);
+    }
+    if (*plugins_cmd) return zhost::cli::plugins_command(plugins);
+    if (*check_cmd) return zhost::cli::config_check_command(check);
+    if (*version_cmd) return print_version();
+  } catch (const zhost::config::ConfigErrors& e) {
+    for (const auto& line : e.errors()) std::cerr << "zhost: error: " << line << "\n";
+    return e.exit_code();
+  } catch (const zhost::Error& e) {
+    std::cerr << "zhost: error: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "zhost: error: " << e.what() << "\n";
+    return static_cast<int>(zhost::ExitCode::kRuntime);
+  }
+  return 0;
+}

@@ -1,0 +1,790 @@
+// host/comm/comm.cpp: Comm and Work over c10d: rendezvous, backend choice, the collectives (with Gloo's
+// missing pieces built from all-to-all), deadlines and failure reports, sub-groups and byte counters.
+#include "host/comm/comm.hpp"
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "host/comm/c10d_compat.hpp"
+#include "host/comm/progress.hpp"
+#include "host/core/error.hpp"
+#include "host/core/text.hpp"
+
+namespace zhost::comm {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+[[noreturn]] void fail_rank(const std::string& message) { throw Error(message, ExitCode::kRankFailed); }
+
+std::string join_ints(const std::vector<int>& values, std::string_view separator = ", ") {
+  std::vector<std::string> items;
+  for (int value : values) items.push_back(std::to_string(value));
+  return text::join(items, separator);
+}
+
+bool is_loopback(const std::string& address) {
+  return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
+}
+
+bool cuda_usable() {
+#ifdef ZHOST_WITH_CUDA
+  return at::hasCUDA();
+#else
+  return false;
+#endif
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case ReduceOp::kAvg: return c10d::ReduceOp::AVG;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+  }
+  ZHOST_ASSERT(false);
+}
+
+std::shared_ptr<::gloo::transport::Device> choose_gloo_device(const CommOptions& options,
+                                                              const std::string& master_addr) {
+  std::string interface = options.gloo_interface;
+  if (interface.empty()) {
+    const char* from_env = std::getenv("GLOO_SOCKET_IFNAME");
+    interface = from_env ? std::string(from_env).substr(0, std::string(from_env).find(',')) : "";
+  }
+  if (!interface.empty()) return compat::gloo_device_for_interface(interface);
+  if (is_loopback(master_addr)) return compat::gloo_device_for_hostname("127.0.0.1");
+  return compat::gloo_default_device();
+}
+
+// Sums (or max/min) the w chunks of `chunks` ([w, n]) into `output` ([n]) in rank order.
+void reduce_chunks(const at::Tensor& chunks, const at::Tensor& output, ReduceOp op) {
+  at::Tensor out = output;
+  const int64_t rank_dim[] = {0};
+  switch (op) {
+    case ReduceOp::kSum: at::sum_out(out, chunks, at::IntArrayRef(rank_dim)); break;
+    case ReduceOp::kAvg: at::sum_out(out, chunks, at::IntArrayRef(rank_dim)).div_(chunks.size(0)); break;
+    case ReduceOp::kMax: at::amax_out(out, chunks, at::IntArrayRef(rank_dim)); break;
+    case ReduceOp::kMin: at::amin_out(out, chunks, at::IntArrayRef(rank_dim)); break;
+  }
+}
+
+}  // namespace
+
+Backend parse_backend(const std::string& name) {
+  if (name == "auto") return Backend::kAuto;
+  if (name == "gloo") return Backend::kGloo;
+  if (name == "nccl") return Backend::kNccl;
+  fail_usage("unknown comm.backend '{}': use auto, gloo or nccl{}", name,
+             text::did_you_mean(name, {"auto", "gloo", "nccl"}));
+}
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::kAuto: return "auto";
+    case Backend::kGloo: return "gloo";
+    case Backend::kNccl: return "nccl";
+  }
+  return "?";
+}
+
+// ---- job-wide state ----------------------------------------------------------------------------------
+
+namespace {
+
+// What the world group and all its sub-groups share: the store, the progress tracker, the step, the
+// first failure. Destroyed after the last group.
+struct Job {
+  int global_rank = 0;
+  int global_size = 1;
+  CommOptions options;
+  std::chrono::milliseconds timeout{0};
+  std::string store_address;  // "host:port", for messages
+  compat::StorePtr store;
+  std::unique_ptr<detail::ProgressTracker> tracker;
+  std::shared_ptr<::gloo::transport::Device> gloo_device;
+  bool use_gloo = true;
+  bool use_nccl = false;
+  std::atomic<int64_t> step{-1};
+
+  std::mutex mutex;  // guards groups, failure, group_names
+  std::vector<std::weak_ptr<Comm::Group>> groups;
+  std::string failure;
+  std::map<std::string, int> group_names;  // how often each sub-group name was created
+  std::atomic<bool> failed{false};
+
+  ~Job() { say_goodbye(); }
+
+  // Rank 0 hosts the store: it waits (bounded) for the others to finish with it before taking it down,
+  // so that their last store operations do not fail on a vanished server.
+  void say_goodbye() {
+    tracker.reset();
+    if (global_size == 1 || failed || !store) return;
+    try {
+      store->add("zhost/exit", 1);
+      if (global_rank != 0) return;
+      const auto deadline = Clock::now() + std::min(timeout, std::chrono::milliseconds(10000));
+      while (store->add("zhost/exit", 0) < global_size && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    } catch (const std::exception& e) {
+      spdlog::debug("comm: leaving the rendezvous store: {}", compat::describe_exception(e));
+    }
+  }
+
+  [[noreturn]] void record_failure_and_throw(const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (failure.empty()) failure = message;
+    }
+    failed = true;
+    fail_rank(message);
+  }
+
+  void throw_if_failed() {
+    if (!failed) return;
+    std::lock_guard<std::mutex> lock(mutex);
+    fail_rank(fmt::format("an earlier collective failed, the process group is unusable: {}", failure));
+  }
+};
+
+}  // namespace
+
+// ---- groups ------------------------------------------------------------------------------------------
+
+struct Comm::Group : std::enable_shared_from_this<Comm::Group> {
+  std::shared_ptr<Job> job;
+  std::string name;
+  std::vector<int> global_ranks;
+  int rank = 0;
+  int size = 1;
+  compat::StorePtr store;  // prefixed "zhost/g/<name>/"
+  compat::BackendPtr gloo;
+  compat::BackendPtr nccl;
+  std::shared_ptr<detail::GroupProgress> progress;
+  std::mutex issue_mutex;  // sequence numbers follow the order collectives reach the backend
+
+  mutable std::mutex counters_mutex;
+  CommCounters totals;
+  CommCounters at_step_start;
+
+  std::unique_ptr<Work::State> start(CollectiveKind kind, const Traffic& traffic, bool on_cuda);
+  Work issue(std::unique_ptr<Work::State> state, const std::function<compat::WorkPtr()>& call);
+  const compat::BackendPtr& backend_for(const at::Tensor& tensor, CollectiveKind kind) const;
+  const compat::BackendPtr& barrier_backend() const { return gloo ? gloo : nccl; }
+  [[noreturn]] void fail_collective(const Work::State& state, const std::string& cause);
+  std::string describe_peers(const detail::PeerReport& report, uint64_t seq) const;
+};
+
+struct Work::State {
+  std::shared_ptr<Comm::Group> group;
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  uint64_t seq = 0;
+  int64_t step = -1;
+  Clock::time_point started;
+  Clock::time_point deadline;
+  bool poll = false;  // CUDA work: poll completion (NCCL's wait() does not block the CPU)
+  std::vector<compat::WorkPtr> works;
+  std::function<void()> finish;  // local step after the network part (reduction, division)
+  bool done = false;
+};
+
+std::unique_ptr<Work::State> Comm::Group::start(CollectiveKind kind, const Traffic& traffic, bool on_cuda) {
+  job->throw_if_failed();
+  auto state = std::make_unique<Work::State>();
+  state->group = shared_from_this();
+  state->kind = kind;
+  state->seq = progress->entered.load() + 1;
+  state->step = job->step.load();
+  state->started = Clock::now();
+  state->deadline = state->started + job->timeout;
+  state->poll = on_cuda;
+  progress->last_kind = static_cast<int>(kind);
+  progress->entered = state->seq;
+  std::lock_guard<std::mutex> lock(counters_mutex);
+  KindCounters& counters = totals[kind];
+  ++counters.calls;
+  counters.bytes_sent += traffic.sent;
+  counters.bytes_received += traffic.received;
+  return state;
+}
+
+Work Comm::Group::issue(std::unique_ptr<Work::State> state, const std::function<compat::WorkPtr()>& call) {
+  try {
+    state->works.push_back(call());
+  } catch (const std::exception& e) {
+    fail_collective(*state, "backend error: " + compat::describe_exception(e));
+  }
+  return Work(std::move(state));
+}
+
+const compat::BackendPtr& Comm::Group::backend_for(const at::Tensor& tensor, CollectiveKind kind) const {
+  if (tensor.is_cuda()) {
+    if (nccl) return nccl;
+    if (job->options.backend == Backend::kGloo) return gloo;
+    fail_usage("{}: the tensor is on CUDA but NCCL is not available ({}); move it to the CPU or use a CUDA build",
+               to_string(kind), cuda_usable() ? "comm.backend excludes it" : "this zhost has no CUDA");
+  }
+  if (!tensor.device().is_cpu()) fail("{}: tensors on {} are not supported", to_string(kind), tensor.device().str());
+  if (!gloo) fail_usage("{}: comm.backend = \"nccl\" cannot move CPU tensors; use \"auto\"", to_string(kind));
+  return gloo;
+}
+
+std::string Comm::Group::describe_peers(const detail::PeerReport& report, uint64_t seq) const {
+  if (!report.store_error.empty()) {
+    return fmt::format("could not ask the rendezvous store at {} which ranks arrived (rank 0 hosts it; is it gone?): {}",
+                       job->store_address, report.store_error);
+  }
+  std::vector<std::string> problems;
+  for (size_t member = 0; member < report.members.size(); ++member) {
+    const detail::MemberProgress& peer = report.members[member];
+    if (static_cast<int>(member) == rank) continue;
+    if (!peer.responding) {
+      problems.push_back(fmt::format("rank {} stopped responding (its process is gone or frozen)", global_ranks[member]));
+    } else if (peer.last_seq < seq) {
+      problems.push_back(fmt::format("rank {} did not arrive (its last collective in this group: {})",
+                                     global_ranks[member],
+                                     peer.last_seq == 0 ? std::string("none")
+                                                        : fmt::format("#{} {}", peer.last_seq, peer.last_kind)));
+    }
+  }
+  return problems.empty() ? "every rank arrived" : text::join(problems, "; ");
+}
+
+void Comm::Group::fail_collective(const Work::State& state, const std::string& cause) {
+  const double elapsed = seconds_since(state.started);
+  const std::string peers = size > 1 ? describe_peers(job->tracker->diagnose(*progress, global_ranks), state.seq)
+                                     : "single-rank group";
+  const std::string step = state.step >= 0 ? fmt::format(", step {}", state.step) : "";
+  job->record_failure_and_throw(fmt::format("{} #{} (group {}{}) failed on rank {} after {:.1f} s: {}; {}",
+                                            to_string(state.kind), state.seq, name, step, job->global_rank,
+                                            elapsed, peers, cause));
+}
+
+// ---- Work --------------------------------------------------------------------------------------------
+
+namespace {
+
+// Waits for one backend work until `deadline`; false when the deadline passed first.
+bool wait_until(const compat::WorkPtr& work, Clock::time_point deadline, bool poll) {
+  if (poll) {
+    while (!work->isCompleted()) {
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    work->wait();  // rethrows the backend's error, orders the current CUDA stream after the collective
+    return true;
+  }
+  const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  try {
+    work->wait(std::max(remaining, std::chrono::milliseconds(1)));
+  } catch (const std::exception&) {
+    if (!work->isCompleted() && Clock::now() >= deadline) return false;
+    throw;
+  }
+  return true;
+}
+
+}  // namespace
+
+Work::Work() = default;
+Work::Work(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Work::Work(Work&&) noexcept = default;
+Work& Work::operator=(Work&&) noexcept = default;
+Work::~Work() = default;
+
+void Work::wait() {
+  if (!state_ || state_->done) return;
+  State& state = *state_;
+  for (const compat::WorkPtr& work : state.works) {
+    bool in_time = false;
+    try {
+      in_time = wait_until(work, state.deadline, state.poll);
+    } catch (const std::exception& e) {
+      state.group->fail_collective(state, "backend error: " + compat::describe_exception(e));
+    }
+    if (!in_time) {
+      state.group->fail_collective(state, fmt::format("its deadline of {:.1f} s (comm.timeout_s) passed",
+                                           state.group->job->options.timeout_s));
+    }
+  }
+  if (state.finish) state.finish();
+  state.done = true;
+}
+
+bool Work::is_completed() const {
+  if (!state_ || state_->done) return true;
+  return std::all_of(state_->works.begin(), state_->works.end(),
+                     [](const compat::WorkPtr& work) { return work->isCompleted(); });
+}
+
+// ---- creation ----------------------------------------------------------------------------------------
+
+namespace {
+
+std::shared_ptr<Comm::Group> make_group(const std::shared_ptr<Job>& job, const std::string& name,
+                                        std::vector<int> global_ranks, int rank) {
+  auto group = std::make_shared<Comm::Group>();
+  group->job = job;
+  group->name = name;
+  group->size = static_cast<int>(global_ranks.size());
+  group->global_ranks = std::move(global_ranks);
+  group->rank = rank;
+  const std::string prefix = fmt::format("zhost/g/{}/", name);
+  group->store = compat::make_prefix_store(prefix, job->store);
+  group->progress = std::make_shared<detail::GroupProgress>(prefix, rank);
+  try {
+    if (job->use_gloo) {
+      group->gloo = compat::make_gloo(compat::make_prefix_store("gloo/", group->store), rank, group->size,
+                                      job->timeout, job->gloo_device);
+    }
+#ifdef ZHOST_WITH_CUDA
+    if (job->use_nccl) {
+      group->nccl = compat::make_nccl(compat::make_prefix_store("nccl/", group->store), rank, group->size, job->timeout);
+    }
+#endif
+  } catch (const std::exception& e) {
+    fail_rank(fmt::format("could not connect the ranks of group {} ({}) within {:.1f} s: {}", name,
+                          join_ints(group->global_ranks), job->options.timeout_s, compat::describe_exception(e)));
+  }
+  job->tracker->add(group->progress);
+  std::lock_guard<std::mutex> lock(job->mutex);
+  job->groups.push_back(group);
+  return group;
+}
+
+void choose_backends(Job& job) {
+  switch (job.options.backend) {
+    case Backend::kAuto:
+      job.use_nccl = cuda_usable();
+      break;
+    case Backend::kGloo:
+      break;
+    case Backend::kNccl:
+#ifndef ZHOST_WITH_CUDA
+      fail_usage("comm.backend = \"nccl\" needs CUDA, but this zhost was built against a LibTorch without CUDA; "
+                 "use \"gloo\" or \"auto\"");
+#endif
+      if (!cuda_usable()) {
+        fail_usage("comm.backend = \"nccl\" needs a CUDA device, but none is visible (check CUDA_VISIBLE_DEVICES); "
+                   "use \"gloo\" or \"auto\"");
+      }
+      job.use_gloo = false;
+      job.use_nccl = true;
+      break;
+  }
+}
+
+void validate(const Rendezvous& rendezvous, const CommOptions& options) {
+  if (rendezvous.world_size < 1) fail_usage("world size must be at least 1, got {}", rendezvous.world_size);
+  if (rendezvous.rank < 0 || rendezvous.rank >= rendezvous.world_size) {
+    fail_usage("rank {} is outside the world of {} ranks", rendezvous.rank, rendezvous.world_size);
+  }
+  if (rendezvous.world_size > 1 && (rendezvous.master_port < 1 || rendezvous.master_port > 65535)) {
+    fail_usage("master port {} is not a valid TCP port (1-65535)", rendezvous.master_port);
+  }
+  if (rendezvous.timeout_s <= 0) fail_usage("the rendezvous timeout must be positive, got {} s", rendezvous.timeout_s);
+  if (options.timeout_s <= 0) fail_usage("comm.timeout_s must be positive, got {}", options.timeout_s);
+}
+
+// Every rank registers under its rank; waiting for all of them names the ranks that never came.
+void join(Job& job, const Rendezvous& rendezvous) {
+  const auto join_key = [](int rank) { return fmt::format("zhost/join/{}", rank); };
+  if (job.store->add(join_key(rendezvous.rank), 1) > 1) {
+    fail_usage("two processes joined the rendezvous at {} as rank {}: check RANK in each process's environment",
+               job.store_address, rendezvous.rank);
+  }
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < rendezvous.world_size; ++rank) keys.push_back(join_key(rank));
+  try {
+    job.store->wait(keys, to_ms(rendezvous.timeout_s));
+  } catch (const std::exception& e) {
+    std::vector<int> missing;
+    try {
+      for (int rank = 0; rank < rendezvous.world_size; ++rank) {
+        if (!job.store->check({keys[rank]})) missing.push_back(rank);
+      }
+    } catch (const std::exception&) {
+      fail_rank(fmt::format("rendezvous at {} failed: {}", job.store_address, compat::describe_exception(e)));
+    }
+    fail_rank(fmt::format("rendezvous at {} timed out after {:.1f} s: {} of {} ranks joined; missing: rank{} {}",
+                          job.store_address, rendezvous.timeout_s, rendezvous.world_size - missing.size(),
+                          rendezvous.world_size, missing.size() == 1 ? "" : "s", join_ints(missing)));
+  }
+}
+
+compat::StorePtr connect_store(const Rendezvous& rendezvous, bool host_it) {
+  return compat::make_tcp_store(rendezvous.master_addr, rendezvous.master_port, host_it, rendezvous.world_size,
+                                to_ms(rendezvous.timeout_s));
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> Comm::create(const Rendezvous& rendezvous, const CommOptions& options) {
+  validate(rendezvous, options);
+  auto job = std::make_shared<Job>();
+  job->global_rank = rendezvous.rank;
+  job->global_size = rendezvous.world_size;
+  job->options = options;
+  job->timeout = to_ms(options.timeout_s);
+  job->store_address = fmt::format("{}:{}", rendezvous.master_addr, rendezvous.master_port);
+  choose_backends(*job);
+
+  compat::StorePtr tracker_store;
+  if (rendezvous.world_size == 1) {
+    job->store = c10::make_intrusive<c10d::HashStore>();
+    tracker_store = job->store;
+  } else {
+    try {
+      job->store = connect_store(rendezvous, rendezvous.rank == 0);
+      tracker_store = connect_store(rendezvous, false);  // its own connection: never queued behind a wait
+    } catch (const std::exception& e) {
+      fail_rank(fmt::format("rendezvous: rank {} could not {} the store at {} within {:.1f} s: {}", rendezvous.rank,
+                            rendezvous.rank == 0 ? "host" : "reach", job->store_address, rendezvous.timeout_s,
+                            compat::describe_exception(e)));
+    }
+  }
+  join(*job, rendezvous);
+  job->tracker = std::make_unique<detail::ProgressTracker>(tracker_store, rendezvous.rank);
+  if (job->use_gloo) job->gloo_device = choose_gloo_device(options, rendezvous.master_addr);
+
+  std::vector<int> everyone(rendezvous.world_size);
+  std::iota(everyone.begin(), everyone.end(), 0);
+  auto group = make_group(job, "world", std::move(everyone), rendezvous.rank);
+  spdlog::debug("comm: rank {} of {} joined at {} (gloo: {}, nccl: {}, timeout {} s)", rendezvous.rank,
+                rendezvous.world_size, job->store_address, job->use_gloo, job->use_nccl, options.timeout_s);
+  return std::unique_ptr<Comm>(new Comm(std::move(group)));
+}
+
+Comm::Comm(std::shared_ptr<Group> group) : group_(std::move(group)) {}
+Comm::~Comm() = default;
+
+int Comm::rank() const { return group_->rank; }
+int Comm::world_size() const { return group_->size; }
+const std::vector<int>& Comm::global_ranks() const { return group_->global_ranks; }
+const std::string& Comm::name() const { return group_->name; }
+
+std::unique_ptr<Comm> Comm::new_group(const std::vector<int>& ranks) {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  if (ranks.empty()) fail("new_group: the rank list is empty");
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    fail("new_group: rank list [{}] has duplicates", join_ints(ranks));
+  }
+  if (sorted.front() < 0 || sorted.back() >= group_->size) {
+    fail("new_group: rank list [{}] has ranks outside group {} of {} ranks", join_ints(ranks), group_->name,
+         group_->size);
+  }
+  const auto me = std::find(ranks.begin(), ranks.end(), group_->rank);
+  if (me == ranks.end()) {
+    fail("new_group: rank {} is not in [{}]; only members create a group", group_->rank, join_ints(ranks));
+  }
+  std::vector<int> members;
+  for (int rank : ranks) members.push_back(group_->global_ranks[rank]);
+  std::string name = fmt::format("{}/{}", group_->name, join_ints(members, "-"));
+  {
+    std::lock_guard<std::mutex> lock(group_->job->mutex);
+    const int earlier = group_->job->group_names[name]++;
+    if (earlier > 0) name += fmt::format("#{}", earlier);
+  }
+  std::lock_guard<std::mutex> issue_lock(group_->issue_mutex);
+  return std::unique_ptr<Comm>(
+      new Comm(make_group(group_->job, name, std::move(members), static_cast<int>(me - ranks.begin()))));
+}
+
+// ---- steps and counters ------------------------------------------------------------------------------
+
+void Comm::begin_step(int64_t step) {
+  Job& job = *group_->job;
+  job.step = step;
+  std::lock_guard<std::mutex> lock(job.mutex);
+  for (const std::weak_ptr<Group>& weak : job.groups) {
+    if (auto group = weak.lock()) {
+      std::lock_guard<std::mutex> counters_lock(group->counters_mutex);
+      group->at_step_start = group->totals;
+    }
+  }
+}
+
+CommCounters Comm::end_step() {
+  CommCounters step = step_counters();
+  group_->job->step = -1;
+  return step;
+}
+
+int64_t Comm::current_step() const { return group_->job->step; }
+
+CommCounters Comm::counters() const {
+  std::lock_guard<std::mutex> lock(group_->counters_mutex);
+  return group_->totals;
+}
+
+CommCounters Comm::step_counters() const {
+  std::lock_guard<std::mutex> lock(group_->counters_mutex);
+  return group_->totals - group_->at_step_start;
+}
+
+// ---- collectives -------------------------------------------------------------------------------------
+
+namespace {
+
+at::Tensor flat(const at::Tensor& tensor, CollectiveKind kind, const char* role) {
+  if (!tensor.defined()) fail("{}: the {} tensor is undefined", to_string(kind), role);
+  if (!tensor.is_contiguous()) fail("{}: the {} tensor must be contiguous", to_string(kind), role);
+  return tensor.view({-1});
+}
+
+void expect_numel(const at::Tensor& tensor, int64_t expected, CollectiveKind kind, const char* role,
+                  const std::string& why) {
+  if (tensor.numel() != expected) {
+    fail("{}: the {} tensor has {} elements but needs {} ({})", to_string(kind), role, tensor.numel(), expected, why);
+  }
+}
+
+void expect_same_kind(const at::Tensor& input, const at::Tensor& output, CollectiveKind kind) {
+  if (input.scalar_type() != output.scalar_type() || input.device() != output.device()) {
+    fail("{}: input ({} on {}) and output ({} on {}) must have the same dtype and device", to_string(kind),
+         c10::toString(input.scalar_type()), input.device().str(), c10::toString(output.scalar_type()),
+         output.device().str());
+  }
+}
+
+void expect_counts(const std::vector<int64_t>& counts, int size, CollectiveKind kind, const char* role) {
+  if (static_cast<int>(counts.size()) != size) {
+    fail("{}: {} has {} entries but the group has {} ranks", to_string(kind), role, counts.size(), size);
+  }
+  if (std::any_of(counts.begin(), counts.end(), [](int64_t count) { return count < 0; })) {
+    fail("{}: {} has a negative count", to_string(kind), role);
+  }
+}
+
+void expect_reducible(const at::Tensor& tensor, ReduceOp op, CollectiveKind kind) {
+  if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type())) {
+    fail("{}: AVG needs a floating-point tensor, got {}; reduce with SUM and divide", to_string(kind),
+         c10::toString(tensor.scalar_type()));
+  }
+}
+
+int64_t total(const std::vector<int64_t>& counts) { return std::accumulate(counts.begin(), counts.end(), int64_t{0}); }
+
+std::vector<uint64_t> to_bytes(const std::vector<int64_t>& counts, const at::Tensor& tensor) {
+  std::vector<uint64_t> bytes;
+  for (int64_t count : counts) bytes.push_back(static_cast<uint64_t>(count) * tensor.element_size());
+  return bytes;
+}
+
+uint64_t bytes_of(const at::Tensor& tensor) { return static_cast<uint64_t>(tensor.numel()) * tensor.element_size(); }
+
+}  // namespace
+
+Work Comm::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
+  constexpr auto kind = CollectiveKind::kAllReduce;
+  at::Tensor data = flat(tensor, kind, "reduced");
+  expect_reducible(data, op, kind);
+  const compat::BackendPtr& backend = group_->backend_for(data, kind);
+  const bool emulate_avg = op == ReduceOp::kAvg && backend != group_->nccl;
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(emulate_avg ? ReduceOp::kSum : op);
+  options.timeout = group_->job->timeout;
+
+  std::lock_guard<std::mutex> lock(group_->issue_mutex);
+  auto state = group_->start(kind, all_reduce_traffic(bytes_of(data), group_->size), data.is_cuda());
+  if (emulate_avg) state->finish = [data, size = group_->size] { data.div_(size); };
+  return group_->issue(std::move(state), [&] {
+    std::vector<at::Tensor> tensors{data};
+    return backend->allreduce(tensors, options);
+  });
+}
+
+Work Comm::reduce_scatter_async(const at::Tensor& input, const at::Tensor& output, ReduceOp op) {
+  constexpr auto kind = CollectiveKind::kReduceScatter;
+  at::Tensor in = flat(input, kind, "input");
+  at::Tensor out = flat(output, kind, "output");
+  expect_same_kind(in, out, kind);
+  expect_numel(in, out.numel() * group_->size, kind, "input", "world size x output");
+  if (group_->backend_for(in, kind) != group_->nccl) {
+    return reduce_scatter_v_async(in, out, std::vector<int64_t>(group_->size, out.numel()), op);
+  }
+  expect_reducible(in, op, kind);
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = to_c10d(op);
+  options.timeout = group_->job->timeout;
+
+  std::lock_guard<std::mutex> lock(group_->issue_mutex);
+  auto state = group_->start(
+      kind, reduce_scatter_traffic(std::vector<uint64_t>(group_->size, bytes_of(out)), group_->rank), true);
+  return group_->issue(std::move(state), [&] { return group_->nccl->_reduce_scatter_base(out, in, options); });
+}
+
+// Gloo has no reduce-scatter and NCCL none with uneven counts: an all-to-all sends each rank the pieces of
+// its shard (the same bytes a ring reduce-scatter moves), then every rank reduces its w pieces locally.
+Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& output,
+                                  const std::vector<int64_t>& counts, ReduceOp op) {
+  constexpr auto kind = CollectiveKind::kReduceScatter;
+  at::Tensor in = flat(input, kind, "input");
+  at::Tensor out = flat(output, kind, "output");
+  expect_same_kind(in, out, kind);
+  expect_counts(counts, group_->size, kind, "counts");
+  expect_numel(in, total(counts), kind, "input", "sum of counts");
+  expect_numel(out, counts[group_->rank], kind, "output", "this rank's count");
+  expect_reducible(in, op, kind);
+  const compat::BackendPtr& backend = group_->backend_for(in, kind);
+  const int64_t shard = counts[group_->rank];
+  at::Tensor pieces = at::empty({group_->size * shard}, in.options());
+  c10d::AllToAllOptions options;
+  options.timeout = group_->job->timeout;
+
+  std::lock_guard<std::mutex> lock(group_->issue_mutex);
+  auto state = group_->start(kind, reduce_scatter_traffic(to_bytes(counts, in), group_->rank), in.is_cuda());
+  state->finish = [pieces, out, op, size = group_->size, shard] { reduce_chunks(pieces.view({size, shard}), out, op); };
+  return group_->issue(std::move(state), [&] {
+    std::vector<int64_t> receive_counts(group_->size, shard);
+    std::vector<int64_t> send_counts = counts;
+    return backend->alltoall_base(pieces, in, receive_counts, send_counts, options);
+  });
+}
+
+Work Comm::all_gather_async(const at::Tensor& input, const at::Tensor& output) {
+  constexpr auto kind = CollectiveKind::kAllGather;
+  at::Tensor in = flat(input, kind, "input");
+  at::Tensor out = flat(output, kind, "output");
+  expect_same_kind(in, out, kind);
+  expect_numel(out, in.numel() * group_->size, kind, "output", "world size x input");
+  const compat::BackendPtr& backend = group_->backend_for(in, kind);
+  c10d::AllgatherOptions options;
+  options.timeout = group_->job->timeout;
+
+  std::lock_guard<std::mutex> lock(group_->issue_mutex);
+  auto state = group_->start(
+      kind, all_gather_traffic(std::vector<uint64_t>(group_->size, bytes_of(in)), group_->rank), in.is_cuda());
+  return group_->issue(std::move(state), [&] {
+    if (backend == group_->nccl) return backend->_allgather_base(out, in, options);
+    // Gloo (1.13) has no flat all-gather: gather into views of the flat output.
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int rank = 0; rank < group_->size; ++rank) outputs[0].push_back(out.narrow(0, rank * in.numel(), in.numel()));
+    std::vector<at::Tensor> inputs{in};
+    return backend->allgather(outputs, inputs, options);
+  });
+}
+
+// Uneven all-gather as an all-to-all: every rank sends its whole input to every rank.
+Work Comm::all_gather_v_async(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& counts) {
+  constexpr auto kind = CollectiveKind::kAllGather;
+  at::Tensor in = flat(input, kind, "input");
+  at::Tensor out = flat(output, kind, "output");
+  expect_same_kind(in, out, kind);
+  expect_counts(counts, group_->size, kind, "counts");
+  expect_numel(in, counts[group_->rank], kind, "input", "this rank's count");
+  expect_numel(out, total(counts), kind, "output", "sum of counts");
+  const compat::BackendPtr& backend = group_->backend_for(in, kind);
+  at::Tensor copies = in.repeat({group_->size});
+  c10d::AllToAllOptions options;
+  options.timeout = group_->job->timeout;
+
+  std::lock_guard<std::mutex> lock(group_->issue_mutex);
+  auto state = group_->start(kind, all_gather_traffic(to_bytes(counts, in), group_->rank), in.is_cuda());
+  return group_->issue(std::move(state), [&] {
+    std::vector<int64_t> receive_counts = counts;
+    std::vector<int64_t> send_counts(group_->size, in.numel());
+    return backend->alltoall_base(out, copies, receive_counts, send_counts, options);
+  });
+}
+
+Work Comm::broadcast_async(const at::Tensor& tensor, int root) {
+  constexpr auto kind = CollectiveKind::kBroadcast;
+  at::Tensor data = flat(tensor, kind, "broadcast");
+  if (root < 0 || root >= group_->size) fail("broadcast: root {} is not a rank of group {}", root, group_->name);
+  const compat::BackendPtr& backend = group_->backend_for(data, kind);
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  options.timeout = group_->job->timeout;
+
+  std::lock_guard<std::mutex> lock(group_->issue_mutex);
+  auto state = group_->start(kind, broadcast_traffic(bytes_of(data), group_->rank, root), data.is_cuda());
+  return group_->issue(std::move(state), [&] {
+    std::vector<at::Tensor> tensors{data};
+    return backend->broadcast(tensors, options);
+  });
+}
+
+Work Comm::all_to_all_async(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& send_counts,
+                            const std::vector<int64_t>& recv_counts) {
+  constexpr auto kind = CollectiveKind::kAllToAll;
+  at::Tensor in = flat(input, kind, "input");
+  at::Tensor out = flat(output, kind, "output");
+  expect_same_kind(in, out, kind);
+  const bool even = send_counts.empty() && recv_counts.empty();
+  if (even) {
+    if (in.numel() % group_->size != 0) {
+      fail("all_to_all: {} elements do not split evenly over {} ranks; pass counts", in.numel(), group_->size);
+    }
+    expect_numel(out, in.numel(), kind, "output", "as many as the input with even splits");
+  } else {
+    expect_counts(send_counts, group_->size, kind, "send_counts");
+    expect_counts(recv_counts, group_->size, kind, "recv_counts");
+    expect_numel(in, total(send_counts), kind, "input", "sum of send_counts");
+    expect_numel(out, total(recv_counts), kind, "output", "sum of recv_counts");
+  }
+  const std::vector<int64_t> equal(group_->size, in.numel() / group_->size);
+  const Traffic traffic = all_to_all_traffic(to_bytes(even ? equal : send_counts, in),
+                                             to_bytes(even ? equal : recv_counts, in), group_->rank);
+  const compat::BackendPtr& backend = group_->backend_for(in, kind);
+  c10d::AllToAllOptions options;
+  options.timeout = group_->job->timeout;
+
+  std::lock_guard<std::mutex> lock(group_->issue_mutex);
+  auto state = group_->start(kind, traffic, in.is_cuda());
+  return group_->issue(std::move(state), [&] {
+    std::vector<int64_t> output_splits = recv_counts;
+    std::vector<int64_t> input_splits = send_counts;
+    return backend->alltoall_base(out, in, output_splits, input_splits, options);
+  });
+}
+
+Work Comm::barrier_async() {
+  const compat::BackendPtr& backend = group_->barrier_backend();
+  c10d::BarrierOptions options;
+  options.timeout = group_->job->timeout;
+  std::lock_guard<std::mutex> lock(group_->issue_mutex);
+  auto state = group_->start(CollectiveKind::kBarrier, Traffic{}, backend == group_->nccl);
+  return group_->issue(std::move(state), [&] { return backend->barrier(options); });
+}
+
+void Comm::all_reduce(const at::Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op).wait(); }
+void Comm::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op) {
+  reduce_scatter_async(input, output, op).wait();
+}
+void Comm::reduce_scatter_v(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& counts,
+                            ReduceOp op) {
+  reduce_scatter_v_async(input, output, counts, op).wait();
+}
+void Comm::all_gather(const at::Tensor& input, const at::Tensor& output) { all_gather_async(input, output).wait(); }
+void Comm::all_gather_v(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& counts) {
+  all_gather_v_async(input, output, counts).wait();
+}
+void Comm::broadcast(const at::Tensor& tensor, int root) { broadcast_async(tensor, root).wait(); }
+void Comm::all_to_all(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& send_counts,
+                      const std::vector<int64_t>& recv_counts) {
+  all_to_all_async(input, output, send_counts, recv_counts).wait();
+}
+void Comm::barrier() { barrier_async().wait(); }
+
+}  // namespace zhost::comm

@@ -1,0 +1,55 @@
+// host/config/document.hpp: a user's config as written: a TOML file (or text) plus --set overrides,
+// with the file position or override that each value came from. validate() turns it into values.
+#pragma once
+
+#include "host/config/value.hpp"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zhost::config {
+
+struct DocumentData;  // host/config/toml_node.hpp (internal: it holds the toml++ tree)
+
+class Document {
+ public:
+  // An empty config (every key at its default), for runs configured only through --set.
+  Document();
+  ~Document();
+  Document(const Document& other);
+  Document& operator=(const Document& other);
+  Document(Document&& other) noexcept;
+  Document& operator=(Document&& other) noexcept;
+
+  // Throws UsageError "FILE: cannot read ..." or "FILE:LINE:COL: <parser's reason>".
+  static Document load_file(const std::string& path);
+  // `source_name` stands in for the file name in messages ("FILE:LINE:").
+  static Document parse(std::string_view toml_text, const std::string& source_name);
+
+  // Applies one override, the text after --set: "zero.stage=2", "zero.offload_optimizer.device=cpu",
+  // "optimizer.betas=[0.9,0.95]". The value is read as TOML when it parses as one value (true, 3, 5e8,
+  // "x", [..]), else taken as a bare string. Missing tables are created. Throws UsageError, prefixed
+  // "--set ASSIGNMENT:", when the text is not KEY=VALUE or the path runs through a value or onto a table.
+  // Whether the key exists is checked by validate(), like any key in the file.
+  void apply_override(std::string_view assignment);
+  void apply_overrides(const std::vector<std::string>& assignments);
+
+  const std::string& source_name() const;
+  // True when the file or an override sets a value (not a table) at the dotted path.
+  bool contains(const std::string& path) const;
+  // The value at the dotted path as written, before validation (to find plugins before the schema is
+  // complete): TOML booleans, integers, floats and strings as such, an array of numbers as a FloatList
+  // and an array of strings (or an empty array) as a StringList; nullopt when absent or anything else.
+  std::optional<ConfigValue> peek(const std::string& path) const;
+
+  // For host/config's own code.
+  const DocumentData& data() const { return *data_; }
+
+ private:
+  std::unique_ptr<DocumentData> data_;
+};
+
+}  // namespace zhost::config

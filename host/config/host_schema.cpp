@@ -1,0 +1,256 @@
+// host/config/host_schema.cpp: the host's own config keys, with DeepSpeed's defaults, and their rules.
+#include "host/config/host_schema.hpp"
+
+#include "host/config/resolved.hpp"
+
+#include <fmt/format.h>
+
+namespace zhost::config {
+namespace {
+
+struct Limits {
+  std::optional<double> min;
+  std::optional<double> max;
+  bool min_exclusive = false;
+};
+Limits at_least(double min) { return Limits{min, std::nullopt, false}; }
+Limits above(double min) { return Limits{min, std::nullopt, true}; }
+Limits between(double min, double max) { return Limits{min, max, false}; }
+
+// Declares host keys from typed defaults, so that every default is spelled by to_toml_literal.
+class HostKeys {
+ public:
+  explicit HostKeys(Schema& schema) : schema_(schema) {}
+
+  void flag(std::string path, bool value, std::string doc) { add(std::move(path), ValueType::Bool, value, std::move(doc)); }
+  void integer(std::string path, int64_t value, std::string doc, Limits limits = {}) {
+    add(std::move(path), ValueType::Int, value, std::move(doc), limits);
+  }
+  // An Int the user may leave unset; it then has no value (train_batch_size and its friends).
+  void optional_integer(std::string path, std::string doc, Limits limits = {}) {
+    add(std::move(path), ValueType::Int, std::nullopt, std::move(doc), limits);
+  }
+  void number(std::string path, double value, std::string doc, Limits limits = {}) {
+    add(std::move(path), ValueType::Float, value, std::move(doc), limits);
+  }
+  void optional_number(std::string path, std::string doc, Limits limits = {}) {
+    add(std::move(path), ValueType::Float, std::nullopt, std::move(doc), limits);
+  }
+  void text(std::string path, std::string value, std::string doc) {
+    add(std::move(path), ValueType::String, std::move(value), std::move(doc));
+  }
+  void choice(std::string path, std::string value, std::vector<std::string> choices, std::string doc) {
+    add(std::move(path), ValueType::String, std::move(value), std::move(doc), {}, std::move(choices));
+  }
+  void number_list(std::string path, std::vector<double> value, std::string doc, Limits limits = {}) {
+    add(std::move(path), ValueType::FloatList, std::move(value), std::move(doc), limits);
+  }
+  void text_list(std::string path, std::vector<std::string> value, std::string doc) {
+    add(std::move(path), ValueType::StringList, std::move(value), std::move(doc));
+  }
+
+ private:
+  void add(std::string path, ValueType type, std::optional<ConfigValue> value, std::string doc, Limits limits = {},
+           std::vector<std::string> choices = {}) {
+    KeySpec spec;
+    spec.path = std::move(path);
+    spec.type = type;
+    if (value) spec.default_toml = to_toml_literal(*value);
+    spec.optional = !value;
+    spec.doc = std::move(doc);
+    spec.min = limits.min;
+    spec.max = limits.max;
+    spec.min_exclusive = limits.min_exclusive;
+    spec.choices = std::move(choices);
+    schema_.add(std::move(spec));
+  }
+
+  Schema& schema_;
+};
+
+void add_training_keys(HostKeys& keys) {
+  keys.optional_integer("train_batch_size", "samples per optimizer step over all ranks (= micro * gas * world)",
+                        at_least(1));
+  keys.optional_integer("train_micro_batch_size_per_gpu", "samples per forward/backward on each rank", at_least(1));
+  keys.optional_integer("gradient_accumulation_steps", "micro-batches accumulated per optimizer step", at_least(1));
+  keys.integer("steps", 100, "total optimizer steps to train", at_least(0));
+  keys.integer("seed", 1234, "random seed for initialization and synthetic data");
+  keys.number("gradient_clipping", 0.0, "clip gradients to this global norm; 0 = off", at_least(0));
+  keys.integer("steps_per_print", 10, "log progress every this many optimizer steps", at_least(1));
+  keys.flag("wall_clock_breakdown", false, "log the time spent in forward, backward and step");
+}
+
+void add_model_keys(HostKeys& keys) {
+  keys.choice("model.type", "gpt", {"mlp", "gpt", "llama"}, "model architecture");
+  keys.integer("model.layers", 4, "number of blocks", at_least(1));
+  keys.integer("model.heads", 4, "attention heads", at_least(1));
+  keys.integer("model.kv_heads", 0, "key/value heads for grouped-query attention; 0 = same as heads", at_least(0));
+  keys.integer("model.width", 256, "hidden size", at_least(1));
+  keys.integer("model.ffn_width", 0, "feed-forward size; 0 = 4*width (gpt, mlp) or 8/3*width rounded (llama)",
+               at_least(0));
+  keys.integer("model.vocab", 256, "vocabulary size", at_least(1));
+  keys.integer("model.seq_len", 128, "tokens per sample", at_least(1));
+  keys.number("model.init_std", 0.02, "standard deviation of the initial weights", at_least(0));
+}
+
+void add_data_keys(HostKeys& keys) {
+  keys.choice("data.type", "synthetic", {"synthetic", "tokens", "text"},
+              "synthetic random tokens, a binary token file, or a text file");
+  keys.text("data.path", "", "the token or text file (data.type = tokens or text)");
+  keys.choice("data.token_dtype", "uint16", {"uint16", "uint32"}, "integer type of a token file's entries");
+}
+
+void add_optimizer_keys(HostKeys& keys) {
+  keys.choice("optimizer.type", "AdamW", {"AdamW", "Adam", "SGD", "Lion"}, "optimizer");
+  keys.number("optimizer.lr", 1e-3, "learning rate (the scheduler's base)", at_least(0));
+  keys.number_list("optimizer.betas", {0.9, 0.999}, "Adam/AdamW/Lion moment coefficients [beta1, beta2]",
+                   between(0, 1));
+  keys.number("optimizer.eps", 1e-8, "Adam/AdamW denominator epsilon", at_least(0));
+  keys.number("optimizer.weight_decay", 0.01, "weight decay (decoupled for AdamW and Lion)", at_least(0));
+  keys.number("optimizer.momentum", 0.0, "SGD momentum", between(0, 1));
+}
+
+void add_scheduler_keys(HostKeys& keys) {
+  keys.choice("scheduler.type", "none", {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle"},
+              "learning-rate schedule");
+  keys.number("scheduler.warmup_min_lr", 0.0, "learning rate at the start of warmup", at_least(0));
+  keys.number("scheduler.warmup_max_lr", 0.001, "learning rate at the end of warmup", at_least(0));
+  keys.integer("scheduler.warmup_num_steps", 1000, "warmup length in optimizer steps", at_least(0));
+  keys.choice("scheduler.warmup_type", "log", {"log", "linear"}, "warmup curve");
+  keys.integer("scheduler.total_num_steps", 0, "schedule length for WarmupDecayLR/WarmupCosineLR; 0 = steps",
+               at_least(0));
+  keys.number("scheduler.warmup_min_ratio", 0.0, "WarmupCosineLR: warmup start as a fraction of lr", between(0, 1));
+  keys.number("scheduler.cos_min_ratio", 0.0001, "WarmupCosineLR: final lr as a fraction of lr", between(0, 1));
+  keys.optional_number("scheduler.cycle_min_lr", "OneCycle: lowest learning rate (required for OneCycle)",
+                       at_least(0));
+  keys.optional_number("scheduler.cycle_max_lr", "OneCycle: highest learning rate (required for OneCycle)",
+                       at_least(0));
+  keys.integer("scheduler.cycle_first_step_size", 2000, "OneCycle: steps of the rising half of the cycle",
+               at_least(1));
+  keys.integer("scheduler.cycle_second_step_size", 0, "OneCycle: steps of the falling half; 0 = first step size",
+               at_least(0));
+  keys.integer("scheduler.cycle_first_stair_count", 0, "OneCycle: stairs in the rising half; 0 = smooth",
+               at_least(0));
+  keys.integer("scheduler.cycle_second_stair_count", 0,
+               "OneCycle: stairs in the falling half; 0 = same as the rising half", at_least(0));
+  keys.integer("scheduler.decay_step_size", 0, "OneCycle: steps between decays after the cycle; 0 = no decay",
+               at_least(0));
+  keys.number("scheduler.decay_lr_rate", 0.0, "OneCycle: learning-rate decay per decay step after the cycle",
+              at_least(0));
+}
+
+void add_precision_keys(HostKeys& keys) {
+  keys.flag("fp16.enabled", false, "train in fp16 with loss scaling");
+  keys.number("fp16.loss_scale", 0.0, "static loss scale; 0 = dynamic", at_least(0));
+  keys.integer("fp16.initial_scale_power", 16, "dynamic loss scaling starts at 2^this", between(0, 64));
+  keys.integer("fp16.loss_scale_window", 1000, "steps without overflow before the scale doubles", at_least(1));
+  keys.integer("fp16.hysteresis", 2, "overflows tolerated before the scale halves", at_least(1));
+  keys.flag("fp16.consecutive_hysteresis", false, "refill hysteresis after each step without overflow");
+  keys.number("fp16.min_loss_scale", 1.0, "lowest dynamic loss scale", above(0));
+  keys.flag("bf16.enabled", false, "train in bf16 (no loss scaling)");
+}
+
+void add_zero_keys(HostKeys& keys) {
+  // Only the keys that select plugins; the plugins that use them declare the rest of [zero].
+  keys.integer("zero.stage", 0, "ZeRO stage: 0 = data parallel, 1 = optimizer states, 2 = +gradients, 3 = +params",
+               between(0, 3));
+  // Any tier name is accepted here: "cpu" and "nvme" are zhost's own tiers, a third-party tier plugin that
+  // provides "offload:NAME" is selected with device = "NAME". Resolution reports a name no plugin serves.
+  keys.text("zero.offload_optimizer.device", "none",
+            "offload tier for optimizer states: none, cpu, nvme, or a third-party tier's name");
+  keys.text("zero.offload_param.device", "none",
+            "offload tier for parameters (stage 3): none, cpu, nvme, or a third-party tier's name");
+  keys.flag("zero.zero_quantized_weights", false, "ZeRO++ qwZ: all-gather weights as int8");
+  keys.flag("zero.zero_quantized_gradients", false, "ZeRO++ qgZ: reduce gradients as int4");
+  keys.integer("zero.zero_hpz_partition_size", 1, "ZeRO++ hpZ: ranks per secondary partition; 1 = off",
+               at_least(1));
+}
+
+void add_runtime_keys(HostKeys& keys) {
+  keys.flag("activation_checkpointing.enabled", false, "recompute block activations in backward");
+  keys.flag("activation_checkpointing.partition_activations", false, "shard checkpointed activations across ranks");
+  keys.flag("activation_checkpointing.cpu_checkpointing", false, "keep checkpointed activations in host memory");
+  keys.flag("activation_checkpointing.contiguous_memory_optimization", false,
+            "copy checkpointed activations into one buffer");
+  keys.optional_integer("activation_checkpointing.number_checkpoints", "checkpointed blocks; unset = all",
+                        at_least(1));
+  keys.choice("comm.backend", "auto", {"auto", "gloo", "nccl"}, "collective backend; auto = nccl on GPUs, else gloo");
+  keys.number("comm.timeout_s", 300.0, "seconds before a collective counts as hung", above(0));
+  keys.text("run.dir", "runs", "folder for run outputs");
+  keys.text("run.name", "", "run folder name under run.dir; empty = a timestamp");
+  keys.text_list("plugins.path", {}, "extra folders to search for plugins");
+  keys.choice("log.level", "info", {"trace", "debug", "info", "warn", "error"}, "log verbosity");
+}
+
+void add_rules(Schema& schema) {
+  schema.add_rule({{"fp16.enabled", "bf16.enabled"}, [](const ResolvedConfig& config) -> std::optional<std::string> {
+                     if (!config.get_bool("fp16.enabled") || !config.get_bool("bf16.enabled")) return std::nullopt;
+                     std::string bf16_location = config.location("bf16.enabled");
+                     bf16_location.pop_back();  // the trailing ':'
+                     return fmt::format(
+                         "fp16.enabled and bf16.enabled are both true (bf16.enabled from {}); keep one: bf16 where "
+                         "the GPU supports it (Ampere or newer), fp16 otherwise",
+                         bf16_location);
+                   }});
+  schema.add_rule({{"scheduler.type", "scheduler.cycle_min_lr", "scheduler.cycle_max_lr"},
+                   [](const ResolvedConfig& config) -> std::optional<std::string> {
+                     if (config.get_string("scheduler.type") != "OneCycle") return std::nullopt;
+                     bool has_min = config.has("scheduler.cycle_min_lr");
+                     bool has_max = config.has("scheduler.cycle_max_lr");
+                     if (!has_min || !has_max) {
+                       return std::string(
+                           "scheduler.type = \"OneCycle\" needs scheduler.cycle_min_lr and scheduler.cycle_max_lr; "
+                           "set both under [scheduler], e.g. cycle_min_lr = 1e-5 and cycle_max_lr = 1e-3");
+                     }
+                     double low = config.get_float("scheduler.cycle_min_lr");
+                     double high = config.get_float("scheduler.cycle_max_lr");
+                     if (low <= high) return std::nullopt;
+                     return fmt::format("scheduler.cycle_min_lr ({}) is above scheduler.cycle_max_lr ({}); swap them",
+                                        low, high);
+                   }});
+  schema.add_rule({{"model.width", "model.heads"}, [](const ResolvedConfig& config) -> std::optional<std::string> {
+                     int64_t width = config.get_int("model.width");
+                     int64_t heads = config.get_int("model.heads");
+                     if (width % heads == 0) return std::nullopt;
+                     return fmt::format("model.width = {} is not divisible by model.heads = {}; pick a width that is a "
+                                        "multiple of heads, e.g. {}",
+                                        width, heads, (width / heads + 1) * heads);
+                   }});
+  schema.add_rule({{"model.kv_heads", "model.heads"}, [](const ResolvedConfig& config) -> std::optional<std::string> {
+                     int64_t kv_heads = config.get_int("model.kv_heads");
+                     int64_t heads = config.get_int("model.heads");
+                     if (kv_heads == 0 || heads % kv_heads == 0) return std::nullopt;
+                     return fmt::format("model.heads = {} is not divisible by model.kv_heads = {}; use kv_heads that "
+                                        "divides heads (1, a divisor of heads, or 0 = same as heads)",
+                                        heads, kv_heads);
+                   }});
+  schema.add_rule({{"data.type", "data.path"}, [](const ResolvedConfig& config) -> std::optional<std::string> {
+                     const std::string& type = config.get_string("data.type");
+                     if (type == "synthetic" || !config.get_string("data.path").empty()) return std::nullopt;
+                     return fmt::format("data.type = \"{}\" reads a file, but data.path is empty; set data.path to "
+                                        "the file, or use data.type = \"synthetic\"",
+                                        type);
+                   }});
+}
+
+}  // namespace
+
+void add_host_keys(Schema& schema) {
+  HostKeys keys(schema);
+  add_training_keys(keys);
+  add_model_keys(keys);
+  add_data_keys(keys);
+  add_optimizer_keys(keys);
+  add_scheduler_keys(keys);
+  add_precision_keys(keys);
+  add_zero_keys(keys);
+  add_runtime_keys(keys);
+  add_rules(schema);
+  // DeepSpeed's JSON layout, pointed to zhost's tables in unknown-key messages.
+  schema.add_rename_hint("zero_optimization", "zero");
+  schema.add_rename_hint("optimizer.params", "optimizer");
+  schema.add_rename_hint("scheduler.params", "scheduler");
+  schema.add_rename_hint("bfloat16", "bf16");
+}
+
+}  // namespace zhost::config

@@ -1,0 +1,224 @@
+// host/data/token_source.cpp: the synthetic, token-file and text sources: POSIX memory maps of the files,
+// counter-based xxHash sampling, and one-line UsageErrors that say what to do about a bad file.
+#include "host/data/token_source.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "host/core/error.hpp"
+
+namespace zhost::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The hash every source samples with: xxHash3 of the given words, seeded with the data seed.
+template <size_t N>
+uint64_t hash_words(uint64_t seed, const int64_t (&words)[N]) {
+  return XXH3_64bits_withSeed(words, sizeof(words), seed);
+}
+
+// A read-only memory map of a whole, non-empty file; unmapped on destruction.
+class MappedFile {
+ public:
+  // `what` names the file in messages ("token file", "text file").
+  MappedFile(const std::string& path, const char* what) : path_(path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) fail_usage("{} '{}' does not exist; check the data path", what, path);
+      fail_usage("cannot open {} '{}': {}", what, path, std::strerror(errno));
+    }
+    struct stat info {};
+    if (::fstat(fd, &info) != 0) {
+      const int error = errno;
+      ::close(fd);
+      fail_usage("cannot stat {} '{}': {}", what, path, std::strerror(error));
+    }
+    size_ = static_cast<size_t>(info.st_size);
+    if (size_ > 0) {
+      void* address = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      const int error = errno;
+      ::close(fd);
+      if (address == MAP_FAILED) fail_usage("cannot memory-map {} '{}': {}", what, path, std::strerror(error));
+      data_ = static_cast<const unsigned char*>(address);
+      ::madvise(address, size_, MADV_RANDOM);  // samples read short windows at random offsets
+    } else {
+      ::close(fd);
+    }
+  }
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
+  }
+  MappedFile(MappedFile&& other) noexcept : path_(std::move(other.path_)), data_(other.data_), size_(other.size_) {
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile& operator=(MappedFile&&) = delete;
+
+  const std::string& path() const { return path_; }
+  const unsigned char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::string path_;
+  const unsigned char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class SyntheticSource final : public TokenSource {
+ public:
+  explicit SyntheticSource(const SourceParams& params) : params_(params) {}
+
+  void read_sample(int64_t step, int64_t index, int64_t* out) const override {
+    const auto vocab = static_cast<uint64_t>(params_.vocab);
+    for (int64_t position = 0; position <= params_.seq_len; ++position) {
+      out[position] = static_cast<int64_t>(hash_words(params_.seed, {step, index, position}) % vocab);
+    }
+  }
+  int64_t corpus_tokens() const override { return 0; }
+
+ private:
+  SourceParams params_;
+};
+
+// A corpus of token ids stored in one or more mapped files, read as one concatenated sequence.
+class CorpusSource final : public TokenSource {
+ public:
+  // `files`: non-empty, each a whole number of tokens. `what` names the corpus in messages.
+  CorpusSource(std::vector<MappedFile> files, int token_bytes, const SourceParams& params, std::string what)
+      : files_(std::move(files)), token_bytes_(token_bytes), params_(params), what_(std::move(what)) {
+    for (const MappedFile& file : files_) {
+      starts_.push_back(total_tokens_);
+      total_tokens_ += static_cast<int64_t>(file.size()) / token_bytes_;
+    }
+    if (total_tokens_ < params_.seq_len + 1) {
+      fail_usage("{} holds {} tokens, but one sample needs seq_len + 1 = {}; use more data or a shorter seq_len",
+                 what_, total_tokens_, params_.seq_len + 1);
+    }
+  }
+
+  void read_sample(int64_t step, int64_t index, int64_t* out) const override {
+    const auto windows = static_cast<uint64_t>(total_tokens_ - params_.seq_len);  // possible start offsets
+    const auto start = static_cast<int64_t>(hash_words(params_.seed, {step, index}) % windows);
+    read_tokens(start, params_.seq_len + 1, out);
+  }
+  int64_t corpus_tokens() const override { return total_tokens_; }
+
+ private:
+  // Copies tokens [first, first + count) of the concatenated files to out, checking each id < vocab.
+  void read_tokens(int64_t first, int64_t count, int64_t* out) const {
+    // the file holding `first`: the last one starting at or before it
+    size_t file = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) - starts_.begin()) - 1;
+    int64_t position = first;
+    while (count > 0) {
+      const int64_t file_tokens = static_cast<int64_t>(files_[file].size()) / token_bytes_;
+      const int64_t offset = position - starts_[file];
+      const int64_t n = std::min(count, file_tokens - offset);
+      const unsigned char* bytes = files_[file].data() + offset * token_bytes_;
+      for (int64_t i = 0; i < n; ++i) out[i] = decode(bytes + i * token_bytes_);
+      for (int64_t i = 0; i < n; ++i) {
+        if (out[i] >= params_.vocab) report_bad_id(files_[file].path(), offset + i, out[i]);
+      }
+      out += n;
+      position += n;
+      count -= n;
+      ++file;
+    }
+  }
+
+  int64_t decode(const unsigned char* bytes) const {
+    switch (token_bytes_) {
+      case 1: return bytes[0];
+      case 2: {
+        uint16_t id;
+        std::memcpy(&id, bytes, sizeof(id));
+        return id;
+      }
+      default: {
+        uint32_t id;
+        std::memcpy(&id, bytes, sizeof(id));
+        return id;
+      }
+    }
+  }
+
+  [[noreturn]] void report_bad_id(const std::string& path, int64_t token, int64_t id) const {
+    fail_usage("'{}' holds token id {} at token {}, but vocab is {}; raise the model's vocab above the largest id, "
+               "or check the token dtype (uint16 vs uint32)", path, id, token, params_.vocab);
+  }
+
+  std::vector<MappedFile> files_;
+  std::vector<int64_t> starts_;  // token index where each file starts in the concatenation
+  int64_t total_tokens_ = 0;
+  int token_bytes_;
+  SourceParams params_;
+  std::string what_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenSource> open_synthetic(const SourceParams& params) {
+  return std::make_unique<SyntheticSource>(params);
+}
+
+std::unique_ptr<TokenSource> open_token_file(const std::string& path, int token_bytes, const SourceParams& params) {
+  const std::string dtype = token_bytes == 2 ? "uint16" : "uint32";
+  if (path.empty()) fail_usage("the tokens data source needs a path: point it at a .bin file of {} token ids", dtype);
+  std::error_code error;
+  if (fs::is_directory(path, error)) {
+    fail_usage("token file '{}' is a folder; point the data path at one .bin file of {} token ids", path, dtype);
+  }
+  MappedFile file(path, "token file");
+  if (file.size() == 0) {
+    fail_usage("token file '{}' is empty; write the token ids into it (e.g. nanoGPT's prepare.py) or use the "
+               "synthetic source", path);
+  }
+  if (file.size() % static_cast<size_t>(token_bytes) != 0) {
+    fail_usage("token file '{}' is {} bytes, not a whole number of {} ids; check the token dtype", path, file.size(),
+               dtype);
+  }
+  std::vector<MappedFile> files;
+  files.push_back(std::move(file));
+  return std::make_unique<CorpusSource>(std::move(files), token_bytes, params, "token file '" + path + "'");
+}
+
+std::unique_ptr<TokenSource> open_text(const std::string& path, const SourceParams& params) {
+  if (path.empty()) fail_usage("the text data source needs a path: a text file or a folder of text files");
+  if (params.vocab < 256) {
+    fail_usage("text data uses byte values 0..255 as token ids, but vocab is {}; set the model's vocab to 256 or "
+               "more", params.vocab);
+  }
+  std::error_code error;
+  if (!fs::exists(path, error)) fail_usage("text path '{}' does not exist; check the data path", path);
+  std::vector<MappedFile> files;
+  if (fs::is_directory(path, error)) {
+    std::vector<std::string> names;
+    for (const fs::directory_entry& entry : fs::directory_iterator(path)) {
+      if (entry.is_regular_file()) names.push_back(entry.path().string());
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      MappedFile file(name, "text file");
+      if (file.size() > 0) files.push_back(std::move(file));
+    }
+    if (files.empty()) fail_usage("text folder '{}' has no non-empty regular files; put the text files in it", path);
+    return std::make_unique<CorpusSource>(std::move(files), 1, params, "text folder '" + path + "'");
+  }
+  MappedFile file(path, "text file");
+  if (file.size() == 0) fail_usage("text file '{}' is empty; point the data path at a file with text", path);
+  files.push_back(std::move(file));
+  return std::make_unique<CorpusSource>(std::move(files), 1, params, "text file '" + path + "'");
+}
+
+}  // namespace zhost::data

@@ -1,0 +1,30 @@
+// host/data/token_source.hpp: the sources behind DataLoader (internal to zhost_data; no LibTorch): each
+// produces sample i of step s as seq_len+1 token ids, a pure function of (seed, s, i).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace zhost::data {
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  // Writes sample `index` of step `step` (seq_len + 1 ids) to out[0 .. seq_len].
+  virtual void read_sample(int64_t step, int64_t index, int64_t* out) const = 0;
+  virtual int64_t corpus_tokens() const = 0;  // 0 for synthetic
+};
+
+struct SourceParams {
+  int64_t vocab;
+  int64_t seq_len;
+  uint64_t seed;
+};
+
+std::unique_ptr<TokenSource> open_synthetic(const SourceParams& params);
+// token_bytes: 2 (uint16) or 4 (uint32), little-endian as numpy writes them on x86 and ARM.
+std::unique_ptr<TokenSource> open_token_file(const std::string& path, int token_bytes, const SourceParams& params);
+std::unique_ptr<TokenSource> open_text(const std::string& path, const SourceParams& params);
+
+}  // namespace zhost::data

@@ -1,0 +1,16 @@
+// host/model/architectures.hpp: constructors of the built-in architectures (internal to zhost_model;
+// make_model in model.hpp picks one from the spec's type).
+#pragma once
+
+#include <memory>
+
+#include "host/model/model.hpp"
+
+namespace zhost::model {
+
+// Each takes a spec already checked and resolved by resolve_spec.
+std::unique_ptr<Model> make_mlp(const ModelSpec& spec, at::Device device, at::ScalarType dtype);
+std::unique_ptr<Model> make_gpt(const ModelSpec& spec, at::Device device, at::ScalarType dtype);
+std::unique_ptr<Model> make_llama(const ModelSpec& spec, at::Device device, at::ScalarType dtype);
+
+}  // namespace zhost::model

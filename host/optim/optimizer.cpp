@@ -1,0 +1,275 @@
+// host/optim/optimizer.cpp: AdamW, Adam, SGD and Lion as in-place ATen updates of fp32 tensors.
+//
+// Every update below is elementwise, so stepping a flat buffer in slices gives the same bits as stepping
+// it whole. Scalars (lr, betas, bias corrections) are computed on the host in double.
+#include "host/optim/optimizer.hpp"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/zeros_like.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+
+#include "host/core/error.hpp"
+#include "host/core/text.hpp"
+
+namespace zhost::optim {
+namespace {
+
+// "fp32 [3, 5] on cpu", for error messages.
+std::string describe(const at::Tensor& tensor) {
+  std::string shape;
+  for (const int64_t size : tensor.sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(size);
+  return fmt::format("{} [{}] on {}", c10::toString(tensor.scalar_type()), shape, tensor.device().str());
+}
+
+}  // namespace
+
+std::string_view optimizer_kind_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kAdamW: return "AdamW";
+    case OptimizerKind::kAdam: return "Adam";
+    case OptimizerKind::kSgd: return "SGD";
+    case OptimizerKind::kLion: return "Lion";
+  }
+  return "unknown";
+}
+
+OptimizerKind parse_optimizer_kind(std::string_view deepspeed_type, bool adam_w_mode) {
+  std::string lowered(deepspeed_type);
+  std::transform(lowered.begin(), lowered.end(), lowered.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lowered == "adam") return adam_w_mode ? OptimizerKind::kAdamW : OptimizerKind::kAdam;
+  if (lowered == "adamw") return OptimizerKind::kAdamW;
+  if (lowered == "sgd") return OptimizerKind::kSgd;
+  if (lowered == "lion") return OptimizerKind::kLion;
+  const std::vector<std::string> known = {"Adam", "AdamW", "SGD", "Lion"};
+  fail_usage("optimizer type '{}' is not supported; zhost has {}{}", deepspeed_type, text::join(known),
+             text::did_you_mean(deepspeed_type, known));
+}
+
+OptimizerSpec OptimizerSpec::defaults(OptimizerKind kind) {
+  OptimizerSpec spec;
+  spec.kind = kind;
+  if (kind == OptimizerKind::kLion) spec.beta2 = 0.99;
+  return spec;
+}
+
+// ---- OptimizerState ----
+
+OptimizerState::OptimizerState() = default;
+OptimizerState::~OptimizerState() = default;
+OptimizerState::OptimizerState(OptimizerState&&) noexcept = default;
+OptimizerState& OptimizerState::operator=(OptimizerState&&) noexcept = default;
+
+bool OptimizerState::contains(std::string_view name) const {
+  return std::find(names_.begin(), names_.end(), name) != names_.end();
+}
+
+const at::Tensor& OptimizerState::get(std::string_view name) const {
+  const auto it = std::find(names_.begin(), names_.end(), name);
+  if (it == names_.end()) {
+    fail("optimizer state has no tensor '{}' (it has: {})", name, text::join(names_));
+  }
+  return tensors_[static_cast<size_t>(it - names_.begin())];
+}
+
+int64_t OptimizerState::bytes() const {
+  int64_t total = 0;
+  for (const at::Tensor& tensor : tensors_) total += tensor.numel() * tensor.element_size();
+  return total;
+}
+
+void OptimizerState::clear() {
+  names_.clear();
+  tensors_.clear();
+}
+
+// ---- Optimizer ----
+
+Optimizer::~Optimizer() = default;
+
+int64_t Optimizer::state_bytes_per_param() const {
+  return static_cast<int64_t>(state_names().size() * sizeof(float));
+}
+
+namespace {
+
+void check_state_tensor_matches(std::string_view name, const at::Tensor& tensor,
+                                const at::Tensor& param) {
+  if (tensor.scalar_type() != at::kFloat || tensor.sizes() != param.sizes() ||
+      tensor.device() != param.device()) {
+    fail("optimizer state '{}' is {} but its parameter is {}: they must match (was the state made for "
+         "another partitioning?)", name, describe(tensor), describe(param));
+  }
+}
+
+}  // namespace
+
+at::Tensor Optimizer::state_tensor(OptimizerState& state, std::string_view name,
+                                     const at::Tensor& param) {
+  const auto it = std::find(state.names_.begin(), state.names_.end(), name);
+  if (it == state.names_.end()) {
+    state.names_.emplace_back(name);
+    state.tensors_.push_back(at::zeros_like(param, at::MemoryFormat::Contiguous));
+    return state.tensors_.back();
+  }
+  const at::Tensor& tensor = state.tensors_[static_cast<size_t>(it - state.names_.begin())];
+  check_state_tensor_matches(name, tensor, param);
+  return tensor;
+}
+
+void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step,
+                                     double lr) {
+  if (!param.defined() || !grad.defined()) fail("optimizer step needs a parameter and its gradient");
+  if (param.scalar_type() != at::kFloat || grad.scalar_type() != at::kFloat ||
+      param.sizes() != grad.sizes() || param.device() != grad.device()) {
+    fail("optimizer step needs an fp32 parameter and an fp32 gradient of one shape on one device, got "
+         "parameter {} and gradient {}", describe(param), describe(grad));
+  }
+  if (step < 1) fail("optimizer step count must start at 1, got {}", step);
+  if (!std::isfinite(lr) || lr < 0) fail("optimizer step: learning rate must be finite and >= 0, got {}", lr);
+}
+
+void Optimizer::import_state(OptimizerState& state, std::string_view name, const at::Tensor& value,
+                             const at::Tensor& param) const {
+  const std::vector<std::string> expected = state_names();
+  if (std::find(expected.begin(), expected.end(), name) == expected.end()) {
+    fail("{} keeps no state named '{}' (it keeps: {})", optimizer_kind_name(kind()), name,
+         text::join(expected));
+  }
+  if (value.scalar_type() != at::kFloat || value.sizes() != param.sizes()) {
+    fail("optimizer state '{}' to import is {} but its parameter is {}", name, describe(value),
+         describe(param));
+  }
+  at::NoGradGuard no_grad;
+  state_tensor(state, name, param).copy_(value);
+}
+
+namespace {
+
+// Adam's moment update and step, shared by AdamW and Adam (which differ in how weight decay enters).
+// m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g^2;
+// p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)  with bc_i = 1 - beta_i^step (1 without bias correction).
+void adam_update(const OptimizerSpec& spec, const at::Tensor& param, const at::Tensor& grad,
+                 const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq, int64_t step, double lr) {
+  const double steps = static_cast<double>(step);
+  const double bias_correction1 = spec.bias_correction ? 1.0 - std::pow(spec.beta1, steps) : 1.0;
+  const double bias_correction2 = spec.bias_correction ? 1.0 - std::pow(spec.beta2, steps) : 1.0;
+  exp_avg.lerp_(grad, 1.0 - spec.beta1);
+  exp_avg_sq.mul_(spec.beta2).addcmul_(grad, grad, 1.0 - spec.beta2);
+  at::Tensor denom = exp_avg_sq.sqrt();
+  denom.div_(std::sqrt(bias_correction2)).add_(spec.eps);
+  param.addcdiv_(exp_avg, denom, -lr / bias_correction1);
+}
+
+class AdamW final : public Optimizer {
+ public:
+  using Optimizer::Optimizer;
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step,
+            double lr) const override {
+    check_step_arguments(param, grad, step, lr);
+    at::NoGradGuard no_grad;
+    const at::Tensor exp_avg = state_tensor(state, "exp_avg", param);
+    const at::Tensor exp_avg_sq = state_tensor(state, "exp_avg_sq", param);
+    if (spec().weight_decay != 0) param.mul_(1.0 - lr * spec().weight_decay);
+    adam_update(spec(), param, grad, exp_avg, exp_avg_sq, step, lr);
+  }
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+};
+
+class Adam final : public Optimizer {
+ public:
+  using Optimizer::Optimizer;
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step,
+            double lr) const override {
+    check_step_arguments(param, grad, step, lr);
+    at::NoGradGuard no_grad;
+    const at::Tensor exp_avg = state_tensor(state, "exp_avg", param);
+    const at::Tensor exp_avg_sq = state_tensor(state, "exp_avg_sq", param);
+    const at::Tensor decayed_grad =
+        spec().weight_decay != 0 ? grad.add(param, spec().weight_decay) : grad;
+    adam_update(spec(), param, decayed_grad, exp_avg, exp_avg_sq, step, lr);
+  }
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+};
+
+// d = g + wd*p;  buf = momentum*buf + d (buf starts at d, which zeros-then-update gives exactly);
+// p -= lr * (momentum != 0 ? buf : d).
+class Sgd final : public Optimizer {
+ public:
+  using Optimizer::Optimizer;
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step,
+            double lr) const override {
+    check_step_arguments(param, grad, step, lr);
+    at::NoGradGuard no_grad;
+    at::Tensor direction = spec().weight_decay != 0 ? grad.add(param, spec().weight_decay) : grad;
+    if (spec().momentum != 0) {
+      const at::Tensor momentum_buffer = state_tensor(state, "momentum_buffer", param);
+      momentum_buffer.mul_(spec().momentum).add_(direction);
+      direction = momentum_buffer;
+    }
+    param.add_(direction, -lr);
+  }
+  std::vector<std::string> state_names() const override {
+    if (spec().momentum == 0) return {};
+    return {"momentum_buffer"};
+  }
+};
+
+// p *= 1 - lr*wd;  p -= lr * sign(beta1*m + (1-beta1)*g);  m = beta2*m + (1-beta2)*g.
+class Lion final : public Optimizer {
+ public:
+  using Optimizer::Optimizer;
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step,
+            double lr) const override {
+    check_step_arguments(param, grad, step, lr);
+    at::NoGradGuard no_grad;
+    const at::Tensor exp_avg = state_tensor(state, "exp_avg", param);
+    if (spec().weight_decay != 0) param.mul_(1.0 - lr * spec().weight_decay);
+    at::Tensor update = exp_avg.mul(spec().beta1);
+    update.add_(grad, 1.0 - spec().beta1).sign_();
+    param.add_(update, -lr);
+    exp_avg.lerp_(grad, 1.0 - spec().beta2);
+  }
+  std::vector<std::string> state_names() const override { return {"exp_avg"}; }
+};
+
+void check_in_range(std::string_view name, double value, double low, double high, bool high_inclusive) {
+  const bool ok = std::isfinite(value) && value >= low && (high_inclusive ? value <= high : value < high);
+  if (!ok) {
+    fail_usage("optimizer setting {} = {} is out of range: it must be in [{}, {}{}", name, value, low,
+               high, high_inclusive ? "]" : ")");
+  }
+}
+
+void validate(const OptimizerSpec& spec) {
+  const double unbounded = std::numeric_limits<double>::max();
+  check_in_range("lr", spec.lr, 0.0, unbounded, true);
+  check_in_range("weight_decay", spec.weight_decay, 0.0, unbounded, true);
+  if (spec.kind == OptimizerKind::kSgd) {
+    check_in_range("momentum", spec.momentum, 0.0, unbounded, true);
+    return;
+  }
+  check_in_range("betas[0]", spec.beta1, 0.0, 1.0, false);
+  check_in_range("betas[1]", spec.beta2, 0.0, 1.0, false);
+  if (spec.kind != OptimizerKind::kLion) check_in_range("eps", spec.eps, 0.0, unbounded, true);
+}
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec) {
+  validate(spec);
+  switch (spec.kind) {
+    case OptimizerKind::kAdamW: return std::make_unique<AdamW>(spec);
+    case OptimizerKind::kAdam: return std::make_unique<Adam>(spec);
+    case OptimizerKind::kSgd: return std::make_unique<Sgd>(spec);
+    case OptimizerKind::kLion: return std::make_unique<Lion>(spec);
+  }
+  fail("unknown optimizer kind {}", static_cast<int>(spec.kind));
+}
+
+}  // namespace zhost::optim

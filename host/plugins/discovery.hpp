@@ -1,0 +1,34 @@
+// host/plugins/discovery.hpp: where plugins are looked for, and loading every plugin found there.
+//
+// Search path, in order: directories from the config (plugins.path), then ZHOST_PLUGIN_PATH (colon-
+// separated), then the install directory next to the executable (<exe>/../lib/zhost/plugins). Plugin
+// files are named zhost_<name>.so. When two files carry the same plugin name, the first one found wins
+// and the other is reported as shadowed.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "host/plugins/loader.hpp"
+
+namespace zhost {
+
+std::vector<std::filesystem::path> plugin_search_path(const std::vector<std::string>& config_dirs);
+
+// The directory the zhost executable installs its plugins into (build tree or install prefix).
+std::filesystem::path installed_plugin_dir();
+
+struct Discovery {
+  std::vector<std::filesystem::path> searched;  // directories, in order
+  std::vector<LoadedPlugin> plugins;            // loaded and negotiated, in search order
+  std::vector<std::string> failures;            // one line each: "plugin FILE: cause"
+  std::vector<std::string> shadowed;            // one line each
+};
+
+Discovery discover_plugins(const std::vector<std::filesystem::path>& search_path, const PluginLoader& loader);
+
+// Throws UsageError naming the first failure (and how many more) when any plugin failed to load.
+void require_no_failures(const Discovery& discovery);
+
+}  // namespace zhost

@@ -1,0 +1,59 @@
+// host/plugins/instances.cpp: plugin instance lifecycle (probe, create, destroy).
+#include "host/plugins/instances.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "host/core/error.hpp"
+
+namespace zhost {
+
+PluginInstances::~PluginInstances() { destroy_all(); }
+
+void PluginInstances::create_all(
+    const Resolution& resolution,
+    const std::function<std::map<std::string, ConfigValue>(const LoadedPlugin&)>& config_for) {
+  try {
+    for (const LoadedPlugin* plugin : resolution.plugins) {
+      PluginInstance live;
+      live.plugin = plugin;
+      live.ctx = services_.create_context({plugin->info.name, config_for(*plugin)});
+      const std::string where = fmt::format("plugin '{}' ({})", plugin->info.name, plugin->path.string());
+      if (plugin->api->probe) {
+        if (zhost_status* status = plugin->api->probe(services_.table(), live.ctx)) {
+          services_.destroy_context(live.ctx);
+          HostServices::throw_if_error(status, where + " cannot run here");
+        }
+      }
+      zhost_plugin_create_args args{};
+      args.struct_size = sizeof(args);
+      args.host = services_.table();
+      args.ctx = live.ctx;
+      if (zhost_status* status = plugin->api->create(&args)) {
+        services_.destroy_context(live.ctx);
+        HostServices::throw_if_error(status, where + " failed to initialise");
+      }
+      live.instance = args.instance;
+      instances_.push_back(live);
+      spdlog::debug("plugin '{}' {} initialised", plugin->info.name, plugin->info.version);
+    }
+  } catch (...) {
+    destroy_all();
+    throw;
+  }
+}
+
+void PluginInstances::destroy_all() {
+  for (auto it = instances_.rbegin(); it != instances_.rend(); ++it) {
+    it->plugin->api->destroy(it->instance);
+    services_.destroy_context(it->ctx);
+  }
+  instances_.clear();
+}
+
+const PluginInstance* PluginInstances::of_kind(zhost_capability_kind kind) const {
+  for (const auto& live : instances_)
+    if (live.plugin->info.kind == kind) return &live;
+  return nullptr;
+}
+
+}  // namespace zhost

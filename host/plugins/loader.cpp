@@ -1,0 +1,185 @@
+// host/plugins/loader.cpp: Boost.DLL loading, trust checks, ABI negotiation and descriptor validation.
+#include "host/plugins/loader.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/dll/shared_library.hpp>
+#include <cmath>
+#include <mutex>
+#include <regex>
+
+#include "host/core/error.hpp"
+
+namespace zhost {
+namespace {
+
+// Plugins stay mapped for the life of the process: hot-swap must not depend on dlclose (see plugin.h).
+void keep_loaded_forever(boost::dll::shared_library library) {
+  static std::mutex mutex;
+  static std::vector<boost::dll::shared_library>* libraries = new std::vector<boost::dll::shared_library>();
+  std::lock_guard<std::mutex> lock(mutex);
+  libraries->push_back(std::move(library));
+}
+
+constexpr uint32_t kNewestMajorProbed = 15;
+
+// Reads a NULL-terminated string array (which may itself be NULL).
+std::vector<std::string> string_list(const char* const* list) {
+  std::vector<std::string> out;
+  for (; list && *list; ++list) out.emplace_back(*list);
+  return out;
+}
+
+bool valid_plugin_name(const std::string& name) {
+  static const std::regex pattern("[a-z0-9_]+");
+  return std::regex_match(name, pattern);
+}
+
+bool valid_capability(const std::string& capability) {
+  static const std::regex pattern("(partition|offload|collective):[a-z0-9_]+");
+  return std::regex_match(capability, pattern);
+}
+
+class DescriptorReader {
+ public:
+  explicit DescriptorReader(const std::filesystem::path& file) : file_(file.string()) {}
+
+  [[noreturn]] void malformed(const std::string& why) const {
+    fail_usage("plugin {}: malformed descriptor: {}", file_, why);
+  }
+
+  PluginInfo read(const zhost_plugin_descriptor* d) const {
+    if (d == nullptr) fail_usage("plugin {}: negotiation returned no descriptor", file_);
+    if (d->struct_size < ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE)
+      malformed(fmt::format("struct_size {} is smaller than the {} bytes every zhost 0.x descriptor has "
+                            "(built against an incompatible SDK?)", d->struct_size, ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE));
+    PluginInfo info;
+    if (!d->name || !valid_plugin_name(d->name)) malformed("name must be [a-z0-9_]+");
+    info.name = d->name;
+    if (!d->version || !*d->version) malformed(fmt::format("plugin '{}' has no version", info.name));
+    info.version = d->version;
+    info.summary = d->summary ? d->summary : "";
+    if (d->kind < ZHOST_KIND_PARTITION || d->kind > ZHOST_KIND_COLLECTIVE)
+      malformed(fmt::format("plugin '{}' has unknown capability kind {}", info.name, static_cast<int>(d->kind)));
+    info.kind = d->kind;
+    info.provides = string_list(d->provides);
+    if (info.provides.empty()) malformed(fmt::format("plugin '{}' provides nothing", info.name));
+    for (const auto& cap : info.provides) {
+      if (!valid_capability(cap)) malformed(fmt::format("capability '{}' is not of the form area:item", cap));
+      if (capability_area(cap) != kind_name(info.kind))
+        malformed(fmt::format("plugin '{}' is a {} plugin but provides '{}'", info.name, kind_name(info.kind), cap));
+    }
+    info.requires_caps = string_list(d->requires_caps);
+    info.conflicts = string_list(d->conflicts);
+    for (const auto& cap : info.requires_caps)
+      if (!valid_capability(cap)) malformed(fmt::format("required capability '{}' is not of the form area:item", cap));
+    for (const auto& cap : info.conflicts)
+      if (!valid_capability(cap)) malformed(fmt::format("conflicting capability '{}' is not of the form area:item", cap));
+    if (d->num_config_keys && !d->config_keys) malformed("num_config_keys > 0 but config_keys is NULL");
+    for (size_t i = 0; i < d->num_config_keys; ++i) info.config_keys.push_back(read_key(info.name, d->config_keys[i]));
+    info.flags = d->flags;
+    return info;
+  }
+
+ private:
+  ConfigKeyInfo read_key(const std::string& plugin, const zhost_config_key& k) const {
+    if (k.struct_size < ZHOST_CONFIG_KEY_SIZE)
+      malformed(fmt::format("config key entry of plugin '{}' has struct_size {} < {}", plugin, k.struct_size,
+                            ZHOST_CONFIG_KEY_SIZE));
+    if (!k.key || !*k.key) malformed(fmt::format("plugin '{}' declares a config key without a name", plugin));
+    ConfigKeyInfo key;
+    key.key = k.key;
+    if (k.type < ZHOST_CONFIG_BOOL || k.type > ZHOST_CONFIG_STRING)
+      malformed(fmt::format("config key '{}' has unknown type {}", key.key, static_cast<int>(k.type)));
+    key.type = k.type;
+    if (k.default_value) key.default_literal = k.default_value;
+    key.doc = k.doc ? k.doc : "";
+    if (k.has_range) {
+      if (std::isnan(k.min_value) || std::isnan(k.max_value) || k.min_value > k.max_value)
+        malformed(fmt::format("config key '{}' has an empty range", key.key));
+      key.min_value = k.min_value;
+      key.max_value = k.max_value;
+    }
+    key.choices = string_list(k.choices);
+    return key;
+  }
+
+  std::string file_;
+};
+
+void check_api(const std::filesystem::path& file, const PluginInfo& info, const zhost_plugin_api* api) {
+  if (!api || api->struct_size < ZHOST_PLUGIN_API_SIZE)
+    fail_usage("plugin {}: '{}' returned no lifecycle table or an undersized one", file.string(), info.name);
+  if (!api->create || !api->destroy)
+    fail_usage("plugin {}: '{}' has no create or destroy function", file.string(), info.name);
+  const void* table = info.kind == ZHOST_KIND_PARTITION    ? static_cast<const void*>(api->partition)
+                      : info.kind == ZHOST_KIND_OFFLOAD    ? static_cast<const void*>(api->offload)
+                                                           : static_cast<const void*>(api->collective);
+  if (!table)
+    fail_usage("plugin {}: '{}' is a {} plugin but has no {} table", file.string(), info.name, kind_name(info.kind),
+               kind_name(info.kind));
+}
+
+}  // namespace
+
+void check_plugin_file_is_trusted(const std::filesystem::path& file) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) fail_usage("plugin {}: file not found", file.string());
+  if (!S_ISREG(st.st_mode)) fail_usage("plugin {}: not a regular file", file.string());
+  if (st.st_mode & S_IWOTH)
+    fail_usage("plugin {}: refusing to load a world-writable plugin (anyone could replace its code); "
+               "run chmod o-w on it", file.string());
+  if (st.st_uid != ::getuid() && st.st_uid != 0)
+    fail_usage("plugin {}: refusing to load a plugin owned by uid {}, neither you (uid {}) nor root",
+               file.string(), st.st_uid, ::getuid());
+}
+
+LoadedPlugin PluginLoader::load(const std::filesystem::path& file) const {
+  check_plugin_file_is_trusted(file);
+  const std::string where = file.string();
+  boost::dll::shared_library library;
+  try {
+    library.load(file, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    fail_usage("plugin {}: cannot load shared object: {}", where, e.what());
+  }
+  if (!library.has(ZHOST_ENTRY_SYMBOL_V0)) {
+    for (uint32_t major = kNewestMajorProbed; major > ZHOST_ABI_MAJOR; --major)
+      if (library.has("zhost_plugin_v" + std::to_string(major)))
+        fail_usage("plugin {}: speaks zhost ABI major {}, this zhost speaks major {}: use a plugin build for "
+                   "SDK {}.x", where, major, ZHOST_ABI_MAJOR, ZHOST_ABI_MAJOR);
+    fail_usage("plugin {}: no entry symbol '{}' (not a zhost plugin, or the entry was not exported)", where,
+               ZHOST_ENTRY_SYMBOL_V0);
+  }
+  auto entry = library.get<zhost_status*(zhost_negotiation*)>(ZHOST_ENTRY_SYMBOL_V0);
+
+  zhost_negotiation io{};
+  io.struct_size = sizeof(io);
+  io.host_abi_major = ZHOST_ABI_MAJOR;
+  io.host_abi_minor = services_.abi_minor();
+  io.host = services_.table();
+  if (zhost_status* refused = entry(&io)) {
+    const zhost_host_services* host = services_.table();
+    std::string reason = host->status_message(refused);
+    host->status_destroy(refused);
+    fail_usage("plugin {}: refused to load: {}", where, reason);
+  }
+
+  LoadedPlugin plugin;
+  plugin.path = file;
+  plugin.abi_major = ZHOST_ABI_MAJOR;
+  plugin.abi_minor = io.plugin_abi_minor;
+  plugin.min_host_minor = io.plugin_min_host_minor;
+  plugin.info = DescriptorReader(file).read(io.descriptor);
+  if (plugin.min_host_minor > services_.abi_minor())
+    fail_usage("plugin {}: '{}' needs zhost ABI {}.{} or newer, this host offers {}.{}: upgrade zhost or rebuild the "
+               "plugin against this SDK", where, plugin.info.name, ZHOST_ABI_MAJOR, plugin.min_host_minor,
+               ZHOST_ABI_MAJOR, services_.abi_minor());
+  check_api(file, plugin.info, io.api);
+  plugin.api = io.api;
+  keep_loaded_forever(std::move(library));
+  return plugin;
+}
+
+}  // namespace zhost

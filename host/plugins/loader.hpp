@@ -1,0 +1,29 @@
+// host/plugins/loader.hpp: loads one plugin file and negotiates with it.
+//
+// Refuses, each with one error line naming the file and the cause: files that are world-writable or not
+// owned by the user or root, files that are not loadable shared objects, files without a zhost entry
+// symbol, plugins of another ABI major, plugins needing a newer host minor, malformed descriptors or
+// lifecycle tables, and plugins that refuse negotiation themselves. Loaded libraries are never unloaded.
+#pragma once
+
+#include <filesystem>
+
+#include "host/plugins/plugin_info.hpp"
+#include "host/services/host_services.hpp"
+
+namespace zhost {
+
+class PluginLoader {
+ public:
+  explicit PluginLoader(const HostServices& services) : services_(services) {}
+  // Throws UsageError("plugin FILE: cause").
+  LoadedPlugin load(const std::filesystem::path& file) const;
+
+ private:
+  const HostServices& services_;
+};
+
+// Checks ownership and permissions; throws UsageError when the file must not be loaded.
+void check_plugin_file_is_trusted(const std::filesystem::path& file);
+
+}  // namespace zhost

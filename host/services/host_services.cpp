@@ -1,0 +1,352 @@
+// host/services/host_services.cpp: the C callbacks behind zhost_host_services, and their state.
+#include "host/services/host_services.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "host/core/error.hpp"
+
+struct zhost_status {
+  zhost_status_code code;
+  std::string message;
+};
+
+namespace zhost {
+
+struct Buffer {
+  zhost_memory_kind kind;
+  uint64_t size_bytes;
+  void* data;
+  bool locked;
+  std::string label;
+};
+
+}  // namespace zhost
+
+struct zhost_host_context {
+  zhost::HostServices::State* state;
+  zhost::PluginContextSpec spec;
+  std::set<zhost_buffer_handle> buffers;
+};
+
+namespace zhost {
+
+struct HostServices::State {
+  zhost_host_services table{};
+  mutable std::mutex mutex;
+  std::set<zhost_host_context*> contexts;
+  std::map<zhost_buffer_handle, Buffer> buffers;
+  zhost_buffer_handle next_handle = 1;
+  std::shared_ptr<KvStore> kv = std::make_shared<LocalKvStore>();
+  std::chrono::milliseconds default_timeout{300000};
+  std::atomic<bool> abort_flag{false};
+  std::string abort_reason;
+  std::map<uint64_t, TraceSpan> open_spans;
+  std::vector<TraceSpan> closed_spans;
+  uint64_t next_span = 1;
+};
+
+namespace {
+
+constexpr size_t kMaxClosedSpans = 1 << 16;
+
+zhost_status* status_create(zhost_status_code code, const char* message) {
+  return new (std::nothrow) zhost_status{code, message ? message : ""};
+}
+zhost_status_code status_code(const zhost_status* status) { return status ? status->code : ZHOST_OK; }
+const char* status_message(const zhost_status* status) { return status ? status->message.c_str() : ""; }
+void status_destroy(zhost_status* status) { delete status; }
+
+spdlog::level::level_enum to_spdlog(zhost_log_level level) {
+  switch (level) {
+    case ZHOST_LOG_TRACE: return spdlog::level::trace;
+    case ZHOST_LOG_DEBUG: return spdlog::level::debug;
+    case ZHOST_LOG_INFO: return spdlog::level::info;
+    case ZHOST_LOG_WARN: return spdlog::level::warn;
+    default: return spdlog::level::err;
+  }
+}
+
+void log(zhost_host_context* ctx, zhost_log_level level, const char* message) {
+  spdlog::log(to_spdlog(level), "[{}] {}", ctx ? ctx->spec.plugin_name : "?", message ? message : "");
+}
+int32_t log_enabled(zhost_host_context*, zhost_log_level level) { return spdlog::should_log(to_spdlog(level)); }
+
+const char* type_name(const ConfigValue& value) {
+  static const char* names[] = {"bool", "int", "float", "string"};
+  return names[value.index()];
+}
+
+// Looks up a declared key of the instance's plugin with the expected alternative type.
+template <typename T>
+zhost_status* config_get(zhost_host_context* ctx, const char* key, const char* wanted, const T** out) {
+  if (!ctx || !key) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "config lookup without context or key");
+  auto it = ctx->spec.config.find(key);
+  if (it == ctx->spec.config.end())
+    return status_create(ZHOST_ERR_CONFIG, fmt::format("plugin '{}' asked for config key '{}', which it did not "
+                                                       "declare in its descriptor", ctx->spec.plugin_name, key).c_str());
+  if (!std::holds_alternative<T>(it->second))
+    return status_create(ZHOST_ERR_CONFIG, fmt::format("config key '{}' is a {}, not a {}", key,
+                                                       type_name(it->second), wanted).c_str());
+  *out = &std::get<T>(it->second);
+  return nullptr;
+}
+
+zhost_status* config_get_bool(zhost_host_context* ctx, const char* key, int32_t* out) {
+  const bool* value = nullptr;
+  if (zhost_status* s = config_get(ctx, key, "bool", &value)) return s;
+  *out = *value ? 1 : 0;
+  return nullptr;
+}
+zhost_status* config_get_int(zhost_host_context* ctx, const char* key, int64_t* out) {
+  const int64_t* value = nullptr;
+  if (zhost_status* s = config_get(ctx, key, "int", &value)) return s;
+  *out = *value;
+  return nullptr;
+}
+zhost_status* config_get_float(zhost_host_context* ctx, const char* key, double* out) {
+  // An int value is acceptable where a float is asked for.
+  auto it = ctx ? ctx->spec.config.find(key ? key : "") : decltype(ctx->spec.config.end()){};
+  if (ctx && it != ctx->spec.config.end() && std::holds_alternative<int64_t>(it->second)) {
+    *out = static_cast<double>(std::get<int64_t>(it->second));
+    return nullptr;
+  }
+  const double* value = nullptr;
+  if (zhost_status* s = config_get(ctx, key, "float", &value)) return s;
+  *out = *value;
+  return nullptr;
+}
+zhost_status* config_get_string(zhost_host_context* ctx, const char* key, const char** out) {
+  const std::string* value = nullptr;
+  if (zhost_status* s = config_get(ctx, key, "string", &value)) return s;
+  *out = value->c_str();  // stable: the context's map is not modified after creation
+  return nullptr;
+}
+
+zhost_status* buffer_alloc(zhost_host_context* ctx, zhost_buffer_alloc_args* args) {
+  if (!ctx || !args || args->struct_size < ZHOST_STRUCT_SIZE(zhost_buffer_alloc_args, data))
+    return status_create(ZHOST_ERR_INVALID_ARGUMENT, "buffer_alloc: missing or undersized args");
+  if (args->memory == ZHOST_MEMORY_DEVICE)
+    return status_create(ZHOST_ERR_UNSUPPORTED, "buffer_alloc: device memory is served by the training engine's "
+                                                "allocator, which is not available in this process");
+  if (args->memory != ZHOST_MEMORY_HOST && args->memory != ZHOST_MEMORY_PINNED)
+    return status_create(ZHOST_ERR_INVALID_ARGUMENT, "buffer_alloc: unknown memory kind");
+  uint64_t alignment = args->alignment ? args->alignment : (args->memory == ZHOST_MEMORY_PINNED ? 4096 : 64);
+  if (alignment & (alignment - 1))
+    return status_create(ZHOST_ERR_INVALID_ARGUMENT, "buffer_alloc: alignment must be a power of two");
+  uint64_t rounded = (args->size_bytes + alignment - 1) / alignment * alignment;
+  void* data = std::aligned_alloc(alignment, rounded ? rounded : alignment);
+  if (!data)
+    return status_create(ZHOST_ERR_OUT_OF_MEMORY,
+                         fmt::format("buffer_alloc: could not allocate {} bytes of host memory", args->size_bytes).c_str());
+  // Pinned without CUDA: page-locked through mlock when the limit allows (best effort, logged once).
+  bool locked = false;
+  if (args->memory == ZHOST_MEMORY_PINNED) {
+    locked = mlock(data, rounded) == 0;
+    static std::once_flag warned;
+    if (!locked)
+      std::call_once(warned, [] { spdlog::debug("pinned buffers are not page-locked: mlock failed (RLIMIT_MEMLOCK)"); });
+  }
+  auto* state = ctx->state;
+  std::lock_guard<std::mutex> lock(state->mutex);
+  zhost_buffer_handle handle = state->next_handle++;
+  state->buffers[handle] = Buffer{args->memory, args->size_bytes, data, locked, args->label ? args->label : ""};
+  ctx->buffers.insert(handle);
+  args->handle = handle;
+  args->data = data;
+  return nullptr;
+}
+
+void free_buffer(Buffer& buffer) {
+  if (buffer.locked) munlock(buffer.data, buffer.size_bytes);
+  std::free(buffer.data);
+}
+
+zhost_status* buffer_release(zhost_host_context* ctx, zhost_buffer_handle handle) {
+  if (!ctx) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "buffer_release without context");
+  auto* state = ctx->state;
+  std::lock_guard<std::mutex> lock(state->mutex);
+  auto it = state->buffers.find(handle);
+  if (it == state->buffers.end() || !ctx->buffers.count(handle))
+    return status_create(ZHOST_ERR_INVALID_ARGUMENT,
+                         fmt::format("buffer_release: handle {} is not a live buffer of this plugin", handle).c_str());
+  free_buffer(it->second);
+  state->buffers.erase(it);
+  ctx->buffers.erase(handle);
+  return nullptr;
+}
+
+zhost_status* kv_set(zhost_host_context* ctx, const char* key, const void* value, size_t len) {
+  if (!ctx || !key || (!value && len)) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "kv_set: bad arguments");
+  const auto* bytes = static_cast<const uint8_t*>(value);
+  try {
+    ctx->state->kv->set(key, std::vector<uint8_t>(bytes, bytes + len));
+  } catch (const std::exception& e) {
+    return status_create(ZHOST_ERR_COMM, fmt::format("kv_set('{}'): {}", key, e.what()).c_str());
+  }
+  return nullptr;
+}
+
+zhost_status* kv_get(zhost_host_context* ctx, const char* key, void* out, size_t capacity, size_t* len,
+                     int64_t timeout_ms) {
+  if (!ctx || !key || !len) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "kv_get: bad arguments");
+  auto timeout = timeout_ms < 0 ? ctx->state->default_timeout : std::chrono::milliseconds(timeout_ms);
+  std::optional<std::vector<uint8_t>> value;
+  try {
+    value = ctx->state->kv->get(key, timeout);
+  } catch (const std::exception& e) {
+    return status_create(ZHOST_ERR_COMM, fmt::format("kv_get('{}'): {}", key, e.what()).c_str());
+  }
+  if (!value)
+    return status_create(ZHOST_ERR_TIMEOUT, fmt::format("kv_get('{}'): no rank set it within {} ms", key,
+                                                        timeout.count()).c_str());
+  *len = value->size();
+  if (value->size() > capacity)
+    return status_create(ZHOST_ERR_INVALID_ARGUMENT,
+                         fmt::format("kv_get('{}'): value has {} bytes, buffer {}", key, value->size(), capacity).c_str());
+  if (!value->empty()) std::memcpy(out, value->data(), value->size());
+  return nullptr;
+}
+
+uint64_t clock_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+uint64_t trace_begin(zhost_host_context* ctx, const char* name) {
+  if (!ctx) return 0;
+  auto* state = ctx->state;
+  std::lock_guard<std::mutex> lock(state->mutex);
+  uint64_t id = state->next_span++;
+  state->open_spans[id] = TraceSpan{name ? name : "", ctx->spec.plugin_name, clock_ns(), 0};
+  return id;
+}
+
+void trace_end(zhost_host_context* ctx, uint64_t span) {
+  if (!ctx) return;
+  auto* state = ctx->state;
+  std::lock_guard<std::mutex> lock(state->mutex);
+  auto it = state->open_spans.find(span);
+  if (it == state->open_spans.end()) return;
+  it->second.end_ns = clock_ns();
+  if (state->closed_spans.size() < kMaxClosedSpans) state->closed_spans.push_back(std::move(it->second));
+  state->open_spans.erase(it);
+}
+
+int32_t abort_requested_cb(zhost_host_context* ctx) { return ctx && ctx->state->abort_flag.load() ? 1 : 0; }
+
+void request_abort_cb(zhost_host_context* ctx, const char* reason) {
+  if (!ctx) return;
+  std::lock_guard<std::mutex> lock(ctx->state->mutex);
+  if (!ctx->state->abort_flag.exchange(true))
+    ctx->state->abort_reason = fmt::format("plugin '{}' aborted the job: {}", ctx->spec.plugin_name, reason ? reason : "");
+}
+
+}  // namespace
+
+HostServices::HostServices(uint32_t abi_minor) : state_(std::make_unique<State>()) {
+  zhost_host_services& t = state_->table;
+  t.struct_size = abi_minor >= 1 ? ZHOST_HOST_SERVICES_SIZE : ZHOST_HOST_SERVICES_SIZE_0_0;
+  t.abi_major = ZHOST_ABI_MAJOR;
+  t.abi_minor = abi_minor;
+  t.host_version = "0.1.0";
+  t.status_create = status_create;
+  t.status_code = status_code;
+  t.status_message = status_message;
+  t.status_destroy = status_destroy;
+  t.log = log;
+  t.log_enabled = log_enabled;
+  t.config_get_bool = config_get_bool;
+  t.config_get_int = config_get_int;
+  t.config_get_float = config_get_float;
+  t.config_get_string = config_get_string;
+  t.buffer_alloc = buffer_alloc;
+  t.buffer_release = buffer_release;
+  t.kv_set = kv_set;
+  t.kv_get = kv_get;
+  t.clock_ns = clock_ns;
+  t.trace_begin = trace_begin;
+  t.trace_end = trace_end;
+  t.abort_requested = abort_requested_cb;
+  t.request_abort = request_abort_cb;
+  t.collectives = nullptr;
+}
+
+HostServices::~HostServices() {
+  for (auto* ctx : std::set<zhost_host_context*>(state_->contexts)) destroy_context(ctx);
+}
+
+const zhost_host_services* HostServices::table() const { return &state_->table; }
+uint32_t HostServices::abi_minor() const { return state_->table.abi_minor; }
+
+zhost_host_context* HostServices::create_context(PluginContextSpec spec) {
+  auto* ctx = new zhost_host_context{state_.get(), std::move(spec), {}};
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->contexts.insert(ctx);
+  return ctx;
+}
+
+void HostServices::destroy_context(zhost_host_context* ctx) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (!state_->contexts.erase(ctx)) return;
+  for (auto handle : ctx->buffers) {
+    auto it = state_->buffers.find(handle);
+    if (it == state_->buffers.end()) continue;
+    spdlog::debug("[{}] buffer '{}' ({} bytes) released with its plugin instance", ctx->spec.plugin_name,
+                  it->second.label, it->second.size_bytes);
+    free_buffer(it->second);
+    state_->buffers.erase(it);
+  }
+  delete ctx;
+}
+
+void HostServices::set_collectives(const zhost_collectives* collectives) {
+  if (state_->table.struct_size >= ZHOST_STRUCT_SIZE(zhost_host_services, collectives))
+    state_->table.collectives = collectives;
+}
+void HostServices::set_kv_store(std::shared_ptr<KvStore> store) { state_->kv = std::move(store); }
+void HostServices::set_default_timeout(std::chrono::milliseconds timeout) { state_->default_timeout = timeout; }
+
+bool HostServices::abort_requested() const { return state_->abort_flag.load(); }
+std::string HostServices::abort_reason() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->abort_reason;
+}
+void HostServices::request_abort(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (!state_->abort_flag.exchange(true)) state_->abort_reason = reason;
+}
+
+std::vector<TraceSpan> HostServices::take_trace_spans() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return std::exchange(state_->closed_spans, {});
+}
+
+uint64_t HostServices::live_buffer_bytes(zhost_memory_kind kind) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  uint64_t total = 0;
+  for (const auto& [handle, buffer] : state_->buffers)
+    if (buffer.kind == kind) total += buffer.size_bytes;
+  return total;
+}
+
+void HostServices::throw_if_error(zhost_status* status, const std::string& context) {
+  if (!status) return;
+  std::string message = context + ": " + status->message;
+  zhost_status_code code = status->code;
+  delete status;
+  if (code == ZHOST_ERR_CONFIG || code == ZHOST_ERR_INVALID_ARGUMENT) throw UsageError(message);
+  throw Error(message, code == ZHOST_ERR_COMM || code == ZHOST_ERR_TIMEOUT ? ExitCode::kRankFailed : ExitCode::kRuntime);
+}
+
+zhost_status* HostServices::make_status(zhost_status_code code, const std::string& message) {
+  return status_create(code, message.c_str());
+}
+
+}  // namespace zhost

@@ -1,0 +1,71 @@
+// host/services/host_services.hpp: the host's implementation of zhost_host_services.
+//
+// One HostServices object per process owns the C table handed to plugins and one context per plugin
+// instance. A context knows the plugin's name (log attribution), the config values the plugin declared
+// (validated, defaults applied), and the buffers the instance allocated (released with the context).
+// The engine installs collectives and a job-wide key-value store once a process group exists.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "host/services/kv_store.hpp"
+#include "zhost/host.h"
+
+namespace zhost {
+
+using ConfigValue = std::variant<bool, int64_t, double, std::string>;
+
+struct PluginContextSpec {
+  std::string plugin_name;
+  std::map<std::string, ConfigValue> config;  // dotted key -> value, for the keys the plugin declared
+};
+
+struct TraceSpan {
+  std::string name;
+  std::string owner;  // plugin name
+  uint64_t begin_ns = 0;
+  uint64_t end_ns = 0;
+};
+
+class HostServices {
+ public:
+  // `abi_minor` is the minor this host presents to plugins; tests use an older one to act as an old host.
+  explicit HostServices(uint32_t abi_minor = ZHOST_ABI_MINOR);
+  ~HostServices();
+  HostServices(const HostServices&) = delete;
+  HostServices& operator=(const HostServices&) = delete;
+
+  const zhost_host_services* table() const;
+  uint32_t abi_minor() const;
+
+  zhost_host_context* create_context(PluginContextSpec spec);
+  void destroy_context(zhost_host_context* ctx);  // releases the buffers the instance still holds
+
+  void set_collectives(const zhost_collectives* collectives);
+  void set_kv_store(std::shared_ptr<KvStore> store);
+  void set_default_timeout(std::chrono::milliseconds timeout);
+
+  bool abort_requested() const;
+  std::string abort_reason() const;
+  void request_abort(const std::string& reason);
+
+  std::vector<TraceSpan> take_trace_spans();
+  uint64_t live_buffer_bytes(zhost_memory_kind kind) const;
+
+  // For host code calling into plugins: turns a status into a zhost::Error (and releases it).
+  static void throw_if_error(zhost_status* status, const std::string& context);
+  static zhost_status* make_status(zhost_status_code code, const std::string& message);
+
+  struct State;  // shared with the C callbacks
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace zhost

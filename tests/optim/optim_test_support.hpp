@@ -1,0 +1,140 @@
+// tests/optim/optim_test_support.hpp: shared helpers for the zhost_optim tests: deterministic random
+// data, float64 reference optimizer steps, tolerance checks, and tensor <-> vector conversions.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "host/optim/optimizer.hpp"
+
+namespace zhost::optim::testing {
+
+// n samples of N(0, scale^2) as float32, reproducible from `seed` (independent of LibTorch's RNG).
+inline std::vector<float> random_normal(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 engine(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> values(static_cast<size_t>(n));
+  for (float& value : values) value = normal(engine);
+  return values;
+}
+
+// A fresh 1-D fp32 CPU tensor holding `values`.
+inline at::Tensor to_tensor(const std::vector<float>& values) {
+  at::Tensor tensor = at::empty({static_cast<int64_t>(values.size())}, at::TensorOptions().dtype(at::kFloat));
+  std::memcpy(tensor.data_ptr<float>(), values.data(), values.size() * sizeof(float));
+  return tensor;
+}
+
+// The elements of an fp32 CPU tensor (any shape, any strides), widened to double.
+inline std::vector<double> to_doubles(const at::Tensor& tensor) {
+  const at::Tensor flat = tensor.contiguous().view({-1});
+  const float* data = flat.data_ptr<float>();
+  return std::vector<double>(data, data + flat.numel());
+}
+
+inline std::vector<double> widen(const std::vector<float>& values) {
+  return std::vector<double>(values.begin(), values.end());
+}
+
+// Bitwise equality of two fp32 CPU tensors of one shape.
+inline bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  const at::Tensor left = a.contiguous();
+  const at::Tensor right = b.contiguous();
+  return std::memcmp(left.data_ptr<float>(), right.data_ptr<float>(),
+                     static_cast<size_t>(left.numel()) * sizeof(float)) == 0;
+}
+
+// Checks |actual - expected| <= rtol * max(|expected|, floor) element by element, where floor =
+// 1e-3 * max|expected| keeps elements that cancel to near zero from demanding more than the data's scale
+// allows. Reports the count of failures and the worst element.
+inline void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, double rtol,
+                         const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  double largest = 0;
+  for (const double value : expected) largest = std::max(largest, std::abs(value));
+  const double floor = 1e-3 * largest;
+  size_t failures = 0;
+  size_t worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double ratio = std::abs(actual[i] - expected[i]) / std::max(std::abs(expected[i]), floor);
+    if (!(ratio <= rtol)) ++failures;
+    if (!(ratio <= worst_ratio)) {
+      worst_ratio = ratio;
+      worst = i;
+    }
+  }
+  EXPECT_EQ(failures, 0u) << what << ": " << failures << " of " << expected.size()
+                          << " elements off by more than " << rtol << " relative; worst at " << worst
+                          << ": " << actual[worst] << " vs " << expected[worst] << " (" << worst_ratio
+                          << " relative)";
+}
+
+// The float64 reference of one optimizer's state for one tensor: `first` is exp_avg or momentum_buffer,
+// `second` exp_avg_sq.
+struct ReferenceState {
+  std::vector<double> first;
+  std::vector<double> second;
+};
+
+// One step of `spec`'s optimizer in float64, written from the published formulas (torch.optim.AdamW,
+// torch.optim.Adam, torch.optim.SGD, Lion), independently of zhost_optim's ATen code.
+inline void reference_step(const OptimizerSpec& spec, std::vector<double>& param, const std::vector<double>& grad,
+                           ReferenceState& state, int64_t step, double lr) {
+  const size_t n = param.size();
+  if (state.first.empty()) {
+    state.first.assign(n, 0.0);
+    state.second.assign(n, 0.0);
+  }
+  const double wd = spec.weight_decay;
+  const double steps = static_cast<double>(step);
+  const double bias_correction1 = spec.bias_correction ? 1.0 - std::pow(spec.beta1, steps) : 1.0;
+  const double bias_correction2 = spec.bias_correction ? 1.0 - std::pow(spec.beta2, steps) : 1.0;
+  for (size_t i = 0; i < n; ++i) {
+    double& p = param[i];
+    double& m = state.first[i];
+    double& v = state.second[i];
+    switch (spec.kind) {
+      case OptimizerKind::kAdamW:
+      case OptimizerKind::kAdam: {
+        double g = grad[i];
+        if (spec.kind == OptimizerKind::kAdam) g += wd * p;
+        if (spec.kind == OptimizerKind::kAdamW) p *= 1.0 - lr * wd;
+        m = spec.beta1 * m + (1.0 - spec.beta1) * g;
+        v = spec.beta2 * v + (1.0 - spec.beta2) * g * g;
+        p -= lr * (m / bias_correction1) / (std::sqrt(v / bias_correction2) + spec.eps);
+        break;
+      }
+      case OptimizerKind::kSgd: {
+        double direction = grad[i] + wd * p;
+        if (spec.momentum != 0) {
+          m = step == 1 ? direction : spec.momentum * m + direction;  // torch: the buffer starts at d
+          direction = m;
+        }
+        p -= lr * direction;
+        break;
+      }
+      case OptimizerKind::kLion: {
+        p *= 1.0 - lr * wd;
+        const double interpolated = spec.beta1 * m + (1.0 - spec.beta1) * grad[i];
+        p -= lr * static_cast<double>((interpolated > 0) - (interpolated < 0));
+        m = spec.beta2 * m + (1.0 - spec.beta2) * grad[i];
+        break;
+      }
+    }
+  }
+}
+
+// The lr of step k in the tests: varies per step so that a step using a stale lr is caught.
+inline double test_lr(double base_lr, int64_t step) { return base_lr * (1.0 + 0.25 * static_cast<double>(step % 4)); }
+
+}  // namespace zhost::optim::testing

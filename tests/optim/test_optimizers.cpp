@@ -1,0 +1,215 @@
+// tests/optim/test_optimizers.cpp: AdamW, Adam, SGD and Lion against float64 references of their
+// formulas, flat-shard equivalence (slices step to the same bits as the whole), state bookkeeping,
+// export/import, and argument checks.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "host/core/error.hpp"
+#include "host/optim/optimizer.hpp"
+#include "tests/optim/optim_test_support.hpp"
+
+namespace zhost::optim {
+namespace {
+
+using testing::ReferenceState;
+
+constexpr int64_t kSteps = 10;
+
+struct OptimizerCase {
+  std::string name;
+  OptimizerSpec spec;
+};
+
+OptimizerSpec spec_of(OptimizerKind kind, double lr, double weight_decay) {
+  OptimizerSpec spec = OptimizerSpec::defaults(kind);
+  spec.lr = lr;
+  spec.weight_decay = weight_decay;
+  return spec;
+}
+
+std::vector<OptimizerCase> optimizer_cases() {
+  OptimizerSpec adamw_no_bias_correction = spec_of(OptimizerKind::kAdamW, 1e-3, 0.1);
+  adamw_no_bias_correction.bias_correction = false;
+  OptimizerSpec sgd_momentum = spec_of(OptimizerKind::kSgd, 0.05, 0.01);
+  sgd_momentum.momentum = 0.9;
+  OptimizerSpec adam_custom_betas = spec_of(OptimizerKind::kAdam, 2e-3, 0.05);
+  adam_custom_betas.beta1 = 0.8;
+  adam_custom_betas.beta2 = 0.95;
+  adam_custom_betas.eps = 1e-6;
+  return {
+      {"AdamW", spec_of(OptimizerKind::kAdamW, 1e-2, 0.1)},
+      {"AdamWNoBiasCorrection", adamw_no_bias_correction},
+      {"Adam", spec_of(OptimizerKind::kAdam, 1e-2, 0.1)},
+      {"AdamCustomBetas", adam_custom_betas},
+      {"SgdMomentum", sgd_momentum},
+      {"SgdPlain", spec_of(OptimizerKind::kSgd, 0.1, 0.0)},
+      {"Lion", spec_of(OptimizerKind::kLion, 1e-3, 0.1)},
+      {"LionNoDecay", spec_of(OptimizerKind::kLion, 3e-4, 0.0)},
+  };
+}
+
+// The reference's state vector that corresponds to a zhost state tensor name.
+const std::vector<double>& reference_tensor(const ReferenceState& state, const std::string& name) {
+  return name == "exp_avg_sq" ? state.second : state.first;
+}
+
+class OptimizerTest : public ::testing::TestWithParam<OptimizerCase> {};
+
+TEST_P(OptimizerTest, MatchesFloat64ReferenceOverTenSteps) {
+  const OptimizerSpec& spec = GetParam().spec;
+  const auto optimizer = make_optimizer(spec);
+  for (const int64_t n : {1, 7, 1001, 65537}) {
+    const std::vector<float> initial = testing::random_normal(n, 1000 + static_cast<uint32_t>(n));
+    at::Tensor param = testing::to_tensor(initial);
+    std::vector<double> reference_param = testing::widen(initial);
+    OptimizerState state;
+    ReferenceState reference_state;
+    for (int64_t step = 1; step <= kSteps; ++step) {
+      const std::vector<float> grad = testing::random_normal(n, static_cast<uint32_t>(7 * step + n), 0.1f);
+      const double lr = testing::test_lr(spec.lr, step);
+      optimizer->step(param, testing::to_tensor(grad), state, step, lr);
+      testing::reference_step(spec, reference_param, testing::widen(grad), reference_state, step, lr);
+    }
+    const std::string where = GetParam().name + " n=" + std::to_string(n);
+    testing::expect_close(testing::to_doubles(param), reference_param, 1e-6, where + " param");
+    for (const std::string& name : optimizer->state_names()) {
+      testing::expect_close(testing::to_doubles(state.get(name)), reference_tensor(reference_state, name), 1e-6,
+                            where + " " + name);
+    }
+  }
+}
+
+// ZeRO steps a flat partition in sub-groups: the slices must end bit-identical to the whole.
+TEST_P(OptimizerTest, SlicesOfAFlatShardStepLikeTheWhole) {
+  const OptimizerSpec& spec = GetParam().spec;
+  const auto optimizer = make_optimizer(spec);
+  const int64_t n = 65537;
+  const std::vector<int64_t> slice_bounds = {0, 5, 30001, n};  // odd sizes: 5, 29996, 35536
+  at::Tensor whole = testing::to_tensor(testing::random_normal(n, 11));
+  at::Tensor sliced = whole.clone();
+  OptimizerState whole_state;
+  std::vector<OptimizerState> slice_states(slice_bounds.size() - 1);
+  for (int64_t step = 1; step <= kSteps; ++step) {
+    const at::Tensor grad = testing::to_tensor(testing::random_normal(n, static_cast<uint32_t>(100 + step), 0.1f));
+    const double lr = testing::test_lr(spec.lr, step);
+    optimizer->step(whole, grad, whole_state, step, lr);
+    for (size_t s = 0; s + 1 < slice_bounds.size(); ++s) {
+      const int64_t begin = slice_bounds[s];
+      const int64_t length = slice_bounds[s + 1] - begin;
+      optimizer->step(sliced.narrow(0, begin, length), grad.narrow(0, begin, length), slice_states[s], step, lr);
+    }
+  }
+  EXPECT_TRUE(testing::bitwise_equal(whole, sliced)) << "parameters differ";
+  for (const std::string& name : optimizer->state_names()) {
+    std::vector<at::Tensor> parts;
+    for (const OptimizerState& state : slice_states) parts.push_back(state.get(name));
+    EXPECT_TRUE(testing::bitwise_equal(whole_state.get(name), at::cat(parts))) << name << " differs";
+  }
+}
+
+TEST_P(OptimizerTest, StateIsAllocatedOnFirstStepAndSurvivesExportImport) {
+  const OptimizerSpec& spec = GetParam().spec;
+  const auto optimizer = make_optimizer(spec);
+  const int64_t n = 301;
+  at::Tensor param = testing::to_tensor(testing::random_normal(n, 5));
+  OptimizerState state;
+  EXPECT_TRUE(state.empty());
+  auto grad_at = [n](int64_t step) {
+    return testing::to_tensor(testing::random_normal(n, static_cast<uint32_t>(step), 0.1f));
+  };
+  for (int64_t step = 1; step <= 5; ++step) optimizer->step(param, grad_at(step), state, step, spec.lr);
+  EXPECT_EQ(state.names(), optimizer->state_names());
+  EXPECT_EQ(state.bytes(), optimizer->state_bytes_per_param() * n);
+
+  // Export (copies, as a checkpoint would), import into a fresh state, and continue both.
+  at::Tensor resumed_param = param.clone();
+  OptimizerState resumed_state;
+  for (const std::string& name : state.names()) {
+    optimizer->import_state(resumed_state, name, state.get(name).clone(), resumed_param);
+  }
+  for (int64_t step = 6; step <= kSteps; ++step) {
+    optimizer->step(param, grad_at(step), state, step, spec.lr);
+    optimizer->step(resumed_param, grad_at(step), resumed_state, step, spec.lr);
+  }
+  EXPECT_TRUE(testing::bitwise_equal(param, resumed_param));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKinds, OptimizerTest, ::testing::ValuesIn(optimizer_cases()),
+                         [](const ::testing::TestParamInfo<OptimizerCase>& param_info) { return param_info.param.name; });
+
+TEST(OptimizerStateBytes, MatchZeroAccounting) {
+  EXPECT_EQ(make_optimizer(OptimizerSpec::defaults(OptimizerKind::kAdamW))->state_bytes_per_param(), 8);
+  EXPECT_EQ(make_optimizer(OptimizerSpec::defaults(OptimizerKind::kAdam))->state_bytes_per_param(), 8);
+  EXPECT_EQ(make_optimizer(OptimizerSpec::defaults(OptimizerKind::kLion))->state_bytes_per_param(), 4);
+  OptimizerSpec sgd = OptimizerSpec::defaults(OptimizerKind::kSgd);
+  EXPECT_EQ(make_optimizer(sgd)->state_bytes_per_param(), 0);
+  sgd.momentum = 0.9;
+  EXPECT_EQ(make_optimizer(sgd)->state_bytes_per_param(), 4);
+}
+
+TEST(OptimizerSpecTest, DefaultsAreDeepSpeeds) {
+  const OptimizerSpec adam = OptimizerSpec::defaults(OptimizerKind::kAdamW);
+  EXPECT_EQ(adam.lr, 1e-3);
+  EXPECT_EQ(adam.beta1, 0.9);
+  EXPECT_EQ(adam.beta2, 0.999);
+  EXPECT_EQ(adam.eps, 1e-8);
+  EXPECT_EQ(adam.weight_decay, 0.0);
+  EXPECT_TRUE(adam.bias_correction);
+  const OptimizerSpec lion = OptimizerSpec::defaults(OptimizerKind::kLion);
+  EXPECT_EQ(lion.beta1, 0.9);
+  EXPECT_EQ(lion.beta2, 0.99);
+}
+
+TEST(ParseOptimizerKind, FollowsDeepSpeedsAdamWMode) {
+  EXPECT_EQ(parse_optimizer_kind("Adam"), OptimizerKind::kAdamW);  // adam_w_mode defaults to true
+  EXPECT_EQ(parse_optimizer_kind("adam", /*adam_w_mode=*/false), OptimizerKind::kAdam);
+  EXPECT_EQ(parse_optimizer_kind("AdamW", /*adam_w_mode=*/false), OptimizerKind::kAdamW);
+  EXPECT_EQ(parse_optimizer_kind("sgd"), OptimizerKind::kSgd);
+  EXPECT_EQ(parse_optimizer_kind("LION"), OptimizerKind::kLion);
+  EXPECT_THROW(parse_optimizer_kind("Adagrad"), UsageError);
+  try {
+    parse_optimizer_kind("AdamX");
+    FAIL() << "AdamX was accepted";
+  } catch (const UsageError& error) {
+    EXPECT_NE(std::string(error.what()).find("did you mean"), std::string::npos) << error.what();
+  }
+}
+
+TEST(MakeOptimizer, RejectsOutOfRangeSettings) {
+  OptimizerSpec spec = OptimizerSpec::defaults(OptimizerKind::kAdamW);
+  spec.beta2 = 1.0;
+  EXPECT_THROW(make_optimizer(spec), UsageError);
+  spec = OptimizerSpec::defaults(OptimizerKind::kAdam);
+  spec.lr = -1;
+  EXPECT_THROW(make_optimizer(spec), UsageError);
+  spec = OptimizerSpec::defaults(OptimizerKind::kSgd);
+  spec.momentum = -0.5;
+  EXPECT_THROW(make_optimizer(spec), UsageError);
+}
+
+TEST(OptimizerStep, RejectsBadArguments) {
+  const auto optimizer = make_optimizer(OptimizerSpec::defaults(OptimizerKind::kAdamW));
+  const at::Tensor param = testing::to_tensor(testing::random_normal(9, 1));
+  const at::Tensor grad = testing::to_tensor(testing::random_normal(9, 2));
+  OptimizerState state;
+  EXPECT_THROW(optimizer->step(param, grad, state, 0, 1e-3), Error);                 // steps count from 1
+  EXPECT_THROW(optimizer->step(param, grad.narrow(0, 0, 8), state, 1, 1e-3), Error);  // shape
+  EXPECT_THROW(optimizer->step(param.to(at::kHalf), grad, state, 1, 1e-3), Error);    // not fp32
+  EXPECT_THROW(optimizer->step(param, grad, state, 1, -1.0), Error);                  // negative lr
+  EXPECT_TRUE(state.empty());
+
+  optimizer->step(param, grad, state, 1, 1e-3);
+  const at::Tensor other_param = testing::to_tensor(testing::random_normal(11, 3));
+  const at::Tensor other_grad = testing::to_tensor(testing::random_normal(11, 4));
+  EXPECT_THROW(optimizer->step(other_param, other_grad, state, 2, 1e-3), Error);  // state of another shape
+  EXPECT_THROW(state.get("momentum_buffer"), Error);
+  EXPECT_THROW(optimizer->import_state(state, "momentum_buffer", param, param), Error);
+  EXPECT_THROW(optimizer->import_state(state, "exp_avg", other_param, param), Error);
+}
+
+}  // namespace
+}  // namespace zhost::optim

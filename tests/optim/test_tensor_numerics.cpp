@@ -1,0 +1,123 @@
+// tests/optim/test_tensor_numerics.cpp: overflow detection, the global gradient norm against float64,
+// clipping (PyTorch's coefficient), and the fp32-master-to-16-bit copy's rounding.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "host/core/error.hpp"
+#include "host/optim/tensor_numerics.hpp"
+#include "tests/optim/optim_test_support.hpp"
+
+namespace zhost::optim {
+namespace {
+
+double float64_norm(const std::vector<at::Tensor>& tensors) {
+  double sum_of_squares = 0;
+  for (const at::Tensor& tensor : tensors) {
+    for (const double value : testing::to_doubles(tensor.to(at::kFloat))) sum_of_squares += value * value;
+  }
+  return std::sqrt(sum_of_squares);
+}
+
+std::vector<at::Tensor> sample_grads() {
+  return {testing::to_tensor(testing::random_normal(1001, 1)).view({7, 11, 13}),
+          testing::to_tensor(testing::random_normal(65537, 2, 0.01f)),
+          testing::to_tensor(testing::random_normal(3, 3, 100.0f))};
+}
+
+TEST(GlobalGradNorm, MatchesFloat64SumOfSquares) {
+  const std::vector<at::Tensor> grads = sample_grads();
+  const double expected = float64_norm(grads);
+  EXPECT_NEAR(global_grad_norm(grads), expected, 1e-6 * expected);
+  const at::Tensor squared = squared_norm(grads);
+  EXPECT_EQ(squared.dim(), 0);
+  EXPECT_EQ(squared.scalar_type(), at::kDouble);
+  EXPECT_NEAR(squared.item<double>(), expected * expected, 2e-6 * expected * expected);
+}
+
+TEST(GlobalGradNorm, ReadsSixteenBitTensorsInFp32) {
+  // 300 values of 20 in fp16: the sum of squares (120000) is past fp16's range, not fp32's.
+  const std::vector<at::Tensor> grads = {at::full({300}, 20.0, at::TensorOptions().dtype(at::kHalf)),
+                                         testing::to_tensor(testing::random_normal(99, 4)).to(at::kBFloat16)};
+  const double expected = float64_norm(grads);
+  EXPECT_NEAR(global_grad_norm(grads), expected, 1e-6 * expected);
+}
+
+TEST(GlobalGradNorm, EmptyListIsZeroAndNonFiniteShowsThrough) {
+  EXPECT_EQ(global_grad_norm({}), 0.0);
+  std::vector<at::Tensor> grads = sample_grads();
+  grads[1].data_ptr<float>()[12345] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(global_grad_norm(grads)));
+}
+
+TEST(HasInfOrNan, FindsAnyNonFiniteElement) {
+  std::vector<at::Tensor> grads = sample_grads();
+  EXPECT_FALSE(has_inf_or_nan(grads));
+  EXPECT_FALSE(has_inf_or_nan({}));
+  grads[1].data_ptr<float>()[65536] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(has_inf_or_nan(grads));
+  grads[1].data_ptr<float>()[65536] = -std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(has_inf_or_nan(grads));
+  const at::Tensor half = at::full({5}, 70000.0, at::TensorOptions().dtype(at::kFloat)).to(at::kHalf);
+  EXPECT_TRUE(has_inf_or_nan({half}));  // overflowed to inf in the cast
+}
+
+TEST(ClipCoefficient, IsPyTorchs) {
+  EXPECT_DOUBLE_EQ(clip_coefficient(10.0, 1.0), 1.0 / (10.0 + 1e-6));
+  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0);
+  EXPECT_EQ(clip_coefficient(1e9, 0.0), 1.0);  // gradient_clipping 0: off
+  EXPECT_EQ(clip_coefficient(std::numeric_limits<double>::infinity(), 1.0), 0.0);
+  EXPECT_TRUE(std::isnan(clip_coefficient(std::numeric_limits<double>::quiet_NaN(), 1.0)));
+}
+
+TEST(ClipGradNorm, ScalesAboveMaxNormAndLeavesOthersAlone) {
+  std::vector<at::Tensor> grads = sample_grads();
+  const double norm_before = float64_norm(grads);
+  const std::vector<double> first_before = testing::to_doubles(grads[0]);
+  const double returned = clip_grad_norm(grads, 1.0);
+  EXPECT_NEAR(returned, norm_before, 1e-6 * norm_before);
+  EXPECT_NEAR(float64_norm(grads), 1.0, 1e-6);
+  const double coefficient = clip_coefficient(returned, 1.0);
+  const std::vector<double> first_after = testing::to_doubles(grads[0]);
+  for (size_t i = 0; i < first_after.size(); ++i) {
+    ASSERT_NEAR(first_after[i], first_before[i] * coefficient, 1e-6 * std::abs(first_before[i]) + 1e-12);
+  }
+
+  const std::vector<at::Tensor> small = {testing::to_tensor(testing::random_normal(17, 9, 0.01f))};
+  const at::Tensor untouched = small[0].clone();
+  clip_grad_norm(small, 1.0);
+  EXPECT_TRUE(testing::bitwise_equal(small[0], untouched));
+}
+
+TEST(CopyMasterToModel, RoundsToNearestEvenIntoAViewOfAFlatBuffer) {
+  // bf16 keeps 8 significant bits: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 (ties to even: 1),
+  // 1 + 3*2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6 (ties to even: 1 + 2^-6).
+  const std::vector<float> master_values = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, 1.0f + 0x1p-7f + 0x1p-10f, 0.0f,
+                                            1e-3f};
+  const at::Tensor master = testing::to_tensor(master_values);
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+    at::Tensor flat_model = at::full({10}, 7.0, at::TensorOptions().dtype(dtype));
+    const at::Tensor partition = flat_model.narrow(0, 2, 6).view({2, 3});
+    copy_master_to_model(partition, master);
+    const std::vector<double> written = testing::to_doubles(flat_model.narrow(0, 2, 6).to(at::kFloat));
+    const std::vector<double> expected_rounding = testing::to_doubles(master.to(dtype).to(at::kFloat));
+    EXPECT_EQ(written, expected_rounding);
+    EXPECT_EQ(flat_model[0].item<double>(), 7.0);  // outside the partition: untouched
+    EXPECT_EQ(flat_model[9].item<double>(), 7.0);
+    if (dtype == at::kBFloat16) {
+      EXPECT_EQ(written[0], 1.0);
+      EXPECT_EQ(written[1], 1.0 + 0x1p-6);
+      EXPECT_EQ(written[3], 1.0 + 0x1p-7);
+    }
+  }
+  const at::Tensor wrong_size = at::empty({5}, at::TensorOptions().dtype(at::kBFloat16));
+  EXPECT_THROW(copy_master_to_model(wrong_size, master), Error);
+}
+
+}  // namespace
+}  // namespace zhost::optim

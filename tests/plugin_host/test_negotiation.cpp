@@ -1,0 +1,185 @@
+// tests/plugin_host/test_negotiation.cpp: the negotiation matrix on real shared objects, trust checks,
+// discovery of a directory with good and bad plugins, and instance creation.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "host/core/error.hpp"
+#include "host/plugins/discovery.hpp"
+#include "host/plugins/instances.hpp"
+#include "host/plugins/loader.hpp"
+#include "host/plugins/resolver.hpp"
+
+namespace fs = std::filesystem;
+using namespace zhost;
+
+namespace {
+
+fs::path plugin_file(const std::string& variant) {
+  return fs::path(ZHOST_NEGOTIATION_PLUGIN_DIR) / ("zhost_np_" + variant + ".so");
+}
+
+// Loads `variant` and returns the error message, or "" when it loaded.
+std::string load_error(const HostServices& host, const std::string& variant) {
+  try {
+    PluginLoader(host).load(plugin_file(variant));
+    return "";
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char pattern[] = "/tmp/zhost-test-XXXXXX";
+    path = mkdtemp(pattern);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+}  // namespace
+
+TEST(Negotiation, SameVersionLoadsAndDescriptorIsRead) {
+  HostServices host;
+  LoadedPlugin plugin = PluginLoader(host).load(plugin_file("current"));
+  EXPECT_EQ(plugin.info.name, "np_current");
+  EXPECT_EQ(plugin.info.version, "1.2.3");
+  EXPECT_EQ(plugin.info.kind, ZHOST_KIND_OFFLOAD);
+  EXPECT_EQ(plugin.info.provides, std::vector<std::string>{"offload:np_current"});
+  EXPECT_EQ(plugin.abi_minor, static_cast<uint32_t>(ZHOST_ABI_MINOR));
+  EXPECT_TRUE(plugin.info.flags & ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE);
+  ASSERT_EQ(plugin.info.config_keys.size(), 2u);
+  const auto& depth = plugin.info.config_keys[0];
+  EXPECT_EQ(depth.key, "zero.offload_optimizer.np_current_depth");
+  EXPECT_EQ(depth.type, ZHOST_CONFIG_INT);
+  EXPECT_EQ(depth.default_literal.value(), "4");
+  EXPECT_EQ(depth.min_value.value(), 1);
+  EXPECT_EQ(depth.max_value.value(), 64);
+  EXPECT_EQ(plugin.info.config_keys[1].choices, (std::vector<std::string>{"fast", "slow"}));
+}
+
+TEST(Negotiation, NewerHostMinorServesOlderPlugin) {
+  HostServices host;  // this SDK's minor
+  EXPECT_EQ(load_error(host, "old_minor"), "");
+}
+
+TEST(Negotiation, OlderHostMinorRefusesPluginNeedingNewer) {
+  HostServices old_host(0);
+  std::string error = load_error(old_host, "current");
+  EXPECT_NE(error.find("needs zhost ABI 0." + std::to_string(ZHOST_ABI_MINOR) + " or newer"), std::string::npos) << error;
+  EXPECT_NE(error.find("this host offers 0.0"), std::string::npos) << error;
+  EXPECT_NE(error.find("zhost_np_current.so"), std::string::npos) << error;
+  // ...while a plugin that asks only for 0.0 loads on the old host.
+  EXPECT_EQ(load_error(old_host, "old_minor"), "");
+}
+
+TEST(Negotiation, PluginNeedingFutureMinorIsRefused) {
+  HostServices host;
+  std::string error = load_error(host, "needs_newer");
+  EXPECT_NE(error.find("needs zhost ABI 0." + std::to_string(ZHOST_ABI_MINOR + 1) + " or newer"), std::string::npos) << error;
+}
+
+TEST(Negotiation, WrongMajorIsRefusedNamingBothMajors) {
+  HostServices host;
+  std::string error = load_error(host, "wrong_major");
+  EXPECT_NE(error.find("speaks zhost ABI major 1, this zhost speaks major 0"), std::string::npos) << error;
+}
+
+TEST(Negotiation, MissingEntrySymbolIsRefused) {
+  HostServices host;
+  std::string error = load_error(host, "no_entry");
+  EXPECT_NE(error.find("no entry symbol 'zhost_plugin_v0'"), std::string::npos) << error;
+}
+
+TEST(Negotiation, UndersizedDescriptorIsRefused) {
+  HostServices host;
+  std::string error = load_error(host, "small_desc");
+  EXPECT_NE(error.find("malformed descriptor: struct_size 16"), std::string::npos) << error;
+}
+
+TEST(Negotiation, PluginRefusalCarriesItsReason) {
+  HostServices host;
+  std::string error = load_error(host, "refuses");
+  EXPECT_NE(error.find("refused to load: this test plugin refuses every host"), std::string::npos) << error;
+}
+
+TEST(Negotiation, InitFailureNamesPluginAndCause) {
+  HostServices host;
+  std::vector<LoadedPlugin> found{PluginLoader(host).load(plugin_file("init_fails"))};
+  Resolution resolution = resolve_plugins({{"offload:np_init_fails", "test"}}, found);
+  PluginInstances instances(host);
+  try {
+    instances.create_all(resolution, [](const LoadedPlugin&) { return std::map<std::string, ConfigValue>{}; });
+    FAIL() << "create should have failed";
+  } catch (const Error& e) {
+    std::string error = e.what();
+    EXPECT_NE(error.find("plugin 'np_init_fails'"), std::string::npos) << error;
+    EXPECT_NE(error.find("failed to initialise: this test plugin always fails to initialise"), std::string::npos) << error;
+  }
+  EXPECT_TRUE(instances.all().empty());
+}
+
+TEST(Negotiation, InstancesAreCreatedAndDestroyed) {
+  HostServices host;
+  std::vector<LoadedPlugin> found{PluginLoader(host).load(plugin_file("current"))};
+  Resolution resolution = resolve_plugins({{"offload:np_current", "test"}}, found);
+  PluginInstances instances(host);
+  instances.create_all(resolution, [](const LoadedPlugin&) { return std::map<std::string, ConfigValue>{}; });
+  ASSERT_NE(instances.of_kind(ZHOST_KIND_OFFLOAD), nullptr);
+  EXPECT_EQ(instances.of_kind(ZHOST_KIND_PARTITION), nullptr);
+  instances.destroy_all();
+  EXPECT_TRUE(instances.all().empty());
+}
+
+TEST(Trust, WorldWritablePluginIsRefused) {
+  TempDir dir;
+  fs::path copy = dir.path / "zhost_np_current.so";
+  fs::copy_file(plugin_file("current"), copy);
+  ASSERT_EQ(chmod(copy.c_str(), 0777), 0);
+  HostServices host;
+  try {
+    PluginLoader(host).load(copy);
+    FAIL() << "a world-writable plugin must not load";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("refusing to load a world-writable plugin"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trust, GarbageFileIsRefused) {
+  TempDir dir;
+  fs::path garbage = dir.path / "zhost_garbage.so";
+  std::ofstream(garbage) << "not an ELF file";
+  HostServices host;
+  try {
+    PluginLoader(host).load(garbage);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot load shared object"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Discovery, ScansDirectoryReportingEachFailureWithItsFile) {
+  HostServices host;
+  Discovery discovery = discover_plugins({ZHOST_NEGOTIATION_PLUGIN_DIR}, PluginLoader(host));
+  std::vector<std::string> names;
+  for (const auto& p : discovery.plugins) names.push_back(p.info.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"np_current", "np_init_fails", "np_old_minor"}));
+  EXPECT_EQ(discovery.failures.size(), 5u);
+  for (const auto& failure : discovery.failures) EXPECT_EQ(failure.rfind("plugin /", 0), 0u) << failure;
+  EXPECT_THROW(require_no_failures(discovery), UsageError);
+}
+
+TEST(Discovery, SearchPathOrderAndEnvironment) {
+  setenv("ZHOST_PLUGIN_PATH", "/opt/a:/opt/b", 1);
+  auto path = plugin_search_path({"/cfg/dir"});
+  unsetenv("ZHOST_PLUGIN_PATH");
+  ASSERT_GE(path.size(), 4u);
+  EXPECT_EQ(path[0], "/cfg/dir");
+  EXPECT_EQ(path[1], "/opt/a");
+  EXPECT_EQ(path[2], "/opt/b");
+  EXPECT_EQ(path[3], installed_plugin_dir());
+}
