@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print and succeed; every other parse problem is a usage error (exit 2).
+    return app.exit(e) == 0 ? 0 : static_cast<int>(zhost::ExitCode::kUsage);
   }
 
   try {

@@ -1,6 +1,7 @@
 // tests/optim/test_torch_reference.cpp: zhost's AdamW, Adam and SGD against torch.optim itself. The test
 // writes the initial parameter and ten steps of gradients as raw float32 files, runs torch_reference.py
-// (python from ZHOST_PYTHON, else /usr/bin/python3), and compares parameters and state within 1e-6.
+// (python from ZHOST_PYTHON, else /usr/bin/python3), and compares parameters and state to 1e-6
+// (max-norm relative error).
 // Skipped, saying why, only when /usr/bin/python3 has no torch; a ZHOST_PYTHON without torch fails.
 #include <ATen/core/Tensor.h>
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,8 @@ struct TorchCase {
   std::string torch_kind;  // what torch_reference.py calls it
   OptimizerSpec spec;
 };
+
+void PrintTo(const TorchCase& torch_case, std::ostream* out) { *out << torch_case.name; }
 
 std::vector<TorchCase> torch_cases() {
   OptimizerSpec adamw = OptimizerSpec::defaults(OptimizerKind::kAdamW);

@@ -1,0 +1,491 @@
+// host/launch/launcher.cpp: the local-rank supervisor: fork+exec of each rank with its pipes, a poll loop
+// that prefixes output lines, reaps ranks, forwards signals and stops the job when a rank fails.
+#include "host/launch/launcher.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <optional>
+
+#include "host/core/error.hpp"
+#include "host/launch/rank_env.hpp"
+
+namespace zhost::launch {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kMaxLine = 64 * 1024;  // longer output without a newline is passed on in pieces
+constexpr std::chrono::milliseconds kPollInterval{100};
+constexpr std::chrono::milliseconds kOutputDrainTime{200};  // after the last rank ended, for grandchildren
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t written = ::write(fd, data.data(), data.size());
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return;  // nowhere to write to: drop the output rather than fail the job
+    data.remove_prefix(static_cast<size_t>(written));
+  }
+}
+
+void write_prefixed_line(int rank, OutputStream stream, std::string_view line) {
+  std::string text = fmt::format("[rank {}] ", rank);
+  text.append(line);
+  text.push_back('\n');
+  write_all(stream == OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO, text);
+}
+
+std::array<int, 2> make_pipe() {
+  std::array<int, 2> fds{};
+  if (::pipe2(fds.data(), O_CLOEXEC) != 0) fail("cannot create a pipe: {}", errno_text(errno));
+  return fds;
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+std::vector<std::string> own_arguments() {
+  std::ifstream file("/proc/self/cmdline", std::ios::binary);
+  const std::string cmdline((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  size_t start = 0;
+  while (start < cmdline.size()) {
+    const size_t end = cmdline.find('\0', start);
+    args.push_back(cmdline.substr(start, end - start));
+    start = end == std::string::npos ? cmdline.size() : end + 1;
+  }
+  if (!args.empty()) args.erase(args.begin());  // argv[0]
+  return args;
+}
+
+// ---- signals: SIGINT, SIGTERM and SIGCHLD are routed into a pipe while the ranks run ----------------
+
+int g_signal_pipe_write = -1;
+
+extern "C" void forward_signal_to_pipe(int signal) {
+  const int saved_errno = errno;
+  const auto byte = static_cast<unsigned char>(signal);
+  [[maybe_unused]] const ssize_t ignored = ::write(g_signal_pipe_write, &byte, 1);
+  errno = saved_errno;
+}
+
+class SignalCapture {
+ public:
+  static constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGCHLD};
+
+  SignalCapture() {
+    ZHOST_ASSERT(g_signal_pipe_write < 0);  // one supervisor at a time
+    pipe_ = make_pipe();
+    for (int fd : pipe_) ::fcntl(fd, F_SETFL, O_NONBLOCK);
+    g_signal_pipe_write = pipe_[1];
+    struct sigaction action {};
+    action.sa_handler = forward_signal_to_pipe;
+    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
+  }
+
+  ~SignalCapture() {
+    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
+    g_signal_pipe_write = -1;
+    for (int& fd : pipe_) close_fd(fd);
+  }
+
+  SignalCapture(const SignalCapture&) = delete;
+  SignalCapture& operator=(const SignalCapture&) = delete;
+
+  int fd() const { return pipe_[0]; }
+
+  std::vector<int> take() {
+    std::vector<int> signals;
+    unsigned char byte = 0;
+    while (::read(pipe_[0], &byte, 1) == 1) signals.push_back(byte);
+    return signals;
+  }
+
+ private:
+  std::array<int, 2> pipe_{-1, -1};
+  std::array<struct sigaction, kSignals.size()> previous_{};
+};
+
+// ---- one output stream of one rank, cut into lines --------------------------------------------------
+
+class LineReader {
+ public:
+  LineReader(int fd, OutputStream stream) : fd_(fd), stream_(stream) {}
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+  ~LineReader() { close_fd(fd_); }
+
+  int fd() const { return fd_; }
+  bool open() const { return fd_ >= 0; }
+
+  // Reads what is there and passes on complete lines; at end of file, also the rest.
+  void read_some(const OutputSink& sink, int rank) {
+    std::array<char, kReadChunk> buffer;
+    const ssize_t got = ::read(fd_, buffer.data(), buffer.size());
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (got <= 0) {
+      finish(sink, rank);
+      return;
+    }
+    pending_.append(buffer.data(), static_cast<size_t>(got));
+    size_t start = 0;
+    for (size_t newline; (newline = pending_.find('\n', start)) != std::string::npos; start = newline + 1) {
+      sink(rank, stream_, std::string_view(pending_).substr(start, newline - start));
+    }
+    pending_.erase(0, start);
+    if (pending_.size() >= kMaxLine) {
+      sink(rank, stream_, pending_);
+      pending_.clear();
+    }
+  }
+
+  // Passes on a last line without newline and closes the stream.
+  void finish(const OutputSink& sink, int rank) {
+    if (!pending_.empty()) sink(rank, stream_, pending_);
+    pending_.clear();
+    close_fd(fd_);
+  }
+
+ private:
+  int fd_;
+  OutputStream stream_;
+  std::string pending_;
+};
+
+struct RankProcess {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  RankExit exit;
+  std::unique_ptr<LineReader> out;
+  std::unique_ptr<LineReader> err;
+};
+
+std::string describe_exit(const RankExit& exit) {
+  if (exit.signal != 0) {
+    return fmt::format("rank {} (pid {}) was killed by signal {} ({})", exit.rank, exit.pid, exit.signal,
+                       signal_name(exit.signal));
+  }
+  return fmt::format("rank {} (pid {}) exited with code {}", exit.rank, exit.pid, exit.exit_code);
+}
+
+void validate(const LaunchOptions& options) {
+  if (options.nproc < 1) fail_usage("--nproc must be at least 1, got {}", options.nproc);
+  if (options.nnodes < 1) fail_usage("--nnodes must be at least 1, got {}", options.nnodes);
+  if (options.node_rank < 0 || options.node_rank >= options.nnodes) {
+    fail_usage("--node-rank {} is outside 0..{} (--nnodes {})", options.node_rank, options.nnodes - 1, options.nnodes);
+  }
+  if (options.master_addr.empty()) fail_usage("--master-addr is empty");
+  if (options.master_port < 0 || options.master_port > 65535) {
+    fail_usage("--master-port {} is not a valid TCP port", options.master_port);
+  }
+  if (options.nnodes > 1 && options.master_port == 0) {
+    fail_usage("--master-port is required with --nnodes {}: every node must use the same port", options.nnodes);
+  }
+  if (options.program.empty()) fail_usage("no program to launch");
+  if (options.grace_period_s < 0 || options.timeout_s < 0) fail_usage("grace period and timeout must not be negative");
+}
+
+// What exec needs, prepared before fork (the child may only make async-signal-safe calls).
+struct ExecImage {
+  std::vector<std::string> strings;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+
+  ExecImage(const std::string& program, const std::vector<std::string>& args, const EnvMap& env) {
+    strings.push_back(program);
+    strings.insert(strings.end(), args.begin(), args.end());
+    const size_t argc = strings.size();
+    for (const auto& [name, value] : env) strings.push_back(name + "=" + value);
+    for (size_t i = 0; i < strings.size(); ++i) (i < argc ? argv : envp).push_back(strings[i].data());
+    argv.push_back(nullptr);
+    envp.push_back(nullptr);
+  }
+};
+
+[[noreturn]] void exec_in_child(const ExecImage& image, pid_t parent, int out_fd, int err_fd, int status_fd) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);  // the launcher died before prctl took effect
+  ::setpgid(0, 0);
+  sigset_t no_signals;
+  sigemptyset(&no_signals);
+  ::sigprocmask(SIG_SETMASK, &no_signals, nullptr);
+  ::signal(SIGPIPE, SIG_DFL);
+  ::dup2(out_fd, STDOUT_FILENO);
+  ::dup2(err_fd, STDERR_FILENO);
+  ::execve(image.argv[0], image.argv.data(), image.envp.data());
+  const int error = errno;
+  [[maybe_unused]] const ssize_t ignored = ::write(status_fd, &error, sizeof error);
+  ::_exit(127);
+}
+
+class Supervisor {
+ public:
+  explicit Supervisor(const LaunchOptions& options) : options_(options) {
+    sink_ = options.on_output ? options.on_output : OutputSink(write_prefixed_line);
+    args_ = options.args ? *options.args : own_arguments();
+    master_port_ = options.master_port != 0 ? options.master_port : pick_free_port();
+  }
+
+  LaunchResult run() {
+    SignalCapture signals;
+    try {
+      for (int local = 0; local < options_.nproc; ++local) start(local);
+    } catch (...) {
+      signal_running(SIGKILL);
+      for (RankProcess& process : ranks_) {
+        if (process.running) ::waitpid(process.pid, nullptr, 0);
+      }
+      throw;
+    }
+    supervise(signals);
+    result_.ranks.clear();
+    for (const RankProcess& process : ranks_) result_.ranks.push_back(process.exit);
+    return result_;
+  }
+
+ private:
+  EnvMap rank_env(int local_rank) const {
+    EnvMap env = current_env();
+    const int world_size = options_.nnodes * options_.nproc;
+    env["RANK"] = std::to_string(options_.node_rank * options_.nproc + local_rank);
+    env["WORLD_SIZE"] = std::to_string(world_size);
+    env["LOCAL_RANK"] = std::to_string(local_rank);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(options_.nproc);
+    env["MASTER_ADDR"] = options_.master_addr;
+    env["MASTER_PORT"] = std::to_string(master_port_);
+    env["ZHOST_LAUNCHED"] = "1";
+    for (const auto& [name, value] : options_.env) env[name] = value;
+    return env;
+  }
+
+  void start(int local_rank) {
+    RankProcess& process = ranks_.emplace_back();
+    process.local_rank = local_rank;
+    process.rank = options_.node_rank * options_.nproc + local_rank;
+    const ExecImage image(options_.program, args_, rank_env(local_rank));
+    std::array<int, 2> out = make_pipe(), err = make_pipe(), status = make_pipe();
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) exec_in_child(image, parent, out[1], err[1], status[1]);
+    const int fork_error = errno;
+    for (int* fd : {&out[1], &err[1], &status[1]}) close_fd(*fd);
+    process.out = std::make_unique<LineReader>(out[0], OutputStream::kStdout);
+    process.err = std::make_unique<LineReader>(err[0], OutputStream::kStderr);
+    if (pid < 0) {
+      close_fd(status[0]);
+      const int rank = process.rank;
+      ranks_.pop_back();
+      fail("could not start rank {}: fork failed: {}", rank, errno_text(fork_error));
+    }
+    ::setpgid(pid, pid);  // also in the child: whichever runs first
+    process.pid = pid;
+    process.running = true;
+    process.exit.rank = process.rank;
+    process.exit.pid = pid;
+    for (int* fd : {&out[0], &err[0]}) ::fcntl(*fd, F_SETFL, O_NONBLOCK);
+
+    int exec_error = 0;
+    ssize_t got;
+    while ((got = ::read(status[0], &exec_error, sizeof exec_error)) < 0 && errno == EINTR) {
+    }
+    close_fd(status[0]);
+    if (got == static_cast<ssize_t>(sizeof exec_error)) {
+      fail("could not start rank {}: cannot execute '{}': {}", process.rank, options_.program, errno_text(exec_error));
+    }
+  }
+
+  bool any_running() const {
+    for (const RankProcess& process : ranks_) {
+      if (process.running) return true;
+    }
+    return false;
+  }
+
+  void signal_running(int signal) {
+    for (const RankProcess& process : ranks_) {
+      if (!process.running) continue;
+      if (::kill(-process.pid, signal) != 0) ::kill(process.pid, signal);
+    }
+  }
+
+  void begin_stop(int signal) {
+    signal_running(signal);
+    if (!kill_at_) kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                  std::chrono::duration<double>(options_.grace_period_s));
+  }
+
+  void record_failure(int exit_code, std::string message) {
+    if (!result_.error.empty()) return;
+    result_.exit_code = exit_code;
+    result_.error = std::move(message);
+  }
+
+  void on_launcher_signal(int signal) {
+    if (interrupted_) {
+      signal_running(SIGKILL);  // a second Ctrl-C: no more grace
+      return;
+    }
+    interrupted_ = true;
+    record_failure(128 + signal, fmt::format("interrupted by {}; stopped the ranks", signal_name(signal)));
+    begin_stop(signal);
+  }
+
+  void reap() {
+    for (RankProcess& process : ranks_) {
+      if (!process.running) continue;
+      int status = 0;
+      pid_t done;
+      while ((done = ::waitpid(process.pid, &status, WNOHANG)) < 0 && errno == EINTR) {
+      }
+      if (done != process.pid) continue;
+      process.running = false;
+      if (WIFSIGNALED(status)) {
+        process.exit.signal = WTERMSIG(status);
+        process.exit.exit_code = -1;
+      } else {
+        process.exit.exit_code = WEXITSTATUS(status);
+      }
+      if (process.exit.signal == 0 && process.exit.exit_code == 0) continue;
+      const bool others_running = any_running();
+      record_failure(process.exit.signal != 0 ? 128 + process.exit.signal : process.exit.exit_code,
+                     describe_exit(process.exit) + (others_running ? "; stopped the other ranks" : ""));
+      if (others_running) begin_stop(SIGTERM);
+    }
+  }
+
+  void supervise(SignalCapture& signals) {
+    const auto started = Clock::now();
+    std::optional<Clock::time_point> output_deadline;
+    while (true) {
+      std::vector<pollfd> fds{{signals.fd(), POLLIN, 0}};
+      std::vector<LineReader*> readers;
+      for (RankProcess& process : ranks_) {
+        for (LineReader* reader : {process.out.get(), process.err.get()}) {
+          if (!reader->open()) continue;
+          fds.push_back({reader->fd(), POLLIN, 0});
+          readers.push_back(reader);
+        }
+      }
+      const bool running = any_running();
+      if (!running) {
+        if (!output_deadline) output_deadline = Clock::now() + kOutputDrainTime;
+        if (readers.empty() || Clock::now() >= *output_deadline) break;
+      }
+      ::poll(fds.data(), fds.size(), static_cast<int>(kPollInterval.count()));
+
+      for (int signal : signals.take()) {
+        if (signal != SIGCHLD) on_launcher_signal(signal);
+      }
+      for (size_t i = 0; i < readers.size(); ++i) {
+        if (fds[i + 1].revents == 0) continue;
+        int rank = 0;
+        for (const RankProcess& process : ranks_) {
+          if (process.out.get() == readers[i] || process.err.get() == readers[i]) rank = process.rank;
+        }
+        readers[i]->read_some(sink_, rank);
+      }
+      reap();
+      const auto now = Clock::now();
+      if (options_.timeout_s > 0 && any_running() && result_.error.empty() &&
+          now - started >= std::chrono::duration<double>(options_.timeout_s)) {
+        record_failure(static_cast<int>(ExitCode::kRankFailed),
+                       fmt::format("the ranks did not finish within {:.1f} s; stopped them", options_.timeout_s));
+        begin_stop(SIGTERM);
+      }
+      if (kill_at_ && now >= *kill_at_) {
+        signal_running(SIGKILL);
+        kill_at_.reset();
+      }
+    }
+    for (RankProcess& process : ranks_) {
+      process.out->finish(sink_, process.rank);
+      process.err->finish(sink_, process.rank);
+    }
+  }
+
+  const LaunchOptions& options_;
+  OutputSink sink_;
+  std::vector<std::string> args_;
+  int master_port_ = 0;
+  std::vector<RankProcess> ranks_;
+  std::optional<Clock::time_point> kill_at_;
+  bool interrupted_ = false;
+  LaunchResult result_;
+};
+
+}  // namespace
+
+std::string signal_name(int signal) {
+  switch (signal) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGSYS: return "SIGSYS";
+    default: return fmt::format("signal {}", signal);
+  }
+}
+
+int pick_free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fail("cannot pick a free port: socket: {}", errno_text(errno));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = 0;
+  socklen_t length = sizeof address;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  const int error = errno;
+  ::close(fd);
+  if (!ok) fail("cannot pick a free port: {}", errno_text(error));
+  return ntohs(address.sin_port);
+}
+
+LaunchResult run_local_ranks(const LaunchOptions& options) {
+  validate(options);
+  return Supervisor(options).run();
+}
+
+int launch_local_ranks(const LaunchOptions& options) {
+  const LaunchResult result = run_local_ranks(options);
+  if (!result.error.empty()) write_all(STDERR_FILENO, "zhost: error: " + result.error + "\n");
+  return result.exit_code;
+}
+
+}  // namespace zhost::launch

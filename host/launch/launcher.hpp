@@ -1,0 +1,66 @@
+// host/launch/launcher.hpp: `zhost run CONFIG --nproc N` starts N ranks of this node as child processes,
+// prefixes their output lines with "[rank N] ", and supervises them: when one fails, the others are stopped
+// (SIGTERM, then SIGKILL after a grace period) and the launcher reports that rank in one line.
+//
+// Each rank gets this process's environment plus RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT and ZHOST_LAUNCHED=1 (detect_rank_env() reads them back). By default a rank runs
+// /proc/self/exe with this process's own arguments: the CLI must then act as a rank, not launch again, when
+// ZHOST_LAUNCHED=1. Ranks die with the launcher (PR_SET_PDEATHSIG); SIGINT/SIGTERM to the launcher are
+// forwarded to them. Each rank runs in its own process group so that stopping it reaches its helpers too.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace zhost::launch {
+
+enum class OutputStream { kStdout, kStderr };
+
+// Receives each output line of a rank (without its newline; a last line without one is still a line).
+using OutputSink = std::function<void(int rank, OutputStream stream, std::string_view line)>;
+
+struct LaunchOptions {
+  int nproc = 1;        // ranks on this node (--nproc)
+  int nnodes = 1;       // --nnodes
+  int node_rank = 0;    // --node-rank; global rank = node_rank * nproc + local rank
+  std::string master_addr = "127.0.0.1";  // --master-addr
+  int master_port = 0;  // --master-port; 0: a free port on this host (single node only)
+  std::string program = "/proc/self/exe";
+  std::optional<std::vector<std::string>> args;  // argv[1..]; default: this process's own arguments
+  std::vector<std::pair<std::string, std::string>> env;  // extra variables for every rank
+  double grace_period_s = 5;  // between SIGTERM and SIGKILL when stopping ranks
+  double timeout_s = 0;       // stop the ranks after this long; 0: no limit
+  OutputSink on_output;       // default: "[rank N] line" to this process's stdout/stderr
+};
+
+struct RankExit {
+  int rank = 0;  // global rank
+  int pid = 0;
+  int exit_code = 0;  // when it exited
+  int signal = 0;     // when a signal killed it (exit_code is then -1)
+};
+
+struct LaunchResult {
+  int exit_code = 0;   // 0; the failed rank's exit code; 128 + signal; kRankFailed on timeout
+  std::string error;   // one line (without "zhost: error: "), empty on success
+  std::vector<RankExit> ranks;  // by local rank
+};
+
+// Starts the ranks and supervises them until all have ended. Throws UsageError for bad options and
+// zhost::Error when a rank cannot be started.
+LaunchResult run_local_ranks(const LaunchOptions& options);
+
+// run_local_ranks() for the CLI: prints "zhost: error: <error>" to stderr on failure; returns the exit code.
+int launch_local_ranks(const LaunchOptions& options);
+
+// A TCP port that is free on this host right now.
+int pick_free_port();
+
+// "SIGKILL", "SIGSEGV", ... ("signal 42" when unknown).
+std::string signal_name(int signal);
+
+}  // namespace zhost::launch

@@ -1,0 +1,39 @@
+// host/launch/rank_env.hpp: where this process sits in the job, read from the environment that the zhost
+// launcher, torchrun, Slurm (srun) or Open MPI (mpirun) set up. A pure function over an env map, so that
+// every launcher's variables can be tested without launching anything.
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace zhost::launch {
+
+using EnvMap = std::map<std::string, std::string>;
+
+struct RankEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0 only for "single": one rank needs no rendezvous port
+  std::string source = "single";  // "zhost" | "torchrun" | "slurm" | "openmpi" | "single"
+};
+
+// The first launcher that matches wins, in this order:
+//  zhost     ZHOST_LAUNCHED=1: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+//  torchrun  RANK or WORLD_SIZE set: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; LOCAL_RANK and
+//            LOCAL_WORLD_SIZE default to RANK and WORLD_SIZE (one node) when absent
+//  openmpi   OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}, plus MASTER_ADDR and MASTER_PORT, which
+//            Open MPI does not provide (export them with mpirun -x)
+//  slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; tasks on this node from SLURM_STEP_TASKS_PER_NODE
+//            or SLURM_TASKS_PER_NODE (e.g. "4(x2),2") at SLURM_NODEID; master address from MASTER_ADDR,
+//            else SLURM_LAUNCH_NODE_IPADDR; port from MASTER_PORT, else 20000 + SLURM_JOB_ID % 20000
+//  single    none of the above: rank 0 of 1
+// Missing, malformed or inconsistent variables throw UsageError naming the variable and the launcher.
+RankEnv detect_rank_env(const EnvMap& env);
+
+// This process's environment.
+EnvMap current_env();
+
+}  // namespace zhost::launch

@@ -1,0 +1,166 @@
+// tests/cli/test_cli.cpp: runs the real zhost executable and checks its output, error lines and exit
+// codes for `version`, `plugins` and `config check`, with fixture plugins and with broken plugins.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/zhost-cli-XXXXXX";
+    dir_ = mkdtemp(pattern);
+    unsetenv("ZHOST_PLUGIN_PATH");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write_config(const std::string& text) {
+    fs::path file = dir_ / "train.toml";
+    std::ofstream(file) << text;
+    return file;
+  }
+
+  // Runs zhost with `args` (shell words, already quoted where needed) from the scratch folder.
+  Result zhost(const std::string& args) {
+    std::string command = "cd " + dir_.string() + " && " + ZHOST_EXE + " " + args + " >out.txt 2>err.txt";
+    int status = std::system(command.c_str());
+    Result r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(dir_ / "out.txt");
+    r.err = slurp(dir_ / "err.txt");
+    return r;
+  }
+
+  std::string fixtures() const { return std::string(" --plugin-path ") + ZHOST_CLI_PLUGIN_DIR; }
+
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(Cli, VersionNamesTheAbi) {
+  Result r = zhost("version");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("plugin ABI 0.1"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, PluginsJsonDescribesEachPlugin) {
+  Result r = zhost("plugins --json" + fixtures());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto json = nlohmann::json::parse(r.out);
+  ASSERT_EQ(json["plugins"].size(), 2u) << r.out;
+  const auto& stage2 = json["plugins"][1];
+  EXPECT_EQ(stage2["name"], "tp_stage2");
+  EXPECT_EQ(stage2["kind"], "partition");
+  EXPECT_EQ(stage2["abi"], "0.1");
+  EXPECT_EQ(stage2["provides"], nlohmann::json::array({"partition:stage2"}));
+  ASSERT_EQ(stage2["config_keys"].size(), 2u);
+  EXPECT_EQ(stage2["config_keys"][0]["key"], "zero.reduce_bucket_size");
+  EXPECT_EQ(stage2["config_keys"][0]["type"], "int");
+  EXPECT_EQ(stage2["config_keys"][0]["default"], "500000000");
+  EXPECT_TRUE(json["failures"].empty());
+}
+
+TEST_F(Cli, PluginsReportsEveryBrokenPluginAndFails) {
+  Result r = zhost(std::string("plugins --plugin-path ") + ZHOST_BINARY_DIR + "/test_plugins/negotiation");
+  EXPECT_EQ(r.exit_code, 2);
+  for (const char* file : {"np_needs_newer", "np_no_entry", "np_refuses", "np_small_desc", "np_wrong_major"})
+    EXPECT_NE(r.err.find(std::string("zhost: error: plugin ") + ZHOST_BINARY_DIR + "/test_plugins/negotiation/zhost_" +
+                         file + ".so: "),
+              std::string::npos)
+        << file << "\n" << r.err;
+  EXPECT_NE(r.out.find("np_current 1.2.3"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, ConfigCheckPrintsDefaultsAndOrigins) {
+  write_config("steps = 7\n[optimizer]\nlr = 3e-4\n");
+  Result r = zhost("config check train.toml" + fixtures());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("steps = 7"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("train.toml:1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stage = 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("none needed"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, UnknownKeyGetsSuggestionLineAndExitCode2) {
+  write_config("steps = 1\n[zero]\nstgae = 2\n");
+  Result r = zhost("config check train.toml" + fixtures());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("zhost: error: train.toml:3: unknown key 'zero.stgae'; did you mean 'zero.stage'?"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(Cli, EveryConfigErrorIsItsOwnLine) {
+  write_config("steps = \"many\"\nsteps_per_print = 0\n");
+  Result r = zhost("config check train.toml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("zhost: error: train.toml:1: steps must be an integer"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("zhost: error: train.toml:2: steps_per_print = 0 is out of range"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, StageSelectsItsPluginAndItsKeys) {
+  write_config("[zero]\nstage = 2\nreduce_bucket_size = 5e7\noverlap_comm = true\n");
+  Result r = zhost("config check train.toml" + fixtures());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("reduce_bucket_size = 50000000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tp_stage2 0.0.1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("for zero.stage = 2"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, KeyOfAnUnusedPluginIsRejectedWithTheReason) {
+  write_config("[zero]\nstage = 1\noverlap_comm = true\n");
+  Result r = zhost("config check train.toml" + fixtures());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("train.toml:3: zero.overlap_comm is set, but it is read by plugin 'tp_stage2'"), std::string::npos)
+      << r.err;
+}
+
+TEST_F(Cli, MissingProviderListsWhatWasFound) {
+  write_config("[zero]\nstage = 3\n");
+  Result r = zhost("config check train.toml" + fixtures());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("zero.stage = 3 needs a plugin providing 'partition:stage3', but none was found (found: "
+                       "tp_stage1 (partition:stage1); tp_stage2 (partition:stage2))"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(Cli, OverridesApplyAndAreChecked) {
+  write_config("steps = 1\n");
+  Result ok = zhost("config check train.toml --set zero.stage=1 --set zero.reduce_bucket_size=1000" + fixtures());
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("reduce_bucket_size = 1000"), std::string::npos) << ok.out;
+  Result bad = zhost("config check train.toml --set optimizer.lrr=0.1" + fixtures());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--set optimizer.lrr=0.1: unknown key 'optimizer.lrr'; did you mean 'optimizer.lr'?"),
+            std::string::npos)
+      << bad.err;
+}
+
+TEST_F(Cli, MissingConfigFileIsAUsageError) {
+  Result r = zhost("config check nowhere.toml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("nowhere.toml"), std::string::npos) << r.err;
+}
