@@ -110,6 +110,9 @@ const char* to_string(Backend backend) {
 
 namespace {
 
+constexpr std::chrono::milliseconds kLingerAtExit{10000};
+constexpr std::chrono::milliseconds kLingerAfterFailure{1500};
+
 // What the world group and all its sub-groups share: the store, the progress tracker, the step, the
 // first failure. Destroyed after the last group.
 struct Job {
@@ -133,15 +136,16 @@ struct Job {
 
   ~Job() { say_goodbye(); }
 
-  // Rank 0 hosts the store: it waits (bounded) for the others to finish with it before taking it down,
-  // so that their last store operations do not fail on a vanished server.
+  // Rank 0 hosts the store: it waits (bounded) for the others to finish with it before taking it down, so
+  // that their last store operations, and after a failure their report of who did not arrive, still work.
   void say_goodbye() {
     tracker.reset();
-    if (global_size == 1 || failed || !store) return;
+    if (global_size == 1 || !store) return;
     try {
       store->add("zhost/exit", 1);
       if (global_rank != 0) return;
-      const auto deadline = Clock::now() + std::min(timeout, std::chrono::milliseconds(10000));
+      const auto linger = failed ? kLingerAfterFailure : std::min(timeout, kLingerAtExit);
+      const auto deadline = Clock::now() + linger;
       while (store->add("zhost/exit", 0) < global_size && Clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }

@@ -2,6 +2,7 @@
 #include "host/core/text.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace zhost::text {
 
