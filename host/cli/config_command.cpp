@@ -13,8 +13,6 @@ int config_check_command(const JobSetupOptions& options) {
             << " is valid\n\n";
   std::cout << job.config->to_toml() << "\n";
   std::cout << "# plugins serving this config\n";
-  if (job.resolution.plugins.empty())
-    std::cout << "#   none needed: zero.stage = 0 is the host's own data-parallel engine\n";
   for (const auto* plugin : job.resolution.plugins)
     std::cout << "#   " << plugin->info.name << " " << plugin->info.version << " (" << plugin->path.string()
               << ") for " << text::join(job.resolution.chosen_for.at(plugin), "; ") << "\n";

@@ -12,7 +12,7 @@
 #include "zhost/core.h"
 
 #if ZHOST_HAS_ENGINE
-#include "host/engine/version.hpp"
+#include "host/engine/engine.hpp"
 #endif
 
 namespace {
@@ -74,6 +74,9 @@ int main(int argc, char** argv) {
 
   try {
     zhost::log::init(log_level);
+#if ZHOST_HAS_ENGINE
+    zhost::engine::register_builtin_plugins();
+#endif
     if (*run_cmd) {
       run.argv.assign(argv, argv + argc);
       return zhost::cli::run_command(run);

@@ -1,14 +1,43 @@
-// host/cli/run_command.cpp: `zhost run CONFIG`: checks the job, then trains on this process, or starts
-// and supervises --nproc local ranks that each run the same command.
+// host/cli/run_command.cpp: `zhost run CONFIG`: checks the job, then either starts and supervises
+// --nproc local ranks that each run this same command, or trains as one rank of a job (a rank started by
+// zhost's launcher, by torchrun, Slurm or Open MPI, or the single process of a one-rank run).
+#include <cstdlib>
+
 #include "host/cli/commands.hpp"
 #include "host/core/error.hpp"
+#include "host/core/log.hpp"
+
+#if ZHOST_HAS_ENGINE
+#include "host/engine/engine.hpp"
+#include "host/launch/launcher.hpp"
+#include "host/launch/rank_env.hpp"
+#endif
 
 namespace zhost::cli {
 
 int run_command(const RunOptions& options) {
+#if ZHOST_HAS_ENGINE
+  const bool is_launched_rank = std::getenv("ZHOST_LAUNCHED") != nullptr;
+  if (options.nproc > 0 && !is_launched_rank) {
+    // Check the config once here, so a bad config fails before any rank starts.
+    prepare_job(options.job);
+    launch::LaunchOptions launch;
+    launch.nproc = options.nproc;
+    launch.nnodes = options.nnodes;
+    launch.node_rank = options.node_rank;
+    launch.master_addr = options.master_addr;
+    launch.master_port = options.master_port;
+    return launch::launch_local_ranks(launch);
+  }
+  launch::RankEnv env = launch::detect_rank_env(launch::current_env());
+  // Ranks started by zhost's launcher already get a "[rank N]" prefix on every line.
+  if (env.world_size > 1 && !is_launched_rank) log::set_rank(env.rank);
   JobSetup job = prepare_job(options.job);
-  fail_usage("this zhost has no training engine yet: `zhost config check` validated the config; training lands with "
-             "the engine");
+  return engine::run_training(job, env);
+#else
+  prepare_job(options.job);
+  fail_usage("this zhost was built without the training engine (ZHOST_WITH_TORCH=OFF): rebuild with LibTorch to train");
+#endif
 }
 
 }  // namespace zhost::cli

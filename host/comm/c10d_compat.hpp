@@ -6,6 +6,15 @@
 //       collective methods on Backend have the same names and signatures as 1.13's ProcessGroup.
 #pragma once
 
+// The backends' headers are guarded by the macros LibTorch's own CMake targets export (USE_C10D_GLOO, and
+// USE_C10D_NCCL from torch_cuda); define them where a build did not pass them on.
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO
+#endif
+#if defined(ZHOST_WITH_CUDA) && !defined(USE_C10D_NCCL)
+#define USE_C10D_NCCL
+#endif
+
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>

@@ -127,6 +127,7 @@ struct Job {
   bool use_gloo = true;
   bool use_nccl = false;
   std::atomic<int64_t> step{-1};
+  bool joined = false;  // every rank came to the rendezvous
 
   std::mutex mutex;  // guards groups, failure, group_names
   std::vector<std::weak_ptr<Comm::Group>> groups;
@@ -140,7 +141,7 @@ struct Job {
   // that their last store operations, and after a failure their report of who did not arrive, still work.
   void say_goodbye() {
     tracker.reset();
-    if (global_size == 1 || !store) return;
+    if (global_size == 1 || !joined) return;
     try {
       store->add("zhost/exit", 1);
       if (global_rank != 0) return;
@@ -467,6 +468,7 @@ std::unique_ptr<Comm> Comm::create(const Rendezvous& rendezvous, const CommOptio
     }
   }
   join(*job, rendezvous);
+  job->joined = true;
   job->tracker = std::make_unique<detail::ProgressTracker>(tracker_store, rendezvous.rank);
   if (job->use_gloo) job->gloo_device = choose_gloo_device(options, rendezvous.master_addr);
 
@@ -722,7 +724,7 @@ Work Comm::broadcast_async(const at::Tensor& tensor, int root) {
   options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
-  auto state = group_->start(kind, broadcast_traffic(bytes_of(data), group_->rank, root), data.is_cuda());
+  auto state = group_->start(kind, broadcast_traffic(bytes_of(data), group_->size, group_->rank, root), data.is_cuda());
   return group_->issue(std::move(state), [&] {
     std::vector<at::Tensor> tensors{data};
     return backend->broadcast(tensors, options);

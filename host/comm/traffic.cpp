@@ -46,7 +46,8 @@ Traffic all_gather_traffic(const std::vector<uint64_t>& chunk_bytes, int rank) {
   return {mirrored.received, mirrored.sent};
 }
 
-Traffic broadcast_traffic(uint64_t bytes, int rank, int root) {
+Traffic broadcast_traffic(uint64_t bytes, int world_size, int rank, int root) {
+  if (world_size == 1) return {};
   return rank == root ? Traffic{bytes, 0} : Traffic{0, bytes};
 }
 

@@ -7,7 +7,7 @@
 //   reduce_scatter(_v): sent = sum(c_j) - c_me     received = (w-1) * c_me
 //   all_gather(_v):     sent = (w-1) * c_me         received = sum(c_j) - c_me
 //   all_reduce (N bytes, = reduce-scatter + all-gather): sent = received = floor(2 * N * (w-1) / w)
-//   broadcast (N bytes): the root sends N, every other rank receives N
+//   broadcast (N bytes): the root sends N, every other rank receives N (nothing in a group of one)
 //   all_to_all:         sent = bytes sent to other ranks, received = bytes received from other ranks
 //   barrier:            0
 // So for Ψ bytes of parameters, plain data parallelism (all_reduce) and ZeRO stages 1-2 (reduce_scatter +
@@ -36,7 +36,7 @@ Traffic all_reduce_traffic(uint64_t bytes, int world_size);
 // chunk_bytes[j]: the bytes of rank j's chunk (its output shard for reduce_scatter, its input for all_gather).
 Traffic reduce_scatter_traffic(const std::vector<uint64_t>& chunk_bytes, int rank);
 Traffic all_gather_traffic(const std::vector<uint64_t>& chunk_bytes, int rank);
-Traffic broadcast_traffic(uint64_t bytes, int rank, int root);
+Traffic broadcast_traffic(uint64_t bytes, int world_size, int rank, int root);
 // send_bytes[j] / recv_bytes[j]: what this rank sends to / receives from rank j.
 Traffic all_to_all_traffic(const std::vector<uint64_t>& send_bytes, const std::vector<uint64_t>& recv_bytes,
                            int rank);

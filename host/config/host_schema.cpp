@@ -108,6 +108,8 @@ void add_optimizer_keys(HostKeys& keys) {
   keys.number("optimizer.eps", 1e-8, "Adam/AdamW denominator epsilon", at_least(0));
   keys.number("optimizer.weight_decay", 0.01, "weight decay (decoupled for AdamW and Lion)", at_least(0));
   keys.number("optimizer.momentum", 0.0, "SGD momentum", between(0, 1));
+  keys.flag("optimizer.adam_w_mode", true,
+            "DeepSpeed's switch for type = \"Adam\": true = decoupled weight decay (AdamW), false = L2 (torch Adam)");
 }
 
 void add_scheduler_keys(HostKeys& keys) {
@@ -177,6 +179,10 @@ void add_runtime_keys(HostKeys& keys) {
   keys.choice("comm.backend", "auto", {"auto", "gloo", "nccl"}, "collective backend; auto = nccl on GPUs, else gloo");
   keys.number("comm.timeout_s", 300.0, "seconds before a collective counts as hung", above(0));
   keys.text("run.dir", "runs", "folder for run outputs");
+  keys.flag("run.save_final_weights", false,
+            "write the final parameters (fp32) to RUN_DIR/weights.bin with an index in weights.json");
+  keys.choice("run.device", "auto", {"auto", "cpu", "cuda"},
+              "where to train: auto = CUDA (device LOCAL_RANK) when this build and machine have it, else CPU");
   keys.text("run.name", "", "run folder name under run.dir; empty = a timestamp");
   keys.text_list("plugins.path", {}, "extra folders to search for plugins");
   keys.choice("log.level", "info", {"trace", "debug", "info", "warn", "error"}, "log verbosity");

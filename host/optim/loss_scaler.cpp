@@ -12,7 +12,9 @@ namespace zhost::optim {
 namespace {
 
 void require_positive_finite(std::string_view setting, double value) {
-  if (!std::isfinite(value) || value <= 0) fail_usage("fp16.{} must be a positive number, got {}", setting, value);
+  if (!std::isfinite(value) || value <= 0) {
+    fail_usage("fp16.{} must be a positive number, got {}", setting, value);
+  }
 }
 
 void require_positive(std::string_view setting, int64_t value) {

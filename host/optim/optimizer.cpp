@@ -109,8 +109,7 @@ void check_state_tensor_matches(std::string_view name, const at::Tensor& tensor,
 
 }  // namespace
 
-at::Tensor Optimizer::state_tensor(OptimizerState& state, std::string_view name,
-                                     const at::Tensor& param) {
+at::Tensor Optimizer::state_tensor(OptimizerState& state, std::string_view name, const at::Tensor& param) {
   const auto it = std::find(state.names_.begin(), state.names_.end(), name);
   if (it == state.names_.end()) {
     state.names_.emplace_back(name);
@@ -151,36 +150,9 @@ void Optimizer::import_state(OptimizerState& state, std::string_view name, const
 
 namespace {
 
-// Adam's moment update and step, shared by AdamW and Adam (which differ in how weight decay enters).
+// AdamW (kind kAdamW: p *= 1 - lr*wd) and Adam (kind kAdam: g += wd*p), then
 // m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g^2;
 // p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)  with bc_i = 1 - beta_i^step (1 without bias correction).
-void adam_update(const OptimizerSpec& spec, const at::Tensor& param, const at::Tensor& grad,
-                 const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq, int64_t step, double lr) {
-  const double steps = static_cast<double>(step);
-  const double bias_correction1 = spec.bias_correction ? 1.0 - std::pow(spec.beta1, steps) : 1.0;
-  const double bias_correction2 = spec.bias_correction ? 1.0 - std::pow(spec.beta2, steps) : 1.0;
-  exp_avg.lerp_(grad, 1.0 - spec.beta1);
-  exp_avg_sq.mul_(spec.beta2).addcmul_(grad, grad, 1.0 - spec.beta2);
-  at::Tensor denom = exp_avg_sq.sqrt();
-  denom.div_(std::sqrt(bias_correction2)).add_(spec.eps);
-  param.addcdiv_(exp_avg, denom, -lr / bias_correction1);
-}
-
-class AdamW final : public Optimizer {
- public:
-  using Optimizer::Optimizer;
-  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step,
-            double lr) const override {
-    check_step_arguments(param, grad, step, lr);
-    at::NoGradGuard no_grad;
-    const at::Tensor exp_avg = state_tensor(state, "exp_avg", param);
-    const at::Tensor exp_avg_sq = state_tensor(state, "exp_avg_sq", param);
-    if (spec().weight_decay != 0) param.mul_(1.0 - lr * spec().weight_decay);
-    adam_update(spec(), param, grad, exp_avg, exp_avg_sq, step, lr);
-  }
-  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
-};
-
 class Adam final : public Optimizer {
  public:
   using Optimizer::Optimizer;
@@ -188,11 +160,25 @@ class Adam final : public Optimizer {
             double lr) const override {
     check_step_arguments(param, grad, step, lr);
     at::NoGradGuard no_grad;
+    const OptimizerSpec& hyper = spec();
     const at::Tensor exp_avg = state_tensor(state, "exp_avg", param);
     const at::Tensor exp_avg_sq = state_tensor(state, "exp_avg_sq", param);
-    const at::Tensor decayed_grad =
-        spec().weight_decay != 0 ? grad.add(param, spec().weight_decay) : grad;
-    adam_update(spec(), param, decayed_grad, exp_avg, exp_avg_sq, step, lr);
+    at::Tensor effective_grad = grad;
+    if (hyper.weight_decay != 0) {
+      if (kind() == OptimizerKind::kAdamW) {
+        param.mul_(1.0 - lr * hyper.weight_decay);
+      } else {
+        effective_grad = grad.add(param, hyper.weight_decay);
+      }
+    }
+    const double steps = static_cast<double>(step);
+    const double bias_correction1 = hyper.bias_correction ? 1.0 - std::pow(hyper.beta1, steps) : 1.0;
+    const double bias_correction2 = hyper.bias_correction ? 1.0 - std::pow(hyper.beta2, steps) : 1.0;
+    exp_avg.lerp_(effective_grad, 1.0 - hyper.beta1);
+    exp_avg_sq.mul_(hyper.beta2).addcmul_(effective_grad, effective_grad, 1.0 - hyper.beta2);
+    at::Tensor denom = exp_avg_sq.sqrt();
+    denom.div_(std::sqrt(bias_correction2)).add_(hyper.eps);
+    param.addcdiv_(exp_avg, denom, -lr / bias_correction1);
   }
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 };
@@ -264,7 +250,7 @@ void validate(const OptimizerSpec& spec) {
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec) {
   validate(spec);
   switch (spec.kind) {
-    case OptimizerKind::kAdamW: return std::make_unique<AdamW>(spec);
+    case OptimizerKind::kAdamW:
     case OptimizerKind::kAdam: return std::make_unique<Adam>(spec);
     case OptimizerKind::kSgd: return std::make_unique<Sgd>(spec);
     case OptimizerKind::kLion: return std::make_unique<Lion>(spec);

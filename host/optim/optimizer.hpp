@@ -105,8 +105,7 @@ class Optimizer {
  protected:
   // The state tensor `name` for `param` (a handle sharing storage): zeros like param on first use,
   // checked against param after.
-  static at::Tensor state_tensor(OptimizerState& state, std::string_view name,
-                                        const at::Tensor& param);
+  static at::Tensor state_tensor(OptimizerState& state, std::string_view name, const at::Tensor& param);
   // Throws zhost::Error unless param and grad are defined fp32 tensors of one shape on one device,
   // step >= 1 and lr is finite and >= 0.
   static void check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step,

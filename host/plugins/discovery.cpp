@@ -72,6 +72,17 @@ Discovery discover_plugins(const std::vector<fs::path>& search_path, const Plugi
       }
     }
   }
+  // Built-in plugins come last: a plugin file of the same name found on the search path replaces one.
+  for (const auto& builtin : builtin_plugins()) {
+    try {
+      LoadedPlugin plugin = loader.load_builtin(builtin);
+      bool shadowed = std::any_of(discovery.plugins.begin(), discovery.plugins.end(),
+                                  [&](const LoadedPlugin& p) { return p.info.name == plugin.info.name; });
+      if (!shadowed) discovery.plugins.push_back(std::move(plugin));
+    } catch (const Error& e) {
+      discovery.failures.emplace_back(e.what());
+    }
+  }
   return discovery;
 }
 

@@ -153,6 +153,15 @@ LoadedPlugin PluginLoader::load(const std::filesystem::path& file) const {
                ZHOST_ENTRY_SYMBOL_V0);
   }
   auto entry = library.get<zhost_status*(zhost_negotiation*)>(ZHOST_ENTRY_SYMBOL_V0);
+  LoadedPlugin plugin = negotiate(entry, file);
+  keep_loaded_forever(std::move(library));
+  return plugin;
+}
+
+LoadedPlugin PluginLoader::load_builtin(const BuiltinPlugin& builtin) const { return negotiate(builtin.entry, "<built-in>"); }
+
+LoadedPlugin PluginLoader::negotiate(zhost_plugin_entry_v0_fn entry, const std::filesystem::path& file) const {
+  const std::string where = file.string();
 
   zhost_negotiation io{};
   io.struct_size = sizeof(io);
@@ -178,8 +187,22 @@ LoadedPlugin PluginLoader::load(const std::filesystem::path& file) const {
                ZHOST_ABI_MAJOR, services_.abi_minor());
   check_api(file, plugin.info, io.api);
   plugin.api = io.api;
-  keep_loaded_forever(std::move(library));
   return plugin;
 }
+
+namespace {
+std::vector<BuiltinPlugin>& builtin_registry() {
+  static std::vector<BuiltinPlugin> registry;
+  return registry;
+}
+}  // namespace
+
+void register_builtin_plugin(const std::string& name, zhost_plugin_entry_v0_fn entry) {
+  for (const auto& existing : builtin_registry())
+    if (existing.name == name) return;
+  builtin_registry().push_back({name, entry});
+}
+
+const std::vector<BuiltinPlugin>& builtin_plugins() { return builtin_registry(); }
 
 }  // namespace zhost

@@ -7,19 +7,35 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "host/plugins/plugin_info.hpp"
 #include "host/services/host_services.hpp"
 
 namespace zhost {
 
+// A plugin compiled into the zhost executable (the host's own stage 0). It is negotiated and validated
+// like a plugin file; its path reads "<built-in>".
+struct BuiltinPlugin {
+  std::string name;
+  zhost_plugin_entry_v0_fn entry;
+};
+
+// Called once at start-up by the parts of the host that carry built-in plugins.
+void register_builtin_plugin(const std::string& name, zhost_plugin_entry_v0_fn entry);
+const std::vector<BuiltinPlugin>& builtin_plugins();
+
 class PluginLoader {
  public:
   explicit PluginLoader(const HostServices& services) : services_(services) {}
   // Throws UsageError("plugin FILE: cause").
   LoadedPlugin load(const std::filesystem::path& file) const;
+  LoadedPlugin load_builtin(const BuiltinPlugin& builtin) const;
 
  private:
+  LoadedPlugin negotiate(zhost_plugin_entry_v0_fn entry, const std::filesystem::path& where) const;
+
   const HostServices& services_;
 };
 

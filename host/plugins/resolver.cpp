@@ -12,8 +12,9 @@ namespace zhost {
 
 std::vector<Need> needs_for(const ZeroSelection& zero) {
   std::vector<Need> needs;
-  if (zero.stage > 0)
-    needs.push_back({fmt::format("partition:stage{}", zero.stage), fmt::format("zero.stage = {}", zero.stage)});
+  // Stage 0 is a need too: the host's built-in data-parallel engine serves it, unless a plugin file
+  // providing partition:stage0 is found first on the search path.
+  needs.push_back({fmt::format("partition:stage{}", zero.stage), fmt::format("zero.stage = {}", zero.stage)});
   if (zero.offload_optimizer != "none")
     needs.push_back({"offload:" + zero.offload_optimizer,
                      fmt::format("zero.offload_optimizer.device = \"{}\"", zero.offload_optimizer)});

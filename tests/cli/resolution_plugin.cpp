@@ -21,7 +21,8 @@ zhost_status* refuse_block(zhost_plugin_instance* self, int32_t) { return refuse
 
 const zhost_partition_api kPartition = {
     sizeof(zhost_partition_api), nullptr,
-    [](zhost_plugin_instance* self, const zhost_param_info*, size_t) { return refuse(self); },
+    [](zhost_plugin_instance* self, const zhost_partition_setup*) { return refuse(self); },
+    [](zhost_plugin_instance* self, const zhost_micro_batch_args*) { return refuse(self); },
     refuse_block, refuse_block, refuse_block,
     [](zhost_plugin_instance* self, uint32_t, const DLTensor*) { return refuse(self); },
     refuse_block, refuse,

@@ -69,7 +69,7 @@ TEST_F(Cli, PluginsJsonDescribesEachPlugin) {
   Result r = zhost("plugins --json" + fixtures());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto json = nlohmann::json::parse(r.out);
-  ASSERT_EQ(json["plugins"].size(), 2u) << r.out;
+  ASSERT_EQ(json["plugins"].size(), 3u) << r.out;  // the two fixtures, then the built-in stage0
   const auto& stage2 = json["plugins"][1];
   EXPECT_EQ(stage2["name"], "tp_stage2");
   EXPECT_EQ(stage2["kind"], "partition");
@@ -79,6 +79,7 @@ TEST_F(Cli, PluginsJsonDescribesEachPlugin) {
   EXPECT_EQ(stage2["config_keys"][0]["key"], "zero.reduce_bucket_size");
   EXPECT_EQ(stage2["config_keys"][0]["type"], "int");
   EXPECT_EQ(stage2["config_keys"][0]["default"], "500000000");
+  EXPECT_EQ(json["plugins"][2]["path"], "<built-in>");
   EXPECT_TRUE(json["failures"].empty());
 }
 
@@ -100,7 +101,7 @@ TEST_F(Cli, ConfigCheckPrintsDefaultsAndOrigins) {
   EXPECT_NE(r.out.find("steps = 7"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("train.toml:1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("stage = 0"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("none needed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stage0 0.1.0 (<built-in>) for zero.stage = 0"), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, UnknownKeyGetsSuggestionLineAndExitCode2) {
@@ -142,7 +143,7 @@ TEST_F(Cli, MissingProviderListsWhatWasFound) {
   Result r = zhost("config check train.toml" + fixtures());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("zero.stage = 3 needs a plugin providing 'partition:stage3', but none was found (found: "
-                       "tp_stage1 (partition:stage1); tp_stage2 (partition:stage2))"),
+                       "tp_stage1 (partition:stage1); tp_stage2 (partition:stage2); stage0 (partition:stage0))"),
             std::string::npos)
       << r.err;
 }

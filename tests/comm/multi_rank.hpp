@@ -3,6 +3,8 @@
 // a Comm built from the rank's environment instead of the tests.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <functional>
 #include <string>
 #include <utility>

@@ -2,6 +2,7 @@
 // data, float64 reference optimizer steps, tolerance checks, and tensor <-> vector conversions.
 #pragma once
 
+#include <ATen/Context.h>  // at::hasCUDA
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <gtest/gtest.h>
@@ -27,16 +28,21 @@ inline std::vector<float> random_normal(int64_t n, uint32_t seed, float scale = 
   return values;
 }
 
-// A fresh 1-D fp32 CPU tensor holding `values`.
-inline at::Tensor to_tensor(const std::vector<float>& values) {
+// A fresh 1-D fp32 tensor holding `values`, on `device`.
+inline at::Tensor to_tensor(const std::vector<float>& values, at::DeviceType device = at::kCPU) {
   at::Tensor tensor = at::empty({static_cast<int64_t>(values.size())}, at::TensorOptions().dtype(at::kFloat));
   std::memcpy(tensor.data_ptr<float>(), values.data(), values.size() * sizeof(float));
-  return tensor;
+  return device == at::kCPU ? tensor : tensor.to(device);
 }
 
-// The elements of an fp32 CPU tensor (any shape, any strides), widened to double.
+// Whether tests can run on `device`: the CPU always, CUDA when LibTorch has it and sees a device.
+inline bool device_available(at::DeviceType device) { return device == at::kCPU || at::hasCUDA(); }
+
+inline std::string device_suffix(at::DeviceType device) { return device == at::kCUDA ? "_cuda" : "_cpu"; }
+
+// The elements of an fp32 tensor (any shape, strides and device), widened to double.
 inline std::vector<double> to_doubles(const at::Tensor& tensor) {
-  const at::Tensor flat = tensor.contiguous().view({-1});
+  const at::Tensor flat = tensor.to(at::kCPU).contiguous().view({-1});
   const float* data = flat.data_ptr<float>();
   return std::vector<double>(data, data + flat.numel());
 }
@@ -45,11 +51,11 @@ inline std::vector<double> widen(const std::vector<float>& values) {
   return std::vector<double>(values.begin(), values.end());
 }
 
-// Bitwise equality of two fp32 CPU tensors of one shape.
+// Bitwise equality of two fp32 tensors of one shape (any device).
 inline bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
   if (a.sizes() != b.sizes()) return false;
-  const at::Tensor left = a.contiguous();
-  const at::Tensor right = b.contiguous();
+  const at::Tensor left = a.to(at::kCPU).contiguous();
+  const at::Tensor right = b.to(at::kCPU).contiguous();
   return std::memcmp(left.data_ptr<float>(), right.data_ptr<float>(),
                      static_cast<size_t>(left.numel()) * sizeof(float)) == 0;
 }
@@ -133,6 +139,8 @@ inline void reference_step(const OptimizerSpec& spec, std::vector<double>& param
 }
 
 // The lr of step k in the tests: varies per step so that a step using a stale lr is caught.
-inline double test_lr(double base_lr, int64_t step) { return base_lr * (1.0 + 0.25 * static_cast<double>(step % 4)); }
+inline double test_lr(double base_lr, int64_t step) {
+  return base_lr * (1.0 + 0.25 * static_cast<double>(step % 4));
+}
 
 }  // namespace zhost::optim::testing

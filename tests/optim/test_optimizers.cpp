@@ -1,12 +1,14 @@
 // tests/optim/test_optimizers.cpp: AdamW, Adam, SGD and Lion against float64 references of their
-// formulas (max-norm relative error <= 1e-6 after ten steps), flat-shard equivalence (slices step to the same bits as the whole), state bookkeeping,
-// export/import, and argument checks.
+// formulas (max-norm relative error <= 1e-6 after ten steps), flat-shard equivalence (slices step to the
+// same bits as the whole), state bookkeeping and export/import, on the CPU and (when present) CUDA; and
+// argument checks.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cat.h>
 #include <gtest/gtest.h>
 
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "host/core/error.hpp"
@@ -63,26 +65,38 @@ const std::vector<double>& reference_tensor(const ReferenceState& state, const s
   return name == "exp_avg_sq" ? state.second : state.first;
 }
 
-class OptimizerTest : public ::testing::TestWithParam<OptimizerCase> {};
+// Parameters: the case, and the device its tensors live on (CUDA cases skip without a CUDA device).
+class OptimizerTest : public ::testing::TestWithParam<std::tuple<OptimizerCase, at::DeviceType>> {
+ protected:
+  void SetUp() override {
+    if (!testing::device_available(device())) GTEST_SKIP() << "no CUDA device";
+  }
+  const OptimizerCase& optimizer_case() const { return std::get<0>(GetParam()); }
+  const OptimizerSpec& spec() const { return optimizer_case().spec; }
+  at::DeviceType device() const { return std::get<1>(GetParam()); }
+  at::Tensor random_tensor(int64_t n, uint32_t seed, float scale = 1.0f) const {
+    return testing::to_tensor(testing::random_normal(n, seed, scale), device());
+  }
+};
 
 TEST_P(OptimizerTest, MatchesFloat64ReferenceOverTenSteps) {
-  const OptimizerSpec& spec = GetParam().spec;
-  const auto optimizer = make_optimizer(spec);
+  const auto optimizer = make_optimizer(spec());
   for (const int64_t n : {1, 7, 1001, 65537}) {
     const std::vector<float> initial = testing::random_normal(n, 1000 + static_cast<uint32_t>(n));
-    at::Tensor param = testing::to_tensor(initial);
+    at::Tensor param = testing::to_tensor(initial, device());
     std::vector<double> reference_param = testing::widen(initial);
     OptimizerState state;
     ReferenceState reference_state;
     for (int64_t step = 1; step <= kSteps; ++step) {
       const std::vector<float> grad = testing::random_normal(n, static_cast<uint32_t>(7 * step + n), 0.1f);
-      const double lr = testing::test_lr(spec.lr, step);
-      optimizer->step(param, testing::to_tensor(grad), state, step, lr);
-      testing::reference_step(spec, reference_param, testing::widen(grad), reference_state, step, lr);
+      const double lr = testing::test_lr(spec().lr, step);
+      optimizer->step(param, testing::to_tensor(grad, device()), state, step, lr);
+      testing::reference_step(spec(), reference_param, testing::widen(grad), reference_state, step, lr);
     }
-    const std::string where = GetParam().name + " n=" + std::to_string(n);
+    const std::string where = optimizer_case().name + " n=" + std::to_string(n);
     testing::expect_close(testing::to_doubles(param), reference_param, 1e-6, where + " param");
     for (const std::string& name : optimizer->state_names()) {
+      EXPECT_EQ(state.get(name).device(), param.device());
       testing::expect_close(testing::to_doubles(state.get(name)), reference_tensor(reference_state, name), 1e-6,
                             where + " " + name);
     }
@@ -91,17 +105,16 @@ TEST_P(OptimizerTest, MatchesFloat64ReferenceOverTenSteps) {
 
 // ZeRO steps a flat partition in sub-groups: the slices must end bit-identical to the whole.
 TEST_P(OptimizerTest, SlicesOfAFlatShardStepLikeTheWhole) {
-  const OptimizerSpec& spec = GetParam().spec;
-  const auto optimizer = make_optimizer(spec);
+  const auto optimizer = make_optimizer(spec());
   const int64_t n = 65537;
   const std::vector<int64_t> slice_bounds = {0, 5, 30001, n};  // odd sizes: 5, 29996, 35536
-  at::Tensor whole = testing::to_tensor(testing::random_normal(n, 11));
+  at::Tensor whole = random_tensor(n, 11);
   at::Tensor sliced = whole.clone();
   OptimizerState whole_state;
   std::vector<OptimizerState> slice_states(slice_bounds.size() - 1);
   for (int64_t step = 1; step <= kSteps; ++step) {
-    const at::Tensor grad = testing::to_tensor(testing::random_normal(n, static_cast<uint32_t>(100 + step), 0.1f));
-    const double lr = testing::test_lr(spec.lr, step);
+    const at::Tensor grad = random_tensor(n, static_cast<uint32_t>(100 + step), 0.1f);
+    const double lr = testing::test_lr(spec().lr, step);
     optimizer->step(whole, grad, whole_state, step, lr);
     for (size_t s = 0; s + 1 < slice_bounds.size(); ++s) {
       const int64_t begin = slice_bounds[s];
@@ -118,34 +131,36 @@ TEST_P(OptimizerTest, SlicesOfAFlatShardStepLikeTheWhole) {
 }
 
 TEST_P(OptimizerTest, StateIsAllocatedOnFirstStepAndSurvivesExportImport) {
-  const OptimizerSpec& spec = GetParam().spec;
-  const auto optimizer = make_optimizer(spec);
+  const auto optimizer = make_optimizer(spec());
   const int64_t n = 301;
-  at::Tensor param = testing::to_tensor(testing::random_normal(n, 5));
+  at::Tensor param = random_tensor(n, 5);
   OptimizerState state;
   EXPECT_TRUE(state.empty());
-  auto grad_at = [n](int64_t step) {
-    return testing::to_tensor(testing::random_normal(n, static_cast<uint32_t>(step), 0.1f));
-  };
-  for (int64_t step = 1; step <= 5; ++step) optimizer->step(param, grad_at(step), state, step, spec.lr);
+  auto grad_at = [&](int64_t step) { return random_tensor(n, static_cast<uint32_t>(step), 0.1f); };
+  for (int64_t step = 1; step <= 5; ++step) optimizer->step(param, grad_at(step), state, step, spec().lr);
   EXPECT_EQ(state.names(), optimizer->state_names());
   EXPECT_EQ(state.bytes(), optimizer->state_bytes_per_param() * n);
 
-  // Export (copies, as a checkpoint would), import into a fresh state, and continue both.
+  // Export to host memory (as a checkpoint would), import into a fresh state, and continue both.
   at::Tensor resumed_param = param.clone();
   OptimizerState resumed_state;
   for (const std::string& name : state.names()) {
-    optimizer->import_state(resumed_state, name, state.get(name).clone(), resumed_param);
+    optimizer->import_state(resumed_state, name, state.get(name).to(at::kCPU), resumed_param);
+    EXPECT_EQ(resumed_state.get(name).device(), param.device());
   }
   for (int64_t step = 6; step <= kSteps; ++step) {
-    optimizer->step(param, grad_at(step), state, step, spec.lr);
-    optimizer->step(resumed_param, grad_at(step), resumed_state, step, spec.lr);
+    optimizer->step(param, grad_at(step), state, step, spec().lr);
+    optimizer->step(resumed_param, grad_at(step), resumed_state, step, spec().lr);
   }
   EXPECT_TRUE(testing::bitwise_equal(param, resumed_param));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllKinds, OptimizerTest, ::testing::ValuesIn(optimizer_cases()),
-                         [](const ::testing::TestParamInfo<OptimizerCase>& param_info) { return param_info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    AllKinds, OptimizerTest,
+    ::testing::Combine(::testing::ValuesIn(optimizer_cases()), ::testing::Values(at::kCPU, at::kCUDA)),
+    [](const ::testing::TestParamInfo<std::tuple<OptimizerCase, at::DeviceType>>& param_info) {
+      return std::get<0>(param_info.param).name + testing::device_suffix(std::get<1>(param_info.param));
+    });
 
 TEST(OptimizerStateBytes, MatchZeroAccounting) {
   EXPECT_EQ(make_optimizer(OptimizerSpec::defaults(OptimizerKind::kAdamW))->state_bytes_per_param(), 8);

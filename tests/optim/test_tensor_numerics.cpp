@@ -1,5 +1,6 @@
 // tests/optim/test_tensor_numerics.cpp: overflow detection, the global gradient norm against float64,
-// clipping (PyTorch's coefficient), and the fp32-master-to-16-bit copy's rounding.
+// clipping (PyTorch's coefficient), and the fp32-master-to-16-bit copy's rounding, on the CPU and (when
+// present) CUDA.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
@@ -24,59 +25,70 @@ double float64_norm(const std::vector<at::Tensor>& tensors) {
   return std::sqrt(sum_of_squares);
 }
 
+// Three gradients of odd sizes and scales, on the CPU (so tests can plant values before moving them).
 std::vector<at::Tensor> sample_grads() {
   return {testing::to_tensor(testing::random_normal(1001, 1)).view({7, 11, 13}),
           testing::to_tensor(testing::random_normal(65537, 2, 0.01f)),
           testing::to_tensor(testing::random_normal(3, 3, 100.0f))};
 }
 
-TEST(GlobalGradNorm, MatchesFloat64SumOfSquares) {
-  const std::vector<at::Tensor> grads = sample_grads();
+std::vector<at::Tensor> moved_to(const std::vector<at::Tensor>& tensors, at::DeviceType device) {
+  std::vector<at::Tensor> moved;
+  for (const at::Tensor& tensor : tensors) moved.push_back(tensor.to(device));
+  return moved;
+}
+
+class TensorNumericsTest : public ::testing::TestWithParam<at::DeviceType> {
+ protected:
+  void SetUp() override {
+    if (!testing::device_available(device())) GTEST_SKIP() << "no CUDA device";
+  }
+  at::DeviceType device() const { return GetParam(); }
+  at::TensorOptions options(at::ScalarType dtype) const {
+    return at::TensorOptions().dtype(dtype).device(device());
+  }
+};
+
+TEST_P(TensorNumericsTest, GlobalNormMatchesFloat64SumOfSquares) {
+  const std::vector<at::Tensor> grads = moved_to(sample_grads(), device());
   const double expected = float64_norm(grads);
   EXPECT_NEAR(global_grad_norm(grads), expected, 1e-6 * expected);
   const at::Tensor squared = squared_norm(grads);
   EXPECT_EQ(squared.dim(), 0);
   EXPECT_EQ(squared.scalar_type(), at::kDouble);
+  EXPECT_EQ(squared.device().type(), device());
   EXPECT_NEAR(squared.item<double>(), expected * expected, 2e-6 * expected * expected);
 }
 
-TEST(GlobalGradNorm, ReadsSixteenBitTensorsInFp32) {
+TEST_P(TensorNumericsTest, GlobalNormReadsSixteenBitTensorsInFp32) {
   // 300 values of 20 in fp16: the sum of squares (120000) is past fp16's range, not fp32's.
-  const std::vector<at::Tensor> grads = {at::full({300}, 20.0, at::TensorOptions().dtype(at::kHalf)),
-                                         testing::to_tensor(testing::random_normal(99, 4)).to(at::kBFloat16)};
+  const at::Tensor bf16 = testing::to_tensor(testing::random_normal(99, 4), device()).to(at::kBFloat16);
+  const std::vector<at::Tensor> grads = {at::full({300}, 20.0, options(at::kHalf)), bf16};
   const double expected = float64_norm(grads);
   EXPECT_NEAR(global_grad_norm(grads), expected, 1e-6 * expected);
 }
 
-TEST(GlobalGradNorm, EmptyListIsZeroAndNonFiniteShowsThrough) {
+TEST_P(TensorNumericsTest, GlobalNormOfNothingIsZeroAndNonFiniteShowsThrough) {
   EXPECT_EQ(global_grad_norm({}), 0.0);
   std::vector<at::Tensor> grads = sample_grads();
   grads[1].data_ptr<float>()[12345] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(std::isnan(global_grad_norm(grads)));
+  EXPECT_TRUE(std::isnan(global_grad_norm(moved_to(grads, device()))));
 }
 
-TEST(HasInfOrNan, FindsAnyNonFiniteElement) {
+TEST_P(TensorNumericsTest, HasInfOrNanFindsAnyNonFiniteElement) {
   std::vector<at::Tensor> grads = sample_grads();
-  EXPECT_FALSE(has_inf_or_nan(grads));
+  EXPECT_FALSE(has_inf_or_nan(moved_to(grads, device())));
   EXPECT_FALSE(has_inf_or_nan({}));
   grads[1].data_ptr<float>()[65536] = std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(has_inf_or_nan(grads));
+  EXPECT_TRUE(has_inf_or_nan(moved_to(grads, device())));
   grads[1].data_ptr<float>()[65536] = -std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(has_inf_or_nan(grads));
-  const at::Tensor half = at::full({5}, 70000.0, at::TensorOptions().dtype(at::kFloat)).to(at::kHalf);
+  EXPECT_TRUE(has_inf_or_nan(moved_to(grads, device())));
+  const at::Tensor half = at::full({5}, 70000.0, options(at::kFloat)).to(at::kHalf);
   EXPECT_TRUE(has_inf_or_nan({half}));  // overflowed to inf in the cast
 }
 
-TEST(ClipCoefficient, IsPyTorchs) {
-  EXPECT_DOUBLE_EQ(clip_coefficient(10.0, 1.0), 1.0 / (10.0 + 1e-6));
-  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0);
-  EXPECT_EQ(clip_coefficient(1e9, 0.0), 1.0);  // gradient_clipping 0: off
-  EXPECT_EQ(clip_coefficient(std::numeric_limits<double>::infinity(), 1.0), 0.0);
-  EXPECT_TRUE(std::isnan(clip_coefficient(std::numeric_limits<double>::quiet_NaN(), 1.0)));
-}
-
-TEST(ClipGradNorm, ScalesAboveMaxNormAndLeavesOthersAlone) {
-  std::vector<at::Tensor> grads = sample_grads();
+TEST_P(TensorNumericsTest, ClipGradNormScalesAboveMaxNormAndLeavesOthersAlone) {
+  std::vector<at::Tensor> grads = moved_to(sample_grads(), device());
   const double norm_before = float64_norm(grads);
   const std::vector<double> first_before = testing::to_doubles(grads[0]);
   const double returned = clip_grad_norm(grads, 1.0);
@@ -88,20 +100,20 @@ TEST(ClipGradNorm, ScalesAboveMaxNormAndLeavesOthersAlone) {
     ASSERT_NEAR(first_after[i], first_before[i] * coefficient, 1e-6 * std::abs(first_before[i]) + 1e-12);
   }
 
-  const std::vector<at::Tensor> small = {testing::to_tensor(testing::random_normal(17, 9, 0.01f))};
+  const std::vector<at::Tensor> small = {testing::to_tensor(testing::random_normal(17, 9, 0.01f), device())};
   const at::Tensor untouched = small[0].clone();
   clip_grad_norm(small, 1.0);
   EXPECT_TRUE(testing::bitwise_equal(small[0], untouched));
 }
 
-TEST(CopyMasterToModel, RoundsToNearestEvenIntoAViewOfAFlatBuffer) {
+TEST_P(TensorNumericsTest, CopyMasterToModelRoundsToNearestEvenIntoAViewOfAFlatBuffer) {
   // bf16 keeps 8 significant bits: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 (ties to even: 1),
   // 1 + 3*2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6 (ties to even: 1 + 2^-6).
-  const std::vector<float> master_values = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, 1.0f + 0x1p-7f + 0x1p-10f, 0.0f,
-                                            1e-3f};
-  const at::Tensor master = testing::to_tensor(master_values);
+  const std::vector<float> master_values = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f,
+                                            1.0f + 0x1p-7f + 0x1p-10f, 0.0f, 1e-3f};
+  const at::Tensor master = testing::to_tensor(master_values, device());
   for (const at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
-    at::Tensor flat_model = at::full({10}, 7.0, at::TensorOptions().dtype(dtype));
+    at::Tensor flat_model = at::full({10}, 7.0, options(dtype));
     const at::Tensor partition = flat_model.narrow(0, 2, 6).view({2, 3});
     copy_master_to_model(partition, master);
     const std::vector<double> written = testing::to_doubles(flat_model.narrow(0, 2, 6).to(at::kFloat));
@@ -115,8 +127,28 @@ TEST(CopyMasterToModel, RoundsToNearestEvenIntoAViewOfAFlatBuffer) {
       EXPECT_EQ(written[3], 1.0 + 0x1p-7);
     }
   }
-  const at::Tensor wrong_size = at::empty({5}, at::TensorOptions().dtype(at::kBFloat16));
+  const at::Tensor wrong_size = at::empty({5}, options(at::kBFloat16));
   EXPECT_THROW(copy_master_to_model(wrong_size, master), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, TensorNumericsTest, ::testing::Values(at::kCPU, at::kCUDA),
+                         [](const ::testing::TestParamInfo<at::DeviceType>& param_info) {
+                           return testing::device_suffix(param_info.param).substr(1);
+                         });
+
+TEST(ClipCoefficient, IsPyTorchs) {
+  EXPECT_DOUBLE_EQ(clip_coefficient(10.0, 1.0), 1.0 / (10.0 + 1e-6));
+  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0);
+  EXPECT_EQ(clip_coefficient(1e9, 0.0), 1.0);  // gradient_clipping 0: off
+  EXPECT_EQ(clip_coefficient(std::numeric_limits<double>::infinity(), 1.0), 0.0);
+  EXPECT_TRUE(std::isnan(clip_coefficient(std::numeric_limits<double>::quiet_NaN(), 1.0)));
+}
+
+TEST(TensorNumerics, MixedDevicesAreRejected) {
+  if (!testing::device_available(at::kCUDA)) GTEST_SKIP() << "no CUDA device";
+  const std::vector<at::Tensor> mixed = {testing::to_tensor({1.0f}), testing::to_tensor({2.0f}, at::kCUDA)};
+  EXPECT_THROW(global_grad_norm(mixed), Error);
+  EXPECT_THROW(has_inf_or_nan(mixed), Error);
 }
 
 }  // namespace

@@ -5,12 +5,10 @@
 // Skipped, saying why, only when /usr/bin/python3 has no torch; a ZHOST_PYTHON without torch fails.
 #include <ATen/core/Tensor.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>  // fmt::join (fmt 11 moved it here)
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <ostream>
 #include <string>
@@ -21,8 +19,6 @@
 
 namespace zhost::optim {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr int64_t kNumel = 1001;
 constexpr int64_t kSteps = 10;
@@ -64,13 +60,14 @@ int run_command(const std::string& command, std::string& output) {
 
 std::string shell_quoted(const std::string& text) { return "'" + text + "'"; }
 
-void write_floats(const fs::path& path, const std::vector<float>& values) {
+void write_floats(const std::string& path, const std::vector<float>& values) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
+  out.write(reinterpret_cast<const char*>(values.data()),
+            static_cast<std::streamsize>(values.size() * sizeof(float)));
   ASSERT_TRUE(out.good()) << "cannot write " << path;
 }
 
-std::vector<double> read_floats(const fs::path& path) {
+std::vector<double> read_floats(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::vector<float> values(static_cast<size_t>(kNumel));
   in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
@@ -96,12 +93,16 @@ class TorchReferenceTest : public ::testing::TestWithParam<TorchCase> {
     ASSERT_NE(mkdtemp(pattern), nullptr) << "mkdtemp failed";
     directory_ = pattern;
   }
+  // No std::filesystem here: pip LibTorch 2.x exports its own copy of std::filesystem::remove_all,
+  // which interposes on libstdc++'s and crashes.
   void TearDown() override {
-    if (!directory_.empty()) fs::remove_all(directory_);
+    std::string output;
+    if (!directory_.empty()) run_command("rm -rf " + shell_quoted(directory_), output);
   }
+  std::string file(const std::string& name) const { return directory_ + "/" + name; }
 
   std::string python_;
-  fs::path directory_;
+  std::string directory_;
 };
 
 TEST_P(TorchReferenceTest, MatchesTorchOptimOverTenSteps) {
@@ -121,29 +122,34 @@ TEST_P(TorchReferenceTest, MatchesTorchOptimOverTenSteps) {
     optimizer->step(param, testing::to_tensor(grad), state, step, lrs.back());
   }
 
-  write_floats(directory_ / "param.bin", initial);
-  write_floats(directory_ / "grads.bin", all_grads);
-  std::ofstream(directory_ / "spec.json") << fmt::format(
-      R"({{"kind": "{}", "numel": {}, "steps": {}, "lrs": [{:.17g}], "betas": [{:.17g}, {:.17g}], )"
+  write_floats(file("param.bin"), initial);
+  write_floats(file("grads.bin"), all_grads);
+  std::string lr_list;
+  for (const double lr : lrs) lr_list += fmt::format("{}{:.17g}", lr_list.empty() ? "" : ", ", lr);
+  std::ofstream(file("spec.json")) << fmt::format(
+      R"({{"kind": "{}", "numel": {}, "steps": {}, "lrs": [{}], "betas": [{:.17g}, {:.17g}], )"
       R"("eps": {:.17g}, "weight_decay": {:.17g}, "momentum": {:.17g}}})",
-      test_case.torch_kind, kNumel, kSteps, fmt::join(lrs, ", "), spec.beta1, spec.beta2, spec.eps,
-      spec.weight_decay, spec.momentum);
+      test_case.torch_kind, kNumel, kSteps, lr_list, spec.beta1, spec.beta2, spec.eps, spec.weight_decay,
+      spec.momentum);
 
   const std::string script = std::string(ZHOST_SOURCE_DIR) + "/tests/optim/torch_reference.py";
   std::string output;
-  ASSERT_EQ(run_command(shell_quoted(python_) + " " + shell_quoted(script) + " " + shell_quoted(directory_.string()), output), 0)
+  const std::string command = shell_quoted(python_) + " " + shell_quoted(script) + " " + shell_quoted(directory_);
+  ASSERT_EQ(run_command(command, output), 0)
       << output;
 
-  testing::expect_close(testing::to_doubles(param), read_floats(directory_ / "param_out.bin"), 1e-6,
+  testing::expect_close(testing::to_doubles(param), read_floats(file("param_out.bin")), 1e-6,
                         test_case.name + " param");
   for (const std::string& name : optimizer->state_names()) {
-    testing::expect_close(testing::to_doubles(state.get(name)), read_floats(directory_ / (name + ".bin")), 1e-6,
+    testing::expect_close(testing::to_doubles(state.get(name)), read_floats(file(name + ".bin")), 1e-6,
                           test_case.name + " " + name);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(TorchOptim, TorchReferenceTest, ::testing::ValuesIn(torch_cases()),
-                         [](const ::testing::TestParamInfo<TorchCase>& param_info) { return param_info.param.name; });
+                         [](const ::testing::TestParamInfo<TorchCase>& param_info) {
+                           return param_info.param.name;
+                         });
 
 }  // namespace
 }  // namespace zhost::optim

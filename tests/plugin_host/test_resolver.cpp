@@ -42,7 +42,8 @@ std::vector<std::string> names(const Resolution& r) {
 
 TEST(Needs, DerivedFromZeroSelectors) {
   ZeroSelection zero;
-  EXPECT_TRUE(needs_for(zero).empty());
+  ASSERT_EQ(needs_for(zero).size(), 1u);
+  EXPECT_EQ(needs_for(zero)[0].capability, "partition:stage0");
   zero.stage = 3;
   zero.offload_optimizer = "nvme";
   zero.offload_param = "cpu";

@@ -1,22 +1,29 @@
-/* zhost/partition.h: the capability table of a partition plugin (ZeRO stages 1, 2, 3).
+/* zhost/partition.h: the capability table of a partition plugin (ZeRO stages 1, 2, 3), and the contract
+ * the host's own data-parallel engine (stage 0) implements too.
  *
- * STATUS: draft of ABI 0.x. The training-engine work completes the step arguments; stage plugins then
- * freeze it with ABI 1.0.
+ * The host owns the model, its parameters and autograd. At start it hands the plugin the parameter
+ * registry once (identical ids and order on every rank, which the host checks across ranks), with which
+ * parameters each block reads, the optimizer and the precision. The plugin decides where each
+ * parameter's states live and when collectives move them. The host calls the hooks in the order of one
+ * step:
  *
- * The host owns the model, its parameters and autograd. At start it registers every trainable parameter
- * once (identical ids and order on every rank, which the host checks). The plugin decides where each
- * parameter's states live and when collectives move them. The host calls the hooks below in the order of
- * one step (docs/architecture.md):
- *
+ *   begin_micro_batch(m)                  before each micro-batch's forward
  *   for each block b:  pre_forward(b)  ... block forward ...  post_forward(b)
- *   backward:          pre_backward(b) when b's output gradient arrives
- *                      grad_ready(p)   for each parameter as its gradient is accumulated
- *                      post_backward(b) when all of b's gradients are ready
+ *   backward:          pre_backward(b)    when the gradient of b's output arrives
+ *                      grad_ready(p)      when parameter p's gradient has been accumulated (its .grad)
+ *                      post_backward(b)   when every parameter b reads has its gradient
  *   backward_end()     after the whole backward of one micro-batch
  *   step(args)         at the gradient-accumulation boundary
  *
+ * Gradients: the loss the host differentiates is (mean loss of the rank's micro-batch) * loss_scale /
+ * gradient_accumulation_steps, so the plugin averages over the data-parallel world itself (divides the
+ * sum by world size exactly once). In step() it unscales, computes the global norm, clips, detects
+ * overflow (skipping the step on every rank alike), steps the optimizer on the states it owns, and writes
+ * the updated values back into the parameters' storage. After step() the host drops the parameters'
+ * gradients.
+ *
  * Hooks with nothing to do must return quickly (well under a microsecond): the host calls them for every
- * block of every micro-batch.
+ * block of every micro-batch. All hooks are called on the host's training thread.
  */
 #ifndef ZHOST_PARTITION_H
 #define ZHOST_PARTITION_H
@@ -36,31 +43,83 @@ typedef struct zhost_param_info {
     uint32_t id;          /* dense, 0..num_params-1, in registration order */
     const char *name;     /* e.g. "blocks.3.attn.qkv.weight"; valid until destroy() */
     int32_t block;        /* owning block in model order */
-    DLTensor tensor;      /* the parameter's current full storage (borrowed; may be rebound by the host) */
+    DLTensor tensor;      /* the parameter's full storage at registration (borrowed; dtype = compute dtype) */
 } zhost_param_info;
 #define ZHOST_PARAM_INFO_SIZE ZHOST_STRUCT_SIZE(zhost_param_info, tensor)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_param_info, ZHOST_PARAM_INFO_SIZE);
 
+typedef enum zhost_optimizer_kind {
+    ZHOST_OPTIMIZER_ADAMW = 1, /* decoupled weight decay (torch.optim.AdamW) */
+    ZHOST_OPTIMIZER_ADAM = 2,  /* L2 weight decay (torch.optim.Adam) */
+    ZHOST_OPTIMIZER_SGD = 3,   /* momentum SGD, L2 weight decay */
+    ZHOST_OPTIMIZER_LION = 4   /* sign update, decoupled weight decay */
+} zhost_optimizer_kind;
+
+typedef struct zhost_optimizer_desc {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    zhost_optimizer_kind kind;
+    double beta1;
+    double beta2;
+    double eps;
+    double weight_decay;
+    double momentum;          /* SGD */
+    int32_t bias_correction;  /* Adam kinds */
+} zhost_optimizer_desc;
+#define ZHOST_OPTIMIZER_DESC_SIZE ZHOST_STRUCT_SIZE(zhost_optimizer_desc, bias_correction)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_optimizer_desc, ZHOST_OPTIMIZER_DESC_SIZE);
+
+typedef struct zhost_partition_setup {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    const zhost_param_info *params;   /* num_params entries, borrowed for the call */
+    size_t num_params;
+    int32_t num_blocks;
+    /* Parameters read by each block, in CSR form: block b reads
+     * block_param_ids[block_param_offsets[b] .. block_param_offsets[b+1]). Tied weights appear in every
+     * block that reads them. Borrowed for the call. */
+    const uint32_t *block_param_ids;
+    const size_t *block_param_offsets; /* num_blocks + 1 entries */
+    zhost_optimizer_desc optimizer;
+    DLDataType master_dtype;           /* fp32: the dtype of master weights and optimizer states */
+    int32_t gradient_accumulation_steps;
+} zhost_partition_setup;
+#define ZHOST_PARTITION_SETUP_SIZE ZHOST_STRUCT_SIZE(zhost_partition_setup, gradient_accumulation_steps)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_partition_setup, ZHOST_PARTITION_SETUP_SIZE);
+
+typedef struct zhost_micro_batch_args {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    int64_t step;             /* the optimizer step this micro-batch contributes to, from 1 */
+    int32_t micro_step;       /* 0 .. gradient_accumulation_steps-1 */
+    int32_t is_boundary;      /* 1 on the last micro-batch before step() */
+} zhost_micro_batch_args;
+#define ZHOST_MICRO_BATCH_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_micro_batch_args, is_boundary)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_micro_batch_args, ZHOST_MICRO_BATCH_ARGS_SIZE);
+
 typedef struct zhost_step_args {
     size_t struct_size;
     const zhost_ext_header *ext;
-    int64_t step;            /* optimizer step about to be taken, from 1 */
+    int64_t step;            /* optimizer steps applied so far + 1 (the step being attempted) */
+    int64_t applied_steps;   /* optimizer steps applied so far (bias correction uses applied_steps + 1) */
     double lr;               /* learning rate for this step */
     double loss_scale;       /* gradients carry this factor; 1 without fp16 */
     double clip_norm;        /* global-norm clipping threshold, 0 = off */
-    double grad_norm;        /* out: global gradient norm before clipping (unscaled) */
-    int32_t skipped;         /* out: 1 when an overflow skipped the step */
+    double grad_norm;        /* out: global gradient norm before clipping (unscaled); inf/nan on overflow */
+    int32_t overflow;        /* out: 1 when a gradient was inf/nan on any rank; the step was not taken */
 } zhost_step_args;
-#define ZHOST_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_step_args, skipped)
+#define ZHOST_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_step_args, overflow)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_step_args, ZHOST_STEP_ARGS_SIZE);
 
 typedef struct zhost_partition_api {
     size_t struct_size;
     const zhost_ext_header *ext;
-    zhost_status *(*register_params)(zhost_plugin_instance *self, const zhost_param_info *params, size_t num_params);
+    zhost_status *(*setup)(zhost_plugin_instance *self, const zhost_partition_setup *setup);
+    zhost_status *(*begin_micro_batch)(zhost_plugin_instance *self, const zhost_micro_batch_args *args);
     zhost_status *(*pre_forward)(zhost_plugin_instance *self, int32_t block);
     zhost_status *(*post_forward)(zhost_plugin_instance *self, int32_t block);
     zhost_status *(*pre_backward)(zhost_plugin_instance *self, int32_t block);
+    /* grad: the parameter's accumulated gradient (compute dtype, parameter's shape), borrowed for the call */
     zhost_status *(*grad_ready)(zhost_plugin_instance *self, uint32_t param_id, const DLTensor *grad);
     zhost_status *(*post_backward)(zhost_plugin_instance *self, int32_t block);
     zhost_status *(*backward_end)(zhost_plugin_instance *self);

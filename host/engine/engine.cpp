@@ -1,0 +1,70 @@
+// host/engine/engine.cpp: wires a checked job to a process group, plugin instances and the trainer.
+#include "host/engine/engine.hpp"
+
+#include <spdlog/spdlog.h>
+#include <torch/version.h>
+
+#include "host/core/error.hpp"
+#include "host/engine/collectives_adapter.hpp"
+#include "host/engine/stage0_partition.hpp"
+#include "host/engine/trainer.hpp"
+#include "host/launch/launcher.hpp"
+
+namespace zhost::engine {
+
+void register_builtin_plugins() { register_stage0_plugin(); }
+
+std::string build_description() {
+#if ZHOST_WITH_CUDA
+  const char* cuda = "CUDA";
+#else
+  const char* cuda = "CPU only";
+#endif
+  return fmt::format("training engine: LibTorch {} ({})", TORCH_VERSION, cuda);
+}
+
+int run_training(JobSetup& job, const launch::RankEnv& env) {
+  TrainSettings settings = read_settings(*job.config, env.world_size, env.rank);
+
+  comm::Rendezvous rendezvous;
+  rendezvous.rank = env.rank;
+  rendezvous.world_size = env.world_size;
+  rendezvous.master_addr = env.master_addr;
+  rendezvous.master_port = env.master_port ? env.master_port : launch::pick_free_port();
+  rendezvous.timeout_s = settings.comm_timeout_s;
+  comm::CommOptions options;
+  options.backend = settings.backend;
+  options.timeout_s = settings.comm_timeout_s;
+  std::unique_ptr<comm::Comm> world = comm::Comm::create(rendezvous, options);
+  job.services->set_collectives(install_collectives(*world));
+  job.services->set_default_timeout(std::chrono::milliseconds(static_cast<int64_t>(settings.comm_timeout_s * 1000)));
+
+  int exit_code = 0;
+  {
+    PluginInstances instances(*job.services);
+    instances.create_all(job.resolution, [&](const LoadedPlugin& p) { return job.plugin_config(p); });
+    const PluginInstance* partition = instances.of_kind(ZHOST_KIND_PARTITION);
+    ZHOST_ASSERT(partition != nullptr);
+
+    RunDirectory run_dir(settings.run_dir, settings.run_name, job.config->to_toml(), env.rank == 0);
+    Trainer trainer(settings, *world, *partition, run_dir);
+    if (env.rank == 0)
+      spdlog::info("training {} ({:.2f}M parameters) on {} rank(s), stage {} via '{}', {}; batch {} = micro {} x "
+                   "accumulation {} x world {}; run directory {}",
+                   settings.model.type, trainer.num_parameters() / 1e6, env.world_size, settings.zero_stage,
+                   partition->plugin->info.name, precision_name(settings.precision), settings.batch.train_batch_size,
+                   settings.batch.micro_batch_per_gpu, settings.batch.gradient_accumulation_steps, env.world_size,
+                   run_dir.path());
+    TrainResult result = trainer.run();
+    if (job.config->get_bool("run.save_final_weights")) trainer.save_weights(run_dir.path());
+    if (env.rank == 0)
+      spdlog::info("done: {} steps applied, {} skipped, final loss {:.4f}", result.applied_steps, result.skipped_steps,
+                   result.final_loss);
+  }
+  world->barrier();
+  job.services->set_collectives(nullptr);
+  uninstall_collectives();
+  return exit_code;
+}
+
+}  // namespace zhost::engine

@@ -1,0 +1,120 @@
+// host/engine/settings.cpp: config keys -> TrainSettings.
+#include "host/engine/settings.hpp"
+
+#include "host/core/error.hpp"
+
+namespace zhost::engine {
+
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+namespace {
+
+optim::ScheduleSpec read_schedule(const config::ResolvedConfig& c, int64_t steps) {
+  const std::string& type = c.get_string("scheduler.type");
+  optim::ScheduleSpec spec = optim::default_schedule_spec(type);
+  auto total = [&] { return c.get_int("scheduler.total_num_steps") > 0 ? c.get_int("scheduler.total_num_steps") : steps; };
+  auto warmup_type = [&] { return optim::parse_warmup_type(c.get_string("scheduler.warmup_type")); };
+  if (auto* warmup = std::get_if<optim::WarmupLrSpec>(&spec)) {
+    warmup->warmup_min_lr = c.get_float("scheduler.warmup_min_lr");
+    warmup->warmup_max_lr = c.get_float("scheduler.warmup_max_lr");
+    warmup->warmup_num_steps = c.get_int("scheduler.warmup_num_steps");
+    warmup->warmup_type = warmup_type();
+  } else if (auto* decay = std::get_if<optim::WarmupDecayLrSpec>(&spec)) {
+    decay->total_num_steps = total();
+    decay->warmup_min_lr = c.get_float("scheduler.warmup_min_lr");
+    decay->warmup_max_lr = c.get_float("scheduler.warmup_max_lr");
+    decay->warmup_num_steps = c.get_int("scheduler.warmup_num_steps");
+    decay->warmup_type = warmup_type();
+  } else if (auto* cosine = std::get_if<optim::WarmupCosineLrSpec>(&spec)) {
+    cosine->total_num_steps = total();
+    cosine->warmup_min_ratio = c.get_float("scheduler.warmup_min_ratio");
+    cosine->warmup_num_steps = c.get_int("scheduler.warmup_num_steps");
+    cosine->cos_min_ratio = c.get_float("scheduler.cos_min_ratio");
+    cosine->warmup_type = warmup_type();
+  } else if (auto* cycle = std::get_if<optim::OneCycleSpec>(&spec)) {
+    cycle->cycle_min_lr = c.get_float("scheduler.cycle_min_lr");
+    cycle->cycle_max_lr = c.get_float("scheduler.cycle_max_lr");
+    cycle->cycle_first_step_size = c.get_int("scheduler.cycle_first_step_size");
+    if (c.get_int("scheduler.cycle_second_step_size") > 0)
+      cycle->cycle_second_step_size = c.get_int("scheduler.cycle_second_step_size");
+    cycle->cycle_first_stair_count = c.get_int("scheduler.cycle_first_stair_count");
+    cycle->cycle_second_stair_count = c.get_int("scheduler.cycle_second_stair_count");
+    cycle->decay_step_size = c.get_int("scheduler.decay_step_size");
+    cycle->decay_lr_rate = c.get_float("scheduler.decay_lr_rate");
+  }
+  return spec;
+}
+
+}  // namespace
+
+TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int rank) {
+  TrainSettings s;
+  s.batch = config::resolve_batch_sizes(c.get_optional_int("train_batch_size"),
+                                        c.get_optional_int("train_micro_batch_size_per_gpu"),
+                                        c.get_optional_int("gradient_accumulation_steps"), world_size);
+  s.steps = c.get_int("steps");
+  s.seed = static_cast<uint64_t>(c.get_int("seed"));
+  s.steps_per_print = c.get_int("steps_per_print");
+  s.gradient_clipping = c.get_float("gradient_clipping");
+  s.wall_clock_breakdown = c.get_bool("wall_clock_breakdown");
+  s.activation_checkpointing = c.get_bool("activation_checkpointing.enabled");
+
+  s.model.type = c.get_string("model.type");
+  s.model.layers = c.get_int("model.layers");
+  s.model.heads = c.get_int("model.heads");
+  s.model.kv_heads = c.get_int("model.kv_heads");
+  s.model.width = c.get_int("model.width");
+  s.model.ffn_width = c.get_int("model.ffn_width");
+  s.model.vocab = c.get_int("model.vocab");
+  s.model.seq_len = c.get_int("model.seq_len");
+  s.model.init_std = c.get_float("model.init_std");
+  s.model.seed = s.seed;
+
+  s.data.source = c.get_string("data.type");
+  s.data.path = c.get_string("data.path");
+  s.data.token_dtype = c.get_string("data.token_dtype");
+  s.data.vocab = s.model.vocab;
+  s.data.seq_len = s.model.seq_len;
+  s.data.micro_batch = s.batch.micro_batch_per_gpu;
+  s.data.world_size = world_size;
+  s.data.rank = rank;
+  s.data.seed = s.seed;
+
+  s.optimizer = optim::OptimizerSpec::defaults(optim::parse_optimizer_kind(c.get_string("optimizer.type"), c.get_bool("optimizer.adam_w_mode")));
+  s.optimizer.lr = c.get_float("optimizer.lr");
+  const auto& betas = c.get_float_list("optimizer.betas");
+  if (betas.size() != 2) fail_usage("{} optimizer.betas must hold two numbers, got {}", c.location("optimizer.betas"), betas.size());
+  s.optimizer.beta1 = betas[0];
+  s.optimizer.beta2 = betas[1];
+  s.optimizer.eps = c.get_float("optimizer.eps");
+  s.optimizer.weight_decay = c.get_float("optimizer.weight_decay");
+  s.optimizer.momentum = c.get_float("optimizer.momentum");
+  s.schedule = read_schedule(c, s.steps);
+
+  if (c.get_bool("bf16.enabled")) s.precision = Precision::kBf16;
+  if (c.get_bool("fp16.enabled")) {
+    s.precision = Precision::kFp16;
+    s.loss_scale.loss_scale = c.get_float("fp16.loss_scale");
+    s.loss_scale.initial_scale_power = static_cast<int>(c.get_int("fp16.initial_scale_power"));
+    s.loss_scale.loss_scale_window = c.get_int("fp16.loss_scale_window");
+    s.loss_scale.hysteresis = c.get_int("fp16.hysteresis");
+    s.loss_scale.consecutive_hysteresis = c.get_bool("fp16.consecutive_hysteresis");
+    s.loss_scale.min_loss_scale = c.get_float("fp16.min_loss_scale");
+  }
+  s.backend = comm::parse_backend(c.get_string("comm.backend"));
+  s.comm_timeout_s = c.get_float("comm.timeout_s");
+  s.device = c.get_string("run.device");
+  s.run_dir = c.get_string("run.dir");
+  s.run_name = c.get_string("run.name");
+  s.zero_stage = c.get_int("zero.stage");
+  return s;
+}
+
+}  // namespace zhost::engine

@@ -1,0 +1,48 @@
+// host/engine/settings.hpp: the training settings of one rank, read from the validated config: batch
+// arithmetic resolved for the world size, the model, data, optimizer, schedule and precision specs.
+// Keeping this typed struct between config and engine means the engine never looks keys up by name.
+#pragma once
+
+#include <string>
+
+#include "host/comm/comm.hpp"
+#include "host/config/batch.hpp"
+#include "host/config/resolved.hpp"
+#include "host/data/data.hpp"
+#include "host/model/model.hpp"
+#include "host/optim/loss_scaler.hpp"
+#include "host/optim/optimizer.hpp"
+#include "host/optim/schedule.hpp"
+
+namespace zhost::engine {
+
+enum class Precision { kFp32, kBf16, kFp16 };
+const char* precision_name(Precision precision);
+
+struct TrainSettings {
+  config::BatchSizes batch;
+  int64_t steps = 0;
+  uint64_t seed = 0;
+  int64_t steps_per_print = 10;
+  double gradient_clipping = 0;
+  bool wall_clock_breakdown = false;
+  bool activation_checkpointing = false;
+  model::ModelSpec model;
+  data::DataSpec data;
+  optim::OptimizerSpec optimizer;
+  optim::ScheduleSpec schedule;
+  Precision precision = Precision::kFp32;
+  optim::LossScaleSpec loss_scale;  // fp16 only
+  comm::Backend backend = comm::Backend::kAuto;
+  double comm_timeout_s = 300;
+  std::string device = "auto";
+  std::string run_dir;
+  std::string run_name;
+  int64_t zero_stage = 0;
+};
+
+// Throws UsageError for combinations the config alone cannot reject (e.g. batch sizes that do not fit
+// the world size).
+TrainSettings read_settings(const config::ResolvedConfig& config, int world_size, int rank);
+
+}  // namespace zhost::engine

@@ -1,0 +1,200 @@
+// host/engine/stage0_partition.cpp: data-parallel stage 0 behind the partition ABI.
+//
+// Every rank holds the whole model, fp32 master weights (the parameters themselves in fp32 training) and
+// the optimizer state: 16Ψ bytes in mixed precision, as the ZeRO paper's baseline. Gradients are
+// all-reduced in fp32 buckets of zero.reduce_bucket_size elements, each launched as soon as it fills
+// during the boundary micro-batch's backward (overlapping the rest of backward); backward_end() waits
+// for them. Buckets are filled in gradient-ready order, which autograd makes identical on every rank.
+#include "host/engine/stage0_partition.hpp"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros_like.h>
+
+#include <cmath>
+#include <vector>
+
+#include "host/engine/dlpack_bridge.hpp"
+#include "host/optim/optimizer.hpp"
+#include "host/optim/tensor_numerics.hpp"
+#include "host/plugins/loader.hpp"
+#include "zhost/cpp/plugin.hpp"
+
+namespace zhost::engine {
+namespace {
+
+using sdk::PluginError;
+
+optim::OptimizerSpec optimizer_spec(const zhost_optimizer_desc& d) {
+  optim::OptimizerSpec spec;
+  switch (d.kind) {
+    case ZHOST_OPTIMIZER_ADAMW: spec.kind = optim::OptimizerKind::kAdamW; break;
+    case ZHOST_OPTIMIZER_ADAM: spec.kind = optim::OptimizerKind::kAdam; break;
+    case ZHOST_OPTIMIZER_SGD: spec.kind = optim::OptimizerKind::kSgd; break;
+    case ZHOST_OPTIMIZER_LION: spec.kind = optim::OptimizerKind::kLion; break;
+    default: throw PluginError(ZHOST_ERR_UNSUPPORTED, "stage0: unknown optimizer kind");
+  }
+  spec.beta1 = d.beta1;
+  spec.beta2 = d.beta2;
+  spec.eps = d.eps;
+  spec.weight_decay = d.weight_decay;
+  spec.momentum = d.momentum;
+  spec.bias_correction = d.bias_correction != 0;
+  return spec;
+}
+
+class DataParallel {
+ public:
+  explicit DataParallel(const sdk::Host& host)
+      : host_(host), bucket_elements_(host.config_int("zero.reduce_bucket_size")) {}
+
+  ~DataParallel() {
+    // Never leave a collective in flight behind us.
+    for (auto& bucket : buckets_)
+      if (bucket.work) host_.services()->collectives->wait(host_.context(), bucket.work);
+  }
+
+  void setup(const zhost_partition_setup& setup) {
+    params_.clear();
+    for (size_t i = 0; i < setup.num_params; ++i) {
+      Param p;
+      p.model = tensor_view(setup.params[i].tensor);
+      p.master = p.model.scalar_type() == at::kFloat ? p.model : p.model.to(at::kFloat).clone();
+      params_.push_back(std::move(p));
+    }
+    optimizer_ = optim::make_optimizer(optimizer_spec(setup.optimizer));
+    world_size_ = host_.collectives().world_size(host_.context(), nullptr);
+  }
+
+  void begin_micro_batch(const zhost_micro_batch_args& args) { boundary_ = args.is_boundary != 0; }
+
+  // Outside the boundary micro-batch, gradients just accumulate in the parameters' .grad.
+  void grad_ready(uint32_t id, const DLTensor& grad_view) {
+    if (!boundary_) return;
+    at::Tensor grad = tensor_view(grad_view);
+    int64_t n = grad.numel();
+    if (buckets_.empty() || buckets_.back().used + n > buckets_.back().flat.numel()) {
+      if (!buckets_.empty()) launch(buckets_.back());
+      buckets_.push_back(Bucket{at::empty({std::max(bucket_elements_, n)}, grad.options().dtype(at::kFloat)), 0, nullptr});
+    }
+    Bucket& bucket = buckets_.back();
+    at::Tensor slot = bucket.flat.narrow(0, bucket.used, n);
+    slot.copy_(grad.reshape({n}));
+    params_[id].reduced_grad = slot.view(grad.sizes());
+    bucket.used += n;
+  }
+
+  void backward_end() {
+    if (!boundary_ || buckets_.empty()) return;
+    launch(buckets_.back());
+    for (auto& bucket : buckets_) {
+      zhost_work* work = bucket.work;
+      bucket.work = nullptr;
+      host_.check(host_.services()->collectives->wait(host_.context(), work));
+    }
+  }
+
+  void step(zhost_step_args& args) {
+    std::vector<at::Tensor> grads;
+    for (auto& p : params_) {
+      if (!p.reduced_grad.defined())  // unused parameter: its gradient is zero on every rank
+        p.reduced_grad = at::zeros_like(p.master);
+      grads.push_back(p.reduced_grad);
+    }
+    // The buckets hold sums over ranks of scaled gradients: average and unscale in one multiply.
+    optim::scale_in_place(grads, 1.0 / (world_size_ * args.loss_scale));
+    double norm = optim::global_grad_norm(grads);  // identical on every rank: the gradients are
+    args.grad_norm = norm;                          // all-reduced, so the overflow decision is too
+    args.overflow = std::isfinite(norm) ? 0 : 1;
+    if (!args.overflow) {
+      double coefficient = optim::clip_coefficient(norm, args.clip_norm);
+      if (coefficient < 1) optim::scale_in_place(grads, coefficient);
+      for (auto& p : params_) {
+        optimizer_->step(p.master, p.reduced_grad, p.state, args.applied_steps + 1, args.lr);
+        if (!p.master.is_same(p.model)) optim::copy_master_to_model(p.model, p.master);
+      }
+    }
+    for (auto& p : params_) p.reduced_grad = at::Tensor();
+    buckets_.clear();
+  }
+
+ private:
+  struct Param {
+    at::Tensor model;         // the parameter (compute dtype), a view of the host's storage
+    at::Tensor master;        // fp32 master (== model in fp32 training)
+    at::Tensor reduced_grad;  // fp32 view into a bucket, valid from backward_end to step
+    optim::OptimizerState state;
+  };
+  struct Bucket {
+    at::Tensor flat;
+    int64_t used;
+    zhost_work* work;
+  };
+
+  void launch(Bucket& bucket) {
+    at::Tensor filled = bucket.flat.narrow(0, 0, bucket.used);
+    DLTensor view = dl_view(filled);
+    zhost_collective_args args{};
+    args.struct_size = sizeof(args);
+    args.recv = &view;
+    args.op = ZHOST_REDUCE_SUM;
+    args.intent = ZHOST_INTENT_GRAD_REDUCE;
+    args.block = -1;
+    args.flags = ZHOST_COLLECTIVE_ASYNC;
+    host_.check(host_.collectives().all_reduce(host_.context(), &args));
+    bucket.work = args.work;
+  }
+
+  sdk::Host host_;
+  int64_t bucket_elements_;
+  int world_size_ = 1;
+  bool boundary_ = true;
+  std::vector<Param> params_;
+  std::vector<Bucket> buckets_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+using Instance = sdk::InstanceOf<DataParallel>;
+
+DataParallel& self(zhost_plugin_instance* instance) { return Instance::self(instance); }
+
+const zhost_partition_api kPartition = {
+    sizeof(zhost_partition_api),
+    nullptr,
+    [](zhost_plugin_instance* s, const zhost_partition_setup* setup) {
+      return sdk::guard([&] { self(s).setup(*setup); });
+    },
+    [](zhost_plugin_instance* s, const zhost_micro_batch_args* args) {
+      return sdk::guard([&] { self(s).begin_micro_batch(*args); });
+    },
+    [](zhost_plugin_instance*, int32_t) -> zhost_status* { return nullptr; },  // pre_forward
+    [](zhost_plugin_instance*, int32_t) -> zhost_status* { return nullptr; },  // post_forward
+    [](zhost_plugin_instance*, int32_t) -> zhost_status* { return nullptr; },  // pre_backward
+    [](zhost_plugin_instance* s, uint32_t id, const DLTensor* grad) {
+      return sdk::guard([&] { self(s).grad_ready(id, *grad); });
+    },
+    [](zhost_plugin_instance*, int32_t) -> zhost_status* { return nullptr; },  // post_backward
+    [](zhost_plugin_instance* s) { return sdk::guard([&] { self(s).backward_end(); }); },
+    [](zhost_plugin_instance* s, zhost_step_args* args) { return sdk::guard([&] { self(s).step(*args); }); },
+};
+
+const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr, Instance::create, Instance::destroy,
+                               &kPartition, nullptr, nullptr};
+
+const zhost_plugin_descriptor* describe() {
+  static sdk::DescriptorBuilder builder("stage0", "0.1.0", ZHOST_KIND_PARTITION);
+  builder.summary("data parallelism (the host's own): whole model states on every rank, bucketed all-reduce")
+      .provides({"partition:stage0"})
+      .config_int("zero.reduce_bucket_size", 500000000, "elements per gradient all-reduce bucket", 1, 1e15);
+  return builder.build();
+}
+
+zhost_status* entry(zhost_negotiation* io) {
+  static const zhost_plugin_descriptor* descriptor = describe();
+  return sdk::negotiate_v0(io, descriptor, &kApi);
+}
+
+}  // namespace
+
+void register_stage0_plugin() { register_builtin_plugin("stage0", entry); }
+
+}  // namespace zhost::engine

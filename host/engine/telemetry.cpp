@@ -1,0 +1,116 @@
+// host/engine/telemetry.cpp: run directory, metrics.jsonl records, console lines, memory readings.
+#include "host/engine/telemetry.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "host/core/error.hpp"
+
+#if ZHOST_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace zhost::engine {
+namespace fs = std::filesystem;
+
+MemoryUsage current_memory() {
+  MemoryUsage usage;
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    double kb = 0;
+    if (key == "VmRSS:" && status >> kb) usage.rss_mb = kb / 1024;
+    else if (key == "VmHWM:" && status >> kb) usage.peak_rss_mb = kb / 1024;
+    status.ignore(1 << 12, '\n');
+  }
+#if ZHOST_WITH_CUDA
+  if (c10::cuda::device_count() > 0) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+    constexpr size_t kAll = 0;  // StatType::AGGREGATE
+    usage.cuda_allocated_mb = stats.allocated_bytes[kAll].current / 1048576.0;
+    usage.cuda_peak_mb = stats.allocated_bytes[kAll].peak / 1048576.0;
+    usage.cuda_reserved_mb = stats.reserved_bytes[kAll].current / 1048576.0;
+  }
+#endif
+  return usage;
+}
+
+namespace {
+
+std::string timestamp_name() {
+  std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y%m%d-%H%M%S", std::localtime(&now));
+  return text;
+}
+
+}  // namespace
+
+RunDirectory::RunDirectory(const std::string& dir, const std::string& name, const std::string& resolved_config,
+                           bool writer)
+    : writer_(writer) {
+  path_ = (fs::path(dir) / (name.empty() ? timestamp_name() : name)).string();
+  if (!writer_) return;
+  std::error_code ec;
+  fs::create_directories(path_, ec);
+  if (ec) fail_usage("cannot create the run directory {}: {}; set run.dir to a writable folder", path_, ec.message());
+  std::ofstream(fs::path(path_) / "config.toml") << resolved_config;
+  metrics_.open(fs::path(path_) / "metrics.jsonl", std::ios::trunc);
+  if (!metrics_) fail("cannot write {}/metrics.jsonl", path_);
+}
+
+void RunDirectory::append_metrics(const StepRecord& r) {
+  if (!writer_) return;
+  nlohmann::json j{{"step", r.step},
+                   {"applied_steps", r.applied_steps},
+                   {"loss", r.loss},
+                   {"lr", r.lr},
+                   {"loss_scale", r.loss_scale},
+                   {"grad_norm", r.grad_norm},
+                   {"skipped", r.skipped},
+                   {"samples_per_s", r.samples_per_s},
+                   {"tokens_per_s", r.tokens_per_s},
+                   {"tflops", r.tflops},
+                   {"forward_ms", r.forward_ms},
+                   {"backward_ms", r.backward_ms},
+                   {"reduction_ms", r.reduction_ms},
+                   {"step_ms", r.step_ms},
+                   {"comm_bytes_sent", r.comm_bytes_sent},
+                   {"comm_bytes_received", r.comm_bytes_received},
+                   {"rss_mb", r.memory.rss_mb},
+                   {"peak_rss_mb", r.memory.peak_rss_mb}};
+  if (r.memory.cuda_allocated_mb) {
+    j["cuda_allocated_mb"] = *r.memory.cuda_allocated_mb;
+    j["cuda_peak_mb"] = *r.memory.cuda_peak_mb;
+    j["cuda_reserved_mb"] = *r.memory.cuda_reserved_mb;
+  }
+  // JSON has no NaN/inf: an overflowing step's norm is written as null.
+  if (!std::isfinite(r.grad_norm)) j["grad_norm"] = nullptr;
+  if (!std::isfinite(r.loss)) j["loss"] = nullptr;
+  metrics_ << j.dump() << "\n";
+  metrics_.flush();
+  if (!metrics_) fail("cannot append to {}/metrics.jsonl (disk full?)", path_);
+}
+
+std::string format_step_line(const StepRecord& r, int64_t total_steps, bool breakdown) {
+  std::string line = fmt::format("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}", r.step, total_steps, r.loss, r.lr,
+                                 r.grad_norm);
+  if (r.loss_scale != 1) line += fmt::format(" loss_scale {:g}", r.loss_scale);
+  if (r.skipped) line += " (skipped: overflow)";
+  line += fmt::format(" | {:.1f} samples/s {:.0f} tokens/s {:.3f} TFLOP/s | rss {:.0f} MB peak {:.0f} MB",
+                      r.samples_per_s, r.tokens_per_s, r.tflops, r.memory.rss_mb, r.memory.peak_rss_mb);
+  if (r.memory.cuda_allocated_mb)
+    line += fmt::format(" | cuda alloc {:.0f} MB peak {:.0f} MB reserved {:.0f} MB", *r.memory.cuda_allocated_mb,
+                        *r.memory.cuda_peak_mb, *r.memory.cuda_reserved_mb);
+  if (breakdown)
+    line += fmt::format(" | fwd {:.1f} bwd {:.1f} reduce {:.1f} step {:.1f} ms", r.forward_ms, r.backward_ms,
+                        r.reduction_ms, r.step_ms);
+  return line;
+}
+
+}  // namespace zhost::engine

@@ -1,0 +1,425 @@
+// host/engine/trainer.cpp: forward block by block, backward with hooks, the step, telemetry.
+#include "host/engine/trainer.hpp"
+
+#include <ATen/ops/mul.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/tensor.h>
+#include <c10/core/GradMode.h>
+#include <spdlog/spdlog.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "host/core/error.hpp"
+#include "host/engine/dlpack_bridge.hpp"
+#include "host/services/host_services.hpp"
+#include "zhost/partition.h"
+
+#if ZHOST_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace zhost::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+at::Device choose_device(const std::string& wanted, int local_rank) {
+#if ZHOST_WITH_CUDA
+  bool have_cuda = c10::cuda::device_count() > 0;
+#else
+  bool have_cuda = false;
+#endif
+  if (wanted == "cuda" && !have_cuda)
+    fail_usage("run.device = \"cuda\" but this zhost build or machine has no CUDA device; use \"auto\" or \"cpu\"");
+  if (wanted == "cpu" || !have_cuda) return at::kCPU;
+#if ZHOST_WITH_CUDA
+  int device = local_rank % c10::cuda::device_count();
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device));
+#else
+  return at::kCPU;
+#endif
+}
+
+at::ScalarType compute_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16: return at::kBFloat16;
+    case Precision::kFp16: return at::kHalf;
+    default: return at::kFloat;
+  }
+}
+
+zhost_optimizer_desc optimizer_desc(const optim::OptimizerSpec& spec) {
+  zhost_optimizer_desc d{};
+  d.struct_size = sizeof(d);
+  switch (spec.kind) {
+    case optim::OptimizerKind::kAdamW: d.kind = ZHOST_OPTIMIZER_ADAMW; break;
+    case optim::OptimizerKind::kAdam: d.kind = ZHOST_OPTIMIZER_ADAM; break;
+    case optim::OptimizerKind::kSgd: d.kind = ZHOST_OPTIMIZER_SGD; break;
+    case optim::OptimizerKind::kLion: d.kind = ZHOST_OPTIMIZER_LION; break;
+  }
+  d.beta1 = spec.beta1;
+  d.beta2 = spec.beta2;
+  d.eps = spec.eps;
+  d.weight_decay = spec.weight_decay;
+  d.momentum = spec.momentum;
+  d.bias_correction = spec.bias_correction ? 1 : 0;
+  return d;
+}
+
+// Milliseconds spent in each phase, summed since the last printed record.
+struct Timing {
+  double forward = 0, backward = 0, reduction = 0, step = 0;
+  int64_t micro_batches = 0, steps = 0;
+};
+
+// Activation checkpointing of one block: forward without keeping activations, recompute in backward.
+// The recompute runs a nested backward (as PyTorch's reentrant checkpoint does), so the parameters'
+// gradient hooks fire there exactly as without checkpointing.
+struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const model::Model* model,
+                            int64_t block) {
+    ctx->saved_data["block"] = block;
+    ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
+    ctx->save_for_backward({x});
+    return model->forward_block(static_cast<size_t>(block), x);  // autograd runs this without grad
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_output) {
+    const auto* model = reinterpret_cast<const model::Model*>(ctx->saved_data["model"].toInt());
+    auto block = static_cast<size_t>(ctx->saved_data["block"].toInt());
+    at::Tensor input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    at::Tensor output;
+    {
+      at::AutoGradMode enable_grad(true);
+      output = model->forward_block(block, input);
+    }
+    torch::autograd::backward({output}, {grad_output[0]});
+    return {input.grad(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+struct Trainer::Impl {
+  const TrainSettings& settings;
+  comm::Comm& world;
+  const PluginInstance& partition;
+  const zhost_partition_api& api;
+  RunDirectory& run_dir;
+  at::Device device = at::kCPU;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<data::DataLoader> loader;
+  std::unique_ptr<optim::LrSchedule> schedule;
+  optim::LossScaler scaler = optim::LossScaler::none();
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;  // keep the hooked nodes alive
+  std::vector<std::vector<int32_t>> blocks_using_param;
+  std::vector<int32_t> pending_grads_per_block;
+  std::string hook_error;  // first failure inside an autograd hook; raised after backward
+
+  Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r)
+      : settings(s), world(w), partition(p), api(*p.plugin->api->partition), run_dir(r) {}
+
+  // A partition call outside autograd: failure is thrown at once.
+  void call(zhost_status* status, const char* hook) {
+    HostServices::throw_if_error(status, fmt::format("partition plugin '{}' {}", partition.plugin->info.name, hook));
+  }
+  // A partition call inside an autograd hook: failure is remembered and raised after backward, so that
+  // the error keeps its own words instead of autograd's wrapping.
+  void call_in_hook(zhost_status* status, const char* hook) {
+    if (!status) return;
+    if (hook_error.empty()) {
+      try {
+        call(status, hook);
+      } catch (const Error& e) {
+        hook_error = e.what();
+      }
+    } else {
+      delete_status(status);
+    }
+  }
+  static void delete_status(zhost_status* status) {
+    try {
+      HostServices::throw_if_error(status, "");
+    } catch (const Error&) {
+    }
+  }
+
+  void build() {
+    device = choose_device(settings.device, 0);
+    model = model::make_model(settings.model, device, compute_dtype(settings.precision));
+    loader = std::make_unique<data::DataLoader>(settings.data);
+    schedule = optim::make_schedule(settings.schedule, settings.optimizer.lr);
+    if (settings.precision == Precision::kFp16) scaler = optim::LossScaler(settings.loss_scale);
+    check_registry_agrees_across_ranks();
+    setup_partition();
+    install_grad_hooks();
+  }
+
+  // Identical parameter ids, names, shapes and dtypes on every rank are part of the partition contract.
+  void check_registry_agrees_across_ranks() {
+    XXH64_state_t* state = XXH64_createState();
+    XXH64_reset(state, 0);
+    for (const auto& p : model->parameters()) {
+      XXH64_update(state, p.name.data(), p.name.size());
+      XXH64_update(state, p.tensor.sizes().data(), p.tensor.dim() * sizeof(int64_t));
+    }
+    uint64_t mine = XXH64_digest(state);
+    XXH64_freeState(state);
+    at::Tensor all = at::zeros({world.world_size()}, at::kLong);
+    at::Tensor own = at::tensor({static_cast<int64_t>(mine)}, at::kLong);
+    world.all_gather(own, all);
+    for (int r = 0; r < world.world_size(); ++r)
+      if (all[r].item<int64_t>() != static_cast<int64_t>(mine))
+        fail_usage("rank {} built a different model than rank {} (parameter names or shapes differ): every rank must "
+                   "run the same config", r, world.rank());
+  }
+
+  void setup_partition() {
+    const auto& params = model->parameters();
+    std::vector<zhost_param_info> infos(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      infos[i].struct_size = sizeof(zhost_param_info);
+      infos[i].id = static_cast<uint32_t>(i);
+      infos[i].name = params[i].name.c_str();
+      infos[i].block = params[i].block;
+      infos[i].tensor = dl_view(params[i].tensor);
+    }
+    const auto& used = model->params_used_by_block();
+    std::vector<uint32_t> ids;
+    std::vector<size_t> offsets{0};
+    blocks_using_param.assign(params.size(), {});
+    for (size_t b = 0; b < used.size(); ++b) {
+      for (size_t id : used[b]) {
+        ids.push_back(static_cast<uint32_t>(id));
+        blocks_using_param[id].push_back(static_cast<int32_t>(b));
+      }
+      offsets.push_back(ids.size());
+    }
+    zhost_partition_setup setup{};
+    setup.struct_size = sizeof(setup);
+    setup.params = infos.data();
+    setup.num_params = infos.size();
+    setup.num_blocks = static_cast<int32_t>(used.size());
+    setup.block_param_ids = ids.data();
+    setup.block_param_offsets = offsets.data();
+    setup.optimizer = optimizer_desc(settings.optimizer);
+    setup.master_dtype = dl_dtype(at::kFloat);
+    setup.gradient_accumulation_steps = static_cast<int32_t>(settings.batch.gradient_accumulation_steps);
+    call(api.setup(partition.instance, &setup), "setup");
+  }
+
+  // Runs after autograd accumulated a parameter's gradient into .grad (a post hook on AccumulateGrad).
+  struct GradReadyHook : torch::autograd::FunctionPostHook {
+    GradReadyHook(Impl* impl, size_t id) : impl(impl), id(id) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list&) override {
+      impl->on_grad_ready(id);
+      return outputs;
+    }
+    Impl* impl;
+    size_t id;
+  };
+
+  void install_grad_hooks() {
+    const auto& params = model->parameters();
+    for (size_t id = 0; id < params.size(); ++id) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(params[id].tensor);
+      accumulator->add_post_hook(std::make_unique<GradReadyHook>(this, id));
+      grad_accumulators.push_back(std::move(accumulator));
+    }
+  }
+
+  void on_grad_ready(size_t id) {
+    if (!hook_error.empty()) return;
+    const at::Tensor& grad = model->parameters()[id].tensor.grad();
+    DLTensor view = dl_view(grad);
+    call_in_hook(api.grad_ready(partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
+    for (int32_t block : blocks_using_param[id])
+      if (--pending_grads_per_block[block] == 0)
+        call_in_hook(api.post_backward(partition.instance, block), "post_backward");
+  }
+
+  void reset_pending_grads() {
+    const auto& used = model->params_used_by_block();
+    pending_grads_per_block.resize(used.size());
+    for (size_t b = 0; b < used.size(); ++b) pending_grads_per_block[b] = static_cast<int32_t>(used[b].size());
+  }
+
+  at::Tensor forward(const at::Tensor& tokens) {
+    at::Tensor x = tokens;
+    const size_t last_layer = model->num_blocks() - 2;
+    for (size_t b = 0; b < model->num_blocks(); ++b) {
+      auto block = static_cast<int32_t>(b);
+      call(api.pre_forward(partition.instance, block), "pre_forward");
+      bool checkpoint = settings.activation_checkpointing && b >= 1 && b <= last_layer;
+      x = checkpoint ? CheckpointedBlock::apply(x, model.get(), static_cast<int64_t>(b)) : model->forward_block(b, x);
+      if (x.requires_grad())
+        x.register_hook([this, block](const at::Tensor&) {
+          if (hook_error.empty()) call_in_hook(api.pre_backward(partition.instance, block), "pre_backward");
+        });
+      call(api.post_forward(partition.instance, block), "post_forward");
+    }
+    return x;
+  }
+
+  // One micro-batch's forward and backward; returns its (unscaled) loss.
+  double micro_batch(int64_t step, int32_t micro_step, Timing& timing) {
+    const int64_t gas = settings.batch.gradient_accumulation_steps;
+    zhost_micro_batch_args args{sizeof(args), nullptr, step, micro_step, micro_step == gas - 1 ? 1 : 0};
+    call(api.begin_micro_batch(partition.instance, &args), "begin_micro_batch");
+    data::Batch batch = loader->next(step - 1, micro_step);
+    at::Tensor tokens = batch.tokens.to(device), targets = batch.targets.to(device);
+    reset_pending_grads();
+
+    auto start = Clock::now();
+    at::Tensor loss = model->loss(forward(tokens), targets);
+    sync_for_timing();
+    timing.forward += ms_since(start);
+
+    start = Clock::now();
+    loss.mul(scaler.scale() / static_cast<double>(gas)).backward();
+    if (!hook_error.empty()) throw Error(hook_error);
+    sync_for_timing();
+    timing.backward += ms_since(start);
+
+    start = Clock::now();
+    call(api.backward_end(partition.instance), "backward_end");
+    timing.reduction += ms_since(start);
+    ++timing.micro_batches;
+    return loss.item<double>();
+  }
+
+  // One optimizer step: the micro-batches, then the partition's step. Returns the local mean loss.
+  StepRecord train_step(int64_t step, int64_t& applied, Timing& timing) {
+    world.begin_step(step);
+    double loss_sum = 0;
+    const int64_t gas = settings.batch.gradient_accumulation_steps;
+    for (int32_t micro = 0; micro < gas; ++micro) loss_sum += micro_batch(step, micro, timing);
+
+    zhost_step_args args{};
+    args.struct_size = sizeof(args);
+    args.step = step;
+    args.applied_steps = applied;
+    args.lr = schedule->lr_for_step(applied + 1);
+    args.loss_scale = scaler.scale();
+    args.clip_norm = settings.gradient_clipping;
+    auto start = Clock::now();
+    call(api.step(partition.instance, &args), "step");
+    sync_for_timing();
+    timing.step += ms_since(start);
+    ++timing.steps;
+
+    StepRecord record;
+    record.step = step;
+    record.lr = args.lr;
+    record.loss_scale = args.loss_scale;
+    record.grad_norm = args.grad_norm;
+    record.skipped = scaler.update(args.overflow != 0);
+    if (!args.overflow) ++applied;
+    if (record.skipped)
+      spdlog::warn("step {} skipped: gradient overflow (inf/nan){}", step,
+                   scaler.dynamic() ? fmt::format("; loss scale now {:g}", scaler.scale()) : "");
+    record.applied_steps = applied;
+    record.loss = loss_sum / static_cast<double>(gas);
+    for (const auto& p : model->parameters()) p.tensor.mutable_grad() = at::Tensor();
+    comm::CommCounters counters = world.end_step();
+    record.comm_bytes_sent = counters.total().bytes_sent;
+    record.comm_bytes_received = counters.total().bytes_received;
+    return record;
+  }
+
+  void sync_for_timing() const {
+#if ZHOST_WITH_CUDA
+    if (settings.wall_clock_breakdown && device.is_cuda()) c10::cuda::device_synchronize();
+#endif
+  }
+};
+
+Trainer::Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition, RunDirectory& run_dir)
+    : impl_(std::make_unique<Impl>(settings, world, partition, run_dir)) {
+  impl_->build();
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::num_parameters() const { return impl_->model->num_parameters(); }
+
+TrainResult Trainer::run() {
+  Impl& t = *impl_;
+  const TrainSettings& s = t.settings;
+  TrainResult result;
+  Timing timing;
+  int64_t applied = 0;
+  double loss_sum = 0;
+  int64_t loss_count = 0;
+  auto window_start = Clock::now();
+  int64_t window_steps = 0;
+  for (int64_t step = 1; step <= s.steps; ++step) {
+    StepRecord record = t.train_step(step, applied, timing);
+    loss_sum += record.loss;
+    ++loss_count;
+    ++window_steps;
+    if (record.skipped) ++result.skipped_steps;
+    if (step % s.steps_per_print != 0 && step != s.steps) continue;
+
+    // The printed loss is the mean over ranks and steps since the last print (one small all-reduce).
+    at::Tensor totals = at::tensor({loss_sum, static_cast<double>(loss_count)}, at::kDouble);
+    t.world.all_reduce(totals);
+    record.loss = totals[0].item<double>() / totals[1].item<double>();
+    double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+    double samples = static_cast<double>(s.batch.train_batch_size * window_steps);
+    record.samples_per_s = samples / seconds;
+    record.tokens_per_s = record.samples_per_s * static_cast<double>(s.model.seq_len);
+    record.tflops = t.model->flops_per_token() * record.tokens_per_s / 1e12;
+    double micro = std::max<int64_t>(timing.micro_batches, 1), steps = std::max<int64_t>(timing.steps, 1);
+    record.forward_ms = timing.forward / micro;
+    record.backward_ms = timing.backward / micro;
+    record.reduction_ms = timing.reduction / micro;
+    record.step_ms = timing.step / steps;
+    record.memory = current_memory();
+    if (t.world.rank() == 0) {
+      spdlog::info("{}", format_step_line(record, s.steps, s.wall_clock_breakdown));
+      t.run_dir.append_metrics(record);
+    }
+    result.records.push_back(record);
+    loss_sum = 0;
+    loss_count = 0;
+    window_steps = 0;
+    timing = Timing{};
+    window_start = Clock::now();
+  }
+  result.applied_steps = applied;
+  result.final_loss = result.records.empty() ? 0 : result.records.back().loss;
+  return result;
+}
+
+void Trainer::save_weights(const std::string& dir) const {
+  if (impl_->world.rank() != 0) return;
+  namespace fs = std::filesystem;
+  std::ofstream data(fs::path(dir) / "weights.bin", std::ios::binary | std::ios::trunc);
+  nlohmann::json index = nlohmann::json::array();
+  int64_t offset = 0;
+  for (const auto& p : impl_->model->parameters()) {
+    at::Tensor values = p.tensor.detach().to(at::kCPU, at::kFloat).contiguous();
+    data.write(static_cast<const char*>(values.data_ptr()), values.numel() * sizeof(float));
+    index.push_back({{"name", p.name}, {"shape", p.tensor.sizes().vec()}, {"offset", offset}, {"numel", values.numel()}});
+    offset += values.numel();
+  }
+  data.flush();
+  if (!data) fail("cannot write {}/weights.bin (disk full?)", dir);
+  std::ofstream(fs::path(dir) / "weights.json") << index.dump(1) << "\n";
+}
+
+}  // namespace zhost::engine

@@ -1,0 +1,40 @@
+// host/engine/trainer.hpp: the training loop of one rank. It runs the model block by block and drives
+// the partition contract (zhost/partition.h) through whichever partition instance the config chose: the
+// host's own stage 0 or a ZeRO plugin. See docs/architecture.md for the step flow.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host/comm/comm.hpp"
+#include "host/engine/settings.hpp"
+#include "host/engine/telemetry.hpp"
+#include "host/plugins/instances.hpp"
+
+namespace zhost::engine {
+
+struct TrainResult {
+  std::vector<StepRecord> records;  // one per printed step (and the last step)
+  double final_loss = 0;
+  int64_t applied_steps = 0;
+  int64_t skipped_steps = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition, RunDirectory& run_dir);
+  ~Trainer();
+  TrainResult run();
+  int64_t num_parameters() const;
+
+  // Writes every parameter as fp32 to DIR/weights.bin with an index DIR/weights.json (rank 0 only).
+  void save_weights(const std::string& dir) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zhost::engine

@@ -1,0 +1,296 @@
+// tests/comm/collectives_test.cpp: every collective on 2 and 3 ranks (Gloo), with uneven sizes, checked
+// exactly against results computed locally; async overlap and sub-groups; single-rank and argument checks
+// in-process.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "host/core/error.hpp"
+#include "tests/comm/multi_rank.hpp"
+
+namespace zhost::comm::testing {
+namespace {
+
+// Small integers (exact in float), different on every rank and not monotonic, so max/min are meaningful.
+at::Tensor rank_data(int rank, int64_t numel, at::ScalarType dtype = at::kFloat) {
+  return (at::arange(numel, at::kLong).mul(7).add(5 * rank).remainder(11).sub(3).add(rank)).to(dtype);
+}
+
+at::Tensor reduce_over_ranks(int world_size, int64_t numel, ReduceOp op, at::ScalarType dtype = at::kFloat) {
+  at::Tensor result = rank_data(0, numel, dtype);
+  for (int rank = 1; rank < world_size; ++rank) {
+    const at::Tensor data = rank_data(rank, numel, dtype);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: result = result + data; break;
+      case ReduceOp::kMax: result = at::maximum(result, data); break;
+      case ReduceOp::kMin: result = at::minimum(result, data); break;
+    }
+  }
+  return op == ReduceOp::kAvg ? result / world_size : result;
+}
+
+void check_equal(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
+  SCENARIO_CHECK(actual.sizes() == expected.sizes() && at::equal(actual, expected), "{}: got {} expected {}", what,
+                 fmt::to_string(fmt::join(actual.data_ptr<float>(), actual.data_ptr<float>() + actual.numel(), ",")),
+                 fmt::to_string(fmt::join(expected.data_ptr<float>(), expected.data_ptr<float>() + expected.numel(), ",")));
+}
+
+// Uneven partition sizes, one of them empty.
+std::vector<int64_t> uneven_counts(int world_size) {
+  const std::vector<int64_t> counts{5, 0, 3};
+  return {counts.begin(), counts.begin() + world_size};
+}
+
+int64_t offset_of(const std::vector<int64_t>& counts, int rank) {
+  return std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+}
+
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+
+const bool all_reduce_registered = register_scenario("all_reduce", [](RankContext& ctx) {
+  for (ReduceOp op : kOps) {
+    at::Tensor data = rank_data(ctx.rank, 7);  // 7 elements: not a multiple of the world size
+    ctx.comm.all_reduce(data, op);
+    check_equal(data, reduce_over_ranks(ctx.world_size, 7, op), fmt::format("all_reduce op {}", static_cast<int>(op)));
+  }
+  at::Tensor integers = rank_data(ctx.rank, 5, at::kInt);
+  ctx.comm.all_reduce(integers);
+  SCENARIO_CHECK(at::equal(integers, reduce_over_ranks(ctx.world_size, 5, ReduceOp::kSum, at::kInt)), "int sum");
+});
+
+const bool reduce_scatter_registered = register_scenario("reduce_scatter", [](RankContext& ctx) {
+  const int64_t shard = 3;
+  for (ReduceOp op : kOps) {
+    at::Tensor output = at::full({shard}, -99.0f);
+    ctx.comm.reduce_scatter(rank_data(ctx.rank, shard * ctx.world_size), output, op);
+    const at::Tensor full = reduce_over_ranks(ctx.world_size, shard * ctx.world_size, op);
+    check_equal(output, full.narrow(0, ctx.rank * shard, shard), fmt::format("reduce_scatter op {}", static_cast<int>(op)));
+  }
+  const std::vector<int64_t> counts = uneven_counts(ctx.world_size);
+  const int64_t total = offset_of(counts, ctx.world_size);
+  for (ReduceOp op : kOps) {
+    at::Tensor output = at::full({counts[ctx.rank]}, -99.0f);
+    ctx.comm.reduce_scatter_v(rank_data(ctx.rank, total), output, counts, op);
+    const at::Tensor full = reduce_over_ranks(ctx.world_size, total, op);
+    check_equal(output, full.narrow(0, offset_of(counts, ctx.rank), counts[ctx.rank]),
+                fmt::format("reduce_scatter_v op {}", static_cast<int>(op)));
+  }
+});
+
+const bool all_gather_registered = register_scenario("all_gather", [](RankContext& ctx) {
+  const int64_t shard = 4;
+  at::Tensor output = at::full({shard * ctx.world_size}, -99.0f);
+  ctx.comm.all_gather(rank_data(ctx.rank, shard), output);
+  std::vector<at::Tensor> expected;
+  for (int rank = 0; rank < ctx.world_size; ++rank) expected.push_back(rank_data(rank, shard));
+  check_equal(output, at::cat(expected), "all_gather");
+
+  const std::vector<int64_t> counts = uneven_counts(ctx.world_size);
+  at::Tensor gathered = at::full({offset_of(counts, ctx.world_size)}, -99.0f);
+  ctx.comm.all_gather_v(rank_data(ctx.rank, counts[ctx.rank]), gathered, counts);
+  expected.clear();
+  for (int rank = 0; rank < ctx.world_size; ++rank) expected.push_back(rank_data(rank, counts[rank]));
+  check_equal(gathered, at::cat(expected), "all_gather_v");
+});
+
+// What `from` sends to `to` in the uneven all-to-all: (from + 2*to) % 3 + 1 elements, encoded with both.
+int64_t a2a_count(int from, int to) { return (from + 2 * to) % 3 + 1; }
+at::Tensor a2a_chunk(int from, int to) {
+  return at::arange(a2a_count(from, to), at::kFloat).add(1000 * from + 100 * to);
+}
+
+const bool all_to_all_registered = register_scenario("all_to_all", [](RankContext& ctx) {
+  std::vector<int64_t> send_counts, recv_counts;
+  std::vector<at::Tensor> sent, expected;
+  for (int peer = 0; peer < ctx.world_size; ++peer) {
+    send_counts.push_back(a2a_count(ctx.rank, peer));
+    recv_counts.push_back(a2a_count(peer, ctx.rank));
+    sent.push_back(a2a_chunk(ctx.rank, peer));
+    expected.push_back(a2a_chunk(peer, ctx.rank));
+  }
+  at::Tensor output = at::full({offset_of(recv_counts, ctx.world_size)}, -99.0f);
+  ctx.comm.all_to_all(at::cat(sent), output, send_counts, recv_counts);
+  check_equal(output, at::cat(expected), "all_to_all uneven");
+
+  at::Tensor even_output = at::empty({2 * ctx.world_size});
+  ctx.comm.all_to_all(at::arange(2 * ctx.world_size, at::kFloat).add(100 * ctx.rank), even_output);
+  std::vector<at::Tensor> even_expected;
+  for (int peer = 0; peer < ctx.world_size; ++peer) {
+    even_expected.push_back(at::arange(2, at::kFloat).add(100 * peer + 2 * ctx.rank));
+  }
+  check_equal(even_output, at::cat(even_expected), "all_to_all even");
+});
+
+const bool broadcast_registered = register_scenario("broadcast", [](RankContext& ctx) {
+  const int root = ctx.world_size - 1;
+  at::Tensor data = ctx.rank == root ? rank_data(root, 9) : at::zeros({9});
+  ctx.comm.broadcast(data, root);
+  check_equal(data, rank_data(root, 9), "broadcast");
+  ctx.comm.barrier();
+});
+
+// Three collectives in flight at once, waited for in reverse order.
+const bool async_registered = register_scenario("async_overlap", [](RankContext& ctx) {
+  at::Tensor reduced = rank_data(ctx.rank, 1000);
+  at::Tensor gathered = at::empty({5 * ctx.world_size});
+  at::Tensor shard = at::empty({6});
+  Work first = ctx.comm.all_reduce_async(reduced);
+  Work second = ctx.comm.all_gather_async(rank_data(ctx.rank, 5), gathered);
+  Work third = ctx.comm.reduce_scatter_async(rank_data(ctx.rank, 6 * ctx.world_size), shard);
+  third.wait();
+  second.wait();
+  first.wait();
+  first.wait();  // idempotent
+  SCENARIO_CHECK(first.is_completed() && second.is_completed() && third.is_completed(), "completed");
+  check_equal(reduced, reduce_over_ranks(ctx.world_size, 1000, ReduceOp::kSum), "overlapped all_reduce");
+  std::vector<at::Tensor> expected;
+  for (int rank = 0; rank < ctx.world_size; ++rank) expected.push_back(rank_data(rank, 5));
+  check_equal(gathered, at::cat(expected), "overlapped all_gather");
+  check_equal(shard, reduce_over_ranks(ctx.world_size, 6 * ctx.world_size, ReduceOp::kSum).narrow(0, 6 * ctx.rank, 6),
+              "overlapped reduce_scatter");
+});
+
+// World of 3: {0, 2} and {2, 1} (members listed out of order), then the world again.
+const bool sub_group_registered = register_scenario("sub_groups", [](RankContext& ctx) {
+  SCENARIO_CHECK(ctx.world_size == 3, "needs 3 ranks");
+  if (ctx.rank != 1) {
+    auto pair = ctx.comm.new_group({0, 2});
+    SCENARIO_CHECK(pair->world_size() == 2 && pair->rank() == (ctx.rank == 0 ? 0 : 1), "rank in {{0,2}}");
+    SCENARIO_CHECK((pair->global_ranks() == std::vector<int>{0, 2}), "global ranks of {{0,2}}");
+    at::Tensor data = at::full({3}, static_cast<float>(ctx.rank + 1));
+    pair->all_reduce(data);
+    check_equal(data, at::full({3}, 4.0f), "sub-group all_reduce");
+    at::Tensor gathered = at::empty({4});
+    pair->all_gather(at::full({2}, static_cast<float>(ctx.rank)), gathered);
+    check_equal(gathered, at::tensor({0.0f, 0.0f, 2.0f, 2.0f}), "sub-group all_gather");
+  }
+  if (ctx.rank != 0) {
+    auto reversed = ctx.comm.new_group({2, 1});
+    SCENARIO_CHECK(reversed->rank() == (ctx.rank == 2 ? 0 : 1), "rank in {{2,1}}");
+    at::Tensor data = ctx.rank == 2 ? at::full({2}, 7.0f) : at::zeros({2});
+    reversed->broadcast(data, 0);  // group rank 0 is global rank 2
+    check_equal(data, at::full({2}, 7.0f), "sub-group broadcast");
+  }
+  at::Tensor everyone = at::ones({2});
+  ctx.comm.all_reduce(everyone);
+  check_equal(everyone, at::full({2}, 3.0f), "world all_reduce after sub-groups");
+});
+
+void expect_scenario_passes(const std::string& name, int world_size) {
+  const ScenarioRun run = run_scenario(name, world_size);
+  EXPECT_EQ(run.result.exit_code, 0) << run.all_output();
+  EXPECT_LT(run.seconds, 15.0);
+}
+
+class CollectivesTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectivesTest, AllReduceSumAvgMaxMinUneven) { expect_scenario_passes("all_reduce", GetParam()); }
+TEST_P(CollectivesTest, ReduceScatterEvenAndUneven) { expect_scenario_passes("reduce_scatter", GetParam()); }
+TEST_P(CollectivesTest, AllGatherEvenAndUneven) { expect_scenario_passes("all_gather", GetParam()); }
+TEST_P(CollectivesTest, AllToAllUnevenAndEvenSplits) { expect_scenario_passes("all_to_all", GetParam()); }
+TEST_P(CollectivesTest, BroadcastAndBarrier) { expect_scenario_passes("broadcast", GetParam()); }
+TEST_P(CollectivesTest, AsyncCollectivesOverlap) { expect_scenario_passes("async_overlap", GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest, ::testing::Values(2, 3), ::testing::PrintToStringParamName());
+
+TEST(SubGroupTest, CollectivesWithinSubGroupsThenWorld) { expect_scenario_passes("sub_groups", 3); }
+
+// ---- in-process: a world of one rank, argument errors ------------------------------------------------
+
+TEST(SingleRankTest, EveryCollectiveWorksAlone) {
+  auto comm = Comm::create({0, 1});
+  at::Tensor data = at::arange(4, at::kFloat);
+  comm->all_reduce(data, ReduceOp::kAvg);
+  EXPECT_TRUE(at::equal(data, at::arange(4, at::kFloat)));
+  at::Tensor output = at::empty({4});
+  comm->reduce_scatter(data, output);
+  comm->all_gather(data, output);
+  comm->all_to_all(data, output);
+  comm->broadcast(data, 0);
+  comm->barrier();
+  EXPECT_TRUE(at::equal(output, data));
+  EXPECT_EQ(comm->counters().total().calls, 6u);
+  EXPECT_EQ(comm->counters().total().bytes_sent, 0u);  // nothing leaves a single rank
+}
+
+TEST(SingleRankTest, BadArgumentsAreClearErrors) {
+  auto comm = Comm::create({0, 1});
+  at::Tensor output = at::empty({3});
+  try {
+    comm->reduce_scatter(at::zeros({4}), output);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reduce_scatter: the input tensor has 4 elements but needs 3"), std::string::npos)
+        << e.what();
+  }
+  at::Tensor integers = at::zeros({2}, at::kInt);
+  EXPECT_THROW(comm->all_reduce(integers, ReduceOp::kAvg), Error);
+  EXPECT_THROW(comm->all_reduce(at::zeros({4, 4}).t()), Error);  // not contiguous
+  EXPECT_THROW(comm->new_group({0, 0}), Error);
+}
+
+// ---- CUDA builds with a device: NCCL for CUDA tensors (one rank: NCCL allows one rank per GPU) ---------
+
+at::TensorOptions on_cuda() { return at::TensorOptions().dtype(at::kFloat).device(at::kCUDA); }
+
+TEST(NcclTest, AutoSendsCudaTensorsThroughNcclAndCpuTensorsThroughGloo) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device here";
+  auto comm = Comm::create({0, 1});
+  at::Tensor data = at::arange(8, on_cuda());
+  at::Tensor output = at::full({8}, -1.0f, on_cuda());
+  comm->all_reduce(data, ReduceOp::kAvg);
+  comm->reduce_scatter(data, output, ReduceOp::kMax);
+  EXPECT_TRUE(at::equal(output.cpu(), at::arange(8, at::kFloat)));
+  output.fill_(-1);
+  comm->all_gather(data, output);
+  EXPECT_TRUE(at::equal(output.cpu(), at::arange(8, at::kFloat)));
+  output.fill_(-1);
+  comm->all_gather_v(data, output, {8});
+  comm->reduce_scatter_v(data, output, {8});
+  comm->all_to_all(data, output);
+  comm->broadcast(output, 0);
+  comm->barrier();
+  EXPECT_TRUE(at::equal(output.cpu(), at::arange(8, at::kFloat)));
+  at::Tensor on_host = at::ones({3});
+  comm->all_reduce(on_host);
+  EXPECT_TRUE(at::equal(on_host, at::ones({3})));
+  EXPECT_EQ(comm->counters()[CollectiveKind::kAllReduce].calls, 2u);
+}
+
+TEST(NcclTest, ForcedNcclRefusesCpuTensors) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device here";
+  CommOptions options;
+  options.backend = Backend::kNccl;
+  auto comm = Comm::create({0, 1}, options);
+  at::Tensor data = at::ones({4}, on_cuda());
+  comm->all_reduce(data);
+  comm->barrier();
+  EXPECT_TRUE(at::equal(data.cpu(), at::ones({4})));
+  EXPECT_THROW(comm->all_reduce(at::ones({4})), UsageError);
+}
+
+TEST(BackendTest, NcclWithoutCudaIsAClearError) {
+  if (at::hasCUDA()) GTEST_SKIP() << "CUDA is available here";
+  CommOptions options;
+  options.backend = parse_backend("nccl");
+  try {
+    Comm::create({0, 1}, options);
+    FAIL() << "expected an error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs CUDA"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BackendTest, UnknownBackendSuggestsTheClosest) {
+  try {
+    parse_backend("glo");
+    FAIL() << "expected an error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'gloo'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zhost::comm::testing
