@@ -68,7 +68,7 @@ class ProgressTracker {
   compat::StorePtr store_;
   const std::string heartbeat_key_;
   uint64_t heartbeats_ = 0;
-  std::mutex mutex_;  // guards groups_, stop_ and store access
+  std::mutex mutex_;  // guards groups_ and stop_ (the store is thread-safe)
   std::condition_variable wake_;
   std::vector<std::weak_ptr<GroupProgress>> groups_;
   bool stop_ = false;

@@ -19,8 +19,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Rank 1 skips the second all_reduce (and idles); the others fail after comm.timeout_s. A collective after
-// the failure fails at once.
+// the failure fails at once. The waiting ranks ignore SIGTERM, so that both report before the launcher
+// stops the job because the first of them exited.
 const bool skip_registered = register_scenario("skip_collective", [](RankContext& ctx) {
+  if (ctx.rank != 1) ::signal(SIGTERM, SIG_IGN);
   ctx.comm.begin_step(3);
   at::Tensor data = at::ones({16});
   ctx.comm.all_reduce(data);
@@ -60,9 +62,11 @@ const bool peer_dies_registered = register_scenario("peer_dies", [](RankContext&
 TEST(FailureTest, SkippedCollectiveFailsTheOthersWithinTheTimeoutNamingTheMissingRank) {
   ScenarioOptions options;
   options.comm_timeout_s = 2;
+  options.grace_period_s = 5;
   const ScenarioRun run = run_scenario("skip_collective", 3, options);
-  // Ranks 0 and 2 both report; whichever exits first makes the launcher stop the others.
+  ASSERT_EQ(run.result.ranks.size(), 3u);
   for (int waiting : {0, 2}) {
+    EXPECT_EQ(run.result.ranks[waiting].exit_code, static_cast<int>(ExitCode::kRankFailed)) << run.all_output();
     const std::string report = run.output_of(waiting);
     EXPECT_NE(report.find(fmt::format("all_reduce #2 (group world, step 3) failed on rank {} after 2.", waiting)),
               std::string::npos)

@@ -1,0 +1,80 @@
+// tests/training/test_supervision.cpp: a rank killed in the middle of training stops the whole job
+// within seconds, and zhost names the rank and its cause.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "training_test_support.hpp"
+
+using namespace zhost::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> pids;
+  for (pid_t child; in >> child;) pids.push_back(child);
+  return pids;
+}
+
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST(Supervision, KilledRankStopsTheJobWithinTenSeconds) {
+  ScratchDir dir;
+  fs::path config = dir.path() / "long.toml";
+  std::ofstream(config) << small_job_config();
+  fs::path err = dir.path() / "err.txt";
+  pid_t launcher = fork();
+  if (launcher == 0) {
+    freopen(err.c_str(), "w", stderr);
+    freopen((dir.path() / "out.txt").c_str(), "w", stdout);
+    std::string run_dir = (dir.path() / "runs").string();
+    execl(ZHOST_EXE, ZHOST_EXE, "run", config.c_str(), "--nproc", "2", "--set", "steps=100000", "--set",
+          ("run.dir=" + run_dir).c_str(), "--set", "run.name=long", "--set", "train_micro_batch_size_per_gpu=1",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until training runs (the first metrics record), then kill rank 1.
+  fs::path metrics = dir.path() / "runs" / "long" / "metrics.jsonl";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!(fs::exists(metrics) && fs::file_size(metrics) > 0) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(fs::exists(metrics)) << "training never started:\n" << slurp(err);
+  std::vector<pid_t> ranks = children_of(launcher);
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
+  auto killed_at = std::chrono::steady_clock::now();
+
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(launcher, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  if (done == 0) {
+    kill(launcher, SIGKILL);
+    waitpid(launcher, &status, 0);
+    FAIL() << "the launcher did not stop within 30 s";
+  }
+  EXPECT_LT(seconds, 10.0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  std::string errors = slurp(err);
+  EXPECT_NE(errors.find("zhost: error: rank 1"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("SIGKILL"), std::string::npos) << errors;
+  EXPECT_EQ(kill(ranks[0], 0), -1) << "rank 0 still running";  // no orphans
+}

@@ -1,0 +1,125 @@
+// tests/training/training_test_support.cpp: runs the zhost executable and parses its run directory.
+#include "training_test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace zhost::testing {
+namespace {
+
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+std::string small_job_config() {
+  return R"(steps = 6
+seed = 7
+steps_per_print = 1
+gradient_clipping = 0.5
+[model]
+type = "gpt"
+layers = 2
+heads = 2
+width = 32
+vocab = 256
+seq_len = 16
+[data]
+type = "text"
+path = "/usr/share/common-licenses"
+[optimizer]
+type = "AdamW"
+lr = 0.01
+weight_decay = 0.1
+[scheduler]
+type = "WarmupLR"
+warmup_num_steps = 3
+warmup_max_lr = 0.01
+[run]
+save_final_weights = true
+[comm]
+timeout_s = 60
+)";
+}
+
+ScratchDir::ScratchDir() {
+  char pattern[] = "/tmp/zhost-train-XXXXXX";
+  path_ = mkdtemp(pattern);
+}
+ScratchDir::~ScratchDir() { fs::remove_all(path_); }
+
+RunOutput run_zhost(const fs::path& dir, const std::string& config_text, const std::string& name,
+                    const std::string& args) {
+  fs::path config = dir / (name + ".toml");
+  std::ofstream(config) << config_text;
+  std::string command = "cd " + dir.string() + " && " + ZHOST_EXE + " run " + config.string() +
+                        " --set run.dir=" + (dir / "runs").string() + " --set run.name=" + name + " " + args + " >" +
+                        name + ".out 2>" + name + ".err";
+  int status = std::system(command.c_str());
+  RunOutput r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(dir / (name + ".out"));
+  r.err = slurp(dir / (name + ".err"));
+  r.run_dir = dir / "runs" / name;
+  std::ifstream metrics(r.run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    auto j = nlohmann::json::parse(line);
+    std::map<std::string, double> record;
+    for (auto& [key, value] : j.items())
+      if (value.is_number()) record[key] = value.get<double>();
+    r.metrics.push_back(record);
+    r.losses.push_back(j["loss"].is_null() ? NAN : j["loss"].get<double>());
+  }
+  if (fs::exists(r.run_dir / "weights.json")) {
+    auto index = nlohmann::json::parse(slurp(r.run_dir / "weights.json"));
+    std::ifstream data(r.run_dir / "weights.bin", std::ios::binary);
+    for (auto& entry : index) {
+      std::vector<float> values(entry["numel"].get<size_t>());
+      data.seekg(entry["offset"].get<int64_t>() * 4);
+      data.read(reinterpret_cast<char*>(values.data()), values.size() * 4);
+      r.weights[entry["name"]] = std::move(values);
+    }
+  }
+  return r;
+}
+
+std::string weights_mismatch(const RunOutput& a, const RunOutput& b, double rtol, double atol) {
+  if (b.weights.empty()) return "no weights saved";
+  if (a.weights.size() != b.weights.size()) return "the runs hold different parameters";
+  std::string worst_name;
+  double worst_ratio = 0, worst_diff = 0, worst_scale = 0;
+  for (const auto& [name, values] : b.weights) {
+    auto it = a.weights.find(name);
+    if (it == a.weights.end() || it->second.size() != values.size()) return "parameter " + name + " differs in shape";
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      scale = std::max(scale, static_cast<double>(std::fabs(values[i])));
+      diff = std::max(diff, static_cast<double>(std::fabs(values[i] - it->second[i])));
+    }
+    double ratio = diff / (rtol * scale + atol);
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst_name = name;
+      worst_diff = diff;
+      worst_scale = scale;
+    }
+  }
+  if (worst_ratio <= 1) return "";
+  std::ostringstream message;
+  message << worst_name << ": max |difference| " << worst_diff << " exceeds " << rtol << " * " << worst_scale << " + "
+          << atol;
+  return message.str();
+}
+
+}  // namespace zhost::testing

@@ -1,0 +1,43 @@
+// tests/training/training_test_support.hpp: running `zhost run` from tests and reading what a run left
+// in its run directory (metrics.jsonl, weights.bin + weights.json).
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace zhost::testing {
+
+struct RunOutput {
+  int exit_code = -1;
+  std::string out, err;
+  std::filesystem::path run_dir;
+  std::vector<double> losses;                        // per printed step
+  std::map<std::string, std::vector<float>> weights;  // name -> final fp32 values (when saved)
+  std::vector<std::map<std::string, double>> metrics;  // metrics.jsonl records (numeric fields)
+};
+
+// A small GPT job on text (the Debian license texts), fp32, every step printed, final weights saved.
+// Vary it with --set in run_zhost's `args`.
+std::string small_job_config();
+
+class ScratchDir {
+ public:
+  ScratchDir();
+  ~ScratchDir();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Runs `zhost run CONFIG ARGS` in `dir` with run.dir = dir/runs and run.name = name.
+RunOutput run_zhost(const std::filesystem::path& dir, const std::string& config_text, const std::string& name,
+                    const std::string& args);
+
+// "" when every weight of `a` is within rtol * (its tensor's largest |value| in b) + atol of b's; else a
+// description of the worst parameter. Both runs must hold the same parameters.
+std::string weights_mismatch(const RunOutput& a, const RunOutput& b, double rtol, double atol);
+
+}  // namespace zhost::testing
