@@ -24,6 +24,7 @@ struct RunOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free port
   std::vector<std::string> argv;  // the full command line, for re-executing ranks
+  bool log_level_from_command_line = false;  // else the config's log.level applies
 };
 int run_command(const RunOptions& options);
 

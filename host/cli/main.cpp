@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
 #endif
     if (*run_cmd) {
       run.argv.assign(argv, argv + argc);
+      run.log_level_from_command_line = app.get_option("--log-level")->count() > 0;
       return zhost::cli::run_command(run);
     }
     if (*plugins_cmd) return zhost::cli::plugins_command(plugins);

@@ -1,6 +1,8 @@
 // host/cli/run_command.cpp: `zhost run CONFIG`: checks the job, then either starts and supervises
 // --nproc local ranks that each run this same command, or trains as one rank of a job (a rank started by
 // zhost's launcher, by torchrun, Slurm or Open MPI, or the single process of a one-rank run).
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 
 #include "host/cli/commands.hpp"
@@ -33,6 +35,7 @@ int run_command(const RunOptions& options) {
   // Ranks started by zhost's launcher already get a "[rank N]" prefix on every line.
   if (env.world_size > 1 && !is_launched_rank) log::set_rank(env.rank);
   JobSetup job = prepare_job(options.job);
+  if (!options.log_level_from_command_line) spdlog::set_level(log::parse_level(job.config->get_string("log.level")));
   return engine::run_training(job, env);
 #else
   prepare_job(options.job);

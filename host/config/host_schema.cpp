@@ -103,10 +103,10 @@ void add_data_keys(HostKeys& keys) {
 void add_optimizer_keys(HostKeys& keys) {
   keys.choice("optimizer.type", "AdamW", {"AdamW", "Adam", "SGD", "Lion"}, "optimizer");
   keys.number("optimizer.lr", 1e-3, "learning rate (the scheduler's base)", at_least(0));
-  keys.number_list("optimizer.betas", {0.9, 0.999}, "Adam/AdamW/Lion moment coefficients [beta1, beta2]",
+  keys.number_list("optimizer.betas", {0.9, 0.999}, "Adam/AdamW/Lion coefficients [beta1, beta2]; when unset, Lion uses its own [0.9, 0.99]",
                    between(0, 1));
   keys.number("optimizer.eps", 1e-8, "Adam/AdamW denominator epsilon", at_least(0));
-  keys.number("optimizer.weight_decay", 0.01, "weight decay (decoupled for AdamW and Lion)", at_least(0));
+  keys.number("optimizer.weight_decay", 0.0, "weight decay (decoupled for AdamW and Lion); DeepSpeed's default 0", at_least(0));
   keys.number("optimizer.momentum", 0.0, "SGD momentum", between(0, 1));
   keys.flag("optimizer.adam_w_mode", true,
             "DeepSpeed's switch for type = \"Adam\": true = decoupled weight decay (AdamW), false = L2 (torch Adam)");
@@ -116,7 +116,7 @@ void add_scheduler_keys(HostKeys& keys) {
   keys.choice("scheduler.type", "none", {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle"},
               "learning-rate schedule");
   keys.number("scheduler.warmup_min_lr", 0.0, "learning rate at the start of warmup", at_least(0));
-  keys.number("scheduler.warmup_max_lr", 0.001, "learning rate at the end of warmup", at_least(0));
+  keys.optional_number("scheduler.warmup_max_lr", "learning rate at the end of warmup; unset = optimizer.lr", at_least(0));
   keys.integer("scheduler.warmup_num_steps", 1000, "warmup length in optimizer steps", at_least(0));
   keys.choice("scheduler.warmup_type", "log", {"log", "linear"}, "warmup curve");
   keys.integer("scheduler.total_num_steps", 0, "schedule length for WarmupDecayLR/WarmupCosineLR; 0 = steps",

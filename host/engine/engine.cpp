@@ -23,8 +23,24 @@ std::string build_description() {
   return fmt::format("training engine: LibTorch {} ({})", TORCH_VERSION, cuda);
 }
 
+namespace {
+
+// DeepSpeed's activation-checkpointing refinements that zhost accepts but does not implement yet: say so
+// rather than ignore them silently.
+void warn_about_unimplemented_keys(const config::ResolvedConfig& config) {
+  for (const char* key : {"activation_checkpointing.partition_activations", "activation_checkpointing.cpu_checkpointing",
+                          "activation_checkpointing.contiguous_memory_optimization",
+                          "activation_checkpointing.number_checkpoints"})
+    if (config.has(key))
+      spdlog::warn("{} {} has no effect in this zhost: with activation_checkpointing.enabled every transformer block "
+                   "is recomputed in backward, activations stay on the device", config.location(key), key);
+}
+
+}  // namespace
+
 int run_training(JobSetup& job, const launch::RankEnv& env) {
-  TrainSettings settings = read_settings(*job.config, env.world_size, env.rank);
+  TrainSettings settings = read_settings(*job.config, env.world_size, env.rank, env.local_rank);
+  if (env.rank == 0) warn_about_unimplemented_keys(*job.config);
 
   comm::Rendezvous rendezvous;
   rendezvous.rank = env.rank;

@@ -23,13 +23,13 @@ optim::ScheduleSpec read_schedule(const config::ResolvedConfig& c, int64_t steps
   auto warmup_type = [&] { return optim::parse_warmup_type(c.get_string("scheduler.warmup_type")); };
   if (auto* warmup = std::get_if<optim::WarmupLrSpec>(&spec)) {
     warmup->warmup_min_lr = c.get_float("scheduler.warmup_min_lr");
-    warmup->warmup_max_lr = c.get_float("scheduler.warmup_max_lr");
+    if (c.has("scheduler.warmup_max_lr")) warmup->warmup_max_lr = c.get_float("scheduler.warmup_max_lr");
     warmup->warmup_num_steps = c.get_int("scheduler.warmup_num_steps");
     warmup->warmup_type = warmup_type();
   } else if (auto* decay = std::get_if<optim::WarmupDecayLrSpec>(&spec)) {
     decay->total_num_steps = total();
     decay->warmup_min_lr = c.get_float("scheduler.warmup_min_lr");
-    decay->warmup_max_lr = c.get_float("scheduler.warmup_max_lr");
+    if (c.has("scheduler.warmup_max_lr")) decay->warmup_max_lr = c.get_float("scheduler.warmup_max_lr");
     decay->warmup_num_steps = c.get_int("scheduler.warmup_num_steps");
     decay->warmup_type = warmup_type();
   } else if (auto* cosine = std::get_if<optim::WarmupCosineLrSpec>(&spec)) {
@@ -54,8 +54,9 @@ optim::ScheduleSpec read_schedule(const config::ResolvedConfig& c, int64_t steps
 
 }  // namespace
 
-TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int rank) {
+TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int rank, int local_rank) {
   TrainSettings s;
+  s.local_rank = local_rank;
   s.batch = config::resolve_batch_sizes(c.get_optional_int("train_batch_size"),
                                         c.get_optional_int("train_micro_batch_size_per_gpu"),
                                         c.get_optional_int("gradient_accumulation_steps"), world_size);
@@ -89,10 +90,14 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
 
   s.optimizer = optim::OptimizerSpec::defaults(optim::parse_optimizer_kind(c.get_string("optimizer.type"), c.get_bool("optimizer.adam_w_mode")));
   s.optimizer.lr = c.get_float("optimizer.lr");
-  const auto& betas = c.get_float_list("optimizer.betas");
-  if (betas.size() != 2) fail_usage("{} optimizer.betas must hold two numbers, got {}", c.location("optimizer.betas"), betas.size());
-  s.optimizer.beta1 = betas[0];
-  s.optimizer.beta2 = betas[1];
+  // Unset betas keep the optimizer's own defaults (Lion: 0.9, 0.99; Adam kinds: 0.9, 0.999).
+  if (c.has("optimizer.betas")) {
+    const auto& betas = c.get_float_list("optimizer.betas");
+    if (betas.size() != 2)
+      fail_usage("{} optimizer.betas must hold two numbers, got {}", c.location("optimizer.betas"), betas.size());
+    s.optimizer.beta1 = betas[0];
+    s.optimizer.beta2 = betas[1];
+  }
   s.optimizer.eps = c.get_float("optimizer.eps");
   s.optimizer.weight_decay = c.get_float("optimizer.weight_decay");
   s.optimizer.momentum = c.get_float("optimizer.momentum");

@@ -62,6 +62,9 @@ class DataParallel {
       params_.push_back(std::move(p));
     }
     optimizer_ = optim::make_optimizer(optimizer_spec(setup.optimizer));
+    int64_t total = 0;
+    for (const auto& p : params_) total += p.model.numel();
+    bucket_elements_ = std::min(bucket_elements_, total);  // never allocate more than the model needs
     world_size_ = host_.collectives().world_size(host_.context(), nullptr);
   }
 

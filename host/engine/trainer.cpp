@@ -157,7 +157,7 @@ struct Trainer::Impl {
   }
 
   void build() {
-    device = choose_device(settings.device, 0);
+    device = choose_device(settings.device, settings.local_rank);
     model = model::make_model(settings.model, device, compute_dtype(settings.precision));
     loader = std::make_unique<data::DataLoader>(settings.data);
     schedule = optim::make_schedule(settings.schedule, settings.optimizer.lr);

@@ -87,7 +87,7 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
                                      "\n[zero.offload_param]\n"
                                      "device = \"none\"  # default (host)\n"))
       << toml;
-  EXPECT_TRUE(test_support::contains(toml, "\n[optimizer]\nbetas = [0.9, 0.999]  # default (host)\n")) << toml;
+  EXPECT_TRUE(test_support::contains(toml, "\n[optimizer]\nadam_w_mode = true  # default (host)\nbetas = [0.9, 0.999]  # default (host)\n")) << toml;
   EXPECT_EQ(toml.find('['), toml.find("[activation_checkpointing]")) << toml;
   EXPECT_EQ(resolve("seed = 7\n[zero]\nstage = 2\n", {"zero.offload_optimizer.device=cpu"}).to_toml(), toml);
 }

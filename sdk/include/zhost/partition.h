@@ -23,7 +23,9 @@
  * gradients.
  *
  * Hooks with nothing to do must return quickly (well under a microsecond): the host calls them for every
- * block of every micro-batch. All hooks are called on the host's training thread.
+ * block of every micro-batch. Hooks of one instance never run concurrently, but the backward hooks
+ * (pre_backward, grad_ready, post_backward) may arrive on autograd's worker thread rather than the thread
+ * that called forward (with CUDA, LibTorch runs backward on a per-device thread).
  */
 #ifndef ZHOST_PARTITION_H
 #define ZHOST_PARTITION_H
