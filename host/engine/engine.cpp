@@ -39,7 +39,7 @@ void warn_about_unimplemented_keys(const config::ResolvedConfig& config) {
 }  // namespace
 
 int run_training(JobSetup& job, const launch::RankEnv& env) {
-  TrainSettings settings = read_settings(*job.config, env.world_size, env.rank, env.local_rank);
+  TrainSettings settings = read_settings(*job.config, env.world_size, env.rank, env.local_rank, env.local_world_size);
   if (env.rank == 0) warn_about_unimplemented_keys(*job.config);
 
   comm::Rendezvous rendezvous;

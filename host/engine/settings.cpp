@@ -54,9 +54,11 @@ optim::ScheduleSpec read_schedule(const config::ResolvedConfig& c, int64_t steps
 
 }  // namespace
 
-TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int rank, int local_rank) {
+TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int rank, int local_rank,
+                            int local_world_size) {
   TrainSettings s;
   s.local_rank = local_rank;
+  s.local_world_size = local_world_size;
   s.batch = config::resolve_batch_sizes(c.get_optional_int("train_batch_size"),
                                         c.get_optional_int("train_micro_batch_size_per_gpu"),
                                         c.get_optional_int("gradient_accumulation_steps"), world_size);

@@ -39,11 +39,13 @@ struct TrainSettings {
   std::string run_dir;
   std::string run_name;
   int64_t zero_stage = 0;
-  int local_rank = 0;  // picks the CUDA device
+  int local_rank = 0;        // picks the CUDA device
+  int local_world_size = 1;  // ranks on this node
 };
 
 // Throws UsageError for combinations the config alone cannot reject (e.g. batch sizes that do not fit
 // the world size).
-TrainSettings read_settings(const config::ResolvedConfig& config, int world_size, int rank, int local_rank);
+TrainSettings read_settings(const config::ResolvedConfig& config, int world_size, int rank, int local_rank,
+                            int local_world_size);
 
 }  // namespace zhost::engine

@@ -34,7 +34,7 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-at::Device choose_device(const std::string& wanted, int local_rank) {
+at::Device choose_device(const std::string& wanted, int local_rank, int local_world_size) {
 #if ZHOST_WITH_CUDA
   bool have_cuda = c10::cuda::device_count() > 0;
 #else
@@ -44,7 +44,10 @@ at::Device choose_device(const std::string& wanted, int local_rank) {
     fail_usage("run.device = \"cuda\" but this zhost build or machine has no CUDA device; use \"auto\" or \"cpu\"");
   if (wanted == "cpu" || !have_cuda) return at::kCPU;
 #if ZHOST_WITH_CUDA
-  int device = local_rank % c10::cuda::device_count();
+  if (local_world_size > c10::cuda::device_count())
+    fail_usage("{} ranks on this node but {} CUDA device(s): each rank needs its own GPU; start at most {} ranks per "
+               "node, or set run.device = \"cpu\"", local_world_size, c10::cuda::device_count(), c10::cuda::device_count());
+  int device = local_rank;
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device));
 #else
@@ -157,7 +160,7 @@ struct Trainer::Impl {
   }
 
   void build() {
-    device = choose_device(settings.device, settings.local_rank);
+    device = choose_device(settings.device, settings.local_rank, settings.local_world_size);
     model = model::make_model(settings.model, device, compute_dtype(settings.precision));
     loader = std::make_unique<data::DataLoader>(settings.data);
     schedule = optim::make_schedule(settings.schedule, settings.optimizer.lr);

@@ -3,11 +3,12 @@
 # with find_package(zhost) as a third party would, then checks that zhost loads it, lists it, and
 # selects it for a config that asks for its tier.
 set -euo pipefail
-build_dir=$1 source_dir=$2 zhost=$3
+build_dir=$1 source_dir=$2 zhost=$3 dlpack_include=$4
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --component sdk --prefix "$work/prefix" >/dev/null
-cmake -S "$source_dir/examples/plugins/hello_tier" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake -S "$source_dir/examples/plugins/hello_tier" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DZHOST_DLPACK_INCLUDE="$dlpack_include" >/dev/null
 cmake --build "$work/build" >/dev/null
 test -f "$work/build/zhost_hello_tier.so" || { echo "FAIL: plugin not built"; exit 1; }
 "$zhost" plugins --json --plugin-path "$work/build" > "$work/plugins.json"

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/support/scratch_dir.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -28,12 +30,7 @@ std::string slurp(const fs::path& file) {
 
 class Cli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/zhost-cli-XXXXXX";
-    dir_ = mkdtemp(pattern);
-    unsetenv("ZHOST_PLUGIN_PATH");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { unsetenv("ZHOST_PLUGIN_PATH"); }
 
   fs::path write_config(const std::string& text) {
     fs::path file = dir_ / "train.toml";
@@ -54,7 +51,8 @@ class Cli : public ::testing::Test {
 
   std::string fixtures() const { return std::string(" --plugin-path ") + ZHOST_CLI_PLUGIN_DIR; }
 
-  fs::path dir_;
+  zhost::testing::ScratchDir scratch_;
+  const fs::path& dir_ = scratch_.path();
 };
 
 }  // namespace

@@ -13,7 +13,7 @@
 
 #include "host/core/error.hpp"
 #include "host/data/data.hpp"
-#include "tests/data/temp_dir.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace zhost::data {
 namespace {
@@ -74,7 +74,7 @@ class EverySource : public ::testing::TestWithParam<std::string> {
     }
     return s;
   }
-  zhost_test::TempDir folder_;
+  zhost::testing::ScratchDir folder_;
 };
 INSTANTIATE_TEST_SUITE_P(Sources, EverySource, ::testing::Values("synthetic", "tokens", "text"));
 
@@ -137,7 +137,7 @@ void expect_windows_of_a_ramp(const Batch& batch, int64_t first_id, int64_t coun
 }
 
 TEST(TokenFile, ReadsUint16) {
-  const zhost_test::TempDir folder;
+  const zhost::testing::ScratchDir folder;
   DataSpec spec;
   spec.source = "tokens";
   spec.path = folder.write("train.bin", token_bytes<uint16_t>(ramp(1000, 60000)));
@@ -151,7 +151,7 @@ TEST(TokenFile, ReadsUint16) {
 }
 
 TEST(TokenFile, ReadsUint32) {
-  const zhost_test::TempDir folder;
+  const zhost::testing::ScratchDir folder;
   DataSpec spec;
   spec.source = "tokens";
   spec.path = folder.write("train.bin", token_bytes<uint32_t>(ramp(1000, 100000)));
@@ -167,7 +167,7 @@ TEST(TokenFile, ReadsUint32) {
 }
 
 TEST(TokenFile, ExactlySeqLenPlusOneTokensIsEnough) {
-  const zhost_test::TempDir folder;
+  const zhost::testing::ScratchDir folder;
   DataSpec spec;
   spec.source = "tokens";
   spec.path = folder.write("tiny.bin", token_bytes<uint16_t>(ramp(9)));
@@ -178,7 +178,7 @@ TEST(TokenFile, ExactlySeqLenPlusOneTokensIsEnough) {
 }
 
 TEST(TextSource, AFolderIsItsFilesInSortedOrderConcatenated) {
-  const zhost_test::TempDir folder;
+  const zhost::testing::ScratchDir folder;
   const std::string first = "0123456789", second = "abcdefghij", third = "KLMNOPQRST";
   folder.write("corpus/2.txt", third);
   folder.write("corpus/0.txt", first);
@@ -207,7 +207,7 @@ TEST(TextSource, AFolderIsItsFilesInSortedOrderConcatenated) {
 }
 
 TEST(TextSource, ASingleFileIsReadAsBytes) {
-  const zhost_test::TempDir folder;
+  const zhost::testing::ScratchDir folder;
   DataSpec spec;
   spec.source = "text";
   spec.path = folder.write("tiny.txt", "hello\xff");
@@ -231,7 +231,7 @@ void expect_usage_error(const DataSpec& spec, const std::vector<std::string>& fr
 }
 
 TEST(DataErrors, BadFilesSayWhatToDo) {
-  const zhost_test::TempDir folder;
+  const zhost::testing::ScratchDir folder;
   DataSpec spec;
   spec.source = "tokens";
   spec.seq_len = 8;
@@ -254,7 +254,7 @@ TEST(DataErrors, BadFilesSayWhatToDo) {
 }
 
 TEST(DataErrors, BadSpecsSayWhatToDo) {
-  const zhost_test::TempDir folder;
+  const zhost::testing::ScratchDir folder;
   DataSpec spec;
   spec.source = "token";
   expect_usage_error(spec, {"did you mean 'tokens'"});

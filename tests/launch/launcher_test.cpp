@@ -2,6 +2,8 @@
 // failing rank stops the others within the bound and is named in one line, no rank outlives the launcher,
 // output lines are prefixed, exit codes propagate, signals to the launcher are forwarded.
 #include <gtest/gtest.h>
+
+#include "tests/support/scratch_dir.hpp"
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -56,18 +58,7 @@ struct TestLaunch {
   }
 };
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "zhost-launch-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = zhost::testing::ScratchDir;
 
 // Gone, or a zombie waiting for a reaper that is not us.
 bool process_gone(int pid) {

@@ -19,7 +19,7 @@
 #include <string>
 
 #include "host/model/model.hpp"
-#include "tests/data/temp_dir.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace zhost::model {
 namespace {
@@ -98,7 +98,7 @@ TEST_P(ReferenceCheck, LossLogitsAndGradientsMatchPyTorch) {
   const at::Tensor tokens = at::randint(spec.vocab, {batch, time}, generator, long_options);   // [B, T]
   const at::Tensor targets = at::randint(spec.vocab, {batch, time}, generator, long_options);  // [B, T]
 
-  const zhost_test::TempDir folder;
+  const zhost::testing::ScratchDir folder;
   nlohmann::json manifest;
   manifest["spec"] = {{"type", spec.type}, {"layers", spec.layers}, {"heads", spec.heads},
                       {"kv_heads", spec.kv_heads}, {"width", spec.width}, {"ffn_width", spec.ffn_width},

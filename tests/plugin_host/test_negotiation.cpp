@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "host/core/error.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "host/plugins/discovery.hpp"
 #include "host/plugins/instances.hpp"
 #include "host/plugins/loader.hpp"
@@ -31,14 +32,7 @@ std::string load_error(const HostServices& host, const std::string& variant) {
   }
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char pattern[] = "/tmp/zhost-test-XXXXXX";
-    path = mkdtemp(pattern);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using TempDir = zhost::testing::ScratchDir;
 
 }  // namespace
 
@@ -136,7 +130,7 @@ TEST(Negotiation, InstancesAreCreatedAndDestroyed) {
 
 TEST(Trust, WorldWritablePluginIsRefused) {
   TempDir dir;
-  fs::path copy = dir.path / "zhost_np_current.so";
+  fs::path copy = dir.path() / "zhost_np_current.so";
   fs::copy_file(plugin_file("current"), copy);
   ASSERT_EQ(chmod(copy.c_str(), 0777), 0);
   HostServices host;
@@ -150,7 +144,7 @@ TEST(Trust, WorldWritablePluginIsRefused) {
 
 TEST(Trust, GarbageFileIsRefused) {
   TempDir dir;
-  fs::path garbage = dir.path / "zhost_garbage.so";
+  fs::path garbage = dir.path() / "zhost_garbage.so";
   std::ofstream(garbage) << "not an ELF file";
   HostServices host;
   try {

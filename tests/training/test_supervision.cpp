@@ -40,8 +40,7 @@ TEST(Supervision, KilledRankStopsTheJobWithinTenSeconds) {
   fs::path err = dir.path() / "err.txt";
   pid_t launcher = fork();
   if (launcher == 0) {
-    freopen(err.c_str(), "w", stderr);
-    freopen((dir.path() / "out.txt").c_str(), "w", stdout);
+    if (!freopen(err.c_str(), "w", stderr) || !freopen((dir.path() / "out.txt").c_str(), "w", stdout)) _exit(126);
     std::string run_dir = (dir.path() / "runs").string();
     execl(ZHOST_EXE, ZHOST_EXE, "run", config.c_str(), "--nproc", "2", "--set", "steps=100000", "--set",
           ("run.dir=" + run_dir).c_str(), "--set", "run.name=long", "--set", "train_micro_batch_size_per_gpu=1",

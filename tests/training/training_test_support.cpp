@@ -48,16 +48,12 @@ warmup_num_steps = 3
 warmup_max_lr = 0.01
 [run]
 save_final_weights = true
+device = "cpu"
 [comm]
 timeout_s = 60
 )";
 }
 
-ScratchDir::ScratchDir() {
-  char pattern[] = "/tmp/zhost-train-XXXXXX";
-  path_ = mkdtemp(pattern);
-}
-ScratchDir::~ScratchDir() { fs::remove_all(path_); }
 
 RunOutput run_zhost(const fs::path& dir, const std::string& config_text, const std::string& name,
                     const std::string& args) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/scratch_dir.hpp"
+
 namespace zhost::testing {
 
 struct RunOutput {
@@ -22,15 +24,6 @@ struct RunOutput {
 // Vary it with --set in run_zhost's `args`.
 std::string small_job_config();
 
-class ScratchDir {
- public:
-  ScratchDir();
-  ~ScratchDir();
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Runs `zhost run CONFIG ARGS` in `dir` with run.dir = dir/runs and run.name = name.
 RunOutput run_zhost(const std::filesystem::path& dir, const std::string& config_text, const std::string& name,
