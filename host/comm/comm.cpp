@@ -538,6 +538,31 @@ CommCounters Comm::end_step() {
 
 int64_t Comm::current_step() const { return group_->job->step; }
 
+void Comm::store_set(const std::string& key, const std::vector<uint8_t>& value) {
+  try {
+    group_->job->store->set("zhost/kv/" + key, value);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("key-value store at {}: set('{}') failed: {}", group_->job->store_address, key,
+                            compat::describe_exception(e)), ExitCode::kRankFailed);
+  }
+}
+
+std::optional<std::vector<uint8_t>> Comm::store_get(const std::string& key, double timeout_s) {
+  const std::string full = "zhost/kv/" + key;
+  auto deadline = std::chrono::steady_clock::now() + to_ms(timeout_s);
+  try {
+    // Poll rather than wait(): a c10d wait that times out throws, which cannot be told from a dead store.
+    while (!group_->job->store->check({full})) {
+      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return group_->job->store->get(full);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("key-value store at {}: get('{}') failed: {}", group_->job->store_address, key,
+                            compat::describe_exception(e)), ExitCode::kRankFailed);
+  }
+}
+
 CommCounters Comm::counters() const {
   std::lock_guard<std::mutex> lock(group_->counters_mutex);
   return group_->totals;

@@ -16,6 +16,8 @@
 //    not arrive or stopped responding. After a failure every later collective of the job fails at once.
 #pragma once
 
+#include <optional>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -136,6 +138,12 @@ class Comm {
   void begin_step(int64_t step);
   CommCounters end_step();
   int64_t current_step() const;  // -1 outside a step
+
+  // The job's key-value store (rank 0's rendezvous store, keys under "zhost/kv/"), shared by all ranks:
+  // the host-services kv_set/kv_get of plugins. get() waits up to timeout_s for the key; nullopt if it
+  // never appears. Throws zhost::Error (kRankFailed) when the store cannot be reached.
+  void store_set(const std::string& key, const std::vector<uint8_t>& value);
+  std::optional<std::vector<uint8_t>> store_get(const std::string& key, double timeout_s);
 
   CommCounters counters() const;       // this group's, since creation
   CommCounters step_counters() const;  // this group's, since the last begin_step()

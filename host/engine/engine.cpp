@@ -2,6 +2,7 @@
 #include "host/engine/engine.hpp"
 
 #include <spdlog/spdlog.h>
+#include <c10/util/Exception.h>
 #include <torch/version.h>
 
 #include "host/core/error.hpp"
@@ -25,6 +26,19 @@ std::string build_description() {
 
 namespace {
 
+// The host-services key-value store backed by the job's rendezvous store, so plugins agree across ranks.
+class CommKvStore final : public KvStore {
+ public:
+  explicit CommKvStore(comm::Comm& world) : world_(world) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { world_.store_set(key, value); }
+  std::optional<std::vector<uint8_t>> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return world_.store_get(key, static_cast<double>(timeout.count()) / 1000.0);
+  }
+
+ private:
+  comm::Comm& world_;
+};
+
 // DeepSpeed's activation-checkpointing refinements that zhost accepts but does not implement yet: say so
 // rather than ignore them silently.
 void warn_about_unimplemented_keys(const config::ResolvedConfig& config) {
@@ -36,9 +50,23 @@ void warn_about_unimplemented_keys(const config::ResolvedConfig& config) {
                    "is recomputed in backward, activations stay on the device", config.location(key), key);
 }
 
+int run_job(JobSetup& job, const launch::RankEnv& env);
+
 }  // namespace
 
 int run_training(JobSetup& job, const launch::RankEnv& env) {
+  try {
+    return run_job(job, env);
+  } catch (const c10::Error& e) {
+    // LibTorch's errors carry a backtrace: keep the first line, the one that says what went wrong.
+    std::string message = e.what_without_backtrace();
+    throw Error("LibTorch: " + message.substr(0, message.find('\n')));
+  }
+}
+
+namespace {
+
+int run_job(JobSetup& job, const launch::RankEnv& env) {
   TrainSettings settings = read_settings(*job.config, env.world_size, env.rank, env.local_rank, env.local_world_size);
   if (env.rank == 0) warn_about_unimplemented_keys(*job.config);
 
@@ -53,6 +81,7 @@ int run_training(JobSetup& job, const launch::RankEnv& env) {
   options.timeout_s = settings.comm_timeout_s;
   std::unique_ptr<comm::Comm> world = comm::Comm::create(rendezvous, options);
   job.services->set_collectives(install_collectives(*world));
+  job.services->set_kv_store(std::make_shared<CommKvStore>(*world));
   job.services->set_default_timeout(std::chrono::milliseconds(static_cast<int64_t>(settings.comm_timeout_s * 1000)));
 
   int exit_code = 0;
@@ -63,7 +92,7 @@ int run_training(JobSetup& job, const launch::RankEnv& env) {
     ZHOST_ASSERT(partition != nullptr);
 
     RunDirectory run_dir(settings.run_dir, settings.run_name, job.config->to_toml(), env.rank == 0);
-    Trainer trainer(settings, *world, *partition, run_dir);
+    Trainer trainer(settings, *world, *partition, run_dir, *job.services);
     if (env.rank == 0)
       spdlog::info("training {} ({:.2f}M parameters) on {} rank(s), stage {} via '{}', {}; batch {} = micro {} x "
                    "accumulation {} x world {}; run directory {}",
@@ -79,8 +108,11 @@ int run_training(JobSetup& job, const launch::RankEnv& env) {
   }
   world->barrier();
   job.services->set_collectives(nullptr);
+  job.services->set_kv_store(std::make_shared<LocalKvStore>());
   uninstall_collectives();
   return exit_code;
 }
+
+}  // namespace
 
 }  // namespace zhost::engine

@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -96,6 +99,29 @@ void RunDirectory::append_metrics(const StepRecord& r) {
   metrics_.flush();
   if (!metrics_) fail("cannot append to {}/metrics.jsonl (disk full?)", path_);
 }
+
+ProgressBar::ProgressBar(int64_t total_steps) : total_(total_steps), enabled_(::isatty(2) != 0) {}
+
+void ProgressBar::update(int64_t step, double loss) {
+  if (!enabled_) return;
+  constexpr int kWidth = 30;
+  int filled = static_cast<int>(kWidth * step / std::max<int64_t>(total_, 1));
+  std::string bar(static_cast<size_t>(filled), '=');
+  bar.resize(kWidth, ' ');
+  std::fprintf(stderr, "\r\033[K[%s] step %lld/%lld loss %.4f", bar.c_str(), static_cast<long long>(step),
+               static_cast<long long>(total_), loss);
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void ProgressBar::clear() {
+  if (!drawn_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  drawn_ = false;
+}
+
+ProgressBar::~ProgressBar() { clear(); }
 
 std::string format_step_line(const StepRecord& r, int64_t total_steps, bool breakdown) {
   std::string line = fmt::format("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}", r.step, total_steps, r.loss, r.lr,

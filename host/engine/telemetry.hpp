@@ -47,6 +47,21 @@ class RunDirectory {
   std::ofstream metrics_;
 };
 
+// A one-line progress bar redrawn on stderr after every step, shown only when stderr is a terminal
+// (ranks under `zhost run --nproc` write to pipes and print their step lines only).
+class ProgressBar {
+ public:
+  explicit ProgressBar(int64_t total_steps);
+  void update(int64_t step, double loss);
+  void clear();  // before a log line, so the line is not drawn over the bar
+  ~ProgressBar();
+
+ private:
+  int64_t total_;
+  bool enabled_;
+  bool drawn_ = false;
+};
+
 // One console line for `record`.
 std::string format_step_line(const StepRecord& record, int64_t total_steps, bool breakdown);
 

@@ -1,7 +1,10 @@
 // host/engine/trainer.cpp: forward block by block, backward with hooks, the step, telemetry.
 #include "host/engine/trainer.hpp"
 
+#include <ATen/ops/layer_norm.h>
+#include <ATen/ops/matmul.h>
 #include <ATen/ops/mul.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/tensor.h>
 #include <c10/core/GradMode.h>
@@ -10,6 +13,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/version.h>
 #include <xxhash.h>
 
 #include <chrono>
@@ -53,6 +57,20 @@ at::Device choose_device(const std::string& wanted, int local_rank, int local_wo
 #else
   return at::kCPU;
 #endif
+}
+
+// fp16 needs half-precision kernels on the training device; LibTorch 1.13 has none for LayerNorm on the
+// CPU. Probe once, so the user gets one line about it instead of a failure deep inside the first step.
+void check_precision_supported(Precision precision, at::Device device) {
+  if (precision != Precision::kFp16) return;
+  try {
+    at::Tensor x = at::ones({2, 4}, at::TensorOptions().dtype(at::kHalf).device(device));
+    at::layer_norm(x, {4});
+    at::matmul(x, x.t());
+  } catch (const std::exception&) {
+    fail_usage("fp16.enabled = true needs half-precision kernels on {}, which this LibTorch ({}) lacks; use "
+               "bf16.enabled = true, or train on CUDA", device.str(), TORCH_VERSION);
+  }
 }
 
 at::ScalarType compute_dtype(Precision precision) {
@@ -161,6 +179,7 @@ struct Trainer::Impl {
 
   void build() {
     device = choose_device(settings.device, settings.local_rank, settings.local_world_size);
+    check_precision_supported(settings.precision, device);
     model = model::make_model(settings.model, device, compute_dtype(settings.precision));
     loader = std::make_unique<data::DataLoader>(settings.data);
     schedule = optim::make_schedule(settings.schedule, settings.optimizer.lr);
@@ -350,8 +369,9 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition, RunDirectory& run_dir)
-    : impl_(std::make_unique<Impl>(settings, world, partition, run_dir)) {
+Trainer::Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition, RunDirectory& run_dir,
+                 const HostServices& services)
+    : impl_(std::make_unique<Impl>(settings, world, partition, run_dir)), services_(services) {
   impl_->build();
 }
 
@@ -369,12 +389,15 @@ TrainResult Trainer::run() {
   int64_t loss_count = 0;
   auto window_start = Clock::now();
   int64_t window_steps = 0;
+  ProgressBar progress(t.world.rank() == 0 ? s.steps : 0);
   for (int64_t step = 1; step <= s.steps; ++step) {
+    if (services_.abort_requested()) throw Error(fmt::format("stopped at step {}: {}", step, services_.abort_reason()));
     StepRecord record = t.train_step(step, applied, timing);
     loss_sum += record.loss;
     ++loss_count;
     ++window_steps;
     if (record.skipped) ++result.skipped_steps;
+    if (t.world.rank() == 0) progress.update(step, record.loss);
     if (step % s.steps_per_print != 0 && step != s.steps) continue;
 
     // The printed loss is the mean over ranks and steps since the last print (one small all-reduce).
@@ -393,6 +416,7 @@ TrainResult Trainer::run() {
     record.step_ms = timing.step / steps;
     record.memory = current_memory();
     if (t.world.rank() == 0) {
+      progress.clear();
       spdlog::info("{}", format_step_line(record, s.steps, s.wall_clock_breakdown));
       t.run_dir.append_metrics(record);
     }

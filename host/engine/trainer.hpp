@@ -23,7 +23,9 @@ struct TrainResult {
 
 class Trainer {
  public:
-  Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition, RunDirectory& run_dir);
+  // `services`: its abort flag is polled every step (a plugin's request_abort() stops the job).
+  Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition, RunDirectory& run_dir,
+          const HostServices& services);
   ~Trainer();
   TrainResult run();
   int64_t num_parameters() const;
@@ -35,6 +37,7 @@ class Trainer {
 
  private:
   std::unique_ptr<Impl> impl_;
+  const HostServices& services_;
 };
 
 }  // namespace zhost::engine

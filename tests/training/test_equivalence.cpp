@@ -9,6 +9,8 @@
 // into updates of a few 1e-6 in either run.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include "training_test_support.hpp"
 
 using namespace zhost::testing;
@@ -110,4 +112,33 @@ TEST(Equivalence, InconsistentBatchSizesNameAllThree) {
   EXPECT_NE(bad.err.find("train_batch_size"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("10"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("world"), std::string::npos) << bad.err;
+}
+
+// fp16 needs half kernels on the device: on the CPU with LibTorch 1.13 zhost says so in one line.
+TEST(Precision, Fp16WithoutHalfKernelsIsAClearError) {
+  ScratchDir dir;
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "fp16", "--set train_micro_batch_size_per_gpu=2 --set fp16.enabled=true");
+  if (r.exit_code == 0) GTEST_SKIP() << "this LibTorch has CPU half kernels: fp16 trains on the CPU";
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("zhost: error: fp16.enabled = true needs half-precision kernels on cpu"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("frame #"), std::string::npos) << "a backtrace leaked:\n" << r.err;
+}
+
+// fp16 with DeepSpeed's dynamic loss scaling, on CUDA: an initial scale of 2^40 overflows fp16, so the
+// first steps are skipped while the scale halves (hysteresis 1), then training proceeds.
+TEST(Precision, Fp16OverflowSkipsStepsAndLowersTheScaleOnCuda) {
+  if (access("/dev/nvidiactl", F_OK) != 0) GTEST_SKIP() << "no CUDA device on this machine";
+  ScratchDir dir;
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "fp16",
+                          "--set train_micro_batch_size_per_gpu=2 --set fp16.enabled=true --set fp16.initial_scale_power=40 "
+                          "--set fp16.hysteresis=1 --set steps=40 --set run.device=cuda");
+  if (r.err.find("has no CUDA device") != std::string::npos) GTEST_SKIP() << "this zhost was built without CUDA";
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  ASSERT_EQ(r.metrics.size(), 40u);
+  EXPECT_EQ(r.metrics[0]["skipped"], 1.0);
+  EXPECT_EQ(r.metrics[0]["loss_scale"], 1099511627776.0);  // 2^40
+  EXPECT_EQ(r.metrics[1]["loss_scale"], 549755813888.0);   // halved after the overflow
+  EXPECT_EQ(r.metrics.back()["skipped"], 0.0);
+  EXPECT_GT(r.metrics.back()["applied_steps"], 10.0);
+  EXPECT_NE(r.err.find("skipped: gradient overflow"), std::string::npos);
 }

@@ -72,8 +72,10 @@ RunOutput run_zhost(const fs::path& dir, const std::string& config_text, const s
   for (std::string line; std::getline(metrics, line);) {
     auto j = nlohmann::json::parse(line);
     std::map<std::string, double> record;
-    for (auto& [key, value] : j.items())
+    for (auto& [key, value] : j.items()) {
       if (value.is_number()) record[key] = value.get<double>();
+      if (value.is_boolean()) record[key] = value.get<bool>() ? 1.0 : 0.0;
+    }
     r.metrics.push_back(record);
     r.losses.push_back(j["loss"].is_null() ? NAN : j["loss"].get<double>());
   }
