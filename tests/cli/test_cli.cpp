@@ -21,12 +21,6 @@ struct Result {
   std::string err;
 };
 
-std::string slurp(const fs::path& file) {
-  std::ifstream in(file);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class Cli : public ::testing::Test {
  protected:
@@ -44,8 +38,8 @@ class Cli : public ::testing::Test {
     int status = std::system(command.c_str());
     Result r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(dir_ / "out.txt");
-    r.err = slurp(dir_ / "err.txt");
+    r.out = zhost::testing::read_text_file(dir_ / "out.txt");
+    r.err = zhost::testing::read_text_file(dir_ / "err.txt");
     return r;
   }
 

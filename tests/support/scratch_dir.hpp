@@ -1,5 +1,5 @@
 // tests/support/scratch_dir.hpp: a fresh folder under /tmp for one test, removed with its contents at the
-// end. Every test uses this one helper. Removal goes through POSIX nftw rather than
+// end, and reading a test's output files. Every test uses this one helper. Removal goes through POSIX nftw rather than
 // std::filesystem::remove_all: pip's LibTorch 2.x exports its own copy of that function, which replaces
 // libstdc++'s at run time and crashes test binaries that link it.
 #pragma once
@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -42,5 +43,13 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+// The whole content of a text file ("" when it cannot be read).
+inline std::string read_text_file(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 }  // namespace zhost::testing

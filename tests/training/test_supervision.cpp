@@ -24,12 +24,6 @@ std::vector<pid_t> children_of(pid_t pid) {
   return pids;
 }
 
-std::string slurp(const fs::path& file) {
-  std::ifstream in(file);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 }  // namespace
 
@@ -52,7 +46,7 @@ TEST(Supervision, KilledRankStopsTheJobWithinTenSeconds) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (!(fs::exists(metrics) && fs::file_size(metrics) > 0) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_TRUE(fs::exists(metrics)) << "training never started:\n" << slurp(err);
+  ASSERT_TRUE(fs::exists(metrics)) << "training never started:\n" << zhost::testing::read_text_file(err);
   std::vector<pid_t> ranks = children_of(launcher);
   ASSERT_EQ(ranks.size(), 2u);
   ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
@@ -72,7 +66,7 @@ TEST(Supervision, KilledRankStopsTheJobWithinTenSeconds) {
   EXPECT_LT(seconds, 10.0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);
-  std::string errors = slurp(err);
+  std::string errors = zhost::testing::read_text_file(err);
   EXPECT_NE(errors.find("zhost: error: rank 1"), std::string::npos) << errors;
   EXPECT_NE(errors.find("SIGKILL"), std::string::npos) << errors;
   EXPECT_EQ(kill(ranks[0], 0), -1) << "rank 0 still running";  // no orphans

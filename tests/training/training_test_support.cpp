@@ -14,12 +14,6 @@ namespace fs = std::filesystem;
 namespace zhost::testing {
 namespace {
 
-std::string slurp(const fs::path& file) {
-  std::ifstream in(file);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 }  // namespace
 
@@ -65,8 +59,8 @@ RunOutput run_zhost(const fs::path& dir, const std::string& config_text, const s
   int status = std::system(command.c_str());
   RunOutput r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(dir / (name + ".out"));
-  r.err = slurp(dir / (name + ".err"));
+  r.out = zhost::testing::read_text_file(dir / (name + ".out"));
+  r.err = zhost::testing::read_text_file(dir / (name + ".err"));
   r.run_dir = dir / "runs" / name;
   std::ifstream metrics(r.run_dir / "metrics.jsonl");
   for (std::string line; std::getline(metrics, line);) {
@@ -80,7 +74,7 @@ RunOutput run_zhost(const fs::path& dir, const std::string& config_text, const s
     r.losses.push_back(j["loss"].is_null() ? NAN : j["loss"].get<double>());
   }
   if (fs::exists(r.run_dir / "weights.json")) {
-    auto index = nlohmann::json::parse(slurp(r.run_dir / "weights.json"));
+    auto index = nlohmann::json::parse(zhost::testing::read_text_file(r.run_dir / "weights.json"));
     std::ifstream data(r.run_dir / "weights.bin", std::ios::binary);
     for (auto& entry : index) {
       std::vector<float> values(entry["numel"].get<size_t>());
