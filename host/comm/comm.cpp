@@ -87,6 +87,12 @@ void reduce_chunks(const at::Tensor& chunks, const at::Tensor& output, ReduceOp 
   }
 }
 
+// Gloo (LibTorch 1.13) moves no bfloat16. Collectives that only move data send bf16 as fp16 bits (same
+// bytes); reductions of bf16 run in fp32 (see all_reduce_async) or reduce locally after an all-to-all.
+at::Tensor on_the_wire(const at::Tensor& tensor, bool gloo) {
+  return gloo && tensor.scalar_type() == at::kBFloat16 ? tensor.view(at::kHalf) : tensor;
+}
+
 }  // namespace
 
 Backend parse_backend(const std::string& name) {
@@ -631,16 +637,23 @@ Work Comm::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
   at::Tensor data = flat(tensor, kind, "reduced");
   expect_reducible(data, op, kind);
   const compat::BackendPtr& backend = group_->backend_for(data, kind);
-  const bool emulate_avg = op == ReduceOp::kAvg && backend != group_->nccl;
+  const bool gloo = backend != group_->nccl;
+  const bool emulate_avg = op == ReduceOp::kAvg && gloo;
+  // Gloo cannot reduce bf16: reduce an fp32 copy (counted as the bf16 bytes the caller asked to move).
+  const at::Tensor wire = gloo && data.scalar_type() == at::kBFloat16 ? data.to(at::kFloat) : data;
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(emulate_avg ? ReduceOp::kSum : op);
   options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(kind, all_reduce_traffic(bytes_of(data), group_->size), data.is_cuda());
-  if (emulate_avg) state->finish = [data, size = group_->size] { data.div_(size); };
+  if (emulate_avg || !wire.is_same(data))
+    state->finish = [data, wire, emulate_avg, size = group_->size] {
+      if (emulate_avg) wire.div_(size);
+      if (!wire.is_same(data)) data.copy_(wire);
+    };
   return group_->issue(std::move(state), [&] {
-    std::vector<at::Tensor> tensors{data};
+    std::vector<at::Tensor> tensors{wire};
     return backend->allreduce(tensors, options);
   });
 }
@@ -689,7 +702,9 @@ Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& out
   return group_->issue(std::move(state), [&] {
     std::vector<int64_t> receive_counts(group_->size, shard);
     std::vector<int64_t> send_counts = counts;
-    return backend->alltoall_base(pieces, in, receive_counts, send_counts, options);
+    const bool gloo = backend != group_->nccl;
+    at::Tensor wire_pieces = on_the_wire(pieces, gloo), wire_in = on_the_wire(in, gloo);
+    return backend->alltoall_base(wire_pieces, wire_in, receive_counts, send_counts, options);
   });
 }
 
@@ -709,9 +724,11 @@ Work Comm::all_gather_async(const at::Tensor& input, const at::Tensor& output) {
   return group_->issue(std::move(state), [&] {
     if (backend == group_->nccl) return backend->_allgather_base(out, in, options);
     // Gloo (1.13) has no flat all-gather: gather into views of the flat output.
+    const at::Tensor wire_out = on_the_wire(out, true);
     std::vector<std::vector<at::Tensor>> outputs(1);
-    for (int rank = 0; rank < group_->size; ++rank) outputs[0].push_back(out.narrow(0, rank * in.numel(), in.numel()));
-    std::vector<at::Tensor> inputs{in};
+    for (int rank = 0; rank < group_->size; ++rank)
+      outputs[0].push_back(wire_out.narrow(0, rank * in.numel(), in.numel()));
+    std::vector<at::Tensor> inputs{on_the_wire(in, true)};
     return backend->allgather(outputs, inputs, options);
   });
 }
@@ -735,7 +752,9 @@ Work Comm::all_gather_v_async(const at::Tensor& input, const at::Tensor& output,
   return group_->issue(std::move(state), [&] {
     std::vector<int64_t> receive_counts = counts;
     std::vector<int64_t> send_counts(group_->size, in.numel());
-    return backend->alltoall_base(out, copies, receive_counts, send_counts, options);
+    const bool gloo = backend != group_->nccl;
+    at::Tensor wire_out = on_the_wire(out, gloo), wire_copies = on_the_wire(copies, gloo);
+    return backend->alltoall_base(wire_out, wire_copies, receive_counts, send_counts, options);
   });
 }
 
@@ -751,7 +770,7 @@ Work Comm::broadcast_async(const at::Tensor& tensor, int root) {
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(kind, broadcast_traffic(bytes_of(data), group_->size, group_->rank, root), data.is_cuda());
   return group_->issue(std::move(state), [&] {
-    std::vector<at::Tensor> tensors{data};
+    std::vector<at::Tensor> tensors{on_the_wire(data, backend != group_->nccl)};
     return backend->broadcast(tensors, options);
   });
 }
@@ -786,7 +805,9 @@ Work Comm::all_to_all_async(const at::Tensor& input, const at::Tensor& output, c
   return group_->issue(std::move(state), [&] {
     std::vector<int64_t> output_splits = recv_counts;
     std::vector<int64_t> input_splits = send_counts;
-    return backend->alltoall_base(out, in, output_splits, input_splits, options);
+    const bool gloo = backend != group_->nccl;
+    at::Tensor wire_out = on_the_wire(out, gloo), wire_in = on_the_wire(in, gloo);
+    return backend->alltoall_base(wire_out, wire_in, output_splits, input_splits, options);
   });
 }
 

@@ -15,34 +15,15 @@
 
 #include "host/engine/dlpack_bridge.hpp"
 #include "host/optim/optimizer.hpp"
+#include "host/optim/optimizer_abi.hpp"
 #include "host/optim/tensor_numerics.hpp"
 #include "host/plugins/loader.hpp"
-#include "zhost/cpp/plugin.hpp"
+#include "zhost/cpp/partition.hpp"
 
 namespace zhost::engine {
 namespace {
 
-using sdk::PluginError;
-
-optim::OptimizerSpec optimizer_spec(const zhost_optimizer_desc& d) {
-  optim::OptimizerSpec spec;
-  switch (d.kind) {
-    case ZHOST_OPTIMIZER_ADAMW: spec.kind = optim::OptimizerKind::kAdamW; break;
-    case ZHOST_OPTIMIZER_ADAM: spec.kind = optim::OptimizerKind::kAdam; break;
-    case ZHOST_OPTIMIZER_SGD: spec.kind = optim::OptimizerKind::kSgd; break;
-    case ZHOST_OPTIMIZER_LION: spec.kind = optim::OptimizerKind::kLion; break;
-    default: throw PluginError(ZHOST_ERR_UNSUPPORTED, "stage0: unknown optimizer kind");
-  }
-  spec.beta1 = d.beta1;
-  spec.beta2 = d.beta2;
-  spec.eps = d.eps;
-  spec.weight_decay = d.weight_decay;
-  spec.momentum = d.momentum;
-  spec.bias_correction = d.bias_correction != 0;
-  return spec;
-}
-
-class DataParallel {
+class DataParallel : public sdk::PartitionHooks {
  public:
   explicit DataParallel(const sdk::Host& host)
       : host_(host), bucket_elements_(host.config_int("zero.reduce_bucket_size")) {}
@@ -61,14 +42,25 @@ class DataParallel {
       p.master = p.model.scalar_type() == at::kFloat ? p.model : p.model.to(at::kFloat).clone();
       params_.push_back(std::move(p));
     }
-    optimizer_ = optim::make_optimizer(optimizer_spec(setup.optimizer));
-    int64_t total = 0;
-    for (const auto& p : params_) total += p.model.numel();
-    bucket_elements_ = std::min(bucket_elements_, total);  // never allocate more than the model needs
+    optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
+    for (auto& p : params_) optimizer_->allocate_state(p.state, p.master);
+    total_elements_ = 0;
+    for (const auto& p : params_) total_elements_ += p.model.numel();
+    bucket_elements_ = std::min(bucket_elements_, total_elements_);  // never allocate more than the model needs
     world_size_ = host_.collectives().world_size(host_.context(), nullptr);
   }
 
   void begin_micro_batch(const zhost_micro_batch_args& args) { boundary_ = args.is_boundary != 0; }
+
+  // The host counts the parameters and their .grad; here: separate masters (mixed precision only), the
+  // optimizer states, and the reduction buckets (at most the model's size, live during the boundary).
+  void memory(zhost_model_state_bytes& out) const {
+    for (const auto& p : params_) {
+      if (!p.master.is_same(p.model)) out.master += p.master.nbytes();
+      out.optimizer += static_cast<uint64_t>(p.state.bytes());
+    }
+    out.buffers = static_cast<uint64_t>(total_elements_) * sizeof(float);
+  }
 
   // Outside the boundary micro-batch, gradients just accumulate in the parameters' .grad.
   void grad_ready(uint32_t id, const DLTensor& grad_view) {
@@ -149,6 +141,7 @@ class DataParallel {
 
   sdk::Host host_;
   int64_t bucket_elements_;
+  int64_t total_elements_ = 0;
   int world_size_ = 1;
   bool boundary_ = true;
   std::vector<Param> params_;
@@ -158,30 +151,8 @@ class DataParallel {
 
 using Instance = sdk::InstanceOf<DataParallel>;
 
-DataParallel& self(zhost_plugin_instance* instance) { return Instance::self(instance); }
-
-const zhost_partition_api kPartition = {
-    sizeof(zhost_partition_api),
-    nullptr,
-    [](zhost_plugin_instance* s, const zhost_partition_setup* setup) {
-      return sdk::guard([&] { self(s).setup(*setup); });
-    },
-    [](zhost_plugin_instance* s, const zhost_micro_batch_args* args) {
-      return sdk::guard([&] { self(s).begin_micro_batch(*args); });
-    },
-    [](zhost_plugin_instance*, int32_t) -> zhost_status* { return nullptr; },  // pre_forward
-    [](zhost_plugin_instance*, int32_t) -> zhost_status* { return nullptr; },  // post_forward
-    [](zhost_plugin_instance*, int32_t) -> zhost_status* { return nullptr; },  // pre_backward
-    [](zhost_plugin_instance* s, uint32_t id, const DLTensor* grad) {
-      return sdk::guard([&] { self(s).grad_ready(id, *grad); });
-    },
-    [](zhost_plugin_instance*, int32_t) -> zhost_status* { return nullptr; },  // post_backward
-    [](zhost_plugin_instance* s) { return sdk::guard([&] { self(s).backward_end(); }); },
-    [](zhost_plugin_instance* s, zhost_step_args* args) { return sdk::guard([&] { self(s).step(*args); }); },
-};
-
 const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr, Instance::create, Instance::destroy,
-                               &kPartition, nullptr, nullptr};
+                               &sdk::PartitionTableOf<DataParallel>::table, nullptr, nullptr};
 
 const zhost_plugin_descriptor* describe() {
   static sdk::DescriptorBuilder builder("stage0", "0.1.0", ZHOST_KIND_PARTITION);

@@ -67,6 +67,14 @@ RunDirectory::RunDirectory(const std::string& dir, const std::string& name, cons
   if (!metrics_) fail("cannot write {}/metrics.jsonl", path_);
 }
 
+void RunDirectory::write_file(const std::string& name, const std::string& text) const {
+  if (!writer_) return;
+  std::ofstream file(fs::path(path_) / name, std::ios::trunc);
+  file << text;
+  file.flush();
+  if (!file) fail("cannot write {}/{} (disk full?)", path_, name);
+}
+
 void RunDirectory::append_metrics(const StepRecord& r) {
   if (!writer_) return;
   nlohmann::json j{{"step", r.step},

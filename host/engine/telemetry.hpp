@@ -40,6 +40,8 @@ class RunDirectory {
   RunDirectory(const std::string& dir, const std::string& name, const std::string& resolved_config, bool writer);
   const std::string& path() const { return path_; }
   void append_metrics(const StepRecord& record);
+  // Writes DIR/NAME (rank 0 only), replacing it.
+  void write_file(const std::string& name, const std::string& text) const;
 
  private:
   std::string path_;

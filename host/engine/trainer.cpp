@@ -23,6 +23,8 @@
 
 #include "host/core/error.hpp"
 #include "host/engine/dlpack_bridge.hpp"
+#include "host/engine/model_states.hpp"
+#include "host/optim/optimizer_abi.hpp"
 #include "host/services/host_services.hpp"
 #include "zhost/partition.h"
 
@@ -81,24 +83,6 @@ at::ScalarType compute_dtype(Precision precision) {
   }
 }
 
-zhost_optimizer_desc optimizer_desc(const optim::OptimizerSpec& spec) {
-  zhost_optimizer_desc d{};
-  d.struct_size = sizeof(d);
-  switch (spec.kind) {
-    case optim::OptimizerKind::kAdamW: d.kind = ZHOST_OPTIMIZER_ADAMW; break;
-    case optim::OptimizerKind::kAdam: d.kind = ZHOST_OPTIMIZER_ADAM; break;
-    case optim::OptimizerKind::kSgd: d.kind = ZHOST_OPTIMIZER_SGD; break;
-    case optim::OptimizerKind::kLion: d.kind = ZHOST_OPTIMIZER_LION; break;
-  }
-  d.beta1 = spec.beta1;
-  d.beta2 = spec.beta2;
-  d.eps = spec.eps;
-  d.weight_decay = spec.weight_decay;
-  d.momentum = spec.momentum;
-  d.bias_correction = spec.bias_correction ? 1 : 0;
-  return d;
-}
-
 // Milliseconds spent in each phase, summed since the last printed record.
 struct Timing {
   double forward = 0, backward = 0, reduction = 0, step = 0;
@@ -148,6 +132,7 @@ struct Trainer::Impl {
   std::vector<std::vector<int32_t>> blocks_using_param;
   std::vector<int32_t> pending_grads_per_block;
   std::string hook_error;  // first failure inside an autograd hook; raised after backward
+  bool partition_takes_grads = false;  // ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS: drop .grad after grad_ready
 
   Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r)
       : settings(s), world(w), partition(p), api(*p.plugin->api->partition), run_dir(r) {}
@@ -185,8 +170,37 @@ struct Trainer::Impl {
     schedule = optim::make_schedule(settings.schedule, settings.optimizer.lr);
     if (settings.precision == Precision::kFp16) scaler = optim::LossScaler(settings.loss_scale);
     check_registry_agrees_across_ranks();
+    partition_takes_grads = (partition.plugin->info.flags & ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS) != 0;
     setup_partition();
+    report_model_states();
     install_grad_hooks();
+  }
+
+  // Logs this rank's model-state bytes against ZeRO's formula; rank 0 writes RUN_DIR/model_states.json.
+  void report_model_states() {
+    ModelStateBytes measured;
+    if (ZHOST_HAS_FIELD(&api, zhost_partition_api, memory) && api.memory) {
+      zhost_model_state_bytes reported{};
+      reported.struct_size = sizeof(reported);
+      call(api.memory(partition.instance, &reported), "memory");
+      measured.params = static_cast<double>(reported.params);
+      measured.grads = static_cast<double>(reported.grads);
+      measured.master = static_cast<double>(reported.master);
+      measured.optimizer = static_cast<double>(reported.optimizer);
+      measured.buffers = static_cast<double>(reported.buffers);
+    }
+    double param_bytes = 0;
+    for (const auto& p : model->parameters()) param_bytes += static_cast<double>(p.tensor.nbytes());
+    measured.params += param_bytes;
+    if (!partition_takes_grads) measured.grads += param_bytes;  // autograd's .grad: one per parameter, same size
+    ModelStateShape shape;
+    shape.stage = static_cast<int>(settings.zero_stage);
+    shape.world_size = world.world_size();
+    shape.num_params = model->num_parameters();
+    shape.compute_bytes = static_cast<int>(c10::elementSize(compute_dtype(settings.precision)));
+    shape.optimizer_bytes_per_param = static_cast<int>(optim::make_optimizer(settings.optimizer)->state_bytes_per_param());
+    spdlog::info("{}", describe_model_states(measured, shape));
+    if (world.rank() == 0) run_dir.write_file("model_states.json", model_states_json(measured, shape) + "\n");
   }
 
   // Identical parameter ids, names, shapes and dtypes on every rank are part of the partition contract.
@@ -236,7 +250,7 @@ struct Trainer::Impl {
     setup.num_blocks = static_cast<int32_t>(used.size());
     setup.block_param_ids = ids.data();
     setup.block_param_offsets = offsets.data();
-    setup.optimizer = optimizer_desc(settings.optimizer);
+    setup.optimizer = optim::optimizer_desc_to_abi(settings.optimizer);
     setup.master_dtype = dl_dtype(at::kFloat);
     setup.gradient_accumulation_steps = static_cast<int32_t>(settings.batch.gradient_accumulation_steps);
     call(api.setup(partition.instance, &setup), "setup");
@@ -268,6 +282,7 @@ struct Trainer::Impl {
     const at::Tensor& grad = model->parameters()[id].tensor.grad();
     DLTensor view = dl_view(grad);
     call_in_hook(api.grad_ready(partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
+    if (partition_takes_grads) model->parameters()[id].tensor.mutable_grad() = at::Tensor();
     for (int32_t block : blocks_using_param[id])
       if (--pending_grads_per_block[block] == 0)
         call_in_hook(api.post_backward(partition.instance, block), "post_backward");

@@ -133,6 +133,10 @@ void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& 
   if (!std::isfinite(lr) || lr < 0) fail("optimizer step: learning rate must be finite and >= 0, got {}", lr);
 }
 
+void Optimizer::allocate_state(OptimizerState& state, const at::Tensor& param) const {
+  for (const std::string& name : state_names()) state_tensor(state, name, param);
+}
+
 void Optimizer::import_state(OptimizerState& state, std::string_view name, const at::Tensor& value,
                              const at::Tensor& param) const {
   const std::vector<std::string> expected = state_names();

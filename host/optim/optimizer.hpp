@@ -97,6 +97,9 @@ class Optimizer {
   // momentum: 4 (without: 0), Lion: 4.
   int64_t state_bytes_per_param() const;
 
+  // Allocates `param`'s state tensors now (zeros) instead of on its first step, so that memory is
+  // accounted for from the start (ZeRO's model-state report).
+  void allocate_state(OptimizerState& state, const at::Tensor& param) const;
   // Checkpoint import: copies `value` (any device, fp32, param's shape) into `state` under `name`, which
   // must be one of state_names(); the copy lives on param's device. Throws zhost::Error on a mismatch.
   void import_state(OptimizerState& state, std::string_view name, const at::Tensor& value,

@@ -27,11 +27,15 @@ void require_one_device(at::TensorList tensors, std::string_view what) {
   }
 }
 
-// The 2-norm of one tensor as a 0-dim fp64 tensor, computed in fp32 (fp64 for fp64 tensors).
-at::Tensor tensor_norm(const at::Tensor& tensor) {
-  const bool wide = tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kDouble;
-  const at::Tensor norm = wide ? tensor.norm() : at::norm(tensor, at::Scalar(2), at::kFloat);
-  return norm.to(at::kDouble);
+// The 2-norms of one tensor's consecutive chunks, as 0-dim fp64 tensors accumulated in fp64, so that the
+// sum of their squares does not depend (beyond fp64 rounding) on how the elements are split into tensors:
+// a partitioned optimizer's norm over flat shards then equals the data-parallel one over whole parameters
+// to the last bit of the fp32 clip coefficient. Chunks bound the fp64 temporaries.
+void append_chunk_norms(const at::Tensor& tensor, std::vector<at::Tensor>& norms) {
+  constexpr int64_t kChunk = int64_t{1} << 24;
+  const at::Tensor flat = tensor.reshape({-1});
+  for (int64_t start = 0; start < flat.numel(); start += kChunk)
+    norms.push_back(at::norm(flat.narrow(0, start, std::min(kChunk, flat.numel() - start)), at::Scalar(2), at::kDouble));
 }
 
 }  // namespace
@@ -52,7 +56,8 @@ at::Tensor squared_norm(at::TensorList tensors) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> norms;
   norms.reserve(tensors.size());
-  for (const at::Tensor& tensor : tensors) norms.push_back(tensor_norm(tensor));
+  for (const at::Tensor& tensor : tensors) append_chunk_norms(tensor, norms);
+  if (norms.empty()) return at::zeros({}, tensors.front().options().dtype(at::kDouble));
   const at::Tensor stacked = at::stack(norms);
   return stacked.mul(stacked).sum();
 }

@@ -14,8 +14,8 @@ namespace zhost::optim {
 bool has_inf_or_nan(at::TensorList tensors);
 
 // sum over tensors of sum(t^2), as a 0-dim fp64 tensor on the tensors' device (CPU when the list is
-// empty), without a host sync: per-tensor 2-norms in fp32 (16-bit tensors are read into fp32), squared
-// and summed in fp64. inf/NaN when an element is.
+// empty), without a host sync, accumulated in fp64 (16-bit and fp32 tensors are read into fp64), so that
+// it is the same however the elements are split into tensors or shards. inf/NaN when an element is.
 at::Tensor squared_norm(at::TensorList tensors);
 
 // sqrt(squared_norm(tensors)) on the host.

@@ -178,6 +178,38 @@ const bool sub_group_registered = register_scenario("sub_groups", [](RankContext
   check_equal(everyone, at::full({2}, 3.0f), "world all_reduce after sub-groups");
 });
 
+// bfloat16, which Gloo in LibTorch 1.13 neither moves nor reduces: every collective must still work (the
+// values are small integers, exact in bf16, so results compare exactly).
+const bool bf16_registered = register_scenario("bf16", [](RankContext& ctx) {
+  auto bf16 = [](const at::Tensor& t) { return t.to(at::kBFloat16); };
+  auto check_bf16 = [](const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
+    SCENARIO_CHECK(actual.scalar_type() == at::kBFloat16, "{}: dtype changed to {}", what,
+                   c10::toString(actual.scalar_type()));
+    check_equal(actual.to(at::kFloat), expected, what);
+  };
+  at::Tensor summed = bf16(rank_data(ctx.rank, 7));
+  ctx.comm.all_reduce(summed);
+  check_bf16(summed, reduce_over_ranks(ctx.world_size, 7, ReduceOp::kSum), "bf16 all_reduce");
+
+  const std::vector<int64_t> counts = uneven_counts(ctx.world_size);
+  const int64_t total = offset_of(counts, ctx.world_size);
+  at::Tensor shard = bf16(at::full({counts[ctx.rank]}, -99.0f));
+  ctx.comm.reduce_scatter_v(bf16(rank_data(ctx.rank, total)), shard, counts);
+  check_bf16(shard, reduce_over_ranks(ctx.world_size, total, ReduceOp::kSum).narrow(0, offset_of(counts, ctx.rank),
+                                                                                  counts[ctx.rank]),
+             "bf16 reduce_scatter_v");
+
+  at::Tensor gathered = bf16(at::full({4 * ctx.world_size}, -99.0f));
+  ctx.comm.all_gather(bf16(rank_data(ctx.rank, 4)), gathered);
+  std::vector<at::Tensor> expected;
+  for (int rank = 0; rank < ctx.world_size; ++rank) expected.push_back(rank_data(rank, 4));
+  check_bf16(gathered, at::cat(expected), "bf16 all_gather");
+
+  at::Tensor root_data = bf16(rank_data(ctx.rank, 5));
+  ctx.comm.broadcast(root_data, 1);
+  check_bf16(root_data, rank_data(1, 5), "bf16 broadcast");
+});
+
 void expect_scenario_passes(const std::string& name, int world_size) {
   const ScenarioRun run = run_scenario(name, world_size);
   EXPECT_EQ(run.result.exit_code, 0) << run.all_output();
@@ -192,6 +224,7 @@ TEST_P(CollectivesTest, AllGatherEvenAndUneven) { expect_scenario_passes("all_ga
 TEST_P(CollectivesTest, AllToAllUnevenAndEvenSplits) { expect_scenario_passes("all_to_all", GetParam()); }
 TEST_P(CollectivesTest, BroadcastAndBarrier) { expect_scenario_passes("broadcast", GetParam()); }
 TEST_P(CollectivesTest, AsyncCollectivesOverlap) { expect_scenario_passes("async_overlap", GetParam()); }
+TEST_P(CollectivesTest, Bfloat16CollectivesWorkOnGloo) { expect_scenario_passes("bf16", GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest, ::testing::Values(2, 3), ::testing::PrintToStringParamName());
 

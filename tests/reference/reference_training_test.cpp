@@ -253,7 +253,7 @@ class ReferenceTraining : public ::testing::TestWithParam<Layout> {};
 INSTANTIATE_TEST_SUITE_P(Layouts, ReferenceTraining,
                          ::testing::Values(Layout{"OneStep", 1, 1, 2, 1}, Layout{"FourSteps", 4, 1, 2, 1},
                                            Layout{"TwoRanksAccumulating", 4, 2, 2, 2}),
-                         [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
+                         [](const ::testing::TestParamInfo<Layout>& layout) { return std::string(layout.param.name); });
 
 TEST_P(ReferenceTraining, LossesAndWeightsMatchPyTorch) {
   if (!python_has_torch(python_executable()))

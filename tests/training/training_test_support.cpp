@@ -114,4 +114,30 @@ std::string weights_mismatch(const RunOutput& a, const RunOutput& b, double rtol
   return message.str();
 }
 
+std::string weights_norm_mismatch(const RunOutput& a, const RunOutput& b, double relative) {
+  if (b.weights.empty()) return "no weights saved";
+  if (a.weights.size() != b.weights.size()) return "the runs hold different parameters";
+  std::string worst_name;
+  double worst = 0;
+  for (const auto& [name, values] : b.weights) {
+    auto it = a.weights.find(name);
+    if (it == a.weights.end() || it->second.size() != values.size()) return "parameter " + name + " differs in shape";
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const double d = static_cast<double>(it->second[i]) - values[i];
+      diff += d * d;
+      norm += static_cast<double>(values[i]) * values[i];
+    }
+    const double ratio = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+    if (ratio > worst) {
+      worst = ratio;
+      worst_name = name;
+    }
+  }
+  if (worst <= relative) return "";
+  std::ostringstream message;
+  message << worst_name << ": ||difference|| / ||weights|| = " << worst << " exceeds " << relative;
+  return message.str();
+}
+
 }  // namespace zhost::testing

@@ -33,4 +33,7 @@ RunOutput run_zhost(const std::filesystem::path& dir, const std::string& config_
 // description of the worst parameter. Both runs must hold the same parameters.
 std::string weights_mismatch(const RunOutput& a, const RunOutput& b, double rtol, double atol);
 
+// "" when for every parameter ||a - b|| <= relative * ||b|| (2-norms over the tensor); else the worst one.
+std::string weights_norm_mismatch(const RunOutput& a, const RunOutput& b, double relative);
+
 }  // namespace zhost::testing

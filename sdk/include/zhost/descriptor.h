@@ -54,6 +54,9 @@ ZHOST_ASSERT_STRUCT_COMPLETE(zhost_config_key, ZHOST_CONFIG_KEY_SIZE);
 #define ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE (1u << 0) /* supports export/import of state while a job runs */
 #define ZHOST_PLUGIN_FLAG_THREAD_SAFE (1u << 1)   /* instance calls may come from several threads at once */
 #define ZHOST_PLUGIN_FLAG_NEEDS_CUDA (1u << 2)    /* refuses to start without a CUDA device */
+/* partition: grad_ready() takes each gradient (copies or reduces it); the host frees the parameter's
+ * .grad right after the call, so gradients never pile up in full size (ZeRO stage 2 and 3). */
+#define ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS (1u << 3)
 
 typedef struct zhost_plugin_descriptor {
     size_t struct_size;

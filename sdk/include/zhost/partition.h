@@ -113,6 +113,21 @@ typedef struct zhost_step_args {
 #define ZHOST_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_step_args, overflow)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_step_args, ZHOST_STEP_ARGS_SIZE);
 
+/* Bytes of model state one rank holds, by kind, as ZeRO's memory analysis counts them. A plugin reports
+ * what it allocated; the host adds what it holds itself (the parameters it owns, and full-size gradients
+ * when the plugin does not take them) and compares the total with ZeRO's formula for the stage. */
+typedef struct zhost_model_state_bytes {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    uint64_t params;     /* parameter storage the plugin holds (stage 3 shards); not the host's parameters */
+    uint64_t grads;      /* gradient storage held between micro-batches (e.g. a stage 2 gradient partition) */
+    uint64_t master;     /* fp32 master weights */
+    uint64_t optimizer;  /* optimizer states (Adam: exp_avg, exp_avg_sq) */
+    uint64_t buffers;    /* communication buckets and staging, not model state: reported apart */
+} zhost_model_state_bytes;
+#define ZHOST_MODEL_STATE_BYTES_SIZE ZHOST_STRUCT_SIZE(zhost_model_state_bytes, buffers)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_model_state_bytes, ZHOST_MODEL_STATE_BYTES_SIZE);
+
 typedef struct zhost_partition_api {
     size_t struct_size;
     const zhost_ext_header *ext;
@@ -121,13 +136,18 @@ typedef struct zhost_partition_api {
     zhost_status *(*pre_forward)(zhost_plugin_instance *self, int32_t block);
     zhost_status *(*post_forward)(zhost_plugin_instance *self, int32_t block);
     zhost_status *(*pre_backward)(zhost_plugin_instance *self, int32_t block);
-    /* grad: the parameter's accumulated gradient (compute dtype, parameter's shape), borrowed for the call */
+    /* grad: the parameter's accumulated gradient (compute dtype, parameter's shape), borrowed for the call.
+     * With ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS the host frees it after the call: the plugin copies what it
+     * keeps; gradients then do not accumulate across micro-batches in the host, the plugin does that. */
     zhost_status *(*grad_ready)(zhost_plugin_instance *self, uint32_t param_id, const DLTensor *grad);
     zhost_status *(*post_backward)(zhost_plugin_instance *self, int32_t block);
     zhost_status *(*backward_end)(zhost_plugin_instance *self);
     zhost_status *(*step)(zhost_plugin_instance *self, zhost_step_args *args);
+    /* Optional (may be NULL): fills `out` (its struct_size set by the host) with the bytes this rank's
+     * instance holds; called after setup(), with states allocated. */
+    zhost_status *(*memory)(zhost_plugin_instance *self, zhost_model_state_bytes *out);
 } zhost_partition_api;
-#define ZHOST_PARTITION_API_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, step)
+#define ZHOST_PARTITION_API_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, memory)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_partition_api, ZHOST_PARTITION_API_SIZE);
 
 #ifdef __cplusplus

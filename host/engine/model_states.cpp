@@ -1,0 +1,70 @@
+// host/engine/model_states.cpp: ZeRO's model-state formulas and their report (see the header).
+#include "host/engine/model_states.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace zhost::engine {
+
+ModelStateBytes zero_formula(const ModelStateShape& s) {
+  const double psi = static_cast<double>(s.num_params), n = s.world_size, c = s.compute_bytes;
+  const double k = s.optimizer_bytes_per_param;
+  ModelStateBytes b;
+  b.params = s.stage >= 3 ? c * psi / n : c * psi;
+  b.grads = s.stage >= 2 ? c * psi / n : c * psi;
+  if (s.stage == 0) {
+    b.master = s.compute_bytes == 4 ? 0 : 4 * psi;
+    b.optimizer = k * psi;
+  } else {
+    b.master = 4 * psi / n;
+    b.optimizer = k * psi / n;
+  }
+  return b;
+}
+
+namespace {
+
+std::string formula_text(const ModelStateShape& s) {
+  const int c = s.compute_bytes, k = s.optimizer_bytes_per_param;
+  switch (s.stage) {
+    case 0: return fmt::format("{}Ψ", 2 * c + (c == 4 ? 0 : 4) + k);
+    case 1: return fmt::format("{}Ψ+{}Ψ/N", 2 * c, 4 + k);
+    case 2: return fmt::format("{}Ψ+{}Ψ/N", c, c + 4 + k);
+    default: return fmt::format("{}Ψ/N", 2 * c + 4 + k);
+  }
+}
+
+std::string mb(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
+
+nlohmann::json to_json(const ModelStateBytes& b) {
+  return {{"params", b.params}, {"grads", b.grads}, {"master", b.master}, {"optimizer", b.optimizer},
+          {"total", b.total()}};
+}
+
+}  // namespace
+
+std::string describe_model_states(const ModelStateBytes& measured, const ModelStateShape& shape) {
+  const ModelStateBytes formula = zero_formula(shape);
+  return fmt::format(
+      "model states per rank: params {}, grads {}, fp32 master {}, optimizer {}, total {}; ZeRO stage {} formula {} "
+      "(Ψ={}, N={}): {} (measured/formula {:.3f}); communication buffers {}",
+      mb(measured.params), mb(measured.grads), mb(measured.master), mb(measured.optimizer), mb(measured.total()),
+      shape.stage, formula_text(shape), shape.num_params, shape.world_size, mb(formula.total()),
+      measured.total() / formula.total(), mb(measured.buffers));
+}
+
+std::string model_states_json(const ModelStateBytes& measured, const ModelStateShape& shape) {
+  const ModelStateBytes formula = zero_formula(shape);
+  nlohmann::json j = {{"stage", shape.stage},
+                      {"world_size", shape.world_size},
+                      {"num_params", shape.num_params},
+                      {"formula_text", formula_text(shape)},
+                      {"measured", to_json(measured)},
+                      {"formula", to_json(formula)},
+                      {"buffers", measured.buffers},
+                      {"ratio", measured.total() / formula.total()}};
+  return j.dump(1);
+}
+
+}  // namespace zhost::engine

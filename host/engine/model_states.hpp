@@ -1,0 +1,40 @@
+// host/engine/model_states.hpp: ZeRO's model-state accounting for one rank. The partitioner reports the
+// bytes it allocated (zhost_model_state_bytes), the host adds what it holds, and the total is compared with
+// the ZeRO paper's formula for the stage: with Ψ parameters, N ranks, c bytes per compute-dtype value and K
+// bytes of optimizer state per parameter (Adam: 8),
+//   stage 0: cΨ params + cΨ grads + 4Ψ master (none in fp32: the parameter is the master) + KΨ
+//   stage 1: cΨ + cΨ + (4 + K)Ψ/N          (mixed precision Adam: 4Ψ + 12Ψ/N)
+//   stage 2: cΨ + (c + 4 + K)Ψ/N           (2Ψ + 14Ψ/N)
+//   stage 3: (2c + 4 + K)Ψ/N               (16Ψ/N)
+// Each rank logs the comparison at start; rank 0 writes it to RUN_DIR/model_states.json.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace zhost::engine {
+
+struct ModelStateBytes {
+  double params = 0, grads = 0, master = 0, optimizer = 0;
+  double buffers = 0;  // communication buckets and staging: reported, not part of the formula
+  double total() const { return params + grads + master + optimizer; }
+};
+
+struct ModelStateShape {
+  int stage = 0;
+  int world_size = 1;
+  int64_t num_params = 0;         // Ψ
+  int compute_bytes = 4;          // c
+  int optimizer_bytes_per_param = 8;  // K
+};
+
+ModelStateBytes zero_formula(const ModelStateShape& shape);
+
+// "model states per rank: params 1.2 MB, grads ..., total 5.6 MB; ZeRO stage 2 formula 2Ψ+14Ψ/N (N=2): 5.5 MB
+// (measured/formula 1.01); buffers 0.3 MB"
+std::string describe_model_states(const ModelStateBytes& measured, const ModelStateShape& shape);
+
+// {"stage", "world_size", "num_params", "measured": {...}, "formula": {...}, "ratio"}
+std::string model_states_json(const ModelStateBytes& measured, const ModelStateShape& shape);
+
+}  // namespace zhost::engine

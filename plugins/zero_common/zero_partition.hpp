@@ -1,0 +1,105 @@
+// plugins/zero_common/zero_partition.hpp: ZeRO stages 1 and 2 behind the partition contract
+// (zhost/partition.h), one class for both as in the ZeRO paper: they differ only in when gradients are
+// reduced and where they wait for the step.
+//
+//   stage 1 (optimizer states partitioned): gradients accumulate in the parameters' .grad; during the
+//     boundary micro-batch's backward they are reduced in buckets, each rank keeping its partition's slice.
+//   stage 2 (+ gradients partitioned): every micro-batch's gradients are reduced from the gradient-ready
+//     hooks in buckets and accumulated into the rank's gradient partition; the host frees each .grad at
+//     once (ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS), so no rank holds full-size gradients.
+//
+// A bucket holds up to reduce_bucket_size gradient elements in arrival order (identical on every rank);
+// it is reduce-scattered with per-rank counts (the elements each partition owns), or all-reduced when
+// reduce_scatter = false. With overlap_comm two buckets alternate: one reduces while backward fills the
+// other. step() unscales, clips by the global norm (one all-reduce of a scalar), steps the optimizer on
+// the rank's fp32 master partition, and all-gathers the updated partitions back into every rank's
+// parameters in chunks of allgather_bucket_size elements.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host/optim/optimizer.hpp"
+#include "plugins/zero_common/flat_layout.hpp"
+#include "zhost/cpp/partition.hpp"
+
+namespace zhost::zero {
+
+// DeepSpeed's zero_optimization keys as the stage plugins read them (see zero_plugin.cpp).
+struct ZeroOptions {
+  int stage = 1;                          // 1 or 2
+  int64_t reduce_bucket_size = 500000000;  // elements per gradient bucket
+  int64_t allgather_bucket_size = 500000000;  // elements per parameter all-gather (all ranks together)
+  bool overlap_comm = false;
+  bool reduce_scatter = true;
+  bool ignore_unused_parameters = true;
+};
+
+class ZeroPartition : public sdk::PartitionHooks {
+ public:
+  ZeroPartition(const sdk::Host& host, const ZeroOptions& options);
+  ~ZeroPartition();
+
+  void setup(const zhost_partition_setup& setup);
+  void begin_micro_batch(const zhost_micro_batch_args& args);
+  void grad_ready(uint32_t id, const DLTensor& grad);
+  void backward_end();
+  void step(zhost_step_args& args);
+  void memory(zhost_model_state_bytes& out) const;
+
+ private:
+  struct Piece {        // part of a parameter's gradient inside a bucket
+    int owner;          // the rank whose partition it belongs to
+    int64_t staged_at;  // offset in the bucket's staging buffer
+    int64_t flat_offset;
+    int64_t length;
+  };
+  struct Bucket {
+    at::Tensor staging;  // gradients in arrival order
+    at::Tensor send;     // the same elements grouped by owner rank
+    at::Tensor recv;     // this rank's reduced elements
+    std::vector<Piece> pieces;
+    int64_t used = 0;
+    zhost_work* work = nullptr;
+    // What an in-flight collective borrows (views and their DLPack descriptions), kept until complete().
+    at::Tensor send_view, recv_view;
+    DLTensor send_dl{}, recv_dl{};
+    std::vector<int64_t> counts;
+  };
+  struct Param {
+    std::string name;
+    at::Tensor model;  // the host's parameter (compute dtype)
+  };
+
+  bool reduces_now() const { return options_.stage == 2 || boundary_; }
+  Bucket& bucket_with_room(int64_t elements);
+  void launch(Bucket& bucket);
+  void complete(Bucket& bucket);
+  void check_all_gradients_arrived();
+  void gather_updated_partitions();
+  void all_reduce_scalar(at::Tensor& value) const;
+  zhost_collective_args collective_args(zhost_collective_intent intent) const;
+
+  sdk::Host host_;
+  ZeroOptions options_;
+  int rank_ = 0, world_size_ = 1;
+  FlatLayout layout_;
+  std::vector<Param> params_;
+  at::ScalarType compute_dtype_ = at::kFloat;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  at::Tensor master_;          // [S] fp32: this rank's partition of the parameters
+  optim::OptimizerState state_;
+  at::Tensor grad_partition_;  // [S] compute dtype: this rank's reduced gradients (stage 1: boundary to step)
+  std::vector<Bucket> buckets_;  // 1, or 2 with overlap_comm
+  size_t current_ = 0;
+  int64_t bucket_capacity_ = 0;
+  at::Tensor gather_buffer_;   // [N * chunk] compute dtype
+  int64_t gather_chunk_ = 0;
+  std::vector<uint8_t> arrived_;  // per parameter: its gradient reached grad_ready this micro-batch
+  bool boundary_ = true;
+};
+
+}  // namespace zhost::zero
