@@ -230,6 +230,23 @@ void add_rules(Schema& schema) {
                                         "divides heads (1, a divisor of heads, or 0 = same as heads)",
                                         heads, kv_heads);
                    }});
+  // DeepSpeed's offload needs partitioned states: the optimizer's from stage 1, the parameters' at stage 3.
+  schema.add_rule({{"zero.offload_optimizer.device", "zero.stage"},
+                   [](const ResolvedConfig& config) -> std::optional<std::string> {
+                     const std::string& device = config.get_string("zero.offload_optimizer.device");
+                     if (device == "none" || config.get_int("zero.stage") >= 1) return std::nullopt;
+                     return fmt::format("zero.offload_optimizer.device = \"{}\" needs zero.stage 1, 2 or 3 (stage 0 "
+                                        "keeps whole optimizer states on every rank); set zero.stage = 2",
+                                        device);
+                   }});
+  schema.add_rule({{"zero.offload_param.device", "zero.stage"},
+                   [](const ResolvedConfig& config) -> std::optional<std::string> {
+                     const std::string& device = config.get_string("zero.offload_param.device");
+                     if (device == "none" || config.get_int("zero.stage") == 3) return std::nullopt;
+                     return fmt::format("zero.offload_param.device = \"{}\" needs zero.stage = 3 (only stage 3 "
+                                        "partitions parameters)",
+                                        device);
+                   }});
   schema.add_rule({{"data.type", "data.path"}, [](const ResolvedConfig& config) -> std::optional<std::string> {
                      const std::string& type = config.get_string("data.type");
                      if (type == "synthetic" || !config.get_string("data.path").empty()) return std::nullopt;

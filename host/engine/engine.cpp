@@ -52,6 +52,33 @@ void warn_about_unimplemented_keys(const config::ResolvedConfig& config) {
 
 int run_job(JobSetup& job, const launch::RankEnv& env);
 
+// Hands the offload tiers the config chose to the host services (tier_for), for the partition plugin,
+// and takes them back before the instances go.
+class TierInstallation {
+ public:
+  TierInstallation(const JobSetup& job, const PluginInstances& instances, HostServices& services) : services_(services) {
+    install(job, instances, ZHOST_TIER_FOR_OPTIMIZER, "zero.offload_optimizer.device");
+    install(job, instances, ZHOST_TIER_FOR_PARAMS, "zero.offload_param.device");
+  }
+  ~TierInstallation() {
+    services_.set_tier(ZHOST_TIER_FOR_OPTIMIZER, std::nullopt);
+    services_.set_tier(ZHOST_TIER_FOR_PARAMS, std::nullopt);
+  }
+  TierInstallation(const TierInstallation&) = delete;
+  TierInstallation& operator=(const TierInstallation&) = delete;
+
+ private:
+  void install(const JobSetup& job, const PluginInstances& instances, zhost_tier_role role, const char* key) {
+    const std::string device = job.config->get_string(key);
+    if (device == "none") return;
+    const LoadedPlugin* provider = job.resolution.provider.at("offload:" + device);
+    for (const auto& live : instances.all())
+      if (live.plugin == provider)
+        services_.set_tier(role, TierRef{live.instance, live.plugin->api->offload, live.plugin->info.name});
+  }
+  HostServices& services_;
+};
+
 }  // namespace
 
 int run_training(JobSetup& job, const launch::RankEnv& env) {
@@ -90,6 +117,7 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
     instances.create_all(job.resolution, [&](const LoadedPlugin& p) { return job.plugin_config(p); });
     const PluginInstance* partition = instances.of_kind(ZHOST_KIND_PARTITION);
     ZHOST_ASSERT(partition != nullptr);
+    TierInstallation tiers(job, instances, *job.services);
 
     RunDirectory run_dir(settings.run_dir, settings.run_name, job.config->to_toml(), env.rank == 0);
     Trainer trainer(settings, *world, *partition, run_dir, *job.services);

@@ -20,6 +20,10 @@ ModelStateBytes zero_formula(const ModelStateShape& s) {
     b.master = 4 * psi / n;
     b.optimizer = k * psi / n;
   }
+  if (s.optimizer_offloaded) {
+    b.master = b.optimizer = 0;
+    if (s.stage >= 2) b.grads = 0;
+  }
   return b;
 }
 
@@ -27,6 +31,8 @@ namespace {
 
 std::string formula_text(const ModelStateShape& s) {
   const int c = s.compute_bytes, k = s.optimizer_bytes_per_param;
+  if (s.optimizer_offloaded) return s.stage == 1 ? fmt::format("{}Ψ (optimizer offloaded)", 2 * c)
+                                                 : fmt::format("{}Ψ (optimizer and gradients offloaded)", c);
   switch (s.stage) {
     case 0: return fmt::format("{}Ψ", 2 * c + (c == 4 ? 0 : 4) + k);
     case 1: return fmt::format("{}Ψ+{}Ψ/N", 2 * c, 4 + k);
@@ -48,10 +54,11 @@ std::string describe_model_states(const ModelStateBytes& measured, const ModelSt
   const ModelStateBytes formula = zero_formula(shape);
   return fmt::format(
       "model states per rank: params {}, grads {}, fp32 master {}, optimizer {}, total {}; ZeRO stage {} formula {} "
-      "(Ψ={}, N={}): {} (measured/formula {:.3f}); communication buffers {}",
+      "(Ψ={}, N={}): {} (measured/formula {:.3f}); communication buffers {}{}",
       mb(measured.params), mb(measured.grads), mb(measured.master), mb(measured.optimizer), mb(measured.total()),
       shape.stage, formula_text(shape), shape.num_params, shape.world_size, mb(formula.total()),
-      measured.total() / formula.total(), mb(measured.buffers));
+      measured.total() / formula.total(), mb(measured.buffers),
+      measured.offloaded > 0 ? "; in the offload tier " + mb(measured.offloaded) : std::string());
 }
 
 std::string model_states_json(const ModelStateBytes& measured, const ModelStateShape& shape) {
@@ -63,6 +70,7 @@ std::string model_states_json(const ModelStateBytes& measured, const ModelStateS
                       {"measured", to_json(measured)},
                       {"formula", to_json(formula)},
                       {"buffers", measured.buffers},
+                      {"offloaded", measured.offloaded},
                       {"ratio", measured.total() / formula.total()}};
   return j.dump(1);
 }

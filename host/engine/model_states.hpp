@@ -6,6 +6,9 @@
 //   stage 1: cΨ + cΨ + (4 + K)Ψ/N          (mixed precision Adam: 4Ψ + 12Ψ/N)
 //   stage 2: cΨ + (c + 4 + K)Ψ/N           (2Ψ + 14Ψ/N)
 //   stage 3: (2c + 4 + K)Ψ/N               (16Ψ/N)
+// With the optimizer offloaded (zero.offload_optimizer.device), the master weights, optimizer states
+// and, from stage 2, the gradient partition live in the tier: the device keeps cΨ (+ cΨ of gradients in
+// stage 1), as ZeRO-Offload counts it; what the tier holds is reported as "offloaded".
 // Each rank logs the comparison at start; rank 0 writes it to RUN_DIR/model_states.json.
 #pragma once
 
@@ -16,7 +19,8 @@ namespace zhost::engine {
 
 struct ModelStateBytes {
   double params = 0, grads = 0, master = 0, optimizer = 0;
-  double buffers = 0;  // communication buckets and staging: reported, not part of the formula
+  double buffers = 0;    // communication buckets and staging: reported, not part of the formula
+  double offloaded = 0;  // held by an offload tier: reported, not part of the (device) formula
   double total() const { return params + grads + master + optimizer; }
 };
 
@@ -26,6 +30,7 @@ struct ModelStateShape {
   int64_t num_params = 0;         // Ψ
   int compute_bytes = 4;          // c
   int optimizer_bytes_per_param = 8;  // K
+  bool optimizer_offloaded = false;
 };
 
 ModelStateBytes zero_formula(const ModelStateShape& shape);

@@ -188,6 +188,7 @@ struct Trainer::Impl {
       measured.master = static_cast<double>(reported.master);
       measured.optimizer = static_cast<double>(reported.optimizer);
       measured.buffers = static_cast<double>(reported.buffers);
+      measured.offloaded = static_cast<double>(reported.offloaded);
     }
     double param_bytes = 0;
     for (const auto& p : model->parameters()) param_bytes += static_cast<double>(p.tensor.nbytes());
@@ -199,6 +200,7 @@ struct Trainer::Impl {
     shape.num_params = model->num_parameters();
     shape.compute_bytes = static_cast<int>(c10::elementSize(compute_dtype(settings.precision)));
     shape.optimizer_bytes_per_param = static_cast<int>(optim::make_optimizer(settings.optimizer)->state_bytes_per_param());
+    shape.optimizer_offloaded = measured.offloaded > 0;
     spdlog::info("{}", describe_model_states(measured, shape));
     if (world.rank() == 0) run_dir.write_file("model_states.json", model_states_json(measured, shape) + "\n");
   }

@@ -47,6 +47,7 @@ struct HostServices::State {
   std::chrono::milliseconds default_timeout{300000};
   std::atomic<bool> abort_flag{false};
   std::string abort_reason;
+  std::map<zhost_tier_role, TierRef> tiers;
   std::map<uint64_t, TraceSpan> open_spans;
   std::vector<TraceSpan> closed_spans;
   uint64_t next_span = 1;
@@ -248,6 +249,17 @@ void request_abort_cb(zhost_host_context* ctx, const char* reason) {
     ctx->state->abort_reason = fmt::format("plugin '{}' aborted the job: {}", ctx->spec.plugin_name, reason ? reason : "");
 }
 
+zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier_ref* out) {
+  if (!ctx || !out || out->struct_size < ZHOST_TIER_REF_SIZE)
+    return status_create(ZHOST_ERR_INVALID_ARGUMENT, "tier_for: needs a context and a zhost_tier_ref with struct_size set");
+  std::lock_guard<std::mutex> lock(ctx->state->mutex);
+  auto it = ctx->state->tiers.find(role);
+  out->instance = it == ctx->state->tiers.end() ? nullptr : it->second.instance;
+  out->api = it == ctx->state->tiers.end() ? nullptr : it->second.api;
+  out->name = it == ctx->state->tiers.end() ? nullptr : it->second.name.c_str();
+  return nullptr;
+}
+
 }  // namespace
 
 HostServices::HostServices(uint32_t abi_minor) : state_(std::make_unique<State>()) {
@@ -276,6 +288,7 @@ HostServices::HostServices(uint32_t abi_minor) : state_(std::make_unique<State>(
   t.abort_requested = abort_requested_cb;
   t.request_abort = request_abort_cb;
   t.collectives = nullptr;
+  t.tier_for = tier_for;
 }
 
 HostServices::~HostServices() {
@@ -309,6 +322,13 @@ void HostServices::destroy_context(zhost_host_context* ctx) {
 void HostServices::set_collectives(const zhost_collectives* collectives) {
   if (state_->table.struct_size >= ZHOST_STRUCT_SIZE(zhost_host_services, collectives))
     state_->table.collectives = collectives;
+}
+void HostServices::set_tier(zhost_tier_role role, std::optional<TierRef> tier) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (tier)
+    state_->tiers[role] = std::move(*tier);
+  else
+    state_->tiers.erase(role);
 }
 void HostServices::set_kv_store(std::shared_ptr<KvStore> store) { state_->kv = std::move(store); }
 void HostServices::set_default_timeout(std::chrono::milliseconds timeout) { state_->default_timeout = timeout; }

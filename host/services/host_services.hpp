@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "host/services/kv_store.hpp"
 #include "zhost/host.h"
+#include "zhost/offload.h"
 
 namespace zhost {
 
@@ -33,6 +35,13 @@ struct TraceSpan {
   uint64_t end_ns = 0;
 };
 
+// An offload tier's instance as tier_for() hands it to other plugins.
+struct TierRef {
+  zhost_plugin_instance* instance = nullptr;
+  const zhost_offload_api* api = nullptr;
+  std::string name;
+};
+
 class HostServices {
  public:
   // `abi_minor` is the minor this host presents to plugins; tests use an older one to act as an old host.
@@ -48,6 +57,8 @@ class HostServices {
   void destroy_context(zhost_host_context* ctx);  // releases the buffers the instance still holds
 
   void set_collectives(const zhost_collectives* collectives);
+  // The tier that serves `role` (tier_for), or none.
+  void set_tier(zhost_tier_role role, std::optional<TierRef> tier);
   void set_kv_store(std::shared_ptr<KvStore> store);
   void set_default_timeout(std::chrono::milliseconds timeout);
 

@@ -11,6 +11,7 @@
 #include "host/engine/dlpack_bridge.hpp"
 #include "host/optim/optimizer_abi.hpp"
 #include "host/optim/tensor_numerics.hpp"
+#include "zhost/offload.h"
 
 namespace zhost::zero {
 
@@ -53,8 +54,13 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
     master_.narrow(0, s.flat_offset - begin, s.length)
         .copy_(params_[s.param].model.reshape({-1}).narrow(0, s.param_offset, s.length));
   optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
-  optimizer_->allocate_state(state_, master_);
-  if (options_.stage == 2) grad_partition_ = at::zeros({partition}, on_device.dtype(compute_dtype_));
+  attach_optimizer_tier(setup);
+  if (tier_.instance) {
+    updated_ = at::empty({partition}, on_device.dtype(compute_dtype_));
+  } else {
+    optimizer_->allocate_state(state_, master_);
+    if (options_.stage == 2) grad_partition_ = at::zeros({partition}, on_device.dtype(compute_dtype_));
+  }
 
   bucket_capacity_ = std::max<int64_t>(1, std::min(options_.reduce_bucket_size, layout_.total()));
   buckets_.resize(options_.overlap_comm ? 2 : 1);
@@ -63,10 +69,38 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   arrived_.assign(params_.size(), 0);
   host_.info(fmt::format("stage {}: {} parameters padded to {} = {} partitions of {} elements; this rank owns "
                          "flat [{}, {}); gradient buckets of {} elements ({}{}), parameter all-gather in chunks of {} "
-                         "elements per rank",
+                         "elements per rank{}",
                          options_.stage, layout_.total(), layout_.padded(), world_size_, partition, begin,
                          begin + partition, bucket_capacity_, options_.reduce_scatter ? "reduce-scatter" : "all-reduce",
-                         options_.overlap_comm ? ", two overlapping with backward" : "", gather_chunk_));
+                         options_.overlap_comm ? ", two overlapping with backward" : "", gather_chunk_,
+                         tier_.instance ? fmt::format("; optimizer offloaded to tier '{}'", tier_.name) : ""));
+}
+
+// The tier named by zero.offload_optimizer.device, if any, takes the master partition and the optimizer;
+// its fp32 gradient accumulator becomes this rank's gradient partition.
+void ZeroPartition::attach_optimizer_tier(const zhost_partition_setup& setup) {
+  const zhost_host_services* services = host_.services();
+  tier_.struct_size = sizeof(tier_);
+  if (!ZHOST_HAS_FIELD(services, zhost_host_services, tier_for) || !services->tier_for) return;
+  host_.check(services->tier_for(host_.context(), ZHOST_TIER_FOR_OPTIMIZER, &tier_));
+  if (!tier_.instance) return;
+  const zhost_offload_api* api = tier_.api;
+  if (!api || !ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_step) || !api->optimizer_setup ||
+      !api->optimizer_grad || !api->optimizer_step)
+    throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                      fmt::format("offload tier '{}' stores buffers but cannot run the optimizer; use "
+                                  "zero.offload_optimizer.device = \"cpu\"", tier_.name));
+  DLTensor initial = dl_view(master_);
+  zhost_tier_optimizer_setup tier_setup{};
+  tier_setup.struct_size = sizeof(tier_setup);
+  tier_setup.key = 0;
+  tier_setup.optimizer = &setup.optimizer;
+  tier_setup.initial_master = &initial;
+  host_.check(api->optimizer_setup(tier_.instance, &tier_setup));
+  DLTensor grad{};
+  host_.check(api->optimizer_grad(tier_.instance, 0, &grad));
+  grad_partition_ = tensor_view(grad);
+  master_ = at::Tensor();  // the tier holds it now
 }
 
 void ZeroPartition::begin_micro_batch(const zhost_micro_batch_args& args) {
@@ -162,7 +196,7 @@ void ZeroPartition::complete(Bucket& bucket) {
     for (int r = 0; r < rank_; ++r) at += bucket.counts[r];
   }
   if (!grad_partition_.defined())  // stage 1: the partition's gradients exist from the boundary to step()
-    grad_partition_ = at::zeros({layout_.partition_size()}, master_.options().dtype(compute_dtype_));
+    grad_partition_ = at::zeros({layout_.partition_size()}, params_.front().model.options().dtype(compute_dtype_));
   const int64_t begin = rank_ * layout_.partition_size();
   for (const Piece& p : bucket.pieces) {
     if (p.owner != rank_) continue;
@@ -202,7 +236,8 @@ void ZeroPartition::all_reduce_scalar(at::Tensor& value) const {
 
 void ZeroPartition::step(zhost_step_args& args) {
   if (!grad_partition_.defined())  // no gradient reached this rank's partition: all zero
-    grad_partition_ = at::zeros({layout_.partition_size()}, master_.options().dtype(compute_dtype_));
+    grad_partition_ = at::zeros({layout_.partition_size()}, params_.front().model.options().dtype(compute_dtype_));
+  const bool offloaded = tier_.instance != nullptr;
   at::Tensor grad = grad_partition_.scalar_type() == at::kFloat ? grad_partition_ : grad_partition_.to(at::kFloat);
   // The partition holds sums over ranks of scaled gradients: average and unscale in one multiply.
   optim::scale_in_place({grad}, 1.0 / (world_size_ * args.loss_scale));
@@ -213,22 +248,35 @@ void ZeroPartition::step(zhost_step_args& args) {
   args.overflow = std::isfinite(norm) ? 0 : 1;
   if (!args.overflow) {
     const double coefficient = optim::clip_coefficient(norm, args.clip_norm);
+    if (offloaded) {  // the tier folds the clip coefficient into its one pass, and zeroes the accumulator
+      zhost_tier_step_args step{};
+      step.struct_size = sizeof(step);
+      step.key = 0;
+      step.step = args.applied_steps + 1;
+      step.lr = args.lr;
+      step.grad_scale = std::min(coefficient, 1.0);
+      DLTensor out = dl_view(updated_);
+      step.params_out = &out;
+      host_.check(tier_.api->optimizer_step(tier_.instance, &step));
+      gather_updated_partitions(updated_);
+      return;
+    }
     if (coefficient < 1) optim::scale_in_place({grad}, coefficient);
     optimizer_->step(master_, grad, state_, args.applied_steps + 1, args.lr);
-    gather_updated_partitions();
+    gather_updated_partitions(master_);
   }
-  if (options_.stage == 2)
+  if (options_.stage == 2 || offloaded)
     grad_partition_.zero_();
   else
     grad_partition_ = at::Tensor();
 }
 
 // Every rank's updated partition into every rank's parameters: chunk c of each partition per all-gather.
-void ZeroPartition::gather_updated_partitions() {
+void ZeroPartition::gather_updated_partitions(const at::Tensor& updated) {
   const int64_t partition = layout_.partition_size();
   for (int64_t start = 0; start < partition; start += gather_chunk_) {
     const int64_t length = std::min(gather_chunk_, partition - start);
-    at::Tensor send = master_.narrow(0, start, length);
+    at::Tensor send = updated.narrow(0, start, length);
     if (compute_dtype_ != at::kFloat) send = send.to(compute_dtype_);
     at::Tensor recv = gather_buffer_.narrow(0, 0, length * world_size_);
     DLTensor send_dl = dl_view(send), recv_dl = dl_view(recv);
@@ -246,12 +294,21 @@ void ZeroPartition::gather_updated_partitions() {
 }
 
 void ZeroPartition::memory(zhost_model_state_bytes& out) const {
-  out.master = master_.nbytes();
-  out.optimizer = static_cast<uint64_t>(state_.bytes());
-  out.grads = options_.stage == 2 ? grad_partition_.nbytes() : 0;  // stage 1: the host's .grad holds them
   const uint64_t element = c10::elementSize(compute_dtype_);
   out.buffers = (buckets_.size() * 3 * static_cast<uint64_t>(bucket_capacity_) +
                  static_cast<uint64_t>(gather_buffer_.numel())) * element;
+  if (tier_.instance) {  // master, states and gradient partition are the tier's
+    zhost_tier_memory tier{};
+    tier.struct_size = sizeof(tier);
+    if (ZHOST_HAS_FIELD(tier_.api, zhost_offload_api, memory) && tier_.api->memory)
+      host_.check(tier_.api->memory(tier_.instance, &tier));
+    out.offloaded = tier.host_bytes + tier.storage_bytes;
+    out.buffers += updated_.nbytes();
+    return;
+  }
+  out.master = master_.nbytes();
+  out.optimizer = static_cast<uint64_t>(state_.bytes());
+  out.grads = options_.stage == 2 ? grad_partition_.nbytes() : 0;  // stage 1: the host's .grad holds them
 }
 
 }  // namespace zhost::zero

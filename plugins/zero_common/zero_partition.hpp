@@ -14,6 +14,11 @@
 // other. step() unscales, clips by the global norm (one all-reduce of a scalar), steps the optimizer on
 // the rank's fp32 master partition, and all-gathers the updated partitions back into every rank's
 // parameters in chunks of allgather_bucket_size elements.
+//
+// With zero.offload_optimizer.device set, the host hands over the tier serving it (tier_for): the tier
+// keeps the master partition, the optimizer states and an fp32 gradient accumulator, into which the
+// reduced gradients go; its step writes the updated partition, in the compute dtype, into the buffer
+// the all-gather sends from.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -79,7 +84,8 @@ class ZeroPartition : public sdk::PartitionHooks {
   void launch(Bucket& bucket);
   void complete(Bucket& bucket);
   void check_all_gradients_arrived();
-  void gather_updated_partitions();
+  void attach_optimizer_tier(const zhost_partition_setup& setup);
+  void gather_updated_partitions(const at::Tensor& updated);
   void all_reduce_scalar(at::Tensor& value) const;
   zhost_collective_args collective_args(zhost_collective_intent intent) const;
 
@@ -97,6 +103,8 @@ class ZeroPartition : public sdk::PartitionHooks {
   size_t current_ = 0;
   int64_t bucket_capacity_ = 0;
   at::Tensor gather_buffer_;   // [N * chunk] compute dtype
+  zhost_tier_ref tier_{};      // the optimizer's offload tier; tier_.instance == nullptr without one
+  at::Tensor updated_;         // [S] compute dtype: the tier's updated partition, sent by the all-gather
   int64_t gather_chunk_ = 0;
   std::vector<uint8_t> arrived_;  // per parameter: its gradient reached grad_ready this micro-batch
   bool boundary_ = true;

@@ -14,7 +14,7 @@ test -f "$work/build/zhost_hello_tier.so" || { echo "FAIL: plugin not built"; ex
 "$zhost" plugins --json --plugin-path "$work/build" > "$work/plugins.json"
 grep -q '"name": "hello_tier"' "$work/plugins.json" || { echo "FAIL: hello_tier not listed"; cat "$work/plugins.json"; exit 1; }
 grep -q '"hot_swappable": true' "$work/plugins.json" || { echo "FAIL: flags not read"; exit 1; }
-echo 'steps = 1' > "$work/train.toml"
+printf "steps = 1\n[zero]\nstage = 1\n" > "$work/train.toml"
 "$zhost" config check "$work/train.toml" --plugin-path "$work/build" --set zero.offload_optimizer.device=hello \
   --set hello_tier.capacity_mb=64 > "$work/check.txt"
 grep -q 'capacity_mb = 64  # --set (hello_tier)' "$work/check.txt" || { echo "FAIL: plugin key not resolved"; cat "$work/check.txt"; exit 1; }

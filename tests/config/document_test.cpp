@@ -60,7 +60,7 @@ TEST(Document, OverridesParseTomlValues) {
 }
 
 TEST(Document, OverrideValueThatIsNotTomlIsABareString) {
-  ResolvedConfig config = resolve("", {"zero.offload_optimizer.device=cpu", "run.dir=/tmp/runs a"});
+  ResolvedConfig config = resolve("", {"zero.stage=2", "zero.offload_optimizer.device=cpu", "run.dir=/tmp/runs a"});
   EXPECT_EQ(config.get_string("zero.offload_optimizer.device"), "cpu");
   EXPECT_EQ(config.get_string("run.dir"), "/tmp/runs a");
 }

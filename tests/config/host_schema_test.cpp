@@ -91,6 +91,16 @@ TEST(HostSchema, ModelShapesMustDivide) {
             "(1, a divisor of heads, or 0 = same as heads)");
 }
 
+TEST(HostSchema, OffloadNeedsPartitionedStates) {
+  EXPECT_EQ(error_of("[zero]\noffload_optimizer.device = \"cpu\"\n"),
+            "train.toml:2: zero.offload_optimizer.device = \"cpu\" needs zero.stage 1, 2 or 3 (stage 0 keeps whole "
+            "optimizer states on every rank); set zero.stage = 2");
+  EXPECT_EQ(error_of("[zero]\nstage = 2\noffload_param.device = \"nvme\"\n"),
+            "train.toml:3: zero.offload_param.device = \"nvme\" needs zero.stage = 3 (only stage 3 partitions "
+            "parameters)");
+  EXPECT_NO_THROW(resolve("[zero]\nstage = 1\noffload_optimizer.device = \"cpu\"\n"));
+}
+
 TEST(HostSchema, FileDataNeedsAPath) {
   EXPECT_EQ(error_of("[data]\ntype = \"tokens\"\n"),
             "train.toml:2: data.type = \"tokens\" reads a file, but data.path is empty; set data.path to the file, or "

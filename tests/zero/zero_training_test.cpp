@@ -111,7 +111,8 @@ TEST_P(EqualsStageZero, Fp32WeightsAfterTwentySteps) {
 }
 
 // The gpt with tied embeddings on 2 ranks, through every reduction path: overlapping buckets, all-reduce
-// instead of reduce-scatter, one bucket for everything: always bit for bit stage 0.
+// instead of reduce-scatter, one bucket for everything, and gradients arriving from activation
+// checkpointing's recomputation (a nested backward): always bit for bit stage 0.
 TEST(ZeroVariants, GptOnTwoRanksIsBitwiseStageZeroWhateverTheReductionPath) {
   ScratchDir dir;
   const std::string args = job("gpt", 10) + " --nproc 2 --set train_micro_batch_size_per_gpu=2";
@@ -120,7 +121,10 @@ TEST(ZeroVariants, GptOnTwoRanksIsBitwiseStageZeroWhateverTheReductionPath) {
   RunOutput all_reduce = train(dir, "allreduce", 1, args, " --set zero.reduce_scatter=false");
   RunOutput one_bucket = train(dir, "onebucket", 2, args,
                                " --set zero.reduce_bucket_size=100000000 --set zero.allgather_bucket_size=100000000");
+  RunOutput recomputed = train(dir, "checkpointed", 2, args + " --set activation_checkpointing.enabled=true",
+                               " --set zero.overlap_comm=true");
   EXPECT_EQ(weights_mismatch(overlap, base, 0, 0), "");
+  EXPECT_EQ(weights_mismatch(recomputed, base, 0, 0), "");
   EXPECT_EQ(weights_mismatch(all_reduce, base, 0, 0), "");
   EXPECT_EQ(weights_mismatch(one_bucket, base, 0, 0), "");
 }

@@ -117,6 +117,20 @@ typedef struct zhost_collectives {
 #define ZHOST_COLLECTIVES_SIZE ZHOST_STRUCT_SIZE(zhost_collectives, new_group)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_collectives, ZHOST_COLLECTIVES_SIZE);
 
+/* ---- offload tiers chosen by the config (zero.offload_optimizer.device, zero.offload_param.device) ---- */
+typedef enum zhost_tier_role { ZHOST_TIER_FOR_OPTIMIZER = 1, ZHOST_TIER_FOR_PARAMS = 2 } zhost_tier_role;
+
+struct zhost_offload_api;
+typedef struct zhost_tier_ref {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    struct zhost_plugin_instance *instance; /* NULL when the config names no tier for the role */
+    const struct zhost_offload_api *api;    /* the tier's table (zhost/offload.h) */
+    const char *name;                       /* the tier plugin's name; valid for the job */
+} zhost_tier_ref;
+#define ZHOST_TIER_REF_SIZE ZHOST_STRUCT_SIZE(zhost_tier_ref, name)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_ref, ZHOST_TIER_REF_SIZE);
+
 /* ---- the table ------------------------------------------------------------------------------------- */
 typedef struct zhost_host_services {
     size_t struct_size;
@@ -166,8 +180,12 @@ typedef struct zhost_host_services {
 
     /* collectives on the job's process group; NULL while no process group exists (e.g. `zhost plugins`) */
     const zhost_collectives *collectives;
+
+    /* the offload tier serving `role` in this job, for a partition plugin to call directly (the tier's
+     * calls then run on the caller's thread); instances exist before any partition setup() */
+    zhost_status *(*tier_for)(zhost_host_context *ctx, zhost_tier_role role, zhost_tier_ref *out);
 } zhost_host_services;
-#define ZHOST_HOST_SERVICES_SIZE ZHOST_STRUCT_SIZE(zhost_host_services, collectives)
+#define ZHOST_HOST_SERVICES_SIZE ZHOST_STRUCT_SIZE(zhost_host_services, tier_for)
 /* What a plugin built for ABI 0.0 may rely on: everything up to request_abort. */
 #define ZHOST_HOST_SERVICES_SIZE_0_0 ZHOST_STRUCT_SIZE(zhost_host_services, request_abort)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_host_services, ZHOST_HOST_SERVICES_SIZE);

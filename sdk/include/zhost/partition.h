@@ -124,8 +124,9 @@ typedef struct zhost_model_state_bytes {
     uint64_t master;     /* fp32 master weights */
     uint64_t optimizer;  /* optimizer states (Adam: exp_avg, exp_avg_sq) */
     uint64_t buffers;    /* communication buckets and staging, not model state: reported apart */
+    uint64_t offloaded;  /* model states the plugin placed in an offload tier (host memory, NVMe) */
 } zhost_model_state_bytes;
-#define ZHOST_MODEL_STATE_BYTES_SIZE ZHOST_STRUCT_SIZE(zhost_model_state_bytes, buffers)
+#define ZHOST_MODEL_STATE_BYTES_SIZE ZHOST_STRUCT_SIZE(zhost_model_state_bytes, offloaded)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_model_state_bytes, ZHOST_MODEL_STATE_BYTES_SIZE);
 
 typedef struct zhost_partition_api {
