@@ -62,7 +62,7 @@ TEST_F(Cli, PluginsJsonDescribesEachPlugin) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto json = nlohmann::json::parse(r.out);
   // The two fixtures, zhost's own plugins from the build tree's plugin folder, then the built-in stage0.
-  ASSERT_EQ(json["plugins"].size(), 5u) << r.out;
+  ASSERT_EQ(json["plugins"].size(), 6u) << r.out;
   const auto& stage2 = json["plugins"][1];
   EXPECT_EQ(stage2["name"], "tp_stage2");
   EXPECT_EQ(stage2["kind"], "partition");
@@ -72,8 +72,9 @@ TEST_F(Cli, PluginsJsonDescribesEachPlugin) {
   EXPECT_EQ(stage2["config_keys"][0]["key"], "zero.reduce_bucket_size");
   EXPECT_EQ(stage2["config_keys"][0]["type"], "int");
   EXPECT_EQ(stage2["config_keys"][0]["default"], "500000000");
-  EXPECT_EQ(json["plugins"][2]["name"], "stage1");
-  EXPECT_EQ(json["plugins"][4]["path"], "<built-in>");
+  EXPECT_EQ(json["plugins"][2]["name"], "offload_cpu");
+  EXPECT_EQ(json["plugins"][3]["name"], "stage1");
+  EXPECT_EQ(json["plugins"][5]["path"], "<built-in>");
   EXPECT_TRUE(json["failures"].empty());
 }
 
@@ -137,8 +138,8 @@ TEST_F(Cli, MissingProviderListsWhatWasFound) {
   Result r = zhost("config check train.toml" + fixtures());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("zero.stage = 3 needs a plugin providing 'partition:stage3', but none was found (found: "
-                       "tp_stage1 (partition:stage1); tp_stage2 (partition:stage2); stage1 (partition:stage1); "
-                       "stage2 (partition:stage2); stage0 (partition:stage0))"),
+                       "tp_stage1 (partition:stage1); tp_stage2 (partition:stage2); offload_cpu (offload:cpu); "
+                       "stage1 (partition:stage1); stage2 (partition:stage2); stage0 (partition:stage0))"),
             std::string::npos)
       << r.err;
 }

@@ -1,0 +1,84 @@
+// plugins/offload_cpu/cpu_optimizer.hpp: the fused CPU optimizer of the CPU-offload tier: Adam/AdamW and
+// Lion steps over flat fp32 buffers in host memory, vectorized with AVX-512 or AVX2 (chosen at run time,
+// scalar fallback), multi-threaded over tiles.
+//
+// One call makes one pass over memory: per element it reads the parameter, its gradient (fp32, bf16 or
+// fp16) and the moments, and writes the parameter, the moments and, when asked, a 16-bit copy of the new
+// parameter (bf16 or fp16, round to nearest even) for the device's working weights.
+//
+// The math is that of host/optim/optimizer.cpp (Adam, Lion): scalar constants are computed once per call
+// in double, the per-element arithmetic is fp32 (as DeepSpeed's CPU Adam). The scalar, AVX2 and AVX-512
+// paths perform the same IEEE operations in the same order (no FMA contraction), so they give the same
+// bits, whatever the thread count or tile size.
+//
+// No LibTorch here: plain pointers, so the library builds in seconds and can be tested on its own.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace zhost::cpu_optim {
+
+// Instruction sets with a kernel. kAvx512 needs AVX-512 F, BW, VL and DQ; kAvx2 needs AVX2, FMA and F16C.
+enum class Isa { kScalar, kAvx2, kAvx512 };
+
+// "scalar", "avx2", "avx512": the names ZHOST_CPU_ISA takes.
+const char* isa_name(Isa isa);
+
+// Whether this CPU (and this build) can run `isa`. kScalar always can.
+bool isa_supported(Isa isa);
+
+// The widest ISA this CPU supports.
+Isa best_isa();
+
+// best_isa(), unless the environment variable ZHOST_CPU_ISA (scalar, avx2 or avx512) names another. Read
+// at every call. Throws std::runtime_error (one line: what the CPU supports and what to set) when the
+// variable names an unknown ISA or one this CPU lacks.
+Isa selected_isa();
+
+enum class GradType { kF32, kBf16, kF16 };  // element type of the gradient buffer
+enum class Copy16 { kNone, kBf16, kF16 };   // 16-bit copy of the updated parameter to write, if any
+
+struct AdamHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decoupled = true;        // true: AdamW, p *= 1 - lr*wd; false: Adam with L2 decay, g += wd*p
+  bool bias_correction = true;  // bc_i = 1 - beta_i^step; false: bc_i = 1
+  int64_t step = 1;             // 1-based count of applied steps
+};
+
+struct LionHyper {
+  double lr = 1e-4;
+  double beta1 = 0.9;   // interpolation for the update direction
+  double beta2 = 0.99;  // momentum decay
+  double weight_decay = 0.0;
+};
+
+struct StepOptions {
+  std::optional<Isa> isa;  // empty: selected_isa(); an ISA this CPU lacks throws std::runtime_error
+  int threads = 0;         // 0: std::thread::hardware_concurrency(); 1: inline on the calling thread
+  int64_t tile = 65536;    // elements per unit of work handed to a thread
+};
+
+// One Adam/AdamW step over n elements, in place on param, exp_avg and exp_avg_sq:
+//   AdamW: p *= 1 - lr*wd          Adam (L2): g += wd*p   (neither when wd == 0)
+//   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g^2;  p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+// and, unless copy16_type is kNone, copy16[i] = the 16-bit rounding of the new p[i].
+// Buffers need no particular alignment but must not overlap. Throws std::invalid_argument on bad
+// arguments (null buffer, n < 0, step < 1, tile < 1, threads < 0) and std::runtime_error for an ISA
+// this CPU lacks.
+void adam_step(const AdamHyper& hyper, float* param, const void* grad, GradType grad_type,
+               float* exp_avg, float* exp_avg_sq, void* copy16, Copy16 copy16_type, int64_t n,
+               const StepOptions& options = {});
+
+// One Lion step over n elements, in place on param and exp_avg:
+//   p *= 1 - lr*wd;  p -= lr * sign(beta1*m + (1-beta1)*g);  m = beta2*m + (1-beta2)*g
+// with sign(0) = 0 (and sign(NaN) = 0, as torch's sign). copy16 as in adam_step.
+void lion_step(const LionHyper& hyper, float* param, const void* grad, GradType grad_type,
+               float* exp_avg, void* copy16, Copy16 copy16_type, int64_t n,
+               const StepOptions& options = {});
+
+}  // namespace zhost::cpu_optim
