@@ -171,7 +171,8 @@ AdamLanes<typename Ops::F> splat(const AdamConsts& c) {
           Ops::splat(c.inv_sqrt_bc2), Ops::splat(c.eps), Ops::splat(c.step_size)};
 }
 
-// host/optim/optimizer.cpp's Adam, in fp32 and in this order of operations on every path.
+// host/optim/optimizer.cpp's Adam, in fp32 and in this order of operations on every path; sqrt(v)/sqrt(bc2)
+// is taken as sqrt(v) * (1/sqrt(bc2)), as DeepSpeed's CPU Adam does (one division per element, not two).
 template <bool kL2, class F>
 inline void adam_update(const AdamLanes<F>& k, F& p, F g, F& m, F& v) {
   if constexpr (kL2) {
