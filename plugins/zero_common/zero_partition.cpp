@@ -122,7 +122,6 @@ ZeroPartition::Bucket& ZeroPartition::bucket_with_room(int64_t elements) {
     const at::TensorOptions options = params_.front().model.options().dtype(compute_dtype_);
     bucket->staging = at::empty({capacity}, options);
     bucket->send = at::empty({capacity}, options);
-    bucket->recv = at::empty({capacity}, options);
   }
   return *bucket;
 }
@@ -169,7 +168,8 @@ void ZeroPartition::launch(Bucket& bucket) {
   bucket.send_view = bucket.send.narrow(0, 0, bucket.used);
   bucket.send_dl = dl_view(bucket.send_view);
   if (options_.reduce_scatter) {
-    bucket.recv_view = bucket.recv.narrow(0, 0, bucket.counts[rank_]);
+    // The staging buffer is free once its elements are regrouped in `send`: it receives.
+    bucket.recv_view = bucket.staging.narrow(0, 0, bucket.counts[rank_]);
     bucket.recv_dl = dl_view(bucket.recv_view);
     args.send = &bucket.send_dl;
     args.recv = &bucket.recv_dl;
@@ -295,7 +295,7 @@ void ZeroPartition::gather_updated_partitions(const at::Tensor& updated) {
 
 void ZeroPartition::memory(zhost_model_state_bytes& out) const {
   const uint64_t element = c10::elementSize(compute_dtype_);
-  out.buffers = (buckets_.size() * 3 * static_cast<uint64_t>(bucket_capacity_) +
+  out.buffers = (buckets_.size() * 2 * static_cast<uint64_t>(bucket_capacity_) +
                  static_cast<uint64_t>(gather_buffer_.numel())) * element;
   if (tier_.instance) {  // master, states and gradient partition are the tier's
     zhost_tier_memory tier{};

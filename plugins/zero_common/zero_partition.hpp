@@ -63,9 +63,8 @@ class ZeroPartition : public sdk::PartitionHooks {
     int64_t length;
   };
   struct Bucket {
-    at::Tensor staging;  // gradients in arrival order
+    at::Tensor staging;  // gradients in arrival order; once launched, receives this rank's reduced elements
     at::Tensor send;     // the same elements grouped by owner rank
-    at::Tensor recv;     // this rank's reduced elements
     std::vector<Piece> pieces;
     int64_t used = 0;
     zhost_work* work = nullptr;
