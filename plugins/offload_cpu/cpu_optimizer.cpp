@@ -244,6 +244,7 @@ void adam_step(const AdamHyper& hyper, float* param, const void* grad, GradType 
   const double bias_correction1 = hyper.bias_correction ? 1.0 - std::pow(hyper.beta1, steps) : 1.0;
   const double bias_correction2 = hyper.bias_correction ? 1.0 - std::pow(hyper.beta2, steps) : 1.0;
   detail::AdamConsts consts;
+  consts.grad_scale = static_cast<float>(hyper.grad_scale);
   consts.decay = static_cast<float>(hyper.decoupled ? 1.0 - hyper.lr * hyper.weight_decay : 1.0);
   consts.l2 = !hyper.decoupled && hyper.weight_decay != 0;
   consts.weight_decay = static_cast<float>(hyper.weight_decay);
@@ -266,6 +267,7 @@ void lion_step(const LionHyper& hyper, float* param, const void* grad, GradType 
   if (n == 0) return;
 
   detail::LionConsts consts;
+  consts.grad_scale = static_cast<float>(hyper.grad_scale);
   consts.decay = static_cast<float>(1.0 - hyper.lr * hyper.weight_decay);
   consts.lr = static_cast<float>(hyper.lr);
   consts.beta1 = static_cast<float>(hyper.beta1);

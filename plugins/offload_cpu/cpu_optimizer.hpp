@@ -48,6 +48,7 @@ struct AdamHyper {
   bool decoupled = true;        // true: AdamW, p *= 1 - lr*wd; false: Adam with L2 decay, g += wd*p
   bool bias_correction = true;  // bc_i = 1 - beta_i^step; false: bc_i = 1
   int64_t step = 1;             // 1-based count of applied steps
+  double grad_scale = 1.0;      // the gradient used is grad * grad_scale (averaging, unscaling, clipping)
 };
 
 struct LionHyper {
@@ -55,6 +56,7 @@ struct LionHyper {
   double beta1 = 0.9;   // interpolation for the update direction
   double beta2 = 0.99;  // momentum decay
   double weight_decay = 0.0;
+  double grad_scale = 1.0;  // as in AdamHyper
 };
 
 struct StepOptions {
@@ -64,6 +66,7 @@ struct StepOptions {
 };
 
 // One Adam/AdamW step over n elements, in place on param, exp_avg and exp_avg_sq:
+//   g = grad * grad_scale (exact when grad_scale == 1)
 //   AdamW: p *= 1 - lr*wd          Adam (L2): g += wd*p   (neither when wd == 0)
 //   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g^2;  p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
 // and, unless copy16_type is kNone, copy16[i] = the 16-bit rounding of the new p[i].

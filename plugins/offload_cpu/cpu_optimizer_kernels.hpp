@@ -21,6 +21,7 @@ namespace zhost::cpu_optim::detail {
 
 // Per-call constants: computed in double by cpu_optimizer.cpp, rounded once to fp32.
 struct AdamConsts {
+  float grad_scale = 1;    // g *= grad_scale first (the multiply is exact when it is 1)
   float decay = 1;         // AdamW: 1 - lr*wd; else 1
   bool l2 = false;         // Adam with wd != 0: g += weight_decay * p
   float weight_decay = 0;  // used when l2
@@ -31,6 +32,7 @@ struct AdamConsts {
 };
 
 struct LionConsts {
+  float grad_scale = 1;
   float decay = 1;  // 1 - lr*wd
   float lr = 0;
   float beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0;
@@ -161,12 +163,12 @@ struct ScalarOps {
 
 template <class F>
 struct AdamLanes {
-  F decay, weight_decay, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, step_size;
+  F grad_scale, decay, weight_decay, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, step_size;
 };
 
 template <class Ops>
 AdamLanes<typename Ops::F> splat(const AdamConsts& c) {
-  return {Ops::splat(c.decay), Ops::splat(c.weight_decay), Ops::splat(c.beta1),
+  return {Ops::splat(c.grad_scale), Ops::splat(c.decay), Ops::splat(c.weight_decay), Ops::splat(c.beta1),
           Ops::splat(c.one_minus_beta1), Ops::splat(c.beta2), Ops::splat(c.one_minus_beta2),
           Ops::splat(c.inv_sqrt_bc2), Ops::splat(c.eps), Ops::splat(c.step_size)};
 }
@@ -175,6 +177,7 @@ AdamLanes<typename Ops::F> splat(const AdamConsts& c) {
 // is taken as sqrt(v) * (1/sqrt(bc2)), as DeepSpeed's CPU Adam does (one division per element, not two).
 template <bool kL2, class F>
 inline void adam_update(const AdamLanes<F>& k, F& p, F g, F& m, F& v) {
+  g = g * k.grad_scale;
   if constexpr (kL2) {
     g = g + k.weight_decay * p;
   } else {
@@ -188,18 +191,19 @@ inline void adam_update(const AdamLanes<F>& k, F& p, F g, F& m, F& v) {
 
 template <class F>
 struct LionLanes {
-  F decay, lr, beta1, one_minus_beta1, beta2, one_minus_beta2;
+  F grad_scale, decay, lr, beta1, one_minus_beta1, beta2, one_minus_beta2;
 };
 
 template <class Ops>
 LionLanes<typename Ops::F> splat(const LionConsts& c) {
-  return {Ops::splat(c.decay), Ops::splat(c.lr), Ops::splat(c.beta1), Ops::splat(c.one_minus_beta1),
+  return {Ops::splat(c.grad_scale), Ops::splat(c.decay), Ops::splat(c.lr), Ops::splat(c.beta1), Ops::splat(c.one_minus_beta1),
           Ops::splat(c.beta2), Ops::splat(c.one_minus_beta2)};
 }
 
 // host/optim/optimizer.cpp's Lion.
 template <class F>
 inline void lion_update(const LionLanes<F>& k, F& p, F g, F& m) {
+  g = g * k.grad_scale;
   p = p * k.decay;
   p = p - k.lr * sign_of(k.beta1 * m + k.one_minus_beta1 * g);
   m = k.beta2 * m + k.one_minus_beta2 * g;

@@ -154,10 +154,6 @@ class CpuTier {
   void optimizer_step(const zhost_tier_step_args& args) {
     Group& g = group(args.key);
     float* grad = g.grad.floats();
-    if (args.grad_scale != 1.0) {
-      const auto scale = static_cast<float>(args.grad_scale);
-      for (int64_t i = 0; i < g.numel; ++i) grad[i] *= scale;
-    }
     cpu_optim::Copy16 copy = cpu_optim::Copy16::kNone;
     void* out = nullptr;
     if (args.params_out) {
@@ -174,12 +170,12 @@ class CpuTier {
     options.threads = threads_;
     const zhost_optimizer_desc& o = g.optimizer;
     if (o.kind == ZHOST_OPTIMIZER_LION) {
-      cpu_optim::LionHyper h{args.lr, o.beta1, o.beta2, o.weight_decay};
+      cpu_optim::LionHyper h{args.lr, o.beta1, o.beta2, o.weight_decay, args.grad_scale};
       cpu_optim::lion_step(h, g.master.floats(), grad, cpu_optim::GradType::kF32, g.exp_avg.floats(), out, copy,
                            g.numel, options);
     } else {
       cpu_optim::AdamHyper h{args.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.kind == ZHOST_OPTIMIZER_ADAMW,
-                             o.bias_correction != 0, args.step};
+                             o.bias_correction != 0, args.step, args.grad_scale};
       cpu_optim::adam_step(h, g.master.floats(), grad, cpu_optim::GradType::kF32, g.exp_avg.floats(),
                            g.exp_avg_sq.floats(), out, copy, g.numel, options);
     }

@@ -557,6 +557,43 @@ TEST(CpuOptimizerAgreement, OneAndTwoThreadsGiveIdenticalBits) {
   }
 }
 
+// grad_scale folds averaging and clipping into the pass: stepping g with grad_scale 0.25 gives the bits
+// of stepping g * 0.25 (exact in fp32) with grad_scale 1, on every path, for Adam, AdamW and Lion.
+TEST(CpuOptimizerGradScale, EqualsAPreScaledGradient) {
+  constexpr int64_t n = 1037;
+  std::vector<float> grad(n), scaled(n), init(n);
+  for (int64_t i = 0; i < n; ++i) {
+    grad[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+    scaled[i] = grad[i] * 0.25f;
+    init[i] = std::cos(0.11f * static_cast<float>(i));
+  }
+  for (const Isa isa : supported_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    StepOptions options;
+    options.isa = isa;
+    for (const bool decoupled : {true, false}) {
+      std::vector<float> p1 = init, m1(n), v1(n), p2 = init, m2(n), v2(n);
+      AdamHyper with_scale;
+      with_scale.weight_decay = 0.1;
+      with_scale.decoupled = decoupled;
+      with_scale.grad_scale = 0.25;
+      AdamHyper plain = with_scale;
+      plain.grad_scale = 1.0;
+      adam_step(with_scale, p1.data(), grad.data(), GradType::kF32, m1.data(), v1.data(), nullptr, Copy16::kNone, n, options);
+      adam_step(plain, p2.data(), scaled.data(), GradType::kF32, m2.data(), v2.data(), nullptr, Copy16::kNone, n, options);
+      EXPECT_EQ(p1, p2) << (decoupled ? "AdamW" : "Adam");
+      EXPECT_EQ(v1, v2) << (decoupled ? "AdamW" : "Adam");
+    }
+    std::vector<float> p1 = init, m1(n), p2 = init, m2(n);
+    LionHyper lion;
+    lion.grad_scale = 0.25;
+    lion_step(lion, p1.data(), grad.data(), GradType::kF32, m1.data(), nullptr, Copy16::kNone, n, options);
+    lion.grad_scale = 1.0;
+    lion_step(lion, p2.data(), scaled.data(), GradType::kF32, m2.data(), nullptr, Copy16::kNone, n, options);
+    EXPECT_EQ(m1, m2) << "Lion";
+  }
+}
+
 // Lion's sign: sign(0) = 0 (for +0 and -0) and, as torch's sign, sign(NaN) = 0, so those elements keep
 // their parameter; random data almost never gives an exact 0, so this checks it directly.
 TEST(CpuOptimizerLion, ZeroAndNanDirectionsLeaveTheParameter) {
