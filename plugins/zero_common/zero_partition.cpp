@@ -239,22 +239,24 @@ void ZeroPartition::step(zhost_step_args& args) {
     grad_partition_ = at::zeros({layout_.partition_size()}, params_.front().model.options().dtype(compute_dtype_));
   const bool offloaded = tier_.instance != nullptr;
   at::Tensor grad = grad_partition_.scalar_type() == at::kFloat ? grad_partition_ : grad_partition_.to(at::kFloat);
-  // The partition holds sums over ranks of scaled gradients: average and unscale in one multiply.
-  optim::scale_in_place({grad}, 1.0 / (world_size_ * args.loss_scale));
+  // The partition holds sums over ranks of scaled gradients: average and unscale in one multiply. A tier
+  // folds it into its optimizer pass instead (the norm scales by the same factor).
+  const double unscale = 1.0 / (world_size_ * args.loss_scale);
+  if (!offloaded) optim::scale_in_place({grad}, unscale);
   at::Tensor squares = optim::squared_norm({grad}).reshape({1});
   all_reduce_scalar(squares);  // inf/nan anywhere reaches every rank: all skip the step alike
-  const double norm = std::sqrt(squares.item<double>());
+  const double norm = std::sqrt(squares.item<double>()) * (offloaded ? unscale : 1.0);
   args.grad_norm = norm;
   args.overflow = std::isfinite(norm) ? 0 : 1;
   if (!args.overflow) {
     const double coefficient = optim::clip_coefficient(norm, args.clip_norm);
-    if (offloaded) {  // the tier folds the clip coefficient into its one pass, and zeroes the accumulator
+    if (offloaded) {  // the tier applies unscale and clipping in its one pass, and zeroes the accumulator
       zhost_tier_step_args step{};
       step.struct_size = sizeof(step);
       step.key = 0;
       step.step = args.applied_steps + 1;
       step.lr = args.lr;
-      step.grad_scale = std::min(coefficient, 1.0);
+      step.grad_scale = unscale * std::min(coefficient, 1.0);
       DLTensor out = dl_view(updated_);
       step.params_out = &out;
       host_.check(tier_.api->optimizer_step(tier_.instance, &step));
