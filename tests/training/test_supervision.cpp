@@ -1,5 +1,6 @@
 // tests/training/test_supervision.cpp: a rank killed in the middle of training stops the whole job
-// within seconds, and zhost names the rank and its cause.
+// within seconds, and zhost names the rank and its cause: with the host's stage 0, and with the stage 2
+// plugin (whose collectives are in flight in its buckets when the peer dies).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -27,18 +28,25 @@ std::vector<pid_t> children_of(pid_t pid) {
 
 }  // namespace
 
-TEST(Supervision, KilledRankStopsTheJobWithinTenSeconds) {
+class Supervision : public ::testing::TestWithParam<int> {};
+
+INSTANTIATE_TEST_SUITE_P(Stages, Supervision, ::testing::Values(0, 2),
+                         [](const ::testing::TestParamInfo<int>& stage) { return "Stage" + std::to_string(stage.param); });
+
+TEST_P(Supervision, KilledRankStopsTheJobWithinTenSeconds) {
   ScratchDir dir;
+  const std::string stage = "zero.stage=" + std::to_string(GetParam());
+  const std::string run_dir = (dir.path() / "runs").string();
+  const std::string run_dir_setting = "run.dir=" + run_dir;
   fs::path config = dir.path() / "long.toml";
   std::ofstream(config) << small_job_config();
   fs::path err = dir.path() / "err.txt";
   pid_t launcher = fork();
   if (launcher == 0) {
     if (!freopen(err.c_str(), "w", stderr) || !freopen((dir.path() / "out.txt").c_str(), "w", stdout)) _exit(126);
-    std::string run_dir = (dir.path() / "runs").string();
     execl(ZHOST_EXE, ZHOST_EXE, "run", config.c_str(), "--nproc", "2", "--set", "steps=100000", "--set",
-          ("run.dir=" + run_dir).c_str(), "--set", "run.name=long", "--set", "train_micro_batch_size_per_gpu=1",
-          static_cast<char*>(nullptr));
+          run_dir_setting.c_str(), "--set", "run.name=long", "--set", "train_micro_batch_size_per_gpu=1", "--set",
+          stage.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   // Wait until training runs (the first metrics record), then kill rank 1.
