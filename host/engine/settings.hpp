@@ -39,6 +39,7 @@ struct TrainSettings {
   std::string run_dir;
   std::string run_name;
   int64_t zero_stage = 0;
+  bool optimizer_offloaded = false;  // zero.offload_optimizer.device names a tier
   int local_rank = 0;        // picks the CUDA device
   int local_world_size = 1;  // ranks on this node
 };

@@ -31,7 +31,9 @@ class DataParallel : public sdk::PartitionHooks {
   ~DataParallel() {
     // Never leave a collective in flight behind us.
     for (auto& bucket : buckets_)
-      if (bucket.work) host_.services()->collectives->wait(host_.context(), bucket.work);
+      if (bucket.work)
+        if (zhost_status* status = host_.services()->collectives->wait(host_.context(), bucket.work))
+          host_.services()->status_destroy(status);
   }
 
   void setup(const zhost_partition_setup& setup) {

@@ -252,11 +252,15 @@ void request_abort_cb(zhost_host_context* ctx, const char* reason) {
 zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier_ref* out) {
   if (!ctx || !out || out->struct_size < ZHOST_TIER_REF_SIZE)
     return status_create(ZHOST_ERR_INVALID_ARGUMENT, "tier_for: needs a context and a zhost_tier_ref with struct_size set");
+  out->instance = nullptr;
+  out->api = nullptr;
+  out->name = nullptr;
   std::lock_guard<std::mutex> lock(ctx->state->mutex);
   auto it = ctx->state->tiers.find(role);
-  out->instance = it == ctx->state->tiers.end() ? nullptr : it->second.instance;
-  out->api = it == ctx->state->tiers.end() ? nullptr : it->second.api;
-  out->name = it == ctx->state->tiers.end() ? nullptr : it->second.name.c_str();
+  if (it == ctx->state->tiers.end()) return nullptr;  // the config names no tier for this role
+  out->instance = it->second.instance;
+  out->api = it->second.api;
+  out->name = it->second.name.c_str();
   return nullptr;
 }
 

@@ -8,8 +8,12 @@
 //
 // Memory is host memory from the host's buffer service (accounted for by the host). Device (CUDA)
 // tensors are refused: the CUDA copies of ZeRO-Offload are not built yet.
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <stdexcept>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -26,7 +30,9 @@ namespace cpu_optim = zhost::cpu_optim;
 // A host buffer from the host's buffer service, released with this object.
 class HostBuffer {
  public:
-  HostBuffer(const Host& host, uint64_t bytes, bool pinned, const std::string& label) : host_(&host) {
+  enum class Fill { kZeros, kUninitialized };  // kUninitialized: the caller overwrites every byte at once
+  HostBuffer(const Host& host, uint64_t bytes, bool pinned, const std::string& label, Fill fill = Fill::kZeros)
+      : host_(&host) {
     zhost_buffer_alloc_args args{};
     args.struct_size = sizeof(args);
     args.memory = pinned ? ZHOST_MEMORY_PINNED : ZHOST_MEMORY_HOST;
@@ -36,7 +42,7 @@ class HostBuffer {
     handle_ = args.handle;
     data_ = args.data;
     bytes_ = bytes;
-    std::memset(data_, 0, args.size_bytes);
+    if (fill == Fill::kZeros) std::memset(data_, 0, args.size_bytes);
   }
   ~HostBuffer() {
     if (handle_) host_->services()->buffer_release(host_->context(), handle_);
@@ -89,14 +95,32 @@ bool is_bf16(const DLTensor& t) { return t.dtype.code == kDLBfloat && t.dtype.bi
 
 size_t element_bytes(const DLTensor& t) { return (t.dtype.bits * t.dtype.lanes + 7) / 8; }
 
+// The optimizer's threads: offload_cpu.threads, or else this machine's hardware threads shared among the
+// ranks on it (LOCAL_WORLD_SIZE, set by zhost's launcher and torchrun), so that ranks do not oversubscribe.
+int optimizer_threads(int64_t configured) {
+  if (configured > 0) return static_cast<int>(configured);
+  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int ranks = local ? std::max(1, std::atoi(local)) : 1;
+  return std::max(1, hardware / ranks);
+}
+
+// The kernel's instruction set, chosen once (ZHOST_CPU_ISA may force one); a bad choice is a config error.
+cpu_optim::Isa optimizer_isa() {
+  try {
+    return cpu_optim::selected_isa();
+  } catch (const std::runtime_error& e) {
+    throw PluginError(ZHOST_ERR_CONFIG, e.what());
+  }
+}
+
 class CpuTier {
  public:
-  explicit CpuTier(const Host& host)
-      : host_(host),
-        pinned_(host.config_bool("zero.offload_optimizer.pin_memory")),
-        threads_(static_cast<int>(host.config_int("offload_cpu.threads"))) {
-    host_.info(std::string("host-memory tier ready; optimizer kernel ") + cpu_optim::isa_name(cpu_optim::selected_isa()) +
-               (pinned_ ? ", pinned buffers" : ""));
+  explicit CpuTier(const Host& host) : host_(host), pinned_(host.config_bool("zero.offload_optimizer.pin_memory")) {
+    kernel_.isa = optimizer_isa();
+    kernel_.threads = optimizer_threads(host.config_int("offload_cpu.threads"));
+    host_.info(std::string("host-memory tier ready; optimizer kernel ") + cpu_optim::isa_name(*kernel_.isa) + ", " +
+               std::to_string(kernel_.threads) + " thread(s)" + (pinned_ ? ", pinned buffers" : ""));
   }
 
   // ---- storage ----
@@ -105,7 +129,8 @@ class CpuTier {
     auto it = buffers_.find(args.key);
     if (it == buffers_.end() || it->second.bytes() != bytes) {
       buffers_.erase(args.key);
-      it = buffers_.emplace(args.key, HostBuffer(host_, bytes, pinned_, "offload_cpu buffer")).first;
+      it = buffers_.emplace(args.key, HostBuffer(host_, bytes, pinned_, "offload_cpu buffer",
+                                                 HostBuffer::Fill::kUninitialized)).first;
     }
     std::memcpy(it->second.data(), host_data(*args.data, "the stored tensor"), bytes);
   }
@@ -131,7 +156,7 @@ class CpuTier {
   void optimizer_setup(const zhost_tier_optimizer_setup& setup) {
     const zhost_optimizer_desc& opt = *setup.optimizer;
     if (opt.kind != ZHOST_OPTIMIZER_ADAMW && opt.kind != ZHOST_OPTIMIZER_ADAM && opt.kind != ZHOST_OPTIMIZER_LION)
-      throw PluginError(ZHOST_ERR_UNSUPPORTED, "offload_cpu runs AdamW, Adam and Lion; use one of them with "
+      throw PluginError(ZHOST_ERR_CONFIG, "offload_cpu runs AdamW, Adam and Lion; use one of them with "
                                                "zero.offload_optimizer, or train SGD without offload");
     if (!is_float(*setup.initial_master, 32))
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: the initial master weights must be fp32");
@@ -166,18 +191,16 @@ class CpuTier {
       else if (is_float(t, 16)) copy = cpu_optim::Copy16::kF16;
       else if (!is_float(t, 32)) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: params_out must be fp32, bf16 or fp16");
     }
-    cpu_optim::StepOptions options;
-    options.threads = threads_;
     const zhost_optimizer_desc& o = g.optimizer;
     if (o.kind == ZHOST_OPTIMIZER_LION) {
       cpu_optim::LionHyper h{args.lr, o.beta1, o.beta2, o.weight_decay, args.grad_scale};
       cpu_optim::lion_step(h, g.master.floats(), grad, cpu_optim::GradType::kF32, g.exp_avg.floats(), out, copy,
-                           g.numel, options);
+                           g.numel, kernel_);
     } else {
       cpu_optim::AdamHyper h{args.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.kind == ZHOST_OPTIMIZER_ADAMW,
                              o.bias_correction != 0, args.step, args.grad_scale};
       cpu_optim::adam_step(h, g.master.floats(), grad, cpu_optim::GradType::kF32, g.exp_avg.floats(),
-                           g.exp_avg_sq.floats(), out, copy, g.numel, options);
+                           g.exp_avg_sq.floats(), out, copy, g.numel, kernel_);
     }
     if (out && copy == cpu_optim::Copy16::kNone) std::memcpy(out, g.master.data(), static_cast<size_t>(g.numel) * 4);
     std::memset(grad, 0, static_cast<size_t>(g.numel) * 4);
@@ -229,7 +252,8 @@ class CpuTier {
     std::map<uint64_t, HostBuffer> buffers;
     for (uint64_t i = 0, count = r.u64(); i < count; ++i) {
       const uint64_t key = r.u64();
-      HostBuffer& b = buffers.emplace(key, HostBuffer(host_, r.u64(), pinned_, "offload_cpu buffer")).first->second;
+      HostBuffer& b = buffers.emplace(key, HostBuffer(host_, r.u64(), pinned_, "offload_cpu buffer",
+                                                      HostBuffer::Fill::kUninitialized)).first->second;
       r.bytes(b.data(), b.bytes());
     }
     groups_ = std::move(groups);
@@ -243,7 +267,7 @@ class CpuTier {
     Group(const Host& host, const zhost_optimizer_desc& desc, int64_t n, bool pinned)
         : optimizer(desc),
           numel(n),
-          master(host, static_cast<uint64_t>(n) * 4, pinned, "offload_cpu master"),
+          master(host, static_cast<uint64_t>(n) * 4, pinned, "offload_cpu master", HostBuffer::Fill::kUninitialized),
           exp_avg(host, static_cast<uint64_t>(n) * 4, pinned, "offload_cpu exp_avg"),
           exp_avg_sq(host, desc.kind == ZHOST_OPTIMIZER_LION ? 0 : static_cast<uint64_t>(n) * 4, pinned,
                      "offload_cpu exp_avg_sq"),
@@ -312,7 +336,7 @@ class CpuTier {
 
   Host host_;
   bool pinned_;
-  int threads_;
+  cpu_optim::StepOptions kernel_;  // the instruction set and threads, fixed at creation
   std::map<uint64_t, HostBuffer> buffers_;
   std::map<uint64_t, Group> groups_;
 };
@@ -345,7 +369,7 @@ const zhost_plugin_descriptor* describe() {
       .provides({"offload:cpu"})
       .flags(ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE)
       .config_bool("zero.offload_optimizer.pin_memory", false, "page-locked host buffers (faster device copies)")
-      .config_int("offload_cpu.threads", 0, "threads of the CPU optimizer; 0 = all hardware threads", 0, 4096);
+      .config_int("offload_cpu.threads", 0, "threads of the CPU optimizer; 0 = hardware threads / ranks on this machine", 0, 4096);
   return builder.build();
 }
 

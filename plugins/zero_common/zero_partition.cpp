@@ -22,9 +22,11 @@ using sdk::PluginError;
 ZeroPartition::ZeroPartition(const sdk::Host& host, const ZeroOptions& options) : host_(host), options_(options) {}
 
 ZeroPartition::~ZeroPartition() {
-  // Never leave a collective in flight behind us.
+  // Never leave a collective in flight behind us; its failure was (or will be) reported by whoever waits.
   for (auto& bucket : buckets_)
-    if (bucket.work) host_.services()->collectives->wait(host_.context(), bucket.work);
+    if (bucket.work)
+      if (zhost_status* status = host_.services()->collectives->wait(host_.context(), bucket.work))
+        host_.services()->status_destroy(status);
 }
 
 void ZeroPartition::setup(const zhost_partition_setup& setup) {
@@ -53,19 +55,21 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   for (const Segment& s : layout_.segments(begin, begin + partition))
     master_.narrow(0, s.flat_offset - begin, s.length)
         .copy_(params_[s.param].model.reshape({-1}).narrow(0, s.param_offset, s.length));
-  optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
   attach_optimizer_tier(setup);
   if (tier_.instance) {
     updated_ = at::empty({partition}, on_device.dtype(compute_dtype_));
   } else {
+    optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
     optimizer_->allocate_state(state_, master_);
-    if (options_.stage == 2) grad_partition_ = at::zeros({partition}, on_device.dtype(compute_dtype_));
+    if (options_.stage == 2) ensure_grad_partition();
   }
 
   bucket_capacity_ = std::max<int64_t>(1, std::min(options_.reduce_bucket_size, layout_.total()));
   buckets_.resize(options_.overlap_comm ? 2 : 1);
   gather_chunk_ = std::clamp<int64_t>(options_.allgather_bucket_size / world_size_, 1, partition);
   gather_buffer_ = at::empty({gather_chunk_ * world_size_}, on_device.dtype(compute_dtype_));
+  if (compute_dtype_ != at::kFloat && !tier_.instance)  // the fp32 master is cast chunk by chunk to send
+    gather_send_ = at::empty({gather_chunk_}, on_device.dtype(compute_dtype_));
   arrived_.assign(params_.size(), 0);
   host_.info(fmt::format("stage {}: {} parameters padded to {} = {} partitions of {} elements; this rank owns "
                          "flat [{}, {}); gradient buckets of {} elements ({}{}), parameter all-gather in chunks of {} "
@@ -195,8 +199,7 @@ void ZeroPartition::complete(Bucket& bucket) {
   } else {
     for (int r = 0; r < rank_; ++r) at += bucket.counts[r];
   }
-  if (!grad_partition_.defined())  // stage 1: the partition's gradients exist from the boundary to step()
-    grad_partition_ = at::zeros({layout_.partition_size()}, params_.front().model.options().dtype(compute_dtype_));
+  ensure_grad_partition();  // stage 1: the partition's gradients exist from the boundary to step()
   const int64_t begin = rank_ * layout_.partition_size();
   for (const Piece& p : bucket.pieces) {
     if (p.owner != rank_) continue;
@@ -234,9 +237,13 @@ void ZeroPartition::all_reduce_scalar(at::Tensor& value) const {
   host_.check(host_.collectives().all_reduce(host_.context(), &args));
 }
 
-void ZeroPartition::step(zhost_step_args& args) {
-  if (!grad_partition_.defined())  // no gradient reached this rank's partition: all zero
+void ZeroPartition::ensure_grad_partition() {
+  if (!grad_partition_.defined())
     grad_partition_ = at::zeros({layout_.partition_size()}, params_.front().model.options().dtype(compute_dtype_));
+}
+
+void ZeroPartition::step(zhost_step_args& args) {
+  ensure_grad_partition();  // no gradient may have reached this rank's partition: then all zero
   const bool offloaded = tier_.instance != nullptr;
   at::Tensor grad = grad_partition_.scalar_type() == at::kFloat ? grad_partition_ : grad_partition_.to(at::kFloat);
   // The partition holds sums over ranks of scaled gradients: average and unscale in one multiply. A tier
@@ -248,26 +255,34 @@ void ZeroPartition::step(zhost_step_args& args) {
   const double norm = std::sqrt(squares.item<double>()) * (offloaded ? unscale : 1.0);
   args.grad_norm = norm;
   args.overflow = std::isfinite(norm) ? 0 : 1;
-  if (!args.overflow) {
-    const double coefficient = optim::clip_coefficient(norm, args.clip_norm);
-    if (offloaded) {  // the tier applies unscale and clipping in its one pass, and zeroes the accumulator
-      zhost_tier_step_args step{};
-      step.struct_size = sizeof(step);
-      step.key = 0;
-      step.step = args.applied_steps + 1;
-      step.lr = args.lr;
-      step.grad_scale = unscale * std::min(coefficient, 1.0);
-      DLTensor out = dl_view(updated_);
-      step.params_out = &out;
-      host_.check(tier_.api->optimizer_step(tier_.instance, &step));
-      gather_updated_partitions(updated_);
-      return;
-    }
-    if (coefficient < 1) optim::scale_in_place({grad}, coefficient);
-    optimizer_->step(master_, grad, state_, args.applied_steps + 1, args.lr);
-    gather_updated_partitions(master_);
+  if (args.overflow) {  // skipped alike on every rank; the gradients are dropped
+    release_gradients();
+    return;
   }
-  if (options_.stage == 2 || offloaded)
+  const double coefficient = std::min(optim::clip_coefficient(norm, args.clip_norm), 1.0);
+  if (offloaded) {  // the tier applies unscale and clipping in its one pass, and zeroes its accumulator
+    zhost_tier_step_args step{};
+    step.struct_size = sizeof(step);
+    step.key = 0;
+    step.step = args.applied_steps + 1;
+    step.lr = args.lr;
+    step.grad_scale = unscale * coefficient;
+    DLTensor out = dl_view(updated_);
+    step.params_out = &out;
+    host_.check(tier_.api->optimizer_step(tier_.instance, &step));
+    gather_updated_partitions(updated_);
+    return;
+  }
+  if (coefficient < 1) optim::scale_in_place({grad}, coefficient);
+  optimizer_->step(master_, grad, state_, args.applied_steps + 1, args.lr);
+  gather_updated_partitions(master_);
+  release_gradients();
+}
+
+// After a step (or a skipped one): stage 2 and a tier's accumulator keep their buffer, zeroed; stage 1
+// frees its partition until the next boundary.
+void ZeroPartition::release_gradients() {
+  if (options_.stage == 2 || tier_.instance)
     grad_partition_.zero_();
   else
     grad_partition_ = at::Tensor();
@@ -279,7 +294,7 @@ void ZeroPartition::gather_updated_partitions(const at::Tensor& updated) {
   for (int64_t start = 0; start < partition; start += gather_chunk_) {
     const int64_t length = std::min(gather_chunk_, partition - start);
     at::Tensor send = updated.narrow(0, start, length);
-    if (compute_dtype_ != at::kFloat) send = send.to(compute_dtype_);
+    if (send.scalar_type() != compute_dtype_) send = gather_send_.narrow(0, 0, length).copy_(send);
     at::Tensor recv = gather_buffer_.narrow(0, 0, length * world_size_);
     DLTensor send_dl = dl_view(send), recv_dl = dl_view(recv);
     zhost_collective_args args = collective_args(ZHOST_INTENT_PARAM_SYNC);
@@ -298,7 +313,8 @@ void ZeroPartition::gather_updated_partitions(const at::Tensor& updated) {
 void ZeroPartition::memory(zhost_model_state_bytes& out) const {
   const uint64_t element = c10::elementSize(compute_dtype_);
   out.buffers = (buckets_.size() * 2 * static_cast<uint64_t>(bucket_capacity_) +
-                 static_cast<uint64_t>(gather_buffer_.numel())) * element;
+                 static_cast<uint64_t>(gather_buffer_.numel())) * element +
+                (gather_send_.defined() ? gather_send_.nbytes() : 0);
   if (tier_.instance) {  // master, states and gradient partition are the tier's
     zhost_tier_memory tier{};
     tier.struct_size = sizeof(tier);

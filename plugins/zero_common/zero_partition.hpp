@@ -85,6 +85,8 @@ class ZeroPartition : public sdk::PartitionHooks {
   void check_all_gradients_arrived();
   void attach_optimizer_tier(const zhost_partition_setup& setup);
   void gather_updated_partitions(const at::Tensor& updated);
+  void ensure_grad_partition();
+  void release_gradients();
   void all_reduce_scalar(at::Tensor& value) const;
   zhost_collective_args collective_args(zhost_collective_intent intent) const;
 
@@ -94,7 +96,7 @@ class ZeroPartition : public sdk::PartitionHooks {
   FlatLayout layout_;
   std::vector<Param> params_;
   at::ScalarType compute_dtype_ = at::kFloat;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;  // none when a tier runs the optimizer
   at::Tensor master_;          // [S] fp32: this rank's partition of the parameters
   optim::OptimizerState state_;
   at::Tensor grad_partition_;  // [S] compute dtype: this rank's reduced gradients (stage 1: boundary to step)
@@ -102,6 +104,7 @@ class ZeroPartition : public sdk::PartitionHooks {
   size_t current_ = 0;
   int64_t bucket_capacity_ = 0;
   at::Tensor gather_buffer_;   // [N * chunk] compute dtype
+  at::Tensor gather_send_;     // [chunk] compute dtype: a chunk of the fp32 master cast for sending (16-bit runs)
   zhost_tier_ref tier_{};      // the optimizer's offload tier; tier_.instance == nullptr without one
   at::Tensor updated_;         // [S] compute dtype: the tier's updated partition, sent by the all-gather
   int64_t gather_chunk_ = 0;
