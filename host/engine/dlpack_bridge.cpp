@@ -46,10 +46,14 @@ at::ScalarType scalar_type(DLDataType type) {
   fail("DLPack dtype (code {}, {} bits) is not supported", static_cast<int>(type.code), static_cast<int>(type.bits));
 }
 
+DLDevice dl_device(at::Device device) {
+  return device.is_cuda() ? DLDevice{kDLCUDA, device.index()} : DLDevice{kDLCPU, 0};
+}
+
 DLTensor dl_view(const at::Tensor& tensor) {
   DLTensor view{};
   view.data = tensor.data_ptr();
-  view.device = tensor.is_cuda() ? DLDevice{kDLCUDA, tensor.device().index()} : DLDevice{kDLCPU, 0};
+  view.device = dl_device(tensor.device());
   view.ndim = static_cast<int32_t>(tensor.dim());
   view.dtype = dl_dtype(tensor.scalar_type());
   view.shape = const_cast<int64_t*>(tensor.sizes().data());

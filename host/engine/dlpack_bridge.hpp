@@ -15,6 +15,7 @@ DLTensor dl_view(const at::Tensor& tensor);
 at::Tensor tensor_view(const DLTensor& view);
 
 DLDataType dl_dtype(at::ScalarType type);
+DLDevice dl_device(at::Device device);
 at::ScalarType scalar_type(DLDataType type);
 
 }  // namespace zhost::engine

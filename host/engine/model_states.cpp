@@ -13,9 +13,9 @@ ModelStateBytes zero_formula(const ModelStateShape& s) {
   ModelStateBytes b;
   b.params = s.stage >= 3 ? c * psi / n : c * psi;
   b.grads = s.stage >= 2 ? c * psi / n : c * psi;
-  if (s.stage == 0) {
-    b.master = s.compute_bytes == 4 ? 0 : 4 * psi;
-    b.optimizer = k * psi;
+  if (s.stage == 0 || (s.stage >= 3 && s.compute_bytes == 4)) {  // fp32: the parameter (shard) is the master
+    b.master = s.stage == 0 ? (s.compute_bytes == 4 ? 0 : 4 * psi) : 0;
+    b.optimizer = s.stage == 0 ? k * psi : k * psi / n;
   } else {
     b.master = 4 * psi / n;
     b.optimizer = k * psi / n;
@@ -37,7 +37,7 @@ std::string formula_text(const ModelStateShape& s) {
     case 0: return fmt::format("{}Ψ", 2 * c + (c == 4 ? 0 : 4) + k);
     case 1: return fmt::format("{}Ψ+{}Ψ/N", 2 * c, 4 + k);
     case 2: return fmt::format("{}Ψ+{}Ψ/N", c, c + 4 + k);
-    default: return fmt::format("{}Ψ/N", 2 * c + 4 + k);
+    default: return fmt::format("{}Ψ/N", 2 * c + (c == 4 ? 0 : 4) + k);
   }
 }
 
@@ -54,11 +54,12 @@ std::string describe_model_states(const ModelStateBytes& measured, const ModelSt
   const ModelStateBytes formula = zero_formula(shape);
   return fmt::format(
       "model states per rank: params {}, grads {}, fp32 master {}, optimizer {}, total {}; ZeRO stage {} formula {} "
-      "(Ψ={}, N={}): {} (measured/formula {:.3f}); communication buffers {}{}",
+      "(Ψ={}, N={}): {} (measured/formula {:.3f}); communication buffers {}{}{}",
       mb(measured.params), mb(measured.grads), mb(measured.master), mb(measured.optimizer), mb(measured.total()),
       shape.stage, formula_text(shape), shape.num_params, shape.world_size, mb(formula.total()),
       measured.total() / formula.total(), mb(measured.buffers),
-      measured.offloaded > 0 ? "; in the offload tier " + mb(measured.offloaded) : std::string());
+      measured.offloaded > 0 ? "; in the offload tier " + mb(measured.offloaded) : std::string(),
+      measured.gather_window > 0 ? "; gathered parameters " + mb(measured.gather_window) : std::string());
 }
 
 std::string model_states_json(const ModelStateBytes& measured, const ModelStateShape& shape) {
@@ -71,6 +72,7 @@ std::string model_states_json(const ModelStateBytes& measured, const ModelStateS
                       {"formula", to_json(formula)},
                       {"buffers", measured.buffers},
                       {"offloaded", measured.offloaded},
+                      {"gather_window", measured.gather_window},
                       {"ratio", measured.total() / formula.total()}};
   return j.dump(1);
 }

@@ -5,7 +5,8 @@
 //   stage 0: cΨ params + cΨ grads + 4Ψ master (none in fp32: the parameter is the master) + KΨ
 //   stage 1: cΨ + cΨ + (4 + K)Ψ/N          (mixed precision Adam: 4Ψ + 12Ψ/N)
 //   stage 2: cΨ + (c + 4 + K)Ψ/N           (2Ψ + 14Ψ/N)
-//   stage 3: (2c + 4 + K)Ψ/N               (16Ψ/N)
+//   stage 3: (2c + 4 + K)Ψ/N               (16Ψ/N; in fp32 the parameter shard is the master: 16Ψ/N
+//                                           too) + the gather window: the parameters materialised at once
 // With the optimizer offloaded (zero.offload_optimizer.device), the master weights, optimizer states
 // and, from stage 2, the gradient partition live in the tier: the device keeps cΨ (+ cΨ of gradients in
 // stage 1), as ZeRO-Offload counts it; what the tier holds is reported as "offloaded".
@@ -21,6 +22,8 @@ struct ModelStateBytes {
   double params = 0, grads = 0, master = 0, optimizer = 0;
   double buffers = 0;    // communication buckets and staging: reported, not part of the formula
   double offloaded = 0;  // held by an offload tier: reported, not part of the (device) formula
+  // stage 3: materialised (gathered) parameters, the live window on top of the partitioned states
+  double gather_window = 0;
   double total() const { return params + grads + master + optimizer; }
 };
 

@@ -95,6 +95,7 @@ void RunDirectory::append_metrics(const StepRecord& r) {
                    {"comm_bytes_received", r.comm_bytes_received},
                    {"rss_mb", r.memory.rss_mb},
                    {"peak_rss_mb", r.memory.peak_rss_mb}};
+  for (const auto& [name, ms] : r.plugin_ms) j[name + "_ms"] = ms;  // e.g. "stage3/gather_wait_ms"
   if (r.memory.cuda_allocated_mb) {
     j["cuda_allocated_mb"] = *r.memory.cuda_allocated_mb;
     j["cuda_peak_mb"] = *r.memory.cuda_peak_mb;
@@ -144,6 +145,8 @@ std::string format_step_line(const StepRecord& r, int64_t total_steps, bool brea
   if (breakdown)
     line += fmt::format(" | fwd {:.1f} bwd {:.1f} reduce {:.1f} step {:.1f} ms", r.forward_ms, r.backward_ms,
                         r.reduction_ms, r.step_ms);
+  if (breakdown)
+    for (const auto& [name, ms] : r.plugin_ms) line += fmt::format(" {} {:.1f}", name, ms);
   return line;
 }
 

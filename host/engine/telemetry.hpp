@@ -8,6 +8,8 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace zhost::engine {
 
@@ -30,6 +32,8 @@ struct StepRecord {
   double tokens_per_s = 0;
   double tflops = 0;           // model FLOPs (6N + attention) per second, all ranks together
   double forward_ms = 0, backward_ms = 0, reduction_ms = 0, step_ms = 0;  // averages since the previous record
+  // Plugins' trace spans ("plugin/name", ms per step since the previous record), e.g. stage3/gather_wait.
+  std::vector<std::pair<std::string, double>> plugin_ms;
   uint64_t comm_bytes_sent = 0, comm_bytes_received = 0;  // this rank, last step
   MemoryUsage memory;
 };

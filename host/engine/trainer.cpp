@@ -1,6 +1,7 @@
 // host/engine/trainer.cpp: forward block by block, backward with hooks, the step, telemetry.
 #include "host/engine/trainer.hpp"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/layer_norm.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mul.h>
@@ -24,6 +25,7 @@
 #include "host/core/error.hpp"
 #include "host/engine/dlpack_bridge.hpp"
 #include "host/engine/model_states.hpp"
+#include "host/engine/param_store.hpp"
 #include "host/optim/optimizer_abi.hpp"
 #include "host/services/host_services.hpp"
 #include "zhost/partition.h"
@@ -83,6 +85,18 @@ at::ScalarType compute_dtype(Precision precision) {
   }
 }
 
+// A DLTensor with a parameter's shape, dtype and device but no data (a parameter built without storage).
+DLTensor dl_shape_only(const at::Tensor& tensor) {
+  DLTensor view{};
+  view.data = nullptr;
+  view.device = dl_device(tensor.device());
+  view.ndim = static_cast<int32_t>(tensor.dim());
+  view.dtype = dl_dtype(tensor.scalar_type());
+  view.shape = const_cast<int64_t*>(tensor.sizes().data());
+  view.strides = const_cast<int64_t*>(tensor.strides().data());
+  return view;
+}
+
 // Milliseconds spent in each phase, summed since the last printed record.
 struct Timing {
   double forward = 0, backward = 0, reduction = 0, step = 0;
@@ -133,9 +147,15 @@ struct Trainer::Impl {
   std::vector<int32_t> pending_grads_per_block;
   std::string hook_error;  // first failure inside an autograd hook; raised after backward
   bool partition_takes_grads = false;  // ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS: drop .grad after grad_ready
+  HostServices& services;
+  // ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS: the model is built without storage and the plugin
+  // materialises parameters through this store.
+  std::unique_ptr<ParamStore> param_store;
 
-  Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r)
-      : settings(s), world(w), partition(p), api(*p.plugin->api->partition), run_dir(r) {}
+  Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r, HostServices& h)
+      : settings(s), world(w), partition(p), api(*p.plugin->api->partition), run_dir(r), services(h) {}
+
+  uint64_t plugin_flags() const { return partition.plugin->info.flags; }
 
   // A partition call outside autograd: failure is thrown at once.
   void call(zhost_status* status, const char* hook) {
@@ -165,19 +185,38 @@ struct Trainer::Impl {
   void build() {
     device = choose_device(settings.device, settings.local_rank, settings.local_world_size);
     check_precision_supported(settings.precision, device);
-    model = model::make_model(settings.model, device, compute_dtype(settings.precision));
+    const bool partitions_params = (plugin_flags() & ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS) != 0;
+    if (partitions_params && !(ZHOST_HAS_FIELD(&api, zhost_partition_api, gather_param) && api.gather_param))
+      fail("partition plugin '{}' partitions parameters but has no gather_param (ABI 0.2): rebuild it against this "
+           "zhost's SDK", partition.plugin->info.name);
+    // Partitioned parameters: built without storage (zero.Init); the plugin fills its shards itself.
+    model = model::make_model(settings.model,
+                              model::Placement{device, compute_dtype(settings.precision), !partitions_params});
+    if (partitions_params) param_store = std::make_unique<ParamStore>(*model, services);
     loader = std::make_unique<data::DataLoader>(settings.data);
     schedule = optim::make_schedule(settings.schedule, settings.optimizer.lr);
     if (settings.precision == Precision::kFp16) scaler = optim::LossScaler(settings.loss_scale);
     check_registry_agrees_across_ranks();
-    partition_takes_grads = (partition.plugin->info.flags & ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS) != 0;
+    partition_takes_grads = (plugin_flags() & ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS) != 0;
     setup_partition();
-    report_model_states();
+    report_model_states(false);
     install_grad_hooks();
   }
 
+  // With partitioned parameters: every parameter block b reads must have storage when it runs.
+  void check_materialized(int32_t block, const char* phase) const {
+    if (!param_store) return;
+    for (size_t id : model->params_used_by_block()[static_cast<size_t>(block)])
+      if (!param_store->has_storage(id))
+        fail("partition plugin '{}' left parameter '{}' without storage at the {} of block {}: a plugin that "
+             "partitions parameters materialises every parameter a block reads in pre_forward and pre_backward",
+             partition.plugin->info.name, model->parameters()[id].name, phase, block);
+  }
+
   // Logs this rank's model-state bytes against ZeRO's formula; rank 0 writes RUN_DIR/model_states.json.
-  void report_model_states() {
+  // With partitioned parameters the parameters' own storage is the gather window, reported apart: at the
+  // start what setup() left materialised, at the end (`after_training`) its peak over the run.
+  void report_model_states(bool after_training) {
     ModelStateBytes measured;
     if (ZHOST_HAS_FIELD(&api, zhost_partition_api, memory) && api.memory) {
       zhost_model_state_bytes reported{};
@@ -190,10 +229,15 @@ struct Trainer::Impl {
       measured.buffers = static_cast<double>(reported.buffers);
       measured.offloaded = static_cast<double>(reported.offloaded);
     }
-    double param_bytes = 0;
-    for (const auto& p : model->parameters()) param_bytes += static_cast<double>(p.tensor.nbytes());
-    measured.params += param_bytes;
-    if (!partition_takes_grads) measured.grads += param_bytes;  // autograd's .grad: one per parameter, same size
+    if (param_store) {
+      measured.gather_window =
+          static_cast<double>(after_training ? param_store->peak_bytes() : param_store->live_bytes());
+    } else {
+      double param_bytes = 0;
+      for (const auto& p : model->parameters()) param_bytes += static_cast<double>(p.tensor.nbytes());
+      measured.params += param_bytes;
+      if (!partition_takes_grads) measured.grads += param_bytes;  // autograd's .grad: same size
+    }
     ModelStateShape shape;
     shape.stage = static_cast<int>(settings.zero_stage);
     shape.world_size = world.world_size();
@@ -232,7 +276,7 @@ struct Trainer::Impl {
       infos[i].id = static_cast<uint32_t>(i);
       infos[i].name = params[i].name.c_str();
       infos[i].block = params[i].block;
-      infos[i].tensor = dl_view(params[i].tensor);
+      infos[i].tensor = param_store ? dl_shape_only(params[i].tensor) : dl_view(params[i].tensor);
     }
     const auto& used = model->params_used_by_block();
     std::vector<uint32_t> ids;
@@ -303,10 +347,15 @@ struct Trainer::Impl {
       auto block = static_cast<int32_t>(b);
       call(api.pre_forward(partition.instance, block), "pre_forward");
       bool checkpoint = settings.activation_checkpointing && b >= 1 && b <= last_layer;
+      check_materialized(block, "forward");
       x = checkpoint ? CheckpointedBlock::apply(x, model.get(), static_cast<int64_t>(b)) : model->forward_block(b, x);
       if (x.requires_grad())
         x.register_hook([this, block](const at::Tensor&) {
           if (hook_error.empty()) call_in_hook(api.pre_backward(partition.instance, block), "pre_backward");
+          if (param_store) {  // without its parameters the block's backward cannot run: stop it here
+            if (!hook_error.empty()) throw Error(hook_error);
+            check_materialized(block, "backward");
+          }
         });
       call(api.post_forward(partition.instance, block), "post_forward");
     }
@@ -387,8 +436,8 @@ struct Trainer::Impl {
 };
 
 Trainer::Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition, RunDirectory& run_dir,
-                 const HostServices& services)
-    : impl_(std::make_unique<Impl>(settings, world, partition, run_dir)), services_(services) {
+                 HostServices& services)
+    : impl_(std::make_unique<Impl>(settings, world, partition, run_dir, services)), services_(services) {
   impl_->build();
 }
 
@@ -431,6 +480,8 @@ TrainResult Trainer::run() {
     record.backward_ms = timing.backward / micro;
     record.reduction_ms = timing.reduction / micro;
     record.step_ms = timing.step / steps;
+    for (const auto& [name, total] : services_.take_span_totals())
+      record.plugin_ms.emplace_back(name, static_cast<double>(total.ns) / 1e6 / steps);
     record.memory = current_memory();
     if (t.world.rank() == 0) {
       progress.clear();
@@ -444,23 +495,39 @@ TrainResult Trainer::run() {
     timing = Timing{};
     window_start = Clock::now();
   }
+  if (t.param_store) t.report_model_states(true);
   result.applied_steps = applied;
   result.final_loss = result.records.empty() ? 0 : result.records.back().loss;
   return result;
 }
 
 void Trainer::save_weights(const std::string& dir) const {
-  if (impl_->world.rank() != 0) return;
+  const Impl& t = *impl_;
+  const bool gathered = t.param_store != nullptr;  // partitioned parameters: every rank helps gather
+  if (t.world.rank() != 0 && !gathered) return;
   namespace fs = std::filesystem;
-  std::ofstream data(fs::path(dir) / "weights.bin", std::ios::binary | std::ios::trunc);
+  std::ofstream data;
+  if (t.world.rank() == 0) data.open(fs::path(dir) / "weights.bin", std::ios::binary | std::ios::trunc);
   nlohmann::json index = nlohmann::json::array();
   int64_t offset = 0;
-  for (const auto& p : impl_->model->parameters()) {
-    at::Tensor values = p.tensor.detach().to(at::kCPU, at::kFloat).contiguous();
+  const auto& params = t.model->parameters();
+  for (size_t id = 0; id < params.size(); ++id) {
+    const auto& p = params[id];
+    at::Tensor values;
+    if (gathered) {
+      values = at::empty(p.tensor.sizes(), at::TensorOptions().dtype(at::kFloat));
+      DLTensor out = dl_view(values);
+      HostServices::throw_if_error(t.api.gather_param(t.partition.instance, static_cast<uint32_t>(id), &out),
+                                   fmt::format("partition plugin '{}' gather_param", t.partition.plugin->info.name));
+      if (t.world.rank() != 0) continue;
+    } else {
+      values = p.tensor.detach().to(at::kCPU, at::kFloat).contiguous();
+    }
     data.write(static_cast<const char*>(values.data_ptr()), values.numel() * sizeof(float));
     index.push_back({{"name", p.name}, {"shape", p.tensor.sizes().vec()}, {"offset", offset}, {"numel", values.numel()}});
     offset += values.numel();
   }
+  if (t.world.rank() != 0) return;
   data.flush();
   if (!data) fail("cannot write {}/weights.bin (disk full?)", dir);
   std::ofstream(fs::path(dir) / "weights.json") << index.dump(1) << "\n";

@@ -24,20 +24,22 @@ struct TrainResult {
 class Trainer {
  public:
   // `services`: its abort flag is polled every step (a plugin's request_abort() stops the job).
+  // `services` also serves the parameter storage (params) to a plugin that partitions parameters.
   Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition, RunDirectory& run_dir,
-          const HostServices& services);
+          HostServices& services);
   ~Trainer();
   TrainResult run();
   int64_t num_parameters() const;
 
-  // Writes every parameter as fp32 to DIR/weights.bin with an index DIR/weights.json (rank 0 only).
+  // Writes every parameter as fp32 to DIR/weights.bin with an index DIR/weights.json (rank 0 writes; with
+  // partitioned parameters every rank takes part in gathering them, so call it on every rank).
   void save_weights(const std::string& dir) const;
 
   struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
-  const HostServices& services_;
+  HostServices& services_;
 };
 
 }  // namespace zhost::engine

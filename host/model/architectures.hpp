@@ -9,8 +9,8 @@
 namespace zhost::model {
 
 // Each takes a spec already checked and resolved by resolve_spec.
-std::unique_ptr<Model> make_mlp(const ModelSpec& spec, at::Device device, at::ScalarType dtype);
-std::unique_ptr<Model> make_gpt(const ModelSpec& spec, at::Device device, at::ScalarType dtype);
-std::unique_ptr<Model> make_llama(const ModelSpec& spec, at::Device device, at::ScalarType dtype);
+std::unique_ptr<Model> make_mlp(const ModelSpec& spec, const Placement& placement);
+std::unique_ptr<Model> make_gpt(const ModelSpec& spec, const Placement& placement);
+std::unique_ptr<Model> make_llama(const ModelSpec& spec, const Placement& placement);
 
 }  // namespace zhost::model

@@ -19,7 +19,7 @@ constexpr double kLayerNormEps = 1e-5;
 
 class Gpt final : public Model {
  public:
-  Gpt(const ModelSpec& spec, at::Device device, at::ScalarType dtype) : Model(spec, device, dtype) {
+  Gpt(const ModelSpec& spec, const Placement& placement) : Model(spec, placement) {
     const int64_t C = spec.width, F = spec.ffn_width;
     // nanoGPT: normal(0, std) everywhere, residual projections std / sqrt(2 * layers), biases 0, LN (1, 0).
     const ParamInit normal{Init::kNormal, spec.init_std, false};
@@ -94,8 +94,8 @@ class Gpt final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_gpt(const ModelSpec& spec, at::Device device, at::ScalarType dtype) {
-  return std::make_unique<Gpt>(spec, device, dtype);
+std::unique_ptr<Model> make_gpt(const ModelSpec& spec, const Placement& placement) {
+  return std::make_unique<Gpt>(spec, placement);
 }
 
 }  // namespace zhost::model

@@ -19,7 +19,7 @@ constexpr double kRopeTheta = 10000.0;
 
 class Llama final : public Model {
  public:
-  Llama(const ModelSpec& spec, at::Device device, at::ScalarType dtype) : Model(spec, device, dtype) {
+  Llama(const ModelSpec& spec, const Placement& placement) : Model(spec, placement) {
     const int64_t C = spec.width, F = spec.ffn_width, D = spec.width / spec.heads;
     const int64_t q_width = spec.heads * D, kv_width = spec.kv_heads * D;
     const ParamInit normal{Init::kNormal, spec.init_std, false}, ones{Init::kOnes, 0, false};
@@ -83,8 +83,8 @@ class Llama final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_llama(const ModelSpec& spec, at::Device device, at::ScalarType dtype) {
-  return std::make_unique<Llama>(spec, device, dtype);
+std::unique_ptr<Model> make_llama(const ModelSpec& spec, const Placement& placement) {
+  return std::make_unique<Llama>(spec, placement);
 }
 
 }  // namespace zhost::model

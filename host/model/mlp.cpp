@@ -17,7 +17,7 @@ namespace {
 
 class Mlp final : public Model {
  public:
-  Mlp(const ModelSpec& spec, at::Device device, at::ScalarType dtype) : Model(spec, device, dtype) {
+  Mlp(const ModelSpec& spec, const Placement& placement) : Model(spec, placement) {
     const int64_t C = spec.width, F = spec.ffn_width;
     const ParamInit normal{Init::kNormal, spec.init_std, false};
     const ParamInit residual{Init::kNormal, spec.init_std / std::sqrt(static_cast<double>(spec.layers)), false};
@@ -63,8 +63,8 @@ class Mlp final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_mlp(const ModelSpec& spec, at::Device device, at::ScalarType dtype) {
-  return std::make_unique<Mlp>(spec, device, dtype);
+std::unique_ptr<Model> make_mlp(const ModelSpec& spec, const Placement& placement) {
+  return std::make_unique<Mlp>(spec, placement);
 }
 
 }  // namespace zhost::model

@@ -102,15 +102,23 @@ ModelSpec resolve_spec(const ModelSpec& spec) {
   return resolved;
 }
 
-std::unique_ptr<Model> make_model(const ModelSpec& spec, at::Device device, at::ScalarType dtype) {
+std::unique_ptr<Model> make_model(const ModelSpec& spec, const Placement& placement) {
   const ModelSpec resolved = resolve_spec(spec);
-  if (resolved.type == "mlp") return make_mlp(resolved, device, dtype);
-  if (resolved.type == "gpt") return make_gpt(resolved, device, dtype);
-  return make_llama(resolved, device, dtype);
+  if (resolved.type == "mlp") return make_mlp(resolved, placement);
+  if (resolved.type == "gpt") return make_gpt(resolved, placement);
+  return make_llama(resolved, placement);
 }
 
-Model::Model(const ModelSpec& resolved_spec, at::Device device, at::ScalarType dtype)
-    : spec_(resolved_spec), device_(device), dtype_(dtype), used_by_block_(num_blocks()) {}
+std::unique_ptr<Model> make_model(const ModelSpec& spec, at::Device device, at::ScalarType dtype) {
+  return make_model(spec, Placement{device, dtype, true});
+}
+
+Model::Model(const ModelSpec& resolved_spec, const Placement& placement)
+    : spec_(resolved_spec),
+      device_(placement.device),
+      dtype_(placement.dtype),
+      materialize_(placement.materialize),
+      used_by_block_(num_blocks()) {}
 
 Model::~Model() = default;
 
@@ -118,9 +126,15 @@ at::Tensor Model::add_parameter(const std::string& name, int block, std::vector<
   ZHOST_ASSERT(block >= 0 && static_cast<size_t>(block) < num_blocks());
   const size_t index = params_.size();
   inits_.push_back(init);
-  params_.push_back(ParamEntry{name, at::empty(shape, at::TensorOptions().device(device_).dtype(dtype_)), block});
+  const at::TensorOptions options = at::TensorOptions().device(device_).dtype(dtype_);
+  if (materialize_) {
+    params_.push_back(ParamEntry{name, at::empty(shape, options), block});
+    init_parameter(index, params_.back().tensor);
+  } else {  // the shape without storage: metadata only, nothing allocated
+    params_.push_back(ParamEntry{name, at::empty({0}, options), block});
+    params_.back().tensor.unsafeGetTensorImpl()->set_sizes_contiguous(shape);
+  }
   at::Tensor& tensor = params_.back().tensor;
-  init_parameter(index, tensor);
   tensor.set_requires_grad(true);
   used_by_block_[static_cast<size_t>(block)].push_back(index);
   return tensor;

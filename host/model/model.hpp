@@ -50,6 +50,16 @@ struct ModelSpec {
 // Checks the spec (UsageError with what to change) and fills its defaults (kv_heads, ffn_width).
 ModelSpec resolve_spec(const ModelSpec& spec);
 
+// Where and how the parameters are created.
+struct Placement {
+  at::Device device = at::kCPU;
+  at::ScalarType dtype = at::kFloat;
+  // false: parameters get their shapes but no storage and no values (ZeRO stage 3's sharded construction,
+  // DeepSpeed's zero.Init): a partitioner binds them to storage it materialises and fills its shards with
+  // init_parameter_shard. No rank ever holds the whole model.
+  bool materialize = true;
+};
+
 struct ParamEntry {
   std::string name;   // e.g. "blocks.3.attn.qkv.weight"
   at::Tensor tensor;  // the parameter itself (requires grad); shares its TensorImpl with the model
@@ -109,7 +119,7 @@ class Model {
     bool lookup_only;   // an embedding table read by index only (excluded from flops_per_token's N)
   };
 
-  Model(const ModelSpec& resolved_spec, at::Device device, at::ScalarType dtype);
+  Model(const ModelSpec& resolved_spec, const Placement& placement);
   // Registers and initialises a parameter owned by `block`; returns its handle.
   at::Tensor add_parameter(const std::string& name, int block, std::vector<int64_t> shape, ParamInit init);
   // Records that `block` also reads parameter `param_index` (a tied weight).
@@ -122,6 +132,7 @@ class Model {
   ModelSpec spec_;
   at::Device device_;
   at::ScalarType dtype_;
+  bool materialize_;
   std::vector<ParamEntry> params_;
   std::vector<ParamInit> inits_;
   std::vector<std::vector<size_t>> used_by_block_;
@@ -129,6 +140,7 @@ class Model {
 
 // Builds the model the spec describes (checked with resolve_spec), its parameters initialised from
 // spec.seed, on `device` in `dtype`.
+std::unique_ptr<Model> make_model(const ModelSpec& spec, const Placement& placement);
 std::unique_ptr<Model> make_model(const ModelSpec& spec, at::Device device = at::kCPU,
                                   at::ScalarType dtype = at::kFloat);
 

@@ -50,6 +50,7 @@ struct HostServices::State {
   std::map<zhost_tier_role, TierRef> tiers;
   std::map<uint64_t, TraceSpan> open_spans;
   std::vector<TraceSpan> closed_spans;
+  std::map<std::string, SpanTotal> span_totals;  // "plugin/name" -> time, for the wall-clock breakdown
   uint64_t next_span = 1;
 };
 
@@ -236,6 +237,9 @@ void trace_end(zhost_host_context* ctx, uint64_t span) {
   auto it = state->open_spans.find(span);
   if (it == state->open_spans.end()) return;
   it->second.end_ns = clock_ns();
+  SpanTotal& total = state->span_totals[it->second.owner + "/" + it->second.name];
+  total.ns += it->second.end_ns - it->second.begin_ns;
+  ++total.count;
   if (state->closed_spans.size() < kMaxClosedSpans) state->closed_spans.push_back(std::move(it->second));
   state->open_spans.erase(it);
 }
@@ -268,7 +272,9 @@ zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier
 
 HostServices::HostServices(uint32_t abi_minor) : state_(std::make_unique<State>()) {
   zhost_host_services& t = state_->table;
-  t.struct_size = abi_minor >= 1 ? ZHOST_HOST_SERVICES_SIZE : ZHOST_HOST_SERVICES_SIZE_0_0;
+  t.struct_size = abi_minor >= 2   ? ZHOST_HOST_SERVICES_SIZE
+                  : abi_minor >= 1 ? ZHOST_HOST_SERVICES_SIZE_0_1
+                                   : ZHOST_HOST_SERVICES_SIZE_0_0;
   t.abi_major = ZHOST_ABI_MAJOR;
   t.abi_minor = abi_minor;
   t.host_version = "0.1.0";
@@ -293,6 +299,7 @@ HostServices::HostServices(uint32_t abi_minor) : state_(std::make_unique<State>(
   t.request_abort = request_abort_cb;
   t.collectives = nullptr;
   t.tier_for = tier_for;
+  t.params = nullptr;
 }
 
 HostServices::~HostServices() {
@@ -327,6 +334,9 @@ void HostServices::set_collectives(const zhost_collectives* collectives) {
   if (state_->table.struct_size >= ZHOST_STRUCT_SIZE(zhost_host_services, collectives))
     state_->table.collectives = collectives;
 }
+void HostServices::set_param_services(const zhost_param_services* params) {
+  if (state_->table.struct_size >= ZHOST_STRUCT_SIZE(zhost_host_services, params)) state_->table.params = params;
+}
 void HostServices::set_tier(zhost_tier_role role, std::optional<TierRef> tier) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (tier)
@@ -345,6 +355,11 @@ std::string HostServices::abort_reason() const {
 void HostServices::request_abort(const std::string& reason) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (!state_->abort_flag.exchange(true)) state_->abort_reason = reason;
+}
+
+std::map<std::string, SpanTotal> HostServices::take_span_totals() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return std::exchange(state_->span_totals, {});
 }
 
 std::vector<TraceSpan> HostServices::take_trace_spans() {

@@ -35,6 +35,12 @@ struct TraceSpan {
   uint64_t end_ns = 0;
 };
 
+// Time spent in closed spans of one name, summed.
+struct SpanTotal {
+  uint64_t ns = 0;
+  uint64_t count = 0;
+};
+
 // An offload tier's instance as tier_for() hands it to other plugins.
 struct TierRef {
   zhost_plugin_instance* instance = nullptr;
@@ -57,6 +63,8 @@ class HostServices {
   void destroy_context(zhost_host_context* ctx);  // releases the buffers the instance still holds
 
   void set_collectives(const zhost_collectives* collectives);
+  // Parameter storage for a partition plugin that partitions parameters (the trainer's), or nullptr.
+  void set_param_services(const zhost_param_services* params);
   // The tier that serves `role` (tier_for), or none.
   void set_tier(zhost_tier_role role, std::optional<TierRef> tier);
   void set_kv_store(std::shared_ptr<KvStore> store);
@@ -67,6 +75,8 @@ class HostServices {
   void request_abort(const std::string& reason);
 
   std::vector<TraceSpan> take_trace_spans();
+  // Per "plugin/span name": total time and count of the spans closed since the last call.
+  std::map<std::string, SpanTotal> take_span_totals();
   uint64_t live_buffer_bytes(zhost_memory_kind kind) const;
 
   // For host code calling into plugins: turns a status into a zhost::Error (and releases it).

@@ -29,8 +29,10 @@ extern "C" {
 /* ---- version -------------------------------------------------------------------------------------- */
 #define ZHOST_ABI_MAJOR 0
 /* Minor history: 0 = first draft (descriptor, lifecycle, host services without collectives);
- *                1 = host services gain collectives, kv-store timeouts and trace spans. */
-#define ZHOST_ABI_MINOR 1
+ *                1 = host services gain collectives, kv-store timeouts, trace spans and tier_for;
+ *                2 = host services gain `params` (parameter storage for partitioned parameters, ZeRO stage 3);
+ *                    the partition table gains gather_params. */
+#define ZHOST_ABI_MINOR 2
 
 /* The exported entry symbol for a major version. Hosts probe the newest major they know first. */
 #define ZHOST_ENTRY_SYMBOL_V0 "zhost_plugin_v0"

@@ -57,6 +57,12 @@ ZHOST_ASSERT_STRUCT_COMPLETE(zhost_config_key, ZHOST_CONFIG_KEY_SIZE);
 /* partition: grad_ready() takes each gradient (copies or reduces it); the host frees the parameter's
  * .grad right after the call, so gradients never pile up in full size (ZeRO stage 2 and 3). */
 #define ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS (1u << 3)
+/* partition: the plugin partitions the parameters themselves (ZeRO stage 3). The host then builds the model
+ * unmaterialised (parameters have their shapes but no storage: no rank ever holds the whole model) and
+ * leaves every parameter's storage to the plugin, through host services `params` (zhost/host.h): the
+ * plugin fills its shards from params->initial_values, and materialises a block's parameters before the
+ * block runs (pre_forward, pre_backward). */
+#define ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS (1u << 4)
 
 typedef struct zhost_plugin_descriptor {
     size_t struct_size;

@@ -131,6 +131,36 @@ typedef struct zhost_tier_ref {
 #define ZHOST_TIER_REF_SIZE ZHOST_STRUCT_SIZE(zhost_tier_ref, name)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_ref, ZHOST_TIER_REF_SIZE);
 
+/* ---- parameter storage, for a plugin that partitions parameters (ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS) ----
+ * The host owns the parameters (autograd needs them); the plugin decides when they have storage. It binds
+ * the parameters of a fetch unit (e.g. one block's) to one flat storage, then materialises it (the host
+ * allocates it; the plugin all-gathers into it) before the unit's parameters are read, and releases it
+ * (the host frees it) after. Tensors autograd saved for backward that view a parameter share its storage,
+ * so they see the storage come and go with it: the plugin materialises again before backward reads them.
+ * Served only to the partition instance, on the thread that runs the partition hooks. */
+typedef struct zhost_param_group zhost_param_group; /* opaque: parameters sharing one flat storage */
+
+typedef struct zhost_param_services {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    /* Makes parameters ids[0..count) views of one flat storage of `numel` elements (compute dtype, training
+     * device): parameter ids[i] at element offsets[i], contiguous in its shape. A parameter joins at most one
+     * group. The storage starts released. The group lives until the job ends. */
+    zhost_status *(*group_create)(zhost_host_context *ctx, const uint32_t *ids, const int64_t *offsets, size_t count,
+                                  int64_t numel, zhost_param_group **out);
+    /* Allocates the group's storage (contents undefined) and describes all `numel` elements in *flat, for the
+     * plugin to fill; *flat stays valid until release(). Materialising a materialised group only describes it. */
+    zhost_status *(*materialize)(zhost_host_context *ctx, zhost_param_group *group, DLTensor *flat);
+    /* Frees the storage; the parameters keep their shapes but have no data until the next materialize(). */
+    zhost_status *(*release)(zhost_host_context *ctx, zhost_param_group *group);
+    /* Fills dst (contiguous, any dtype, host or device) with elements [offset, offset + numel(dst)) of
+     * parameter id's flattened initial value, zero past its end: identical to what the unpartitioned model
+     * would hold, computed without building the whole parameter. */
+    zhost_status *(*initial_values)(zhost_host_context *ctx, uint32_t id, int64_t offset, DLTensor *dst);
+} zhost_param_services;
+#define ZHOST_PARAM_SERVICES_SIZE ZHOST_STRUCT_SIZE(zhost_param_services, initial_values)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_param_services, ZHOST_PARAM_SERVICES_SIZE);
+
 /* ---- the table ------------------------------------------------------------------------------------- */
 typedef struct zhost_host_services {
     size_t struct_size;
@@ -184,8 +214,14 @@ typedef struct zhost_host_services {
     /* the offload tier serving `role` in this job, for a partition plugin to call directly (the tier's
      * calls then run on the caller's thread); instances exist before any partition setup() */
     zhost_status *(*tier_for)(zhost_host_context *ctx, zhost_tier_role role, zhost_tier_ref *out);
+
+    /* parameter storage for a partition plugin with ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS; NULL otherwise
+     * (and outside a training job) */
+    const zhost_param_services *params;
 } zhost_host_services;
-#define ZHOST_HOST_SERVICES_SIZE ZHOST_STRUCT_SIZE(zhost_host_services, tier_for)
+#define ZHOST_HOST_SERVICES_SIZE ZHOST_STRUCT_SIZE(zhost_host_services, params)
+/* What a plugin built for ABI 0.1 may rely on: everything up to tier_for. */
+#define ZHOST_HOST_SERVICES_SIZE_0_1 ZHOST_STRUCT_SIZE(zhost_host_services, tier_for)
 /* What a plugin built for ABI 0.0 may rely on: everything up to request_abort. */
 #define ZHOST_HOST_SERVICES_SIZE_0_0 ZHOST_STRUCT_SIZE(zhost_host_services, request_abort)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_host_services, ZHOST_HOST_SERVICES_SIZE);

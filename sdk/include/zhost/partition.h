@@ -45,7 +45,8 @@ typedef struct zhost_param_info {
     uint32_t id;          /* dense, 0..num_params-1, in registration order */
     const char *name;     /* e.g. "blocks.3.attn.qkv.weight"; valid until destroy() */
     int32_t block;        /* owning block in model order */
-    DLTensor tensor;      /* the parameter's full storage at registration (borrowed; dtype = compute dtype) */
+    DLTensor tensor;      /* the parameter's full storage at registration (borrowed; dtype = compute dtype);
+                           * data is NULL under ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS (no storage yet) */
 } zhost_param_info;
 #define ZHOST_PARAM_INFO_SIZE ZHOST_STRUCT_SIZE(zhost_param_info, tensor)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_param_info, ZHOST_PARAM_INFO_SIZE);
@@ -147,8 +148,12 @@ typedef struct zhost_partition_api {
     /* Optional (may be NULL): fills `out` (its struct_size set by the host) with the bytes this rank's
      * instance holds; called after setup(), with states allocated. */
     zhost_status *(*memory)(zhost_plugin_instance *self, zhost_model_state_bytes *out);
+    /* Required with ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS (NULL otherwise): writes the current full value of
+     * parameter `param_id` into `out` (its shape, contiguous, any dtype; host memory), e.g. to save the model.
+     * Collective: every rank calls it with the same ids in the same order, outside a micro-batch. */
+    zhost_status *(*gather_param)(zhost_plugin_instance *self, uint32_t param_id, DLTensor *out);
 } zhost_partition_api;
-#define ZHOST_PARTITION_API_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, memory)
+#define ZHOST_PARTITION_API_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, gather_param)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_partition_api, ZHOST_PARTITION_API_SIZE);
 
 #ifdef __cplusplus

@@ -29,6 +29,9 @@ struct PartitionHooks {
   void post_backward(int32_t) {}
   void backward_end() {}
   void memory(zhost_model_state_bytes&) const {}
+  void gather_param(uint32_t, DLTensor&) {
+    throw PluginError(ZHOST_ERR_UNSUPPORTED, "this partition plugin keeps whole parameters: nothing to gather");
+  }
 };
 
 template <typename T>
@@ -54,6 +57,7 @@ struct PartitionTableOf {
       [](zhost_plugin_instance* s) { return guard([&] { self(s).backward_end(); }); },
       [](zhost_plugin_instance* s, zhost_step_args* args) { return guard([&] { self(s).step(*args); }); },
       [](zhost_plugin_instance* s, zhost_model_state_bytes* out) { return guard([&] { self(s).memory(*out); }); },
+      [](zhost_plugin_instance* s, uint32_t id, DLTensor* out) { return guard([&] { self(s).gather_param(id, *out); }); },
   };
 };
 

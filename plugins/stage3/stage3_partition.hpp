@@ -1,0 +1,180 @@
+// plugins/stage3/stage3_partition.hpp: ZeRO stage 3 behind the partition
+// contract (zhost/partition.h): parameters, gradients, fp32 masters and
+// optimizer states all partitioned, 1/N of each per rank.
+//
+// The host builds the model without storage
+// (ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS); setup() binds each fetch unit's
+// parameters to one flat storage (host services `params`) and fills this rank's
+// shards from the parameters' initial values, so no rank ever holds the whole
+// model.
+//
+// One micro-batch:
+//   pre_forward(b), pre_backward(b)  the units block b reads are gathered
+//   (all-gather of the N shards
+//                                    into the unit's materialised storage),
+//                                    unless live or prefetched; then, while the
+//                                    micro-batch follows the recorded block
+//                                    order, the units the next blocks need are
+//                                    gathered ahead, asynchronously, within
+//                                    stage3_prefetch_bucket_size elements in
+//                                    flight and stage3_max_live_parameters live
+//   post_forward(b), post_backward(b)  units no open block reads are released
+//   unless persistent or read
+//                                    again within stage3_max_reuse_distance
+//                                    elements
+//   grad_ready(p)                    copied into its unit's gradient staging; a
+//   unit whose gradients are all
+//                                    in is reduce-scattered at once
+//                                    (asynchronously with overlap_comm, at most
+//                                    reduce_bucket_size elements in flight) and
+//                                    added into this rank's shard
+//   backward_end()                   remaining units reduced, all reductions
+//   complete, gathered units
+//                                    released, block order checked across ranks
+//   step()                           unscale, global norm, clip; the optimizer
+//   steps sub-group by sub-group
+//                                    on the fp32 masters; 16-bit shards
+//                                    refreshed; the persistent unit gathered
+//                                    again
+//
+// Every gather and reduction is preceded by a small all-gather of the unit's
+// id, so ranks that walk the blocks in different orders stop with an error
+// naming the ranks and the units at the first collective where they part,
+// instead of exchanging the wrong tensors; at backward_end the ranks also
+// compare their block order.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host/optim/optimizer.hpp"
+#include "plugins/stage3/block_trace.hpp"
+#include "plugins/stage3/fetch_units.hpp"
+#include "zhost/cpp/partition.hpp"
+
+namespace zhost::stage3 {
+
+// DeepSpeed's zero_optimization keys as stage 3 reads them (see stage3.cpp),
+// counts in elements.
+struct Stage3Options {
+  int64_t prefetch_bucket_size = 50000000;
+  int64_t max_live_parameters = 1000000000;
+  int64_t max_reuse_distance = 1000000000;
+  int64_t persistence_threshold = 100000;
+  int64_t sub_group_size = 1000000000;
+  int64_t reduce_bucket_size = 500000000;
+  bool overlap_comm = false;
+  bool reduce_scatter = true;
+  bool ignore_unused_parameters = true;
+};
+
+class Stage3Partition : public sdk::PartitionHooks {
+public:
+  Stage3Partition(const sdk::Host &host, const Stage3Options &options);
+  ~Stage3Partition();
+
+  void setup(const zhost_partition_setup &setup);
+  void begin_micro_batch(const zhost_micro_batch_args &args);
+  void pre_forward(int32_t block) { enter(BlockEvent{false, block}); }
+  void post_forward(int32_t block) { leave(block); }
+  void pre_backward(int32_t block) { enter(BlockEvent{true, block}); }
+  void post_backward(int32_t block) { leave(block); }
+  void grad_ready(uint32_t id, const DLTensor &grad);
+  void backward_end();
+  void step(zhost_step_args &args);
+  void memory(zhost_model_state_bytes &out) const;
+  void gather_param(uint32_t id, DLTensor &out);
+
+private:
+  // A small all-gather of a unit's id ahead of its collective (see the header).
+  struct Tag {
+    at::Tensor send, recv; // [2] and [N * 2] int64: (kind, unit)
+    DLTensor send_dl{}, recv_dl{};
+    zhost_work *work = nullptr;
+  };
+  enum class Residency { kReleased, kGathering, kLive };
+  struct UnitState {
+    Residency residency = Residency::kReleased;
+    zhost_param_group *group = nullptr;
+    at::Tensor flat;  // [N*S] compute dtype: the materialised storage (while
+                      // gathering or live)
+    at::Tensor shard; // [S] compute dtype: this rank's shard (fp32 runs: a view
+                      // of the master)
+    at::Tensor master; // [S] fp32 view into the sub-group's master
+    at::Tensor
+        grad; // [S] compute dtype view into the sub-group's reduced gradients
+    DLTensor send_dl{}, recv_dl{};
+    Tag gather_tag;
+    zhost_work *gather_work = nullptr;
+    int open_uses =
+        0; // blocks between their pre_ and post_ hooks that read this unit
+    bool prefetched =
+        false; // gathered ahead of the event that needs it, not yet used
+    // gradients of the current micro-batch
+    at::Tensor grad_staging; // [N*S] compute dtype, from the first gradient to
+                             // the reduction's end
+    at::Tensor reduced;      // [S] this rank's reduced elements
+    DLTensor staging_dl{}, reduced_dl{};
+    Tag reduce_tag;
+    zhost_work *reduce_work = nullptr;
+    int grads_pending = 0;
+    bool reduced_this_micro_batch = false;
+  };
+  struct SubGroupState {
+    at::Tensor master; // [G] fp32
+    at::Tensor shard;  // [G] compute dtype (16-bit runs; fp32 runs use master)
+    at::Tensor grad;   // [G] compute dtype
+    optim::OptimizerState state;
+  };
+
+  void enter(const BlockEvent &event);
+  void leave(int32_t block);
+  void start_gather(int unit);
+  void finish_gather(int unit);
+  void make_live(int unit);
+  void prefetch();
+  void maybe_release(int unit);
+  void release(int unit);
+  void launch_reduction(int unit);
+  void finish_reduction(int unit);
+  void start_tag(Tag &tag, int64_t kind, int unit);
+  void check_tag(Tag &tag, int64_t kind, int unit);
+  void check_block_order_across_ranks();
+  void wait(zhost_work *&work);
+  void gather_persistent();
+  std::string unit_name(int unit) const;
+  void all_reduce_scalar(at::Tensor &value) const;
+  zhost_collective_args collective_args(zhost_collective_intent intent,
+                                        int32_t block) const;
+  const zhost_param_services &params() const;
+
+  sdk::Host host_;
+  Stage3Options options_;
+  int rank_ = 0, world_size_ = 1;
+  at::ScalarType compute_dtype_ = at::kFloat;
+  at::TensorOptions on_device_;
+  std::vector<std::string> param_names_;
+  std::vector<int64_t> param_numels_;
+  FetchUnits layout_;
+  std::vector<UnitState> units_;
+  std::vector<SubGroupState> sub_groups_;
+  std::vector<std::vector<int>> units_of_block_;
+  std::unique_ptr<BlockTrace> trace_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::vector<uint8_t> arrived_; // per parameter, this micro-batch
+  std::deque<int>
+      reductions_; // units whose reduction is in flight, oldest first
+  int64_t reducing_elements_ = 0;
+  int64_t live_elements_ = 0;       // gathered or gathering
+  int64_t prefetched_elements_ = 0; // gathered ahead and not yet used
+  int64_t step_ = 0;
+  int32_t micro_step_ = 0;
+  int saving_unit_ = -1; // gathered for gather_param
+  bool in_micro_batch_ = false;
+};
+
+} // namespace zhost::stage3
