@@ -91,6 +91,10 @@ void add_model_keys(HostKeys& keys) {
   keys.integer("model.vocab", 256, "vocabulary size", at_least(1));
   keys.integer("model.seq_len", 128, "tokens per sample", at_least(1));
   keys.number("model.init_std", 0.02, "standard deviation of the initial weights", at_least(0));
+  keys.number("model.layer_drop", 0.0,
+              "LayerDrop: probability that a transformer block is skipped in a training micro-batch", at_least(0));
+  keys.flag("model.layer_drop_per_rank", false,
+            "draw the skipped blocks independently on each rank (false: the same blocks on every rank)");
 }
 
 void add_data_keys(HostKeys& keys) {

@@ -1,12 +1,15 @@
 // host/engine/engine.cpp: wires a checked job to a process group, plugin instances and the trainer.
 #include "host/engine/engine.hpp"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
 #include "host/core/error.hpp"
 #include "host/engine/collectives_adapter.hpp"
+#include "host/engine/model_states.hpp"
+#include "host/model/model.hpp"
 #include "host/engine/stage0_partition.hpp"
 #include "host/engine/trainer.hpp"
 #include "host/launch/launcher.hpp"
@@ -79,15 +82,58 @@ class TierInstallation {
   HostServices& services_;
 };
 
+// Tensors are large allocations that come and go (stage 3 gathers and releases every block's
+// parameters each micro-batch). glibc serves them with mmap until a free raises its mmap threshold
+// (up to 32 MiB); above the threshold freed blocks stay in the heap, so the process keeps its peak
+// resident and the memory partitioning saves is not given back. A fixed threshold keeps every
+// allocation of 1 MiB or more on mmap, returned to the system when freed.
+void return_large_frees_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
+
+// What a failed allocation means for this job, in one line: what ran out, and what to change.
+[[noreturn]] void fail_out_of_memory(const std::string& what, const JobSetup& job, const launch::RankEnv& env) {
+  std::string states;
+  try {
+    const TrainSettings settings = read_settings(*job.config, env.world_size, env.rank, env.local_rank,
+                                                 env.local_world_size);
+    // The model's size without building it: parameters with shapes and no storage.
+    const int64_t psi = model::make_model(settings.model, model::Placement{at::kCPU, at::kFloat, false})->num_parameters();
+    ModelStateShape shape;
+    shape.stage = static_cast<int>(settings.zero_stage);
+    shape.world_size = env.world_size;
+    shape.num_params = psi;
+    shape.compute_bytes = settings.precision == Precision::kFp32 ? 4 : 2;
+    shape.optimizer_offloaded = settings.optimizer_offloaded;
+    states = fmt::format("; its model states need {:.0f} MB per rank at ZeRO stage {} on {} rank(s) (Ψ = {})",
+                         zero_formula(shape).total() / 1e6, settings.zero_stage, env.world_size, psi);
+  } catch (const std::exception&) {
+  }
+  throw Error(fmt::format("out of memory on rank {}: {}{}; use zero.stage = 3 (and more ranks), offload the optimizer, "
+                          "or a smaller model or micro-batch",
+                          env.rank, what, states));
+}
+
+bool is_allocation_failure(const std::string& message) {
+  return message.find("can't allocate memory") != std::string::npos ||
+         message.find("out of memory") != std::string::npos;
+}
+
 }  // namespace
 
 int run_training(JobSetup& job, const launch::RankEnv& env) {
+  return_large_frees_to_the_system();
   try {
     return run_job(job, env);
+  } catch (const std::bad_alloc&) {
+    fail_out_of_memory("an allocation failed", job, env);
+  } catch (const Error& e) {  // e.g. a plugin's allocation failure, come back as a status
+    if (is_allocation_failure(e.what())) fail_out_of_memory(e.what(), job, env);
+    throw;
   } catch (const c10::Error& e) {
     // LibTorch's errors carry a backtrace: keep the first line, the one that says what went wrong.
     std::string message = e.what_without_backtrace();
-    throw Error("LibTorch: " + message.substr(0, message.find('\n')));
+    message = message.substr(0, message.find('\n'));
+    if (is_allocation_failure(message)) fail_out_of_memory(message, job, env);
+    throw Error("LibTorch: " + message);
   }
 }
 
@@ -130,6 +176,7 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
                    run_dir.path());
     TrainResult result = trainer.run();
     if (job.config->get_bool("run.save_final_weights")) trainer.save_weights(run_dir.path());
+    spdlog::info("peak resident memory of this rank: {:.0f} MB", current_memory().peak_rss_mb);
     if (env.rank == 0)
       spdlog::info("done: {} steps applied, {} skipped, final loss {:.4f}", result.applied_steps, result.skipped_steps,
                    result.final_loss);

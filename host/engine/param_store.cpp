@@ -28,45 +28,39 @@ struct zhost_param_group {
 namespace zhost::engine {
 
 struct ParamStore::State {
-  model::Model *model = nullptr;
+  model::Model* model = nullptr;
   std::vector<std::unique_ptr<zhost_param_group>> groups;
-  std::vector<zhost_param_group *> group_of; // per parameter id
+  std::vector<zhost_param_group*> group_of;  // per parameter id
   uint64_t live = 0, peak = 0;
   zhost_param_services table{};
 };
 
 namespace {
 
-ParamStore::State *current =
-    nullptr; // one job per process: the trainer's store
+ParamStore::State* current = nullptr;  // one job per process: the trainer's store
 
-zhost_status *error(zhost_status_code code, const std::string &message) {
+zhost_status* error(zhost_status_code code, const std::string& message) {
   return HostServices::make_status(code, message);
 }
 
-template <typename Body> zhost_status *serve(const char *what, Body &&body) {
-  if (!current)
-    return error(ZHOST_ERR_UNSUPPORTED,
-                 fmt::format("params->{}: no training job is running", what));
+template <typename Body>
+zhost_status* serve(const char* what, Body&& body) {
+  if (!current) return error(ZHOST_ERR_UNSUPPORTED, fmt::format("params->{}: no training job is running", what));
   try {
     return body(*current);
-  } catch (const std::exception &e) {
-    return error(ZHOST_ERR_INTERNAL,
-                 fmt::format("params->{}: {}", what, e.what()));
+  } catch (const std::exception& e) {
+    return error(ZHOST_ERR_INTERNAL, fmt::format("params->{}: {}", what, e.what()));
   }
 }
 
-zhost_status *group_create(zhost_host_context *, const uint32_t *ids,
-                           const int64_t *offsets, size_t count, int64_t numel,
-                           zhost_param_group **out) {
-  return serve("group_create", [&](ParamStore::State &s) -> zhost_status * {
+zhost_status* group_create(zhost_host_context*, const uint32_t* ids, const int64_t* offsets, size_t count,
+                           int64_t numel, zhost_param_group** out) {
+  return serve("group_create", [&](ParamStore::State& s) -> zhost_status* {
     if (!ids || !offsets || !out || count == 0)
-      return error(
-          ZHOST_ERR_INVALID_ARGUMENT,
-          "params->group_create: needs ids, offsets, out and count > 0");
-    const auto &params = s.model->parameters();
+      return error(ZHOST_ERR_INVALID_ARGUMENT, "params->group_create: needs ids, offsets, out and count > 0");
+    const auto& params = s.model->parameters();
     auto group = std::make_unique<zhost_param_group>();
-    const at::Tensor &first = params.at(ids[0]).tensor;
+    const at::Tensor& first = params.at(ids[0]).tensor;
     // A zero-byte, resizable storage with the training device's allocator.
     group->storage = at::empty({0}, first.options()).storage();
     group->dtype = first.scalar_type();
@@ -75,30 +69,26 @@ zhost_status *group_create(zhost_host_context *, const uint32_t *ids,
     group->shape[0] = numel;
     for (size_t i = 0; i < count; ++i) {
       if (ids[i] >= params.size())
-        return error(
-            ZHOST_ERR_INVALID_ARGUMENT,
-            fmt::format("params->group_create: no parameter {}", ids[i]));
+        return error(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("params->group_create: no parameter {}", ids[i]));
       if (s.group_of[ids[i]])
-        return error(ZHOST_ERR_INVALID_ARGUMENT,
-                     fmt::format("params->group_create: parameter {} ('{}') is "
-                                 "already in a group",
-                                 ids[i], params[ids[i]].name));
-      const at::Tensor &param = params[ids[i]].tensor;
+        return error(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("params->group_create: parameter {} ('{}') is "
+                                                             "already in a group",
+                                                             ids[i], params[ids[i]].name));
+      const at::Tensor& param = params[ids[i]].tensor;
       if (offsets[i] < 0 || offsets[i] + param.numel() > numel)
         return error(ZHOST_ERR_INVALID_ARGUMENT,
                      fmt::format("params->group_create: parameter {} ('{}', {} "
                                  "elements) at offset {} does not fit "
                                  "in {} elements",
-                                 ids[i], params[ids[i]].name, param.numel(),
-                                 offsets[i], numel));
+                                 ids[i], params[ids[i]].name, param.numel(), offsets[i], numel));
       // A view of the group's storage in the parameter's shape: metadata only,
       // nothing is allocated.
       at::Tensor view = at::empty({0}, param.options());
-      c10::TensorImpl *impl = view.unsafeGetTensorImpl();
+      c10::TensorImpl* impl = view.unsafeGetTensorImpl();
       impl->set_storage_keep_dtype(group->storage);
       impl->set_storage_offset(offsets[i]);
       impl->set_sizes_contiguous(param.sizes());
-      at::Tensor handle = param; // shares the model's TensorImpl
+      at::Tensor handle = param;  // shares the model's TensorImpl
       handle.set_data(view);
       s.group_of[ids[i]] = group.get();
       group->ids.push_back(ids[i]);
@@ -109,13 +99,10 @@ zhost_status *group_create(zhost_host_context *, const uint32_t *ids,
   });
 }
 
-zhost_status *materialize(zhost_host_context *, zhost_param_group *group,
-                          DLTensor *flat) {
-  return serve("materialize", [&](ParamStore::State &s) -> zhost_status * {
-    if (!group || !flat)
-      return error(ZHOST_ERR_INVALID_ARGUMENT,
-                   "params->materialize: needs a group and a DLTensor");
-    c10::StorageImpl *impl = group->storage.unsafeGetStorageImpl();
+zhost_status* materialize(zhost_host_context*, zhost_param_group* group, DLTensor* flat) {
+  return serve("materialize", [&](ParamStore::State& s) -> zhost_status* {
+    if (!group || !flat) return error(ZHOST_ERR_INVALID_ARGUMENT, "params->materialize: needs a group and a DLTensor");
+    c10::StorageImpl* impl = group->storage.unsafeGetStorageImpl();
     if (!group->live) {
       impl->set_data_ptr_noswap(impl->allocator()->allocate(group->nbytes));
       impl->set_nbytes(group->nbytes);
@@ -134,14 +121,11 @@ zhost_status *materialize(zhost_host_context *, zhost_param_group *group,
   });
 }
 
-zhost_status *release(zhost_host_context *, zhost_param_group *group) {
-  return serve("release", [&](ParamStore::State &s) -> zhost_status * {
-    if (!group)
-      return error(ZHOST_ERR_INVALID_ARGUMENT,
-                   "params->release: needs a group");
-    if (!group->live)
-      return nullptr;
-    c10::StorageImpl *impl = group->storage.unsafeGetStorageImpl();
+zhost_status* release(zhost_host_context*, zhost_param_group* group) {
+  return serve("release", [&](ParamStore::State& s) -> zhost_status* {
+    if (!group) return error(ZHOST_ERR_INVALID_ARGUMENT, "params->release: needs a group");
+    if (!group->live) return nullptr;
+    c10::StorageImpl* impl = group->storage.unsafeGetStorageImpl();
     impl->set_data_ptr_noswap(c10::DataPtr(nullptr, group->storage.device()));
     impl->set_nbytes(0);
     group->live = false;
@@ -150,28 +134,25 @@ zhost_status *release(zhost_host_context *, zhost_param_group *group) {
   });
 }
 
-zhost_status *initial_values(zhost_host_context *, uint32_t id, int64_t offset,
-                             DLTensor *dst) {
-  return serve("initial_values", [&](ParamStore::State &s) -> zhost_status * {
+zhost_status* initial_values(zhost_host_context*, uint32_t id, int64_t offset, DLTensor* dst) {
+  return serve("initial_values", [&](ParamStore::State& s) -> zhost_status* {
     if (!dst || id >= s.model->parameters().size() || offset < 0)
-      return error(
-          ZHOST_ERR_INVALID_ARGUMENT,
-          fmt::format("params->initial_values: bad arguments (parameter {}, "
-                      "offset {})",
-                      id, offset));
+      return error(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("params->initial_values: bad arguments (parameter {}, "
+                                                           "offset {})",
+                                                           id, offset));
     at::Tensor target = tensor_view(*dst);
     s.model->init_parameter_shard(id, offset, target);
     return nullptr;
   });
 }
 
-} // namespace
+}  // namespace
 
-ParamStore::ParamStore(model::Model &model, HostServices &services)
+ParamStore::ParamStore(model::Model& model, HostServices& services)
     : state_(std::make_unique<State>()), services_(services) {
   state_->model = &model;
   state_->group_of.assign(model.parameters().size(), nullptr);
-  zhost_param_services &t = state_->table;
+  zhost_param_services& t = state_->table;
   t.struct_size = sizeof(t);
   t.group_create = group_create;
   t.materialize = materialize;
@@ -187,11 +168,11 @@ ParamStore::~ParamStore() {
 }
 
 bool ParamStore::has_storage(size_t id) const {
-  const zhost_param_group *group = state_->group_of.at(id);
+  const zhost_param_group* group = state_->group_of.at(id);
   return group && group->live;
 }
 uint64_t ParamStore::live_bytes() const { return state_->live; }
 uint64_t ParamStore::peak_bytes() const { return state_->peak; }
 void ParamStore::reset_peak() { state_->peak = state_->live; }
 
-} // namespace zhost::engine
+}  // namespace zhost::engine

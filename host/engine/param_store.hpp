@@ -25,26 +25,25 @@ class Model;
 namespace zhost::engine {
 
 class ParamStore {
-public:
+ public:
   // Serves `model`'s parameters through `services` (set_param_services) until
   // destroyed.
-  ParamStore(model::Model &model, HostServices &services);
+  ParamStore(model::Model& model, HostServices& services);
   ~ParamStore();
-  ParamStore(const ParamStore &) = delete;
-  ParamStore &operator=(const ParamStore &) = delete;
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
 
   // True when parameter `id` belongs to a materialised group.
   bool has_storage(size_t id) const;
-  uint64_t live_bytes() const; // bytes of materialised groups now
-  uint64_t
-  peak_bytes() const; // their high-water mark since the last reset_peak()
+  uint64_t live_bytes() const;  // bytes of materialised groups now
+  uint64_t peak_bytes() const;  // their high-water mark since the last reset_peak()
   void reset_peak();
 
   struct State;
 
-private:
+ private:
   std::unique_ptr<State> state_;
-  HostServices &services_;
+  HostServices& services_;
 };
 
-} // namespace zhost::engine
+}  // namespace zhost::engine

@@ -79,6 +79,10 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.model.seq_len = c.get_int("model.seq_len");
   s.model.init_std = c.get_float("model.init_std");
   s.model.seed = s.seed;
+  s.layer_drop = c.get_float("model.layer_drop");
+  if (s.layer_drop >= 1) fail_usage("model.layer_drop must be below 1 (got {}): it is the probability of skipping a block", s.layer_drop);
+  s.layer_drop_per_rank = c.get_bool("model.layer_drop_per_rank");
+  s.rank = rank;
 
   s.data.source = c.get_string("data.type");
   s.data.path = c.get_string("data.path");

@@ -27,6 +27,11 @@ struct TrainSettings {
   double gradient_clipping = 0;
   bool wall_clock_breakdown = false;
   bool activation_checkpointing = false;
+  // LayerDrop (Fan et al., 2019): each transformer block is skipped with this probability per micro-batch,
+  // drawn from (seed, step, micro-batch, block) and, with layer_drop_per_rank, the rank.
+  double layer_drop = 0;
+  bool layer_drop_per_rank = false;
+  int rank = 0;
   model::ModelSpec model;
   data::DataSpec data;
   optim::OptimizerSpec optimizer;

@@ -85,6 +85,14 @@ at::ScalarType compute_dtype(Precision precision) {
   }
 }
 
+// splitmix64's finaliser: a well-mixed 64-bit hash of x.
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 // A DLTensor with a parameter's shape, dtype and device but no data (a parameter built without storage).
 DLTensor dl_shape_only(const at::Tensor& tensor) {
   DLTensor view{};
@@ -340,10 +348,22 @@ struct Trainer::Impl {
     for (size_t b = 0; b < used.size(); ++b) pending_grads_per_block[b] = static_cast<int32_t>(used[b].size());
   }
 
-  at::Tensor forward(const at::Tensor& tokens) {
+  // LayerDrop: whether transformer block b sits out this micro-batch (see TrainSettings::layer_drop).
+  bool dropped(int64_t step, int32_t micro_step, size_t b) const {
+    if (settings.layer_drop <= 0 || b == 0 || b + 1 >= model->num_blocks()) return false;
+    uint64_t key = settings.seed ^ 0x4C61796572447270ull;  // "LayerDrp"
+    const uint64_t rank_part = settings.layer_drop_per_rank ? static_cast<uint64_t>(settings.rank) + 1 : 0;
+    for (uint64_t part : {static_cast<uint64_t>(step), static_cast<uint64_t>(micro_step), static_cast<uint64_t>(b),
+                          rank_part})
+      key = mix64(key ^ part);
+    return static_cast<double>(key >> 11) * 0x1.0p-53 < settings.layer_drop;
+  }
+
+  at::Tensor forward(const at::Tensor& tokens, int64_t step, int32_t micro_step) {
     at::Tensor x = tokens;
     const size_t last_layer = model->num_blocks() - 2;
     for (size_t b = 0; b < model->num_blocks(); ++b) {
+      if (dropped(step, micro_step, b)) continue;  // the residual stream passes the block unchanged
       auto block = static_cast<int32_t>(b);
       call(api.pre_forward(partition.instance, block), "pre_forward");
       bool checkpoint = settings.activation_checkpointing && b >= 1 && b <= last_layer;
@@ -372,7 +392,7 @@ struct Trainer::Impl {
     reset_pending_grads();
 
     auto start = Clock::now();
-    at::Tensor loss = model->loss(forward(tokens), targets);
+    at::Tensor loss = model->loss(forward(tokens, step, micro_step), targets);
     sync_for_timing();
     timing.forward += ms_since(start);
 

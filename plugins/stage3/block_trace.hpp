@@ -18,19 +18,16 @@ namespace zhost::stage3 {
 struct BlockEvent {
   bool backward = false;
   int32_t block = 0;
-  bool operator==(const BlockEvent &other) const {
-    return backward == other.backward && block == other.block;
-  }
-  bool operator!=(const BlockEvent &other) const { return !(*this == other); }
-  std::string describe() const; // "forward of block 3"
+  bool operator==(const BlockEvent& other) const { return backward == other.backward && block == other.block; }
+  bool operator!=(const BlockEvent& other) const { return !(*this == other); }
+  std::string describe() const;  // "forward of block 3"
 };
 
 class BlockTrace {
-public:
+ public:
   // units_of_block[b]: the fetch units block b reads; unit_numel[u]: elements
   // gathered for unit u.
-  BlockTrace(std::vector<std::vector<int>> units_of_block,
-             std::vector<int64_t> unit_numel);
+  BlockTrace(std::vector<std::vector<int>> units_of_block, std::vector<int64_t> unit_numel);
 
   // A micro-batch begins: events are matched against the recorded trace from
   // its start.
@@ -38,15 +35,15 @@ public:
   // Records the next event; returns true while the micro-batch follows the
   // recorded trace (and a trace exists), false from the first departure on (or
   // while recording the first one).
-  bool advance(const BlockEvent &event);
+  bool advance(const BlockEvent& event);
   // The micro-batch ended: adopts its events as the trace when there was none
   // or it departed. Returns true when an existing trace was replaced (the order
   // changed).
   bool end_micro_batch();
 
   bool following() const { return following_; }
-  const std::vector<BlockEvent> &recorded() const { return trace_; }
-  const std::vector<BlockEvent> &current() const { return events_; }
+  const std::vector<BlockEvent>& recorded() const { return trace_; }
+  const std::vector<BlockEvent>& current() const { return events_; }
   // A hash of the current micro-batch's events, to compare across ranks.
   uint64_t current_hash() const;
   // While following: the position of the next event in the trace.
@@ -60,12 +57,12 @@ public:
   // first needed.
   std::vector<int> upcoming_units() const;
 
-private:
+ private:
   std::vector<std::vector<int>> units_of_block_;
   std::vector<int64_t> unit_numel_;
-  std::vector<BlockEvent> trace_;  // recorded
-  std::vector<BlockEvent> events_; // this micro-batch's so far
+  std::vector<BlockEvent> trace_;   // recorded
+  std::vector<BlockEvent> events_;  // this micro-batch's so far
   bool following_ = false;
 };
 
-} // namespace zhost::stage3
+}  // namespace zhost::stage3

@@ -32,51 +32,42 @@
 namespace zhost::stage3 {
 
 struct FetchUnit {
-  std::vector<uint32_t> params; // parameter ids, registration order
-  std::vector<int64_t>
-      offsets; // offsets[i]: where params[i] starts in the unit's flat space
-  int64_t numel = 0; // U: elements of its parameters
-  int64_t shard = 0; // S: elements per rank
-  int64_t padded() const {
-    return shard * world_size;
-  } // N * S: the gathered storage
+  std::vector<uint32_t> params;                          // parameter ids, registration order
+  std::vector<int64_t> offsets;                          // offsets[i]: where params[i] starts in the unit's flat space
+  int64_t numel = 0;                                     // U: elements of its parameters
+  int64_t shard = 0;                                     // S: elements per rank
+  int64_t padded() const { return shard * world_size; }  // N * S: the gathered storage
   int world_size = 1;
   bool persistent = false;
+  int32_t block = -1;  // the owning block (-1 for the persistent unit)
   int sub_group = 0;
-  int64_t sub_group_offset =
-      0; // where this unit's shard starts in its sub-group's buffers
+  int64_t sub_group_offset = 0;  // where this unit's shard starts in its sub-group's buffers
 };
 
 struct SubGroup {
   std::vector<int> units;
-  int64_t numel = 0; // sum of the units' shards
+  int64_t numel = 0;  // sum of the units' shards
 };
 
 class FetchUnits {
-public:
+ public:
   FetchUnits() = default;
   // numels[i], owner_block[i]: elements and owning block of parameter i;
   // `num_blocks` blocks.
-  FetchUnits(const std::vector<int64_t> &numels,
-             const std::vector<int32_t> &owner_block, int32_t num_blocks,
-             int world_size, int64_t persistence_threshold,
-             int64_t sub_group_size);
+  FetchUnits(const std::vector<int64_t>& numels, const std::vector<int32_t>& owner_block, int32_t num_blocks,
+             int world_size, int64_t persistence_threshold, int64_t sub_group_size);
 
-  const std::vector<FetchUnit> &units() const { return units_; }
-  const std::vector<SubGroup> &sub_groups() const { return sub_groups_; }
+  const std::vector<FetchUnit>& units() const { return units_; }
+  const std::vector<SubGroup>& sub_groups() const { return sub_groups_; }
   int unit_of(uint32_t param) const { return unit_of_[param]; }
-  int64_t offset_of(uint32_t param) const {
-    return offset_of_[param];
-  } // in its unit's flat space
+  int64_t offset_of(uint32_t param) const { return offset_of_[param]; }  // in its unit's flat space
   // Units block b reads, ascending (its own, the persistent one, and tied
   // parameters' owners). `block_params` lists the parameter ids block b reads.
-  std::vector<int> units_read(const std::vector<uint32_t> &block_params) const;
-  int persistent_unit() const {
-    return persistent_unit_;
-  }                               // -1 when no parameter is persistent
-  int64_t shard_elements() const; // sum of S over units: this rank's share
+  std::vector<int> units_read(const std::vector<uint32_t>& block_params) const;
+  int persistent_unit() const { return persistent_unit_; }  // -1 when no parameter is persistent
+  int64_t shard_elements() const;                           // sum of S over units: this rank's share
 
-private:
+ private:
   std::vector<FetchUnit> units_;
   std::vector<SubGroup> sub_groups_;
   std::vector<int> unit_of_;
@@ -84,4 +75,4 @@ private:
   int persistent_unit_ = -1;
 };
 
-} // namespace zhost::stage3
+}  // namespace zhost::stage3

@@ -9,34 +9,33 @@
 namespace zhost::stage3 {
 namespace {
 
-Stage3Options read_options(const sdk::Host &host) {
+Stage3Options read_options(const sdk::Host& host) {
   Stage3Options o;
   o.prefetch_bucket_size = host.config_int("zero.stage3_prefetch_bucket_size");
   o.max_live_parameters = host.config_int("zero.stage3_max_live_parameters");
   o.max_reuse_distance = host.config_int("zero.stage3_max_reuse_distance");
-  o.persistence_threshold =
-      host.config_int("zero.stage3_param_persistence_threshold");
+  o.persistence_threshold = host.config_int("zero.stage3_param_persistence_threshold");
   o.sub_group_size = host.config_int("zero.sub_group_size");
   o.reduce_bucket_size = host.config_int("zero.reduce_bucket_size");
   o.overlap_comm = host.config_bool("zero.overlap_comm");
   o.reduce_scatter = host.config_bool("zero.reduce_scatter");
-  o.ignore_unused_parameters =
-      host.config_bool("zero.ignore_unused_parameters");
+  o.ignore_unused_parameters = host.config_bool("zero.ignore_unused_parameters");
   if (!host.config_bool("zero.contiguous_gradients"))
-    host.warn("zero.contiguous_gradients = false: zhost keeps each rank's "
-              "reduced gradients in contiguous "
-              "sub-group buffers regardless, as with true");
+    host.warn(
+        "zero.contiguous_gradients = false: zhost keeps each rank's "
+        "reduced gradients in contiguous "
+        "sub-group buffers regardless, as with true");
   if (!host.config_bool("zero.stage3_gather_16bit_weights_on_model_save"))
-    host.info("zero.stage3_gather_16bit_weights_on_model_save = false: zhost "
-              "has no per-rank checkpoint format "
-              "yet, so run.save_final_weights gathers the weights regardless "
-              "(unit by unit)");
+    host.info(
+        "zero.stage3_gather_16bit_weights_on_model_save = false: zhost "
+        "has no per-rank checkpoint format "
+        "yet, so run.save_final_weights gathers the weights regardless "
+        "(unit by unit)");
   return o;
 }
 
 struct Stage3 : Stage3Partition {
-  explicit Stage3(const sdk::Host &host)
-      : Stage3Partition(host, read_options(host)) {}
+  explicit Stage3(const sdk::Host& host) : Stage3Partition(host, read_options(host)) {}
 };
 
 const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
@@ -48,16 +47,15 @@ const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
                                nullptr,
                                nullptr};
 
-const zhost_plugin_descriptor *describe() {
-  static const zhost_plugin_descriptor *descriptor = [] {
-    auto *builder = new sdk::DescriptorBuilder(
-        "stage3", "0.1.0", ZHOST_KIND_PARTITION); // kept: owns the strings
+const zhost_plugin_descriptor* describe() {
+  static const zhost_plugin_descriptor* descriptor = [] {
+    auto* builder = new sdk::DescriptorBuilder("stage3", "0.1.0", ZHOST_KIND_PARTITION);  // kept: owns the strings
     builder
-        ->summary("ZeRO stage 3: parameters, gradients, master weights and "
-                  "optimizer states partitioned over ranks")
+        ->summary(
+            "ZeRO stage 3: parameters, gradients, master weights and "
+            "optimizer states partitioned over ranks")
         .provides({"partition:stage3"})
-        .flags(ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS |
-               ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS)
+        .flags(ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS | ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS)
         .config_int("zero.stage3_prefetch_bucket_size", 50000000,
                     "parameter elements gathered ahead of the blocks that need "
                     "them (0: no prefetch)",
@@ -74,18 +72,12 @@ const zhost_plugin_descriptor *describe() {
                     "parameters of at most this many elements stay gathered "
                     "(never released)",
                     0, 1e15)
-        .config_int("zero.sub_group_size", 1000000000,
-                    "elements per optimizer sub-group (stepped one at a time)",
-                    1, 1e15)
-        .config_int("zero.reduce_bucket_size", 500000000,
-                    "gradient elements reducing at once", 1, 1e15)
-        .config_bool("zero.overlap_comm", false,
-                     "reduce gradients while backward runs")
-        .config_bool(
-            "zero.reduce_scatter", true,
-            "reduce with reduce-scatter (false: all-reduce, keep own shard)")
-        .config_bool("zero.contiguous_gradients", true,
-                     "keep reduced gradients contiguous (zhost always does)")
+        .config_int("zero.sub_group_size", 1000000000, "elements per optimizer sub-group (stepped one at a time)", 1,
+                    1e15)
+        .config_int("zero.reduce_bucket_size", 500000000, "gradient elements reducing at once", 1, 1e15)
+        .config_bool("zero.overlap_comm", false, "reduce gradients while backward runs")
+        .config_bool("zero.reduce_scatter", true, "reduce with reduce-scatter (false: all-reduce, keep own shard)")
+        .config_bool("zero.contiguous_gradients", true, "keep reduced gradients contiguous (zhost always does)")
         .config_bool("zero.ignore_unused_parameters", true,
                      "treat a parameter without gradient as zero (false: stop "
                      "with an error)")
@@ -96,7 +88,7 @@ const zhost_plugin_descriptor *describe() {
   return descriptor;
 }
 
-} // namespace
-} // namespace zhost::stage3
+}  // namespace
+}  // namespace zhost::stage3
 
 ZHOST_PLUGIN_ENTRY(zhost::stage3::describe(), &zhost::stage3::kApi)

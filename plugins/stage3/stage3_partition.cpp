@@ -20,145 +20,115 @@ using engine::tensor_view;
 using sdk::PluginError;
 
 namespace {
-constexpr int64_t kTagGather =
-    1; // tag kinds: what the collective after the tag is for
+constexpr int64_t kTagGather = 1;  // tag kinds: what the collective after the tag is for
 constexpr int64_t kTagReduce = 2;
-const char *tag_kind_name(int64_t kind) {
-  return kind == kTagGather ? "gather" : "reduce the gradients of";
-}
-} // namespace
+const char* tag_kind_name(int64_t kind) { return kind == kTagGather ? "gather" : "reduce the gradients of"; }
+}  // namespace
 
-Stage3Partition::Stage3Partition(const sdk::Host &host,
-                                 const Stage3Options &options)
+Stage3Partition::Stage3Partition(const sdk::Host& host, const Stage3Options& options)
     : host_(host), options_(options) {}
 
 Stage3Partition::~Stage3Partition() {
   // Never leave a collective in flight behind us; its failure was (or will be)
   // reported by whoever waited.
-  auto drop = [&](zhost_work *&work) {
-    if (!work)
-      return;
-    if (zhost_status *status =
-            host_.services()->collectives->wait(host_.context(), work))
+  auto drop = [&](zhost_work*& work) {
+    if (!work) return;
+    if (zhost_status* status = host_.services()->collectives->wait(host_.context(), work))
       host_.services()->status_destroy(status);
     work = nullptr;
   };
-  for (UnitState &u : units_) {
-    drop(u.gather_tag.work);
+  for (UnitState& u : units_) {
     drop(u.gather_work);
-    drop(u.reduce_tag.work);
     drop(u.reduce_work);
   }
 }
 
-const zhost_param_services &Stage3Partition::params() const {
-  const zhost_host_services *services = host_.services();
-  if (!ZHOST_HAS_FIELD(services, zhost_host_services, params) ||
-      !services->params)
-    throw PluginError(
-        ZHOST_ERR_UNSUPPORTED,
-        "stage3 needs the host's parameter storage services (zhost ABI 0.2)");
+const zhost_param_services& Stage3Partition::params() const {
+  const zhost_host_services* services = host_.services();
+  if (!ZHOST_HAS_FIELD(services, zhost_host_services, params) || !services->params)
+    throw PluginError(ZHOST_ERR_UNSUPPORTED, "stage3 needs the host's parameter storage services (zhost ABI 0.2)");
   return *services->params;
 }
 
-void Stage3Partition::setup(const zhost_partition_setup &setup) {
-  const zhost_collectives &collectives = host_.collectives();
+void Stage3Partition::setup(const zhost_partition_setup& setup) {
+  const zhost_collectives& collectives = host_.collectives();
   rank_ = collectives.rank(host_.context(), nullptr);
   world_size_ = collectives.world_size(host_.context(), nullptr);
-  if (setup.num_params == 0)
-    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                      "the model has no parameters to partition");
+  if (setup.num_params == 0) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "the model has no parameters to partition");
   zhost_tier_ref tier{};
   tier.struct_size = sizeof(tier);
-  for (zhost_tier_role role :
-       {ZHOST_TIER_FOR_OPTIMIZER, ZHOST_TIER_FOR_PARAMS}) {
+  for (zhost_tier_role role : {ZHOST_TIER_FOR_OPTIMIZER, ZHOST_TIER_FOR_PARAMS}) {
     host_.check(host_.services()->tier_for(host_.context(), role, &tier));
     if (tier.instance)
       throw PluginError(
           ZHOST_ERR_UNSUPPORTED,
-          fmt::format(
-              "stage3 does not offload yet (zero.{} names tier '{}'): use "
-              "zero.stage = 3 "
-              "without offload, or zero.stage = 2 with zero.offload_optimizer",
-              role == ZHOST_TIER_FOR_OPTIMIZER ? "offload_optimizer"
-                                               : "offload_param",
-              tier.name));
+          fmt::format("stage3 does not offload yet (zero.{} names tier '{}'): use "
+                      "zero.stage = 3 "
+                      "without offload, or zero.stage = 2 with zero.offload_optimizer",
+                      role == ZHOST_TIER_FOR_OPTIMIZER ? "offload_optimizer" : "offload_param", tier.name));
   }
 
   std::vector<int32_t> owners;
   for (size_t i = 0; i < setup.num_params; ++i) {
-    const DLTensor &t = setup.params[i].tensor;
+    const DLTensor& t = setup.params[i].tensor;
     int64_t numel = 1;
-    for (int d = 0; d < t.ndim; ++d)
-      numel *= t.shape[d];
+    for (int d = 0; d < t.ndim; ++d) numel *= t.shape[d];
     param_names_.emplace_back(setup.params[i].name);
     param_numels_.push_back(numel);
     owners.push_back(setup.params[i].block);
   }
-  const DLTensor &first = setup.params[0].tensor;
+  const DLTensor& first = setup.params[0].tensor;
   compute_dtype_ = engine::scalar_type(first.dtype);
   on_device_ = at::TensorOptions().dtype(compute_dtype_);
   if (first.device.device_type == kDLCUDA)
-    on_device_ = on_device_.device(at::Device(
-        at::kCUDA, static_cast<c10::DeviceIndex>(first.device.device_id)));
-  layout_ = FetchUnits(param_numels_, owners, setup.num_blocks, world_size_,
-                       options_.persistence_threshold, options_.sub_group_size);
+    on_device_ = on_device_.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(first.device.device_id)));
+  layout_ = FetchUnits(param_numels_, owners, setup.num_blocks, world_size_, options_.persistence_threshold,
+                       options_.sub_group_size);
   units_.resize(layout_.units().size());
   const bool fp32 = compute_dtype_ == at::kFloat;
 
   // Sub-group buffers; each unit's shard, master and gradient are views into
   // its sub-group's.
-  optimizer_ =
-      optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
-  for (const SubGroup &g : layout_.sub_groups()) {
+  optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
+  for (const SubGroup& g : layout_.sub_groups()) {
     SubGroupState s;
     s.master = at::zeros({g.numel}, on_device_.dtype(at::kFloat));
-    if (!fp32)
-      s.shard = at::zeros({g.numel}, on_device_);
+    if (!fp32) s.shard = at::zeros({g.numel}, on_device_);
     s.grad = at::zeros({g.numel}, on_device_);
     optimizer_->allocate_state(s.state, s.master);
     sub_groups_.push_back(std::move(s));
   }
-  const zhost_param_services &store = params();
+  const zhost_param_services& store = params();
   for (size_t u = 0; u < units_.size(); ++u) {
-    const FetchUnit &unit = layout_.units()[u];
-    UnitState &state = units_[u];
-    SubGroupState &group = sub_groups_[static_cast<size_t>(unit.sub_group)];
+    const FetchUnit& unit = layout_.units()[u];
+    UnitState& state = units_[u];
+    SubGroupState& group = sub_groups_[static_cast<size_t>(unit.sub_group)];
     state.master = group.master.narrow(0, unit.sub_group_offset, unit.shard);
-    state.shard =
-        fp32 ? state.master
-             : group.shard.narrow(0, unit.sub_group_offset, unit.shard);
+    state.shard = fp32 ? state.master : group.shard.narrow(0, unit.sub_group_offset, unit.shard);
     state.grad = group.grad.narrow(0, unit.sub_group_offset, unit.shard);
-    host_.check(store.group_create(host_.context(), unit.params.data(),
-                                   unit.offsets.data(), unit.params.size(),
+    host_.check(store.group_create(host_.context(), unit.params.data(), unit.offsets.data(), unit.params.size(),
                                    unit.padded(), &state.group));
     // This rank's shard from the parameters' initial values (the padding stays
     // zero), in the compute dtype, as the unpartitioned model holds them; the
     // fp32 master starts from those values.
     const int64_t begin = rank_ * unit.shard, end = begin + unit.shard;
     for (size_t i = 0; i < unit.params.size(); ++i) {
-      const int64_t p_begin = unit.offsets[i],
-                    p_end = p_begin + param_numels_[unit.params[i]];
+      const int64_t p_begin = unit.offsets[i], p_end = p_begin + param_numels_[unit.params[i]];
       const int64_t lo = std::max(begin, p_begin), hi = std::min(end, p_end);
-      if (lo >= hi)
-        continue;
+      if (lo >= hi) continue;
       at::Tensor part = state.shard.narrow(0, lo - begin, hi - lo);
       DLTensor part_dl = dl_view(part);
-      host_.check(store.initial_values(host_.context(), unit.params[i],
-                                       lo - p_begin, &part_dl));
+      host_.check(store.initial_values(host_.context(), unit.params[i], lo - p_begin, &part_dl));
     }
-    if (!fp32)
-      state.master.copy_(state.shard);
+    if (!fp32) state.master.copy_(state.shard);
   }
 
   std::vector<int64_t> unit_numel;
-  for (const FetchUnit &unit : layout_.units())
-    unit_numel.push_back(unit.padded());
+  for (const FetchUnit& unit : layout_.units()) unit_numel.push_back(unit.padded());
   units_of_block_.resize(static_cast<size_t>(setup.num_blocks));
   for (int32_t b = 0; b < setup.num_blocks; ++b) {
-    std::vector<uint32_t> ids(
-        setup.block_param_ids + setup.block_param_offsets[b],
-        setup.block_param_ids + setup.block_param_offsets[b + 1]);
+    std::vector<uint32_t> ids(setup.block_param_ids + setup.block_param_offsets[b],
+                              setup.block_param_ids + setup.block_param_offsets[b + 1]);
     units_of_block_[static_cast<size_t>(b)] = layout_.units_read(ids);
   }
   trace_ = std::make_unique<BlockTrace>(units_of_block_, unit_numel);
@@ -166,39 +136,30 @@ void Stage3Partition::setup(const zhost_partition_setup &setup) {
   gather_persistent();
 
   int64_t largest = 0;
-  for (const FetchUnit &unit : layout_.units())
-    largest = std::max(largest, unit.padded());
-  host_.info(fmt::format(
-      "stage 3: {} parameters in {} fetch units{} ({} elements per rank, "
-      "largest unit {} elements gathered), {} "
-      "optimizer sub-group(s); prefetch {} / live {} / reuse distance {} "
-      "elements",
-      setup.num_params, units_.size(),
-      layout_.persistent_unit() >= 0
-          ? fmt::format(
-                ", {} of them persistent (at most {} elements each)",
-                layout_.units()[static_cast<size_t>(layout_.persistent_unit())]
-                    .params.size(),
-                options_.persistence_threshold)
-          : "",
-      layout_.shard_elements(), largest, layout_.sub_groups().size(),
-      options_.prefetch_bucket_size, options_.max_live_parameters,
-      options_.max_reuse_distance));
+  for (const FetchUnit& unit : layout_.units()) largest = std::max(largest, unit.padded());
+  host_.info(
+      fmt::format("stage 3: {} parameters in {} fetch units{} ({} elements per rank, "
+                  "largest unit {} elements gathered), {} "
+                  "optimizer sub-group(s); prefetch {} / live {} / reuse distance {} "
+                  "elements",
+                  setup.num_params, units_.size(),
+                  layout_.persistent_unit() >= 0
+                      ? fmt::format(", {} of them persistent (at most {} elements each)",
+                                    layout_.units()[static_cast<size_t>(layout_.persistent_unit())].params.size(),
+                                    options_.persistence_threshold)
+                      : "",
+                  layout_.shard_elements(), largest, layout_.sub_groups().size(), options_.prefetch_bucket_size,
+                  options_.max_live_parameters, options_.max_reuse_distance));
 }
 
 std::string Stage3Partition::unit_name(int unit) const {
-  const FetchUnit &u = layout_.units()[static_cast<size_t>(unit)];
-  if (u.persistent)
-    return "the persistent parameters";
+  const FetchUnit& u = layout_.units()[static_cast<size_t>(unit)];
+  if (u.persistent) return "the persistent parameters";
   return fmt::format("unit {} ('{}'{})", unit, param_names_[u.params.front()],
-                     u.params.size() > 1
-                         ? fmt::format(" and {} more", u.params.size() - 1)
-                         : "");
+                     u.params.size() > 1 ? fmt::format(" and {} more", u.params.size() - 1) : "");
 }
 
-zhost_collective_args
-Stage3Partition::collective_args(zhost_collective_intent intent,
-                                 int32_t block) const {
+zhost_collective_args Stage3Partition::collective_args(zhost_collective_intent intent, int32_t block) const {
   zhost_collective_args args{};
   args.struct_size = sizeof(args);
   args.op = ZHOST_REDUCE_SUM;
@@ -207,70 +168,60 @@ Stage3Partition::collective_args(zhost_collective_intent intent,
   return args;
 }
 
-void Stage3Partition::wait(zhost_work *&work) {
-  if (!work)
-    return;
-  zhost_work *w = work;
+void Stage3Partition::wait(zhost_work*& work) {
+  if (!work) return;
+  zhost_work* w = work;
   work = nullptr;
   host_.check(host_.services()->collectives->wait(host_.context(), w));
 }
 
-void Stage3Partition::start_tag(Tag &tag, int64_t kind, int unit) {
-  if (!tag.send.defined()) {
-    tag.send = at::empty({2}, at::TensorOptions().dtype(at::kLong));
-    tag.recv =
-        at::empty({2 * world_size_}, at::TensorOptions().dtype(at::kLong));
-    tag.send_dl = dl_view(tag.send);
-    tag.recv_dl = dl_view(tag.recv);
+// Blocks until every rank has said which collective it starts next; throws, naming the ranks and the
+// units, when they differ.
+void Stage3Partition::agree_on(int64_t kind, int unit) {
+  if (!tag_send_.defined()) {
+    tag_send_ = at::empty({2}, at::TensorOptions().dtype(at::kLong));
+    tag_recv_ = at::empty({2 * world_size_}, at::TensorOptions().dtype(at::kLong));
   }
-  tag.send[0] = kind;
-  tag.send[1] = static_cast<int64_t>(unit);
+  int64_t* mine = tag_send_.data_ptr<int64_t>();
+  mine[0] = kind;
+  mine[1] = unit;
+  DLTensor send = dl_view(tag_send_), recv = dl_view(tag_recv_);
   zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC, -1);
-  args.send = &tag.send_dl;
-  args.recv = &tag.recv_dl;
-  args.flags = ZHOST_COLLECTIVE_ASYNC;
+  args.send = &send;
+  args.recv = &recv;
   host_.check(host_.collectives().all_gather(host_.context(), &args));
-  tag.work = args.work;
-}
-
-void Stage3Partition::check_tag(Tag &tag, int64_t kind, int unit) {
-  wait(tag.work);
-  const int64_t *all = tag.recv.data_ptr<int64_t>();
+  const int64_t* all = tag_recv_.data_ptr<int64_t>();
   for (int r = 0; r < world_size_; ++r) {
-    if (all[2 * r] == kind && all[2 * r + 1] == unit)
-      continue;
+    if (all[2 * r] == kind && all[2 * r + 1] == unit) continue;
     const int64_t other_kind = all[2 * r], other_unit = all[2 * r + 1];
-    const bool valid = other_unit >= 0 &&
-                       other_unit < static_cast<int64_t>(units_.size()) &&
+    const bool valid = other_unit >= 0 && other_unit < static_cast<int64_t>(units_.size()) &&
                        (other_kind == kTagGather || other_kind == kTagReduce);
     throw PluginError(
         ZHOST_ERR_INVALID_ARGUMENT,
-        fmt::format("stage3: ranks walk the blocks in different orders: in "
-                    "step {} rank {} is about to {} {} while "
-                    "rank {} is about to {}; with ZeRO stage 3 every rank must "
-                    "run the same blocks in the same "
-                    "order (rank-dependent control flow, e.g. layer drop with "
-                    "per-rank randomness, breaks this)",
+        fmt::format("stage3: ranks walk the blocks in different orders: in step {} rank {} is about to {} {} while "
+                    "rank {} is about to {}; with ZeRO stage 3 every rank must run the same blocks in the same "
+                    "order (rank-dependent control flow, e.g. layer drop with per-rank randomness, breaks this)",
                     step_, rank_, tag_kind_name(kind), unit_name(unit), r,
-                    valid ? fmt::format("{} {}", tag_kind_name(other_kind),
-                                        unit_name(static_cast<int>(other_unit)))
+                    valid ? fmt::format("{} {}", tag_kind_name(other_kind), unit_name(static_cast<int>(other_unit)))
                           : std::string("do something else")));
   }
 }
 
-// Materialises the unit's storage and starts the all-gather of the N shards
-// into it.
+// Starts the all-gather of the N shards into the unit's storage, materialising it first if released (a
+// live unit, the persistent one after a step, is gathered again in place).
 void Stage3Partition::start_gather(int unit) {
-  UnitState &u = units_[static_cast<size_t>(unit)];
-  const FetchUnit &layout = layout_.units()[static_cast<size_t>(unit)];
-  DLTensor flat{};
-  host_.check(params().materialize(host_.context(), u.group, &flat));
-  u.flat = tensor_view(flat);
-  live_elements_ += layout.padded();
-  start_tag(u.gather_tag, kTagGather, unit);
-  u.send_dl = dl_view(u.shard);
-  u.recv_dl = dl_view(u.flat);
-  zhost_collective_args args = collective_args(ZHOST_INTENT_PARAM_GATHER, -1);
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
+  if (u.residency == Residency::kReleased) {
+    DLTensor flat{};
+    host_.check(params().materialize(host_.context(), u.group, &flat));
+    u.flat = tensor_view(flat);
+    u.send_dl = dl_view(u.shard);
+    u.recv_dl = dl_view(u.flat);
+    live_elements_ += layout.padded();
+  }
+  agree_on(kTagGather, unit);
+  zhost_collective_args args = collective_args(ZHOST_INTENT_PARAM_GATHER, layout.block);
   args.send = &u.send_dl;
   args.recv = &u.recv_dl;
   args.flags = ZHOST_COLLECTIVE_ASYNC;
@@ -280,8 +231,7 @@ void Stage3Partition::start_gather(int unit) {
 }
 
 void Stage3Partition::finish_gather(int unit) {
-  UnitState &u = units_[static_cast<size_t>(unit)];
-  check_tag(u.gather_tag, kTagGather, unit);
+  UnitState& u = units_[static_cast<size_t>(unit)];
   wait(u.gather_work);
   u.residency = Residency::kLive;
 }
@@ -289,25 +239,19 @@ void Stage3Partition::finish_gather(int unit) {
 // The unit's parameters hold their full values when this returns; time spent
 // waiting is the "stage3/gather_wait" span of the wall-clock breakdown.
 void Stage3Partition::make_live(int unit) {
-  UnitState &u = units_[static_cast<size_t>(unit)];
-  if (u.residency == Residency::kLive)
-    return;
-  const uint64_t span =
-      host_.services()->trace_begin(host_.context(), "gather_wait");
-  if (u.residency == Residency::kReleased)
-    start_gather(unit);
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  if (u.residency == Residency::kLive) return;
+  const uint64_t span = host_.services()->trace_begin(host_.context(), "gather_wait");
+  if (u.residency == Residency::kReleased) start_gather(unit);
   finish_gather(unit);
   host_.services()->trace_end(host_.context(), span);
 }
 
 void Stage3Partition::release(int unit) {
-  UnitState &u = units_[static_cast<size_t>(unit)];
-  if (u.residency == Residency::kReleased)
-    return;
-  if (u.residency == Residency::kGathering)
-    finish_gather(unit);
-  if (u.prefetched)
-    prefetched_elements_ -= layout_.units()[static_cast<size_t>(unit)].padded();
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  if (u.residency == Residency::kReleased) return;
+  if (u.residency == Residency::kGathering) finish_gather(unit);
+  if (u.prefetched) prefetched_elements_ -= layout_.units()[static_cast<size_t>(unit)].padded();
   u.prefetched = false;
   u.flat = at::Tensor();
   host_.check(params().release(host_.context(), u.group));
@@ -317,72 +261,48 @@ void Stage3Partition::release(int unit) {
 
 void Stage3Partition::gather_persistent() {
   const int unit = layout_.persistent_unit();
-  if (unit < 0)
-    return;
-  UnitState &u = units_[static_cast<size_t>(unit)];
-  if (u.residency == Residency::kReleased)
-    start_gather(unit);
-  else { // live: gather the updated shards into the same storage
-    start_tag(u.gather_tag, kTagGather, unit);
-    zhost_collective_args args = collective_args(ZHOST_INTENT_PARAM_GATHER, -1);
-    args.send = &u.send_dl;
-    args.recv = &u.recv_dl;
-    args.flags = ZHOST_COLLECTIVE_ASYNC;
-    host_.check(host_.collectives().all_gather(host_.context(), &args));
-    u.gather_work = args.work;
-    u.residency = Residency::kGathering;
-  }
+  if (unit < 0) return;
+  start_gather(unit);
   finish_gather(unit);
 }
 
-void Stage3Partition::begin_micro_batch(const zhost_micro_batch_args &args) {
+void Stage3Partition::begin_micro_batch(const zhost_micro_batch_args& args) {
   step_ = args.step;
   micro_step_ = args.micro_step;
   in_micro_batch_ = true;
-  if (saving_unit_ >= 0 &&
-      !layout_.units()[static_cast<size_t>(saving_unit_)].persistent)
-    release(saving_unit_);
+  if (saving_unit_ >= 0 && !layout_.units()[static_cast<size_t>(saving_unit_)].persistent) release(saving_unit_);
   saving_unit_ = -1;
   trace_->begin_micro_batch();
   std::fill(arrived_.begin(), arrived_.end(), 0);
   for (size_t u = 0; u < units_.size(); ++u) {
-    units_[u].grads_pending =
-        static_cast<int>(layout_.units()[u].params.size());
+    units_[u].grads_pending = static_cast<int>(layout_.units()[u].params.size());
     units_[u].reduced_this_micro_batch = false;
   }
 }
 
-void Stage3Partition::enter(const BlockEvent &event) {
+void Stage3Partition::enter(const BlockEvent& event) {
   const bool following = trace_->advance(event);
-  const auto &needed = units_of_block_.at(static_cast<size_t>(event.block));
-  for (int unit : needed)
-    make_live(unit);
+  const auto& needed = units_of_block_.at(static_cast<size_t>(event.block));
+  for (int unit : needed) make_live(unit);
   for (int unit : needed) {
-    UnitState &u = units_[static_cast<size_t>(unit)];
+    UnitState& u = units_[static_cast<size_t>(unit)];
     ++u.open_uses;
-    if (u.prefetched)
-      prefetched_elements_ -=
-          layout_.units()[static_cast<size_t>(unit)].padded();
+    if (u.prefetched) prefetched_elements_ -= layout_.units()[static_cast<size_t>(unit)].padded();
     u.prefetched = false;
   }
-  if (following)
-    prefetch();
+  if (following) prefetch();
 }
 
 // Gathers ahead, in the order the recorded trace will need them, the units not
 // yet live.
 void Stage3Partition::prefetch() {
-  if (options_.prefetch_bucket_size <= 0)
-    return;
+  if (options_.prefetch_bucket_size <= 0) return;
   for (int unit : trace_->upcoming_units()) {
-    UnitState &u = units_[static_cast<size_t>(unit)];
-    if (u.residency != Residency::kReleased)
-      continue;
+    UnitState& u = units_[static_cast<size_t>(unit)];
+    if (u.residency != Residency::kReleased) continue;
     const int64_t size = layout_.units()[static_cast<size_t>(unit)].padded();
-    if (prefetched_elements_ + size > options_.prefetch_bucket_size)
-      return;
-    if (live_elements_ + size > options_.max_live_parameters)
-      return;
+    if (prefetched_elements_ + size > options_.prefetch_bucket_size) return;
+    if (live_elements_ + size > options_.max_live_parameters) return;
     start_gather(unit);
     u.prefetched = true;
     prefetched_elements_ += size;
@@ -391,61 +311,51 @@ void Stage3Partition::prefetch() {
 
 void Stage3Partition::leave(int32_t block) {
   for (int unit : units_of_block_.at(static_cast<size_t>(block))) {
-    UnitState &u = units_[static_cast<size_t>(unit)];
-    if (u.open_uses > 0)
-      --u.open_uses;
+    UnitState& u = units_[static_cast<size_t>(unit)];
+    if (u.open_uses > 0) --u.open_uses;
     maybe_release(unit);
   }
 }
 
 void Stage3Partition::maybe_release(int unit) {
-  const UnitState &u = units_[static_cast<size_t>(unit)];
-  if (u.residency == Residency::kReleased || u.open_uses > 0 || u.prefetched)
-    return;
-  if (layout_.units()[static_cast<size_t>(unit)].persistent)
-    return;
-  if (trace_->reused_within(unit, options_.max_reuse_distance))
-    return;
+  const UnitState& u = units_[static_cast<size_t>(unit)];
+  if (u.residency == Residency::kReleased || u.open_uses > 0 || u.prefetched) return;
+  if (layout_.units()[static_cast<size_t>(unit)].persistent) return;
+  if (trace_->reused_within(unit, options_.max_reuse_distance)) return;
   release(unit);
 }
 
-void Stage3Partition::grad_ready(uint32_t id, const DLTensor &grad_view) {
+void Stage3Partition::grad_ready(uint32_t id, const DLTensor& grad_view) {
   if (arrived_.at(id))
-    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                      fmt::format("stage3: parameter {} produced a gradient "
-                                  "twice in one backward; ZeRO reduces each "
-                                  "gradient once per micro-batch",
-                                  param_names_[id]));
+    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("stage3: parameter {} produced a gradient "
+                                                              "twice in one backward; ZeRO reduces each "
+                                                              "gradient once per micro-batch",
+                                                              param_names_[id]));
   arrived_[id] = 1;
   const int unit = layout_.unit_of(id);
-  UnitState &u = units_[static_cast<size_t>(unit)];
-  const FetchUnit &layout = layout_.units()[static_cast<size_t>(unit)];
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
   if (!u.grad_staging.defined()) {
     u.grad_staging = at::empty({layout.padded()}, on_device_);
-    if (layout.padded() > layout.numel)
-      u.grad_staging.narrow(0, layout.numel, layout.padded() - layout.numel)
-          .zero_();
+    if (layout.padded() > layout.numel) u.grad_staging.narrow(0, layout.numel, layout.padded() - layout.numel).zero_();
   }
-  u.grad_staging.narrow(0, layout_.offset_of(id), param_numels_[id])
-      .copy_(tensor_view(grad_view).reshape({-1}));
-  if (--u.grads_pending == 0)
-    launch_reduction(unit);
+  u.grad_staging.narrow(0, layout_.offset_of(id), param_numels_[id]).copy_(tensor_view(grad_view).reshape({-1}));
+  if (--u.grads_pending == 0) launch_reduction(unit);
 }
 
 // Starts the reduction of a unit's staged gradients: reduce-scatter, each rank
 // receiving its shard's sums.
 void Stage3Partition::launch_reduction(int unit) {
-  UnitState &u = units_[static_cast<size_t>(unit)];
-  const FetchUnit &layout = layout_.units()[static_cast<size_t>(unit)];
-  while (!reductions_.empty() &&
-         reducing_elements_ + layout.padded() > options_.reduce_bucket_size) {
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
+  while (!reductions_.empty() && reducing_elements_ + layout.padded() > options_.reduce_bucket_size) {
     const int oldest = reductions_.front();
     finish_reduction(oldest);
   }
   u.reduced_this_micro_batch = true;
-  start_tag(u.reduce_tag, kTagReduce, unit);
+  agree_on(kTagReduce, unit);
   u.staging_dl = dl_view(u.grad_staging);
-  zhost_collective_args args = collective_args(ZHOST_INTENT_GRAD_REDUCE, -1);
+  zhost_collective_args args = collective_args(ZHOST_INTENT_GRAD_REDUCE, layout.block);
   args.flags = ZHOST_COLLECTIVE_ASYNC;
   if (options_.reduce_scatter) {
     u.reduced = at::empty({layout.shard}, on_device_);
@@ -453,27 +363,23 @@ void Stage3Partition::launch_reduction(int unit) {
     args.send = &u.staging_dl;
     args.recv = &u.reduced_dl;
     host_.check(host_.collectives().reduce_scatter(host_.context(), &args));
-  } else { // DeepSpeed's reduce_scatter = false: all-reduce the unit, keep this
-           // rank's shard
+  } else {  // DeepSpeed's reduce_scatter = false: all-reduce the unit, keep this
+            // rank's shard
     args.recv = &u.staging_dl;
     host_.check(host_.collectives().all_reduce(host_.context(), &args));
   }
   u.reduce_work = args.work;
   reductions_.push_back(unit);
   reducing_elements_ += layout.padded();
-  if (!options_.overlap_comm)
-    finish_reduction(unit);
+  if (!options_.overlap_comm) finish_reduction(unit);
 }
 
 void Stage3Partition::finish_reduction(int unit) {
-  UnitState &u = units_[static_cast<size_t>(unit)];
-  const FetchUnit &layout = layout_.units()[static_cast<size_t>(unit)];
-  check_tag(u.reduce_tag, kTagReduce, unit);
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
   wait(u.reduce_work);
   const at::Tensor mine =
-      options_.reduce_scatter
-          ? u.reduced
-          : u.grad_staging.narrow(0, rank_ * layout.shard, layout.shard);
+      options_.reduce_scatter ? u.reduced : u.grad_staging.narrow(0, rank_ * layout.shard, layout.shard);
   u.grad.add_(mine);
   u.grad_staging = at::Tensor();
   u.reduced = at::Tensor();
@@ -486,22 +392,18 @@ void Stage3Partition::backward_end() {
   // (ignore_unused_parameters), in unit order so that every rank reduces them
   // alike.
   for (size_t unit = 0; unit < units_.size(); ++unit) {
-    UnitState &u = units_[unit];
-    if (u.reduced_this_micro_batch)
-      continue;
-    const FetchUnit &layout = layout_.units()[unit];
+    UnitState& u = units_[unit];
+    if (u.reduced_this_micro_batch) continue;
+    const FetchUnit& layout = layout_.units()[unit];
     for (size_t i = 0; i < layout.params.size(); ++i) {
       const uint32_t id = layout.params[i];
-      if (arrived_[id])
-        continue;
+      if (arrived_[id]) continue;
       if (!options_.ignore_unused_parameters)
-        throw PluginError(
-            ZHOST_ERR_INVALID_ARGUMENT,
-            fmt::format("stage3: parameter {} received no gradient in this "
-                        "backward (unused by the "
-                        "loss); set zero.ignore_unused_parameters = true to "
-                        "treat it as zero",
-                        param_names_[id]));
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("stage3: parameter {} received no gradient in this "
+                                                                  "backward (unused by the "
+                                                                  "loss); set zero.ignore_unused_parameters = true to "
+                                                                  "treat it as zero",
+                                                                  param_names_[id]));
       if (!u.grad_staging.defined()) {
         u.grad_staging = at::zeros({layout.padded()}, on_device_);
       } else {
@@ -510,20 +412,18 @@ void Stage3Partition::backward_end() {
     }
     launch_reduction(static_cast<int>(unit));
   }
-  while (!reductions_.empty())
-    finish_reduction(reductions_.front());
+  while (!reductions_.empty()) finish_reduction(reductions_.front());
   for (size_t unit = 0; unit < units_.size(); ++unit) {
     units_[unit].open_uses = 0;
-    if (!layout_.units()[unit].persistent)
-      release(static_cast<int>(unit));
+    if (!layout_.units()[unit].persistent) release(static_cast<int>(unit));
   }
   check_block_order_across_ranks();
-  if (trace_->end_micro_batch())
-    host_.warn(fmt::format(
-        "stage3: the block order changed in step {} (micro-batch {}), the same "
-        "on every rank: "
-        "re-recorded ({} events); prefetching follows the new order",
-        step_, micro_step_, trace_->recorded().size()));
+  if (trace_->end_micro_batch() && ++order_changes_ == 1)
+    host_.warn(
+        fmt::format("stage3: the block order changed in step {} (micro-batch {}), the same on every rank: "
+                    "re-recorded ({} events); prefetching follows the latest order (later changes are "
+                    "re-recorded without a message)",
+                    step_, micro_step_, trace_->recorded().size()));
   in_micro_batch_ = false;
 }
 
@@ -531,8 +431,7 @@ void Stage3Partition::backward_end() {
 void Stage3Partition::check_block_order_across_ranks() {
   at::Tensor mine = at::empty({1}, at::TensorOptions().dtype(at::kLong));
   mine[0] = static_cast<int64_t>(trace_->current_hash());
-  at::Tensor all =
-      at::empty({world_size_}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor all = at::empty({world_size_}, at::TensorOptions().dtype(at::kLong));
   DLTensor send = dl_view(mine), recv = dl_view(all);
   zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC, -1);
   args.send = &send;
@@ -540,99 +439,84 @@ void Stage3Partition::check_block_order_across_ranks() {
   host_.check(host_.collectives().all_gather(host_.context(), &args));
   for (int r = 0; r < world_size_; ++r)
     if (all[r].item<int64_t>() != mine[0].item<int64_t>())
-      throw PluginError(
-          ZHOST_ERR_INVALID_ARGUMENT,
-          fmt::format("stage3: rank {} ran its blocks in another order than "
-                      "rank {} in step {} "
-                      "(micro-batch {}; rank {} ran {} block events); with "
-                      "ZeRO stage 3 every rank must "
-                      "run the same blocks in the same order",
-                      r, rank_, step_, micro_step_, rank_,
-                      trace_->current().size()));
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                        fmt::format("stage3: rank {} ran its blocks in another order than "
+                                    "rank {} in step {} "
+                                    "(micro-batch {}; rank {} ran {} block events); with "
+                                    "ZeRO stage 3 every rank must "
+                                    "run the same blocks in the same order",
+                                    r, rank_, step_, micro_step_, rank_, trace_->current().size()));
 }
 
-void Stage3Partition::all_reduce_scalar(at::Tensor &value) const {
+void Stage3Partition::all_reduce_scalar(at::Tensor& value) const {
   DLTensor view = dl_view(value);
   zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC, -1);
   args.recv = &view;
   host_.check(host_.collectives().all_reduce(host_.context(), &args));
 }
 
-void Stage3Partition::step(zhost_step_args &args) {
+void Stage3Partition::step(zhost_step_args& args) {
   // The gradient shards hold sums over ranks of scaled gradients: average and
   // unscale in one multiply.
   const double unscale = 1.0 / (world_size_ * args.loss_scale);
-  std::vector<at::Tensor> grads; // fp32, per sub-group
+  std::vector<at::Tensor> grads;  // fp32, per sub-group
   at::Tensor squares = at::zeros({1}, on_device_.dtype(at::kDouble));
-  for (SubGroupState &g : sub_groups_) {
-    at::Tensor grad =
-        g.grad.scalar_type() == at::kFloat ? g.grad : g.grad.to(at::kFloat);
+  for (SubGroupState& g : sub_groups_) {
+    at::Tensor grad = g.grad.scalar_type() == at::kFloat ? g.grad : g.grad.to(at::kFloat);
     optim::scale_in_place({grad}, unscale);
     squares += optim::squared_norm({grad}).reshape({1});
     grads.push_back(grad);
   }
-  all_reduce_scalar(
-      squares); // inf/nan anywhere reaches every rank: all skip the step alike
+  all_reduce_scalar(squares);  // inf/nan anywhere reaches every rank: all skip the step alike
   const double norm = std::sqrt(squares.item<double>());
   args.grad_norm = norm;
   args.overflow = std::isfinite(norm) ? 0 : 1;
   if (!args.overflow) {
-    const double coefficient =
-        std::min(optim::clip_coefficient(norm, args.clip_norm), 1.0);
-    for (size_t i = 0; i < sub_groups_.size(); ++i) { // one sub-group at a time
-      SubGroupState &g = sub_groups_[i];
-      if (coefficient < 1)
-        optim::scale_in_place({grads[i]}, coefficient);
-      optimizer_->step(g.master, grads[i], g.state, args.applied_steps + 1,
-                       args.lr);
-      if (g.shard.defined())
-        optim::copy_master_to_model(g.shard, g.master);
+    const double coefficient = std::min(optim::clip_coefficient(norm, args.clip_norm), 1.0);
+    for (size_t i = 0; i < sub_groups_.size(); ++i) {  // one sub-group at a time
+      SubGroupState& g = sub_groups_[i];
+      if (coefficient < 1) optim::scale_in_place({grads[i]}, coefficient);
+      optimizer_->step(g.master, grads[i], g.state, args.applied_steps + 1, args.lr);
+      if (g.shard.defined()) optim::copy_master_to_model(g.shard, g.master);
       grads[i] = at::Tensor();
     }
   }
-  for (SubGroupState &g : sub_groups_)
-    g.grad.zero_();
-  gather_persistent(); // its shards changed; the other units are gathered when
-                       // next needed
+  for (SubGroupState& g : sub_groups_) g.grad.zero_();
+  gather_persistent();  // its shards changed; the other units are gathered when
+                        // next needed
 }
 
-void Stage3Partition::gather_param(uint32_t id, DLTensor &out) {
+void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {
   if (in_micro_batch_)
-    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                      "stage3: gather_param called inside a micro-batch");
+    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "stage3: gather_param called inside a micro-batch");
   if (id >= param_numels_.size())
-    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                      fmt::format("stage3: no parameter {}", id));
+    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("stage3: no parameter {}", id));
   const int unit = layout_.unit_of(id);
-  if (saving_unit_ != unit && saving_unit_ >= 0 &&
-      !layout_.units()[static_cast<size_t>(saving_unit_)].persistent)
+  if (saving_unit_ != unit && saving_unit_ >= 0 && !layout_.units()[static_cast<size_t>(saving_unit_)].persistent)
     release(saving_unit_);
   saving_unit_ = unit;
   make_live(unit);
   at::Tensor target = tensor_view(out);
   if (target.numel() != param_numels_[id])
-    throw PluginError(
-        ZHOST_ERR_INVALID_ARGUMENT,
-        fmt::format(
-            "stage3: gather_param: parameter {} has {} elements, the output {}",
-            param_names_[id], param_numels_[id], target.numel()));
-  target.view({-1}).copy_(units_[static_cast<size_t>(unit)].flat.narrow(
-      0, layout_.offset_of(id), param_numels_[id]));
+    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                      fmt::format("stage3: gather_param: parameter {} has {} elements, the output {}", param_names_[id],
+                                  param_numels_[id], target.numel()));
+  target.view({-1}).copy_(units_[static_cast<size_t>(unit)].flat.narrow(0, layout_.offset_of(id), param_numels_[id]));
 }
 
-void Stage3Partition::memory(zhost_model_state_bytes &out) const {
-  for (const SubGroupState &g : sub_groups_) {
-    if (g.shard.defined()) { // 16-bit shards, fp32 masters
+void Stage3Partition::memory(zhost_model_state_bytes& out) const {
+  for (const SubGroupState& g : sub_groups_) {
+    if (g.shard.defined()) {  // 16-bit shards, fp32 masters
       out.params += g.shard.nbytes();
       out.master += g.master.nbytes();
-    } else { // fp32: the master is the parameter shard
+    } else {  // fp32: the master is the parameter shard
       out.params += g.master.nbytes();
     }
     out.grads += g.grad.nbytes();
     out.optimizer += static_cast<uint64_t>(g.state.bytes());
   }
-  out.buffers = 0; // gradient staging lives only while a unit reduces (at most
-                   // reduce_bucket_size)
+  out.buffers = 0;  // gradient staging lives only while a unit reduces (at most
+                    // reduce_bucket_size)
 }
 
-} // namespace zhost::stage3
+}  // namespace zhost::stage3

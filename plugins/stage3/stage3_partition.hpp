@@ -37,11 +37,10 @@
 //                                    refreshed; the persistent unit gathered
 //                                    again
 //
-// Every gather and reduction is preceded by a small all-gather of the unit's
-// id, so ranks that walk the blocks in different orders stop with an error
-// naming the ranks and the units at the first collective where they part,
-// instead of exchanging the wrong tensors; at backward_end the ranks also
-// compare their block order.
+// Every gather and reduction is preceded by a small blocking all-gather of the unit's id, so ranks that
+// walk the blocks in different orders stop with an error naming the ranks and the units at the first
+// collective where they part, before a collective of mismatched sizes is started (Gloo aborts the
+// process on those); at backward_end the ranks also compare their block order.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -73,65 +72,54 @@ struct Stage3Options {
 };
 
 class Stage3Partition : public sdk::PartitionHooks {
-public:
-  Stage3Partition(const sdk::Host &host, const Stage3Options &options);
+ public:
+  Stage3Partition(const sdk::Host& host, const Stage3Options& options);
   ~Stage3Partition();
 
-  void setup(const zhost_partition_setup &setup);
-  void begin_micro_batch(const zhost_micro_batch_args &args);
+  void setup(const zhost_partition_setup& setup);
+  void begin_micro_batch(const zhost_micro_batch_args& args);
   void pre_forward(int32_t block) { enter(BlockEvent{false, block}); }
   void post_forward(int32_t block) { leave(block); }
   void pre_backward(int32_t block) { enter(BlockEvent{true, block}); }
   void post_backward(int32_t block) { leave(block); }
-  void grad_ready(uint32_t id, const DLTensor &grad);
+  void grad_ready(uint32_t id, const DLTensor& grad);
   void backward_end();
-  void step(zhost_step_args &args);
-  void memory(zhost_model_state_bytes &out) const;
-  void gather_param(uint32_t id, DLTensor &out);
+  void step(zhost_step_args& args);
+  void memory(zhost_model_state_bytes& out) const;
+  void gather_param(uint32_t id, DLTensor& out);
 
-private:
-  // A small all-gather of a unit's id ahead of its collective (see the header).
-  struct Tag {
-    at::Tensor send, recv; // [2] and [N * 2] int64: (kind, unit)
-    DLTensor send_dl{}, recv_dl{};
-    zhost_work *work = nullptr;
-  };
+ private:
   enum class Residency { kReleased, kGathering, kLive };
   struct UnitState {
     Residency residency = Residency::kReleased;
-    zhost_param_group *group = nullptr;
-    at::Tensor flat;  // [N*S] compute dtype: the materialised storage (while
-                      // gathering or live)
-    at::Tensor shard; // [S] compute dtype: this rank's shard (fp32 runs: a view
-                      // of the master)
-    at::Tensor master; // [S] fp32 view into the sub-group's master
-    at::Tensor
-        grad; // [S] compute dtype view into the sub-group's reduced gradients
+    zhost_param_group* group = nullptr;
+    at::Tensor flat;    // [N*S] compute dtype: the materialised storage (while
+                        // gathering or live)
+    at::Tensor shard;   // [S] compute dtype: this rank's shard (fp32 runs: a view
+                        // of the master)
+    at::Tensor master;  // [S] fp32 view into the sub-group's master
+    at::Tensor grad;    // [S] compute dtype view into the sub-group's reduced gradients
     DLTensor send_dl{}, recv_dl{};
-    Tag gather_tag;
-    zhost_work *gather_work = nullptr;
-    int open_uses =
-        0; // blocks between their pre_ and post_ hooks that read this unit
-    bool prefetched =
-        false; // gathered ahead of the event that needs it, not yet used
+    zhost_work* gather_work = nullptr;
+    int open_uses = 0;        // blocks between their pre_ and post_ hooks that read this unit
+    bool prefetched = false;  // gathered ahead of the event that needs it, not yet used
     // gradients of the current micro-batch
-    at::Tensor grad_staging; // [N*S] compute dtype, from the first gradient to
-                             // the reduction's end
-    at::Tensor reduced;      // [S] this rank's reduced elements
+    at::Tensor grad_staging;  // [N*S] compute dtype, from the first gradient to
+                              // the reduction's end
+    at::Tensor reduced;       // [S] this rank's reduced elements
     DLTensor staging_dl{}, reduced_dl{};
-    Tag reduce_tag;
-    zhost_work *reduce_work = nullptr;
+    zhost_work* reduce_work = nullptr;
     int grads_pending = 0;
     bool reduced_this_micro_batch = false;
   };
   struct SubGroupState {
-    at::Tensor master; // [G] fp32
-    at::Tensor shard;  // [G] compute dtype (16-bit runs; fp32 runs use master)
-    at::Tensor grad;   // [G] compute dtype
+    at::Tensor master;  // [G] fp32
+    at::Tensor shard;   // [G] compute dtype (16-bit runs; fp32 runs use master)
+    at::Tensor grad;    // [G] compute dtype
     optim::OptimizerState state;
   };
 
-  void enter(const BlockEvent &event);
+  void enter(const BlockEvent& event);
   void leave(int32_t block);
   void start_gather(int unit);
   void finish_gather(int unit);
@@ -141,16 +129,14 @@ private:
   void release(int unit);
   void launch_reduction(int unit);
   void finish_reduction(int unit);
-  void start_tag(Tag &tag, int64_t kind, int unit);
-  void check_tag(Tag &tag, int64_t kind, int unit);
+  void agree_on(int64_t kind, int unit);
   void check_block_order_across_ranks();
-  void wait(zhost_work *&work);
+  void wait(zhost_work*& work);
   void gather_persistent();
   std::string unit_name(int unit) const;
-  void all_reduce_scalar(at::Tensor &value) const;
-  zhost_collective_args collective_args(zhost_collective_intent intent,
-                                        int32_t block) const;
-  const zhost_param_services &params() const;
+  void all_reduce_scalar(at::Tensor& value) const;
+  zhost_collective_args collective_args(zhost_collective_intent intent, int32_t block) const;
+  const zhost_param_services& params() const;
 
   sdk::Host host_;
   Stage3Options options_;
@@ -165,16 +151,17 @@ private:
   std::vector<std::vector<int>> units_of_block_;
   std::unique_ptr<BlockTrace> trace_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  std::vector<uint8_t> arrived_; // per parameter, this micro-batch
-  std::deque<int>
-      reductions_; // units whose reduction is in flight, oldest first
+  at::Tensor tag_send_, tag_recv_;  // [2] and [N*2] int64: (kind, unit) of the next collective, all ranks'
+  std::vector<uint8_t> arrived_;  // per parameter, this micro-batch
+  std::deque<int> reductions_;    // units whose reduction is in flight, oldest first
   int64_t reducing_elements_ = 0;
-  int64_t live_elements_ = 0;       // gathered or gathering
-  int64_t prefetched_elements_ = 0; // gathered ahead and not yet used
+  int64_t live_elements_ = 0;        // gathered or gathering
+  int64_t prefetched_elements_ = 0;  // gathered ahead and not yet used
   int64_t step_ = 0;
   int32_t micro_step_ = 0;
-  int saving_unit_ = -1; // gathered for gather_param
+  int64_t order_changes_ = 0;  // micro-batches whose block order differed from the recorded one
+  int saving_unit_ = -1;       // gathered for gather_param
   bool in_micro_batch_ = false;
 };
 
-} // namespace zhost::stage3
+}  // namespace zhost::stage3

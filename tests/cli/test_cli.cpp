@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tests/support/scratch_dir.hpp"
+#include "zhost/core.h"
 
 namespace fs = std::filesystem;
 
@@ -54,7 +55,7 @@ class Cli : public ::testing::Test {
 TEST_F(Cli, VersionNamesTheAbi) {
   Result r = zhost("version");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("plugin ABI 0.1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("plugin ABI 0." + std::to_string(ZHOST_ABI_MINOR)), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, PluginsJsonDescribesEachPlugin) {
@@ -62,11 +63,11 @@ TEST_F(Cli, PluginsJsonDescribesEachPlugin) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto json = nlohmann::json::parse(r.out);
   // The two fixtures, zhost's own plugins from the build tree's plugin folder, then the built-in stage0.
-  ASSERT_EQ(json["plugins"].size(), 6u) << r.out;
+  ASSERT_EQ(json["plugins"].size(), 7u) << r.out;
   const auto& stage2 = json["plugins"][1];
   EXPECT_EQ(stage2["name"], "tp_stage2");
   EXPECT_EQ(stage2["kind"], "partition");
-  EXPECT_EQ(stage2["abi"], "0.1");
+  EXPECT_EQ(stage2["abi"], "0." + std::to_string(ZHOST_ABI_MINOR));
   EXPECT_EQ(stage2["provides"], nlohmann::json::array({"partition:stage2"}));
   ASSERT_EQ(stage2["config_keys"].size(), 2u);
   EXPECT_EQ(stage2["config_keys"][0]["key"], "zero.reduce_bucket_size");
@@ -74,7 +75,8 @@ TEST_F(Cli, PluginsJsonDescribesEachPlugin) {
   EXPECT_EQ(stage2["config_keys"][0]["default"], "500000000");
   EXPECT_EQ(json["plugins"][2]["name"], "offload_cpu");
   EXPECT_EQ(json["plugins"][3]["name"], "stage1");
-  EXPECT_EQ(json["plugins"][5]["path"], "<built-in>");
+  EXPECT_EQ(json["plugins"][5]["name"], "stage3");
+  EXPECT_EQ(json["plugins"][6]["path"], "<built-in>");
   EXPECT_TRUE(json["failures"].empty());
 }
 
@@ -134,12 +136,13 @@ TEST_F(Cli, KeyOfAnUnusedPluginIsRejectedWithTheReason) {
 }
 
 TEST_F(Cli, MissingProviderListsWhatWasFound) {
-  write_config("[zero]\nstage = 3\n");
+  write_config("[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"nvme\"\n");
   Result r = zhost("config check train.toml" + fixtures());
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("zero.stage = 3 needs a plugin providing 'partition:stage3', but none was found (found: "
+  EXPECT_NE(r.err.find("needs a plugin providing 'offload:nvme', but none was found (found: "
                        "tp_stage1 (partition:stage1); tp_stage2 (partition:stage2); offload_cpu (offload:cpu); "
-                       "stage1 (partition:stage1); stage2 (partition:stage2); stage0 (partition:stage0))"),
+                       "stage1 (partition:stage1); stage2 (partition:stage2); stage3 (partition:stage3); "
+                       "stage0 (partition:stage0))"),
             std::string::npos)
       << r.err;
 }

@@ -50,10 +50,10 @@ timeout_s = 60
 
 
 RunOutput run_zhost(const fs::path& dir, const std::string& config_text, const std::string& name,
-                    const std::string& args) {
+                    const std::string& args, const std::string& shell_prefix) {
   fs::path config = dir / (name + ".toml");
   std::ofstream(config) << config_text;
-  std::string command = "cd " + dir.string() + " && " + ZHOST_EXE + " run " + config.string() +
+  std::string command = "cd " + dir.string() + " && " + shell_prefix + ZHOST_EXE + " run " + config.string() +
                         " --set run.dir=" + (dir / "runs").string() + " --set run.name=" + name + " " + args + " >" +
                         name + ".out 2>" + name + ".err";
   int status = std::system(command.c_str());

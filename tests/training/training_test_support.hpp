@@ -25,9 +25,10 @@ struct RunOutput {
 std::string small_job_config();
 
 
-// Runs `zhost run CONFIG ARGS` in `dir` with run.dir = dir/runs and run.name = name.
+// Runs `zhost run CONFIG ARGS` in `dir` with run.dir = dir/runs and run.name = name. `shell_prefix` runs in
+// the same shell first, e.g. "ulimit -d 800000 && " to limit every rank's memory.
 RunOutput run_zhost(const std::filesystem::path& dir, const std::string& config_text, const std::string& name,
-                    const std::string& args);
+                    const std::string& args, const std::string& shell_prefix = "");
 
 // "" when every weight of `a` is within rtol * (its tensor's largest |value| in b) + atol of b's; else a
 // description of the worst parameter. Both runs must hold the same parameters.
