@@ -31,8 +31,10 @@ namespace {
 
 std::string formula_text(const ModelStateShape& s) {
   const int c = s.compute_bytes, k = s.optimizer_bytes_per_param;
-  if (s.optimizer_offloaded) return s.stage == 1 ? fmt::format("{}Ψ (optimizer offloaded)", 2 * c)
-                                                 : fmt::format("{}Ψ (optimizer and gradients offloaded)", c);
+  if (s.optimizer_offloaded) {
+    if (s.stage == 1) return fmt::format("{}Ψ (optimizer offloaded)", 2 * c);
+    return fmt::format(s.stage >= 3 ? "{}Ψ/N (optimizer and gradients offloaded)" : "{}Ψ (optimizer and gradients offloaded)", c);
+  }
   switch (s.stage) {
     case 0: return fmt::format("{}Ψ", 2 * c + (c == 4 ? 0 : 4) + k);
     case 1: return fmt::format("{}Ψ+{}Ψ/N", 2 * c, 4 + k);

@@ -12,6 +12,7 @@
 #include "host/engine/dlpack_bridge.hpp"
 #include "host/optim/optimizer_abi.hpp"
 #include "host/optim/tensor_numerics.hpp"
+#include "zhost/offload.h"
 
 namespace zhost::stage3 {
 
@@ -55,18 +56,21 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   rank_ = collectives.rank(host_.context(), nullptr);
   world_size_ = collectives.world_size(host_.context(), nullptr);
   if (setup.num_params == 0) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "the model has no parameters to partition");
-  zhost_tier_ref tier{};
-  tier.struct_size = sizeof(tier);
-  for (zhost_tier_role role : {ZHOST_TIER_FOR_OPTIMIZER, ZHOST_TIER_FOR_PARAMS}) {
-    host_.check(host_.services()->tier_for(host_.context(), role, &tier));
-    if (tier.instance)
-      throw PluginError(
-          ZHOST_ERR_UNSUPPORTED,
-          fmt::format("stage3 does not offload yet (zero.{} names tier '{}'): use "
-                      "zero.stage = 3 "
-                      "without offload, or zero.stage = 2 with zero.offload_optimizer",
-                      role == ZHOST_TIER_FOR_OPTIMIZER ? "offload_optimizer" : "offload_param", tier.name));
-  }
+  zhost_tier_ref params_tier{};
+  params_tier.struct_size = sizeof(params_tier);
+  host_.check(host_.services()->tier_for(host_.context(), ZHOST_TIER_FOR_PARAMS, &params_tier));
+  if (params_tier.instance)
+    throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                      fmt::format("stage3 does not offload parameters yet (zero.offload_param names tier '{}'): "
+                                  "remove zero.offload_param, or offload the optimizer only",
+                                  params_tier.name));
+  tier_.struct_size = sizeof(tier_);
+  host_.check(host_.services()->tier_for(host_.context(), ZHOST_TIER_FOR_OPTIMIZER, &tier_));
+  if (tier_.instance && (!tier_.api || !ZHOST_HAS_FIELD(tier_.api, zhost_offload_api, optimizer_step) ||
+                         !tier_.api->optimizer_setup || !tier_.api->optimizer_grad || !tier_.api->optimizer_step))
+    throw PluginError(ZHOST_ERR_UNSUPPORTED, fmt::format("offload tier '{}' stores buffers but cannot run the "
+                                                         "optimizer; use zero.offload_optimizer.device = \"cpu\"",
+                                                         tier_.name));
 
   std::vector<int32_t> owners;
   for (size_t i = 0; i < setup.num_params; ++i) {
@@ -87,15 +91,18 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   units_.resize(layout_.units().size());
   const bool fp32 = compute_dtype_ == at::kFloat;
 
-  // Sub-group buffers; each unit's shard, master and gradient are views into
-  // its sub-group's.
-  optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
+  // Sub-group buffers; each unit's shard, master and gradient are views into its sub-group's. In fp32
+  // runs the shard is the master, unless a tier keeps the master.
+  const bool offloaded = tier_.instance != nullptr;
+  if (!offloaded) optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
   for (const SubGroup& g : layout_.sub_groups()) {
     SubGroupState s;
     s.master = at::zeros({g.numel}, on_device_.dtype(at::kFloat));
-    if (!fp32) s.shard = at::zeros({g.numel}, on_device_);
-    s.grad = at::zeros({g.numel}, on_device_);
-    optimizer_->allocate_state(s.state, s.master);
+    if (!fp32 || offloaded) s.shard = at::zeros({g.numel}, on_device_);
+    if (!offloaded) {
+      s.grad = at::zeros({g.numel}, on_device_);
+      optimizer_->allocate_state(s.state, s.master);
+    }
     sub_groups_.push_back(std::move(s));
   }
   const zhost_param_services& store = params();
@@ -104,8 +111,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
     UnitState& state = units_[u];
     SubGroupState& group = sub_groups_[static_cast<size_t>(unit.sub_group)];
     state.master = group.master.narrow(0, unit.sub_group_offset, unit.shard);
-    state.shard = fp32 ? state.master : group.shard.narrow(0, unit.sub_group_offset, unit.shard);
-    state.grad = group.grad.narrow(0, unit.sub_group_offset, unit.shard);
+    state.shard = group.shard.defined() ? group.shard.narrow(0, unit.sub_group_offset, unit.shard) : state.master;
     host_.check(store.group_create(host_.context(), unit.params.data(), unit.offsets.data(), unit.params.size(),
                                    unit.padded(), &state.group));
     // This rank's shard from the parameters' initial values (the padding stays
@@ -120,7 +126,13 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
       DLTensor part_dl = dl_view(part);
       host_.check(store.initial_values(host_.context(), unit.params[i], lo - p_begin, &part_dl));
     }
-    if (!fp32) state.master.copy_(state.shard);
+    if (group.shard.defined()) state.master.copy_(state.shard);
+  }
+  if (offloaded) hand_optimizer_to_tier(setup.optimizer);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const FetchUnit& unit = layout_.units()[u];
+    units_[u].master = at::Tensor();  // only the sub-group buffers (or the tier) hold it from here
+    units_[u].grad = sub_groups_[static_cast<size_t>(unit.sub_group)].grad.narrow(0, unit.sub_group_offset, unit.shard);
   }
 
   std::vector<int64_t> unit_numel;
@@ -141,7 +153,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
       fmt::format("stage 3: {} parameters in {} fetch units{} ({} elements per rank, "
                   "largest unit {} elements gathered), {} "
                   "optimizer sub-group(s); prefetch {} / live {} / reuse distance {} "
-                  "elements",
+                  "elements{}",
                   setup.num_params, units_.size(),
                   layout_.persistent_unit() >= 0
                       ? fmt::format(", {} of them persistent (at most {} elements each)",
@@ -149,7 +161,27 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
                                     options_.persistence_threshold)
                       : "",
                   layout_.shard_elements(), largest, layout_.sub_groups().size(), options_.prefetch_bucket_size,
-                  options_.max_live_parameters, options_.max_reuse_distance));
+                  options_.max_live_parameters, options_.max_reuse_distance,
+                  tier_.instance ? fmt::format("; optimizer offloaded to tier '{}'", tier_.name) : ""));
+}
+
+// The tier named by zero.offload_optimizer.device takes each sub-group's master and optimizer states (key =
+// the sub-group's index); its fp32 gradient accumulator becomes the sub-group's gradient buffer.
+void Stage3Partition::hand_optimizer_to_tier(const zhost_optimizer_desc& optimizer) {
+  for (size_t g = 0; g < sub_groups_.size(); ++g) {
+    SubGroupState& group = sub_groups_[g];
+    DLTensor initial = dl_view(group.master);
+    zhost_tier_optimizer_setup tier_setup{};
+    tier_setup.struct_size = sizeof(tier_setup);
+    tier_setup.key = g;
+    tier_setup.optimizer = &optimizer;
+    tier_setup.initial_master = &initial;
+    host_.check(tier_.api->optimizer_setup(tier_.instance, &tier_setup));
+    DLTensor grad{};
+    host_.check(tier_.api->optimizer_grad(tier_.instance, g, &grad));
+    group.grad = tensor_view(grad);
+    group.master = at::Tensor();
+  }
 }
 
 std::string Stage3Partition::unit_name(int unit) const {
@@ -456,34 +488,47 @@ void Stage3Partition::all_reduce_scalar(at::Tensor& value) const {
 }
 
 void Stage3Partition::step(zhost_step_args& args) {
-  // The gradient shards hold sums over ranks of scaled gradients: average and
-  // unscale in one multiply.
+  // The gradient shards hold sums over ranks of scaled gradients: average and unscale in one multiply. A
+  // tier folds it into its optimizer pass instead (the norm is scaled by the same factor).
+  const bool offloaded = tier_.instance != nullptr;
   const double unscale = 1.0 / (world_size_ * args.loss_scale);
   std::vector<at::Tensor> grads;  // fp32, per sub-group
   at::Tensor squares = at::zeros({1}, on_device_.dtype(at::kDouble));
   for (SubGroupState& g : sub_groups_) {
     at::Tensor grad = g.grad.scalar_type() == at::kFloat ? g.grad : g.grad.to(at::kFloat);
-    optim::scale_in_place({grad}, unscale);
+    if (!offloaded) optim::scale_in_place({grad}, unscale);
     squares += optim::squared_norm({grad}).reshape({1});
     grads.push_back(grad);
   }
   all_reduce_scalar(squares);  // inf/nan anywhere reaches every rank: all skip the step alike
-  const double norm = std::sqrt(squares.item<double>());
+  const double norm = std::sqrt(squares.item<double>()) * (offloaded ? unscale : 1.0);
   args.grad_norm = norm;
   args.overflow = std::isfinite(norm) ? 0 : 1;
   if (!args.overflow) {
     const double coefficient = std::min(optim::clip_coefficient(norm, args.clip_norm), 1.0);
     for (size_t i = 0; i < sub_groups_.size(); ++i) {  // one sub-group at a time
       SubGroupState& g = sub_groups_[i];
+      if (offloaded) {  // unscale and clipping in the tier's one pass, which also zeroes its accumulator
+        zhost_tier_step_args step{};
+        step.struct_size = sizeof(step);
+        step.key = i;
+        step.step = args.applied_steps + 1;
+        step.lr = args.lr;
+        step.grad_scale = unscale * coefficient;
+        DLTensor out = dl_view(g.shard);
+        step.params_out = &out;
+        host_.check(tier_.api->optimizer_step(tier_.instance, &step));
+        continue;
+      }
       if (coefficient < 1) optim::scale_in_place({grads[i]}, coefficient);
       optimizer_->step(g.master, grads[i], g.state, args.applied_steps + 1, args.lr);
       if (g.shard.defined()) optim::copy_master_to_model(g.shard, g.master);
       grads[i] = at::Tensor();
     }
   }
-  for (SubGroupState& g : sub_groups_) g.grad.zero_();
-  gather_persistent();  // its shards changed; the other units are gathered when
-                        // next needed
+  if (args.overflow || !offloaded)
+    for (SubGroupState& g : sub_groups_) g.grad.zero_();
+  gather_persistent();  // its shards changed; the other units are gathered when next needed
 }
 
 void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {
@@ -506,17 +551,23 @@ void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {
 
 void Stage3Partition::memory(zhost_model_state_bytes& out) const {
   for (const SubGroupState& g : sub_groups_) {
-    if (g.shard.defined()) {  // 16-bit shards, fp32 masters
+    if (g.shard.defined()) {  // 16-bit shards (or any shards next to a tier's masters)
       out.params += g.shard.nbytes();
-      out.master += g.master.nbytes();
+      if (g.master.defined()) out.master += g.master.nbytes();
     } else {  // fp32: the master is the parameter shard
       out.params += g.master.nbytes();
     }
-    out.grads += g.grad.nbytes();
+    if (!tier_.instance) out.grads += g.grad.nbytes();
     out.optimizer += static_cast<uint64_t>(g.state.bytes());
   }
-  out.buffers = 0;  // gradient staging lives only while a unit reduces (at most
-                    // reduce_bucket_size)
+  if (tier_.instance) {  // masters, states and the gradient accumulators are the tier's
+    zhost_tier_memory tier{};
+    tier.struct_size = sizeof(tier);
+    if (ZHOST_HAS_FIELD(tier_.api, zhost_offload_api, memory) && tier_.api->memory)
+      host_.check(tier_.api->memory(tier_.instance, &tier));
+    out.offloaded = tier.host_bytes + tier.storage_bytes;
+  }
+  out.buffers = 0;  // gradient staging lives only while a unit reduces (at most reduce_bucket_size)
 }
 
 }  // namespace zhost::stage3

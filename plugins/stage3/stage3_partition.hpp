@@ -113,9 +113,9 @@ class Stage3Partition : public sdk::PartitionHooks {
     bool reduced_this_micro_batch = false;
   };
   struct SubGroupState {
-    at::Tensor master;  // [G] fp32
+    at::Tensor master;  // [G] fp32 (none with a tier: it keeps the masters)
     at::Tensor shard;   // [G] compute dtype (16-bit runs; fp32 runs use master)
-    at::Tensor grad;    // [G] compute dtype
+    at::Tensor grad;    // [G] compute dtype (with a tier: its fp32 accumulator)
     optim::OptimizerState state;
   };
 
@@ -130,6 +130,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   void launch_reduction(int unit);
   void finish_reduction(int unit);
   void agree_on(int64_t kind, int unit);
+  void hand_optimizer_to_tier(const zhost_optimizer_desc& optimizer);
   void check_block_order_across_ranks();
   void wait(zhost_work*& work);
   void gather_persistent();
@@ -150,7 +151,8 @@ class Stage3Partition : public sdk::PartitionHooks {
   std::vector<SubGroupState> sub_groups_;
   std::vector<std::vector<int>> units_of_block_;
   std::unique_ptr<BlockTrace> trace_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;  // none when a tier runs the optimizer
+  zhost_tier_ref tier_{};                        // zero.offload_optimizer's tier; tier_.instance null without
   at::Tensor tag_send_, tag_recv_;  // [2] and [N*2] int64: (kind, unit) of the next collective, all ranks'
   std::vector<uint8_t> arrived_;  // per parameter, this micro-batch
   std::deque<int> reductions_;    // units whose reduction is in flight, oldest first

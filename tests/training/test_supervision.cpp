@@ -1,6 +1,7 @@
 // tests/training/test_supervision.cpp: a rank killed in the middle of training stops the whole job
-// within seconds, and zhost names the rank and its cause: with the host's stage 0, and with the stage 2
-// plugin (whose collectives are in flight in its buckets when the peer dies).
+// within seconds, and zhost names the rank and its cause: with the host's stage 0, with the stage 2
+// plugin (whose collectives are in flight in its buckets when the peer dies), and with the stage 3 plugin
+// (gathers and reductions in flight).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "training_test_support.hpp"
 
@@ -30,7 +32,7 @@ std::vector<pid_t> children_of(pid_t pid) {
 
 class Supervision : public ::testing::TestWithParam<int> {};
 
-INSTANTIATE_TEST_SUITE_P(Stages, Supervision, ::testing::Values(0, 2),
+INSTANTIATE_TEST_SUITE_P(Stages, Supervision, ::testing::Values(0, 2, 3),
                          [](const ::testing::TestParamInfo<int>& stage) { return "Stage" + std::to_string(stage.param); });
 
 TEST_P(Supervision, KilledRankStopsTheJobWithinTenSeconds) {
@@ -44,9 +46,13 @@ TEST_P(Supervision, KilledRankStopsTheJobWithinTenSeconds) {
   pid_t launcher = fork();
   if (launcher == 0) {
     if (!freopen(err.c_str(), "w", stderr) || !freopen((dir.path() / "out.txt").c_str(), "w", stdout)) _exit(126);
-    execl(ZHOST_EXE, ZHOST_EXE, "run", config.c_str(), "--nproc", "2", "--set", "steps=100000", "--set",
-          run_dir_setting.c_str(), "--set", "run.name=long", "--set", "train_micro_batch_size_per_gpu=1", "--set",
-          stage.c_str(), static_cast<char*>(nullptr));
+    std::vector<const char*> argv = {ZHOST_EXE, "run", config.c_str(), "--nproc", "2", "--set", "steps=100000",
+                                     "--set", run_dir_setting.c_str(), "--set", "run.name=long", "--set",
+                                     "train_micro_batch_size_per_gpu=1", "--set", stage.c_str()};
+    if (GetParam() == 3)  // small enough units that blocks are gathered and released every micro-batch
+      for (const char* arg : {"--set", "zero.stage3_param_persistence_threshold=40"}) argv.push_back(arg);
+    argv.push_back(nullptr);
+    execv(ZHOST_EXE, const_cast<char* const*>(argv.data()));
     _exit(127);
   }
   // Wait until training runs (the first metrics record), then kill rank 1.

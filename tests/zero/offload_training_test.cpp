@@ -1,7 +1,8 @@
 // tests/zero/offload_training_test.cpp: ZeRO-Offload with the offload_cpu tier, through the real zhost
-// executable and plugin files: stages 1 and 2 with zero.offload_optimizer.device = "cpu" hand the fp32
-// master partition, the optimizer states and the gradient accumulation to the tier, whose fused SIMD
-// optimizer steps them and writes the compute-dtype weights for the all-gather.
+// executable and plugin files: stages 1, 2 and 3 with zero.offload_optimizer.device = "cpu" hand the fp32
+// master partition (stage 3: each optimizer sub-group), the optimizer states and the gradient
+// accumulation to the tier, whose fused SIMD optimizer steps them and writes the compute-dtype weights
+// for the all-gather.
 //
 // Equality: the tier's kernel computes the same update as host/optim's ATen optimizer with other
 // rounding (e.g. m = beta1*m + (1-beta1)*g where ATen lerps), so fp32 runs agree within 1e-6 relative
@@ -42,7 +43,11 @@ INSTANTIATE_TEST_SUITE_P(
     StagesAndRanks, OffloadEqualsNoOffload,
     ::testing::Values(Case{"Stage1TwoRanks", 1, "--nproc 2 --set train_micro_batch_size_per_gpu=2"},
                       Case{"Stage2ThreeRanksAccumulating", 2,
-                           "--nproc 3 --set train_micro_batch_size_per_gpu=1 --set gradient_accumulation_steps=2"}),
+                           "--nproc 3 --set train_micro_batch_size_per_gpu=1 --set gradient_accumulation_steps=2"},
+                      // several sub-groups, each a group of the tier
+                      Case{"Stage3ThreeRanksAccumulating", 3,
+                           "--nproc 3 --set train_micro_batch_size_per_gpu=1 --set gradient_accumulation_steps=2 "
+                           "--set zero.stage3_param_persistence_threshold=40 --set zero.sub_group_size=3000"}),
     [](const ::testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
 
 TEST_P(OffloadEqualsNoOffload, Fp32WeightsAfterTwentySteps) {
@@ -76,6 +81,19 @@ TEST(Offload, Bf16StageTwoKeepsOnlyParametersOnTheDevice) {
   EXPECT_NEAR(states["measured"]["total"].get<double>() / (2 * psi), 1.0, 0.05) << states.dump();
   EXPECT_EQ(states["measured"]["master"].get<double>(), 0.0);
   EXPECT_EQ(states["measured"]["optimizer"].get<double>(), 0.0);
+  EXPECT_NEAR(states["offloaded"].get<double>() / (16 * psi / n), 1.0, 0.05) << states.dump();
+}
+
+// Stage 3 + offload keeps only the 16-bit parameter shards on the device side (2Ψ/N), the tier 16Ψ/N.
+TEST(Offload, Bf16StageThreeKeepsOnlyParameterShardsOnTheDevice) {
+  ScratchDir dir;
+  RunOutput offloaded = train(dir, "offloaded", "--nproc 2 --set train_micro_batch_size_per_gpu=2 --set bf16.enabled=true "
+                                                "--set zero.stage=3 --set zero.stage3_param_persistence_threshold=0" +
+                                                    std::string(kOffload));
+  auto states = nlohmann::json::parse(read_text_file(offloaded.run_dir / "model_states.json"));
+  const double psi = states["num_params"].get<double>(), n = 2;
+  EXPECT_EQ(states["formula_text"], "2Ψ/N (optimizer and gradients offloaded)");
+  EXPECT_NEAR(states["measured"]["total"].get<double>() / (2 * psi / n), 1.0, 0.05) << states.dump();
   EXPECT_NEAR(states["offloaded"].get<double>() / (16 * psi / n), 1.0, 0.05) << states.dump();
 }
 

@@ -257,3 +257,18 @@ TEST(Stage3Memory, FourRanksTrainAModelStageZeroCannotHold) {
 }
 
 }  // namespace
+
+namespace {
+
+// Parameter offload is not built: asking for it stops before training with what to use instead.
+TEST(Stage3Refuses, ParameterOffloadWithWhatToUseInstead) {
+  ScratchDir dir;
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "offload",
+                          job("gpt", 2, 1, 1, 1) + kStage3 + " --set zero.offload_param.device=cpu");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("stage3 does not offload parameters yet (zero.offload_param names tier 'offload_cpu')"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace
