@@ -251,6 +251,17 @@ void add_rules(Schema& schema) {
                                         "partitions parameters)",
                                         device);
                    }});
+  // Parameter offload comes with optimizer offload (ZeRO-Infinity): the fp32 masters would otherwise stay on
+  // the device next to the offloaded 16-bit shards.
+  schema.add_rule({{"zero.offload_param.device", "zero.offload_optimizer.device"},
+                   [](const ResolvedConfig& config) -> std::optional<std::string> {
+                     const std::string& device = config.get_string("zero.offload_param.device");
+                     if (device == "none" || config.get_string("zero.offload_optimizer.device") != "none")
+                       return std::nullopt;
+                     return fmt::format("zero.offload_param.device = \"{}\" needs the optimizer offloaded too; set "
+                                        "zero.offload_optimizer.device = \"{}\"",
+                                        device, device);
+                   }});
   schema.add_rule({{"data.type", "data.path"}, [](const ResolvedConfig& config) -> std::optional<std::string> {
                      const std::string& type = config.get_string("data.type");
                      if (type == "synthetic" || !config.get_string("data.path").empty()) return std::nullopt;

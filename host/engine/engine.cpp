@@ -103,6 +103,7 @@ void return_large_frees_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
     shape.num_params = psi;
     shape.compute_bytes = settings.precision == Precision::kFp32 ? 4 : 2;
     shape.optimizer_offloaded = settings.optimizer_offloaded;
+    shape.params_offloaded = settings.params_offloaded;
     states = fmt::format("; its model states need {:.0f} MB per rank at ZeRO stage {} on {} rank(s) (Ψ = {})",
                          zero_formula(shape).total() / 1e6, settings.zero_stage, env.world_size, psi);
   } catch (const std::exception&) {

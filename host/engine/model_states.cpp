@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace zhost::engine {
@@ -24,6 +25,7 @@ ModelStateBytes zero_formula(const ModelStateShape& s) {
     b.master = b.optimizer = 0;
     if (s.stage >= 2) b.grads = 0;
   }
+  if (s.params_offloaded && s.stage >= 3) b.params = 0;
   return b;
 }
 
@@ -31,6 +33,7 @@ namespace {
 
 std::string formula_text(const ModelStateShape& s) {
   const int c = s.compute_bytes, k = s.optimizer_bytes_per_param;
+  if (s.params_offloaded && s.stage >= 3) return "0 (parameters, gradients and optimizer offloaded)";
   if (s.optimizer_offloaded) {
     if (s.stage == 1) return fmt::format("{}Ψ (optimizer offloaded)", 2 * c);
     return fmt::format(s.stage >= 3 ? "{}Ψ/N (optimizer and gradients offloaded)" : "{}Ψ (optimizer and gradients offloaded)", c);
@@ -41,6 +44,12 @@ std::string formula_text(const ModelStateShape& s) {
     case 2: return fmt::format("{}Ψ+{}Ψ/N", c, c + 4 + k);
     default: return fmt::format("{}Ψ/N", 2 * c + (c == 4 ? 0 : 4) + k);
   }
+}
+
+// measured / formula; 1 when both are zero (everything offloaded).
+double ratio(const ModelStateBytes& measured, const ModelStateBytes& formula) {
+  if (formula.total() == 0) return measured.total() == 0 ? 1.0 : std::numeric_limits<double>::infinity();
+  return measured.total() / formula.total();
 }
 
 std::string mb(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
@@ -59,7 +68,7 @@ std::string describe_model_states(const ModelStateBytes& measured, const ModelSt
       "(Ψ={}, N={}): {} (measured/formula {:.3f}); communication buffers {}{}{}",
       mb(measured.params), mb(measured.grads), mb(measured.master), mb(measured.optimizer), mb(measured.total()),
       shape.stage, formula_text(shape), shape.num_params, shape.world_size, mb(formula.total()),
-      measured.total() / formula.total(), mb(measured.buffers),
+      ratio(measured, formula), mb(measured.buffers),
       measured.offloaded > 0 ? "; in the offload tier " + mb(measured.offloaded) : std::string(),
       measured.gather_window > 0 ? "; gathered parameters " + mb(measured.gather_window) : std::string());
 }
@@ -75,7 +84,7 @@ std::string model_states_json(const ModelStateBytes& measured, const ModelStateS
                       {"buffers", measured.buffers},
                       {"offloaded", measured.offloaded},
                       {"gather_window", measured.gather_window},
-                      {"ratio", measured.total() / formula.total()}};
+                      {"ratio", ratio(measured, formula)}};
   return j.dump(1);
 }
 

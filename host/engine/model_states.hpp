@@ -34,6 +34,7 @@ struct ModelStateShape {
   int compute_bytes = 4;          // c
   int optimizer_bytes_per_param = 8;  // K
   bool optimizer_offloaded = false;
+  bool params_offloaded = false;  // stage 3 with zero.offload_param: the parameter shards are in the tier too
 };
 
 ModelStateBytes zero_formula(const ModelStateShape& shape);

@@ -126,6 +126,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.run_name = c.get_string("run.name");
   s.zero_stage = c.get_int("zero.stage");
   s.optimizer_offloaded = c.get_string("zero.offload_optimizer.device") != "none";
+  s.params_offloaded = c.get_string("zero.offload_param.device") != "none";
   return s;
 }
 

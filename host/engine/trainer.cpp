@@ -253,6 +253,7 @@ struct Trainer::Impl {
     shape.compute_bytes = static_cast<int>(c10::elementSize(compute_dtype(settings.precision)));
     shape.optimizer_bytes_per_param = static_cast<int>(optim::make_optimizer(settings.optimizer)->state_bytes_per_param());
     shape.optimizer_offloaded = settings.optimizer_offloaded;
+    shape.params_offloaded = settings.params_offloaded;
     spdlog::info("{}", describe_model_states(measured, shape));
     if (world.rank() == 0) run_dir.write_file("model_states.json", model_states_json(measured, shape) + "\n");
   }

@@ -20,6 +20,8 @@ Stage3Options read_options(const sdk::Host& host) {
   o.overlap_comm = host.config_bool("zero.overlap_comm");
   o.reduce_scatter = host.config_bool("zero.reduce_scatter");
   o.ignore_unused_parameters = host.config_bool("zero.ignore_unused_parameters");
+  o.offload_buffer_count = host.config_int("zero.offload_param.buffer_count");
+  o.offload_buffer_size = host.config_int("zero.offload_param.buffer_size");
   if (!host.config_bool("zero.contiguous_gradients"))
     host.warn(
         "zero.contiguous_gradients = false: zhost keeps each rank's "
@@ -81,6 +83,10 @@ const zhost_plugin_descriptor* describe() {
         .config_bool("zero.ignore_unused_parameters", true,
                      "treat a parameter without gradient as zero (false: stop "
                      "with an error)")
+        .config_int("zero.offload_param.buffer_count", 5,
+                    "staging buffers for parameter shards fetched from the tier (gathers in flight at once)", 1, 1e6)
+        .config_int("zero.offload_param.buffer_size", 100000000,
+                    "elements per staging buffer (at least the largest shard; allocated no larger)", 1, 1e15)
         .config_bool("zero.stage3_gather_16bit_weights_on_model_save", false,
                      "gather the full 16-bit weights when the model is saved");
     return builder->build();

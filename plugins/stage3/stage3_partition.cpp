@@ -56,14 +56,6 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   rank_ = collectives.rank(host_.context(), nullptr);
   world_size_ = collectives.world_size(host_.context(), nullptr);
   if (setup.num_params == 0) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "the model has no parameters to partition");
-  zhost_tier_ref params_tier{};
-  params_tier.struct_size = sizeof(params_tier);
-  host_.check(host_.services()->tier_for(host_.context(), ZHOST_TIER_FOR_PARAMS, &params_tier));
-  if (params_tier.instance)
-    throw PluginError(ZHOST_ERR_UNSUPPORTED,
-                      fmt::format("stage3 does not offload parameters yet (zero.offload_param names tier '{}'): "
-                                  "remove zero.offload_param, or offload the optimizer only",
-                                  params_tier.name));
   tier_.struct_size = sizeof(tier_);
   host_.check(host_.services()->tier_for(host_.context(), ZHOST_TIER_FOR_OPTIMIZER, &tier_));
   if (tier_.instance && (!tier_.api || !ZHOST_HAS_FIELD(tier_.api, zhost_offload_api, optimizer_step) ||
@@ -71,6 +63,16 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
     throw PluginError(ZHOST_ERR_UNSUPPORTED, fmt::format("offload tier '{}' stores buffers but cannot run the "
                                                          "optimizer; use zero.offload_optimizer.device = \"cpu\"",
                                                          tier_.name));
+  params_tier_.struct_size = sizeof(params_tier_);
+  host_.check(host_.services()->tier_for(host_.context(), ZHOST_TIER_FOR_PARAMS, &params_tier_));
+  if (params_tier_.instance && !tier_.instance)
+    throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                      fmt::format("zero.offload_param names tier '{}' but zero.offload_optimizer names none: stage 3 "
+                                  "offloads parameters together with the optimizer; offload both",
+                                  params_tier_.name));
+  if (params_tier_.instance && (!params_tier_.api || !params_tier_.api->store || !params_tier_.api->load))
+    throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                      fmt::format("offload tier '{}' cannot store parameters", params_tier_.name));
 
   std::vector<int32_t> owners;
   for (size_t i = 0; i < setup.num_params; ++i) {
@@ -129,6 +131,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
     if (group.shard.defined()) state.master.copy_(state.shard);
   }
   if (offloaded) hand_optimizer_to_tier(setup.optimizer);
+  if (params_tier_.instance) offload_parameter_shards();
   for (size_t u = 0; u < units_.size(); ++u) {
     const FetchUnit& unit = layout_.units()[u];
     units_[u].master = at::Tensor();  // only the sub-group buffers (or the tier) hold it from here
@@ -182,6 +185,26 @@ void Stage3Partition::hand_optimizer_to_tier(const zhost_optimizer_desc& optimiz
     group.grad = tensor_view(grad);
     group.master = at::Tensor();
   }
+}
+
+// Parameter offload: every unit's shard goes to the tier, the device keeps buffer_count staging buffers of
+// at most buffer_size elements (no more than the largest shard) to gather from.
+void Stage3Partition::offload_parameter_shards() {
+  int64_t largest = 0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    largest = std::max(largest, layout_.units()[u].shard);
+    DLTensor src = dl_view(units_[u].shard);
+    tier_io(params_tier_.api->store, param_key(static_cast<int>(u)), src);
+    units_[u].shard = at::Tensor();
+  }
+  for (SubGroupState& g : sub_groups_) g.shard = at::Tensor();
+  if (largest > options_.offload_buffer_size)
+    throw PluginError(ZHOST_ERR_CONFIG,
+                      fmt::format("zero.offload_param.buffer_size = {} elements is smaller than the largest parameter "
+                                  "shard ({} elements, one block's parameters / ranks): set it to at least {}",
+                                  options_.offload_buffer_size, largest, largest));
+  staging_.resize(static_cast<size_t>(options_.offload_buffer_count));
+  for (Staging& slot : staging_) slot.buffer = at::empty({largest}, on_device_);
 }
 
 std::string Stage3Partition::unit_name(int unit) const {
@@ -248,10 +271,19 @@ void Stage3Partition::start_gather(int unit) {
     DLTensor flat{};
     host_.check(params().materialize(host_.context(), u.group, &flat));
     u.flat = tensor_view(flat);
-    u.send_dl = dl_view(u.shard);
     u.recv_dl = dl_view(u.flat);
     live_elements_ += layout.padded();
   }
+  if (params_tier_.instance) {  // the shard comes from the tier into a staging buffer, then is sent
+    Staging& slot = free_staging();
+    slot.unit = unit;
+    u.send = slot.buffer.narrow(0, 0, layout.shard);
+    DLTensor dst = dl_view(u.send);
+    tier_io(params_tier_.api->load, param_key(unit), dst);
+  } else {
+    u.send = u.shard;
+  }
+  u.send_dl = dl_view(u.send);
   agree_on(kTagGather, unit);
   zhost_collective_args args = collective_args(ZHOST_INTENT_PARAM_GATHER, layout.block);
   args.send = &u.send_dl;
@@ -266,6 +298,36 @@ void Stage3Partition::finish_gather(int unit) {
   UnitState& u = units_[static_cast<size_t>(unit)];
   wait(u.gather_work);
   u.residency = Residency::kLive;
+  for (Staging& slot : staging_)  // its staging buffer (parameter offload) is free again
+    if (slot.unit == unit) slot.unit = -1;
+  u.send = at::Tensor();
+}
+
+// Parameter offload: a staging buffer no gather in flight uses; when all are taken, the oldest gathers
+// are completed until one is free.
+Stage3Partition::Staging& Stage3Partition::free_staging() {
+  for (;;) {
+    for (Staging& slot : staging_)
+      if (slot.unit < 0) return slot;
+    finish_gather(staging_.front().unit);  // every buffer serves a gather in flight
+  }
+}
+
+bool Stage3Partition::staging_available() const {
+  if (!params_tier_.instance) return true;
+  for (const Staging& slot : staging_)
+    if (slot.unit < 0) return true;
+  return false;
+}
+
+void Stage3Partition::tier_io(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key,
+                              DLTensor& data) {
+  zhost_tier_io_args args{};
+  args.struct_size = sizeof(args);
+  args.key = key;
+  args.data = &data;
+  host_.check(io(params_tier_.instance, &args));
+  if (args.event) host_.check(params_tier_.api->wait_event(params_tier_.instance, args.event));
 }
 
 // The unit's parameters hold their full values when this returns; time spent
@@ -335,6 +397,7 @@ void Stage3Partition::prefetch() {
     const int64_t size = layout_.units()[static_cast<size_t>(unit)].padded();
     if (prefetched_elements_ + size > options_.prefetch_bucket_size) return;
     if (live_elements_ + size > options_.max_live_parameters) return;
+    if (!staging_available()) return;
     start_gather(unit);
     u.prefetched = true;
     prefetched_elements_ += size;
@@ -515,9 +578,18 @@ void Stage3Partition::step(zhost_step_args& args) {
         step.step = args.applied_steps + 1;
         step.lr = args.lr;
         step.grad_scale = unscale * coefficient;
-        DLTensor out = dl_view(g.shard);
+        const at::Tensor updated =
+            params_tier_.instance ? at::empty({layout_.sub_groups()[i].numel}, on_device_) : g.shard;
+        DLTensor out = dl_view(updated);
         step.params_out = &out;
         host_.check(tier_.api->optimizer_step(tier_.instance, &step));
+        if (params_tier_.instance)  // the updated shards go back to the parameter tier
+          for (int unit : layout_.sub_groups()[i].units) {
+            const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
+            at::Tensor part = updated.narrow(0, layout.sub_group_offset, layout.shard);
+            DLTensor src = dl_view(part);
+            tier_io(params_tier_.api->store, param_key(unit), src);
+          }
         continue;
       }
       if (coefficient < 1) optim::scale_in_place({grads[i]}, coefficient);
@@ -554,7 +626,7 @@ void Stage3Partition::memory(zhost_model_state_bytes& out) const {
     if (g.shard.defined()) {  // 16-bit shards (or any shards next to a tier's masters)
       out.params += g.shard.nbytes();
       if (g.master.defined()) out.master += g.master.nbytes();
-    } else {  // fp32: the master is the parameter shard
+    } else if (g.master.defined()) {  // fp32: the master is the parameter shard
       out.params += g.master.nbytes();
     }
     if (!tier_.instance) out.grads += g.grad.nbytes();
@@ -565,9 +637,11 @@ void Stage3Partition::memory(zhost_model_state_bytes& out) const {
     tier.struct_size = sizeof(tier);
     if (ZHOST_HAS_FIELD(tier_.api, zhost_offload_api, memory) && tier_.api->memory)
       host_.check(tier_.api->memory(tier_.instance, &tier));
-    out.offloaded = tier.host_bytes + tier.storage_bytes;
+    out.offloaded = tier.host_bytes + tier.storage_bytes;  // one instance serves both roles with "cpu"
   }
-  out.buffers = 0;  // gradient staging lives only while a unit reduces (at most reduce_bucket_size)
+  // Gradient staging lives only while a unit reduces (at most reduce_bucket_size); parameter staging stays.
+  out.buffers = 0;
+  for (const Staging& slot : staging_) out.buffers += slot.buffer.nbytes();
 }
 
 }  // namespace zhost::stage3

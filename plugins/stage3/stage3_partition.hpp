@@ -54,6 +54,7 @@
 #include "plugins/stage3/block_trace.hpp"
 #include "plugins/stage3/fetch_units.hpp"
 #include "zhost/cpp/partition.hpp"
+#include "zhost/offload.h"
 
 namespace zhost::stage3 {
 
@@ -69,6 +70,8 @@ struct Stage3Options {
   bool overlap_comm = false;
   bool reduce_scatter = true;
   bool ignore_unused_parameters = true;
+  int64_t offload_buffer_count = 5;         // zero.offload_param: staging buffers for parameter shards
+  int64_t offload_buffer_size = 100000000;  // elements each (at most; sized to the largest shard)
 };
 
 class Stage3Partition : public sdk::PartitionHooks {
@@ -99,6 +102,7 @@ class Stage3Partition : public sdk::PartitionHooks {
                         // of the master)
     at::Tensor master;  // [S] fp32 view into the sub-group's master
     at::Tensor grad;    // [S] compute dtype view into the sub-group's reduced gradients
+    at::Tensor send;    // what the gather in flight sends: the shard, or its staging buffer
     DLTensor send_dl{}, recv_dl{};
     zhost_work* gather_work = nullptr;
     int open_uses = 0;        // blocks between their pre_ and post_ hooks that read this unit
@@ -129,6 +133,15 @@ class Stage3Partition : public sdk::PartitionHooks {
   void release(int unit);
   void launch_reduction(int unit);
   void finish_reduction(int unit);
+  struct Staging {  // parameter offload: a buffer the shard is loaded into for its gather
+    at::Tensor buffer;
+    int unit = -1;  // the unit whose gather uses it, -1 when free
+  };
+  static uint64_t param_key(int unit) { return (1ull << 63) | static_cast<uint64_t>(unit); }
+  Staging& free_staging();
+  bool staging_available() const;
+  void tier_io(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key, DLTensor& data);
+  void offload_parameter_shards();
   void agree_on(int64_t kind, int unit);
   void hand_optimizer_to_tier(const zhost_optimizer_desc& optimizer);
   void check_block_order_across_ranks();
@@ -152,10 +165,12 @@ class Stage3Partition : public sdk::PartitionHooks {
   std::vector<std::vector<int>> units_of_block_;
   std::unique_ptr<BlockTrace> trace_;
   std::unique_ptr<optim::Optimizer> optimizer_;  // none when a tier runs the optimizer
-  zhost_tier_ref tier_{};                        // zero.offload_optimizer's tier; tier_.instance null without
+  zhost_tier_ref tier_{};
+  zhost_tier_ref params_tier_{};    // zero.offload_param's tier (with parameter offload)
+  std::vector<Staging> staging_;    // zero.offload_optimizer's tier; tier_.instance null without
   at::Tensor tag_send_, tag_recv_;  // [2] and [N*2] int64: (kind, unit) of the next collective, all ranks'
-  std::vector<uint8_t> arrived_;  // per parameter, this micro-batch
-  std::deque<int> reductions_;    // units whose reduction is in flight, oldest first
+  std::vector<uint8_t> arrived_;    // per parameter, this micro-batch
+  std::deque<int> reductions_;      // units whose reduction is in flight, oldest first
   int64_t reducing_elements_ = 0;
   int64_t live_elements_ = 0;        // gathered or gathering
   int64_t prefetched_elements_ = 0;  // gathered ahead and not yet used

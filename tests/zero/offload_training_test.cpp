@@ -97,6 +97,29 @@ TEST(Offload, Bf16StageThreeKeepsOnlyParameterShardsOnTheDevice) {
   EXPECT_NEAR(states["offloaded"].get<double>() / (16 * psi / n), 1.0, 0.05) << states.dump();
 }
 
+// ZeRO-Infinity's CPU form: parameters and optimizer offloaded. The 16-bit (here fp32) shards live in the
+// tier and come back through one staging buffer per gather in flight (buffer_count = 1 forces every
+// prefetch to wait for the gather before it); training equals stage 3 without offload within 1e-6, and
+// the device side keeps no model state: the tier holds master, Adam states, gradient accumulator and the
+// parameter shard, 20 bytes per owned parameter in fp32.
+TEST(Offload, StageThreeWithParametersOffloadedTooEqualsNoOffload) {
+  ScratchDir dir;
+  const std::string args = "--nproc 3 --set train_micro_batch_size_per_gpu=1 --set gradient_accumulation_steps=2 "
+                           "--set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 "
+                           "--set zero.stage3_prefetch_bucket_size=20000";
+  RunOutput plain = train(dir, "plain", args);
+  RunOutput offloaded = train(dir, "offloaded", args + kOffload + " --set zero.offload_param.device=cpu "
+                                                                 "--set zero.offload_param.buffer_count=1");
+  EXPECT_EQ(weights_norm_mismatch(offloaded, plain, kFp32Relative), "");
+  for (size_t i = 0; i < plain.losses.size(); ++i)
+    EXPECT_NEAR(offloaded.losses[i], plain.losses[i], 1e-6 * plain.losses[i]) << "step " << i + 1;
+  auto states = nlohmann::json::parse(read_text_file(offloaded.run_dir / "model_states.json"));
+  const double psi = states["num_params"].get<double>(), n = 3;
+  EXPECT_EQ(states["measured"]["total"].get<double>(), 0.0) << states.dump();
+  EXPECT_NEAR(states["offloaded"].get<double>() / (20 * psi / n), 1.0, 0.05) << states.dump();
+  EXPECT_GT(states["buffers"].get<double>(), 0.0);  // the staging buffer
+}
+
 TEST(Offload, SgdIsRefusedWithWhatToDo) {
   ScratchDir dir;
   RunOutput r = run_zhost(dir.path(), small_job_config(), "sgd",

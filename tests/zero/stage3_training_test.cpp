@@ -260,13 +260,14 @@ TEST(Stage3Memory, FourRanksTrainAModelStageZeroCannotHold) {
 
 namespace {
 
-// Parameter offload is not built: asking for it stops before training with what to use instead.
-TEST(Stage3Refuses, ParameterOffloadWithWhatToUseInstead) {
+// Parameter offload alone (without the optimizer's) is refused before anything runs, with what to set.
+TEST(Stage3Refuses, ParameterOffloadWithoutOptimizerOffload) {
   ScratchDir dir;
   RunOutput r = run_zhost(dir.path(), small_job_config(), "offload",
                           job("gpt", 2, 1, 1, 1) + kStage3 + " --set zero.offload_param.device=cpu");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("stage3 does not offload parameters yet (zero.offload_param names tier 'offload_cpu')"),
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("zero.offload_param.device = \"cpu\" needs the optimizer offloaded too; set "
+                       "zero.offload_optimizer.device = \"cpu\""),
             std::string::npos)
       << r.err;
 }
