@@ -3,6 +3,8 @@
 #include "plugins/stage3/stage3_partition.hpp"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <fmt/format.h>
 
@@ -233,19 +235,19 @@ void Stage3Partition::wait(zhost_work*& work) {
 // Blocks until every rank has said which collective it starts next; throws, naming the ranks and the
 // units, when they differ.
 void Stage3Partition::agree_on(int64_t kind, int unit) {
-  if (!tag_send_.defined()) {
-    tag_send_ = at::empty({2}, at::TensorOptions().dtype(at::kLong));
-    tag_recv_ = at::empty({2 * world_size_}, at::TensorOptions().dtype(at::kLong));
+  if (!tag_send_.defined()) {  // on the training device: NCCL moves device tensors only
+    tag_send_ = at::empty({2}, on_device_.dtype(at::kLong));
+    tag_recv_ = at::empty({2 * world_size_}, on_device_.dtype(at::kLong));
   }
-  int64_t* mine = tag_send_.data_ptr<int64_t>();
-  mine[0] = kind;
-  mine[1] = unit;
+  const int64_t values[2] = {kind, unit};
+  tag_send_.copy_(at::from_blob(const_cast<int64_t*>(values), {2}, at::TensorOptions().dtype(at::kLong)));
   DLTensor send = dl_view(tag_send_), recv = dl_view(tag_recv_);
   zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC, -1);
   args.send = &send;
   args.recv = &recv;
   host_.check(host_.collectives().all_gather(host_.context(), &args));
-  const int64_t* all = tag_recv_.data_ptr<int64_t>();
+  const at::Tensor received = tag_recv_.cpu();
+  const int64_t* all = received.data_ptr<int64_t>();
   for (int r = 0; r < world_size_; ++r) {
     if (all[2 * r] == kind && all[2 * r + 1] == unit) continue;
     const int64_t other_kind = all[2 * r], other_unit = all[2 * r + 1];
@@ -524,16 +526,18 @@ void Stage3Partition::backward_end() {
 
 // One small all-gather per micro-batch: every rank's hash of the events it ran.
 void Stage3Partition::check_block_order_across_ranks() {
-  at::Tensor mine = at::empty({1}, at::TensorOptions().dtype(at::kLong));
-  mine[0] = static_cast<int64_t>(trace_->current_hash());
-  at::Tensor all = at::empty({world_size_}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor mine = at::full({1}, static_cast<int64_t>(trace_->current_hash()), on_device_.dtype(at::kLong));
+  at::Tensor all = at::empty({world_size_}, on_device_.dtype(at::kLong));
   DLTensor send = dl_view(mine), recv = dl_view(all);
   zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC, -1);
   args.send = &send;
   args.recv = &recv;
   host_.check(host_.collectives().all_gather(host_.context(), &args));
+  const at::Tensor all_on_host = all.cpu();
+  const int64_t* hashes = all_on_host.data_ptr<int64_t>();
+  const int64_t hash = static_cast<int64_t>(trace_->current_hash());
   for (int r = 0; r < world_size_; ++r)
-    if (all[r].item<int64_t>() != mine[0].item<int64_t>())
+    if (hashes[r] != hash)
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
                         fmt::format("stage3: rank {} ran its blocks in another order than "
                                     "rank {} in step {} "
