@@ -155,10 +155,8 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   int64_t largest = 0;
   for (const FetchUnit& unit : layout_.units()) largest = std::max(largest, unit.padded());
   host_.info(
-      fmt::format("stage 3: {} parameters in {} fetch units{} ({} elements per rank, "
-                  "largest unit {} elements gathered), {} "
-                  "optimizer sub-group(s); prefetch {} / live {} / reuse distance {} "
-                  "elements{}",
+      fmt::format("stage 3: {} parameters in {} fetch units{} ({} elements per rank, largest unit {} elements "
+                  "gathered), {} optimizer sub-group(s); prefetch {} / live {} / reuse distance {} elements{}",
                   setup.num_params, units_.size(),
                   layout_.persistent_unit() >= 0
                       ? fmt::format(", {} of them persistent (at most {} elements each)",
@@ -256,8 +254,8 @@ void Stage3Partition::agree_on(int64_t kind, int unit) {
     throw PluginError(
         ZHOST_ERR_INVALID_ARGUMENT,
         fmt::format("stage3: ranks walk the blocks in different orders: in step {} rank {} is about to {} {} while "
-                    "rank {} is about to {}; with ZeRO stage 3 every rank must run the same blocks in the same "
-                    "order (rank-dependent control flow, e.g. layer drop with per-rank randomness, breaks this)",
+                    "rank {} is about to {}; with ZeRO stage 3 every rank must run the same blocks in the same order "
+                    "(rank-dependent control flow, e.g. layer drop with per-rank randomness, breaks this)",
                     step_, rank_, tag_kind_name(kind), unit_name(unit), r,
                     valid ? fmt::format("{} {}", tag_kind_name(other_kind), unit_name(static_cast<int>(other_unit)))
                           : std::string("do something else")));
@@ -424,10 +422,10 @@ void Stage3Partition::maybe_release(int unit) {
 
 void Stage3Partition::grad_ready(uint32_t id, const DLTensor& grad_view) {
   if (arrived_.at(id))
-    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("stage3: parameter {} produced a gradient "
-                                                              "twice in one backward; ZeRO reduces each "
-                                                              "gradient once per micro-batch",
-                                                              param_names_[id]));
+    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                      fmt::format("stage3: parameter {} produced a gradient twice in one backward; ZeRO reduces each "
+                                  "gradient once per micro-batch",
+                                  param_names_[id]));
   arrived_[id] = 1;
   const int unit = layout_.unit_of(id);
   UnitState& u = units_[static_cast<size_t>(unit)];
@@ -496,11 +494,10 @@ void Stage3Partition::backward_end() {
       const uint32_t id = layout.params[i];
       if (arrived_[id]) continue;
       if (!options_.ignore_unused_parameters)
-        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("stage3: parameter {} received no gradient in this "
-                                                                  "backward (unused by the "
-                                                                  "loss); set zero.ignore_unused_parameters = true to "
-                                                                  "treat it as zero",
-                                                                  param_names_[id]));
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                          fmt::format("stage3: parameter {} received no gradient in this backward (unused by the "
+                                      "loss); set zero.ignore_unused_parameters = true to treat it as zero",
+                                      param_names_[id]));
       if (!u.grad_staging.defined()) {
         u.grad_staging = at::zeros({layout.padded()}, on_device_);
       } else {
@@ -516,11 +513,10 @@ void Stage3Partition::backward_end() {
   }
   check_block_order_across_ranks();
   if (trace_->end_micro_batch() && ++order_changes_ == 1)
-    host_.warn(
-        fmt::format("stage3: the block order changed in step {} (micro-batch {}), the same on every rank: "
-                    "re-recorded ({} events); prefetching follows the latest order (later changes are "
-                    "re-recorded without a message)",
-                    step_, micro_step_, trace_->recorded().size()));
+    host_.warn(fmt::format(
+        "stage3: the block order changed in step {} (micro-batch {}), the same on every rank: re-recorded ({} events); "
+        "prefetching follows the latest order (later changes are re-recorded without a message)",
+        step_, micro_step_, trace_->recorded().size()));
   in_micro_batch_ = false;
 }
 
@@ -538,13 +534,12 @@ void Stage3Partition::check_block_order_across_ranks() {
   const int64_t hash = static_cast<int64_t>(trace_->current_hash());
   for (int r = 0; r < world_size_; ++r)
     if (hashes[r] != hash)
-      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                        fmt::format("stage3: rank {} ran its blocks in another order than "
-                                    "rank {} in step {} "
-                                    "(micro-batch {}; rank {} ran {} block events); with "
-                                    "ZeRO stage 3 every rank must "
-                                    "run the same blocks in the same order",
-                                    r, rank_, step_, micro_step_, rank_, trace_->current().size()));
+      throw PluginError(
+          ZHOST_ERR_INVALID_ARGUMENT,
+          fmt::format(
+              "stage3: rank {} ran its blocks in another order than rank {} in step {} (micro-batch {}; rank {} ran {} "
+              "block events); with ZeRO stage 3 every rank must run the same blocks in the same order",
+              r, rank_, step_, micro_step_, rank_, trace_->current().size()));
 }
 
 void Stage3Partition::all_reduce_scalar(at::Tensor& value) const {
