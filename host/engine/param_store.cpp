@@ -71,16 +71,16 @@ zhost_status* group_create(zhost_host_context*, const uint32_t* ids, const int64
       if (ids[i] >= params.size())
         return error(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("params->group_create: no parameter {}", ids[i]));
       if (s.group_of[ids[i]])
-        return error(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("params->group_create: parameter {} ('{}') is "
-                                                             "already in a group",
-                                                             ids[i], params[ids[i]].name));
+        return error(ZHOST_ERR_INVALID_ARGUMENT,
+                     fmt::format("params->group_create: parameter {} ('{}') is already in a group", ids[i],
+                                 params[ids[i]].name));
       const at::Tensor& param = params[ids[i]].tensor;
       if (offsets[i] < 0 || offsets[i] + param.numel() > numel)
-        return error(ZHOST_ERR_INVALID_ARGUMENT,
-                     fmt::format("params->group_create: parameter {} ('{}', {} "
-                                 "elements) at offset {} does not fit "
-                                 "in {} elements",
-                                 ids[i], params[ids[i]].name, param.numel(), offsets[i], numel));
+        return error(
+            ZHOST_ERR_INVALID_ARGUMENT,
+            fmt::format(
+                "params->group_create: parameter {} ('{}', {} elements) at offset {} does not fit in {} elements",
+                ids[i], params[ids[i]].name, param.numel(), offsets[i], numel));
       // A view of the group's storage in the parameter's shape: metadata only,
       // nothing is allocated.
       at::Tensor view = at::empty({0}, param.options());
@@ -137,9 +137,8 @@ zhost_status* release(zhost_host_context*, zhost_param_group* group) {
 zhost_status* initial_values(zhost_host_context*, uint32_t id, int64_t offset, DLTensor* dst) {
   return serve("initial_values", [&](ParamStore::State& s) -> zhost_status* {
     if (!dst || id >= s.model->parameters().size() || offset < 0)
-      return error(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("params->initial_values: bad arguments (parameter {}, "
-                                                           "offset {})",
-                                                           id, offset));
+      return error(ZHOST_ERR_INVALID_ARGUMENT,
+                   fmt::format("params->initial_values: bad arguments (parameter {}, offset {})", id, offset));
     at::Tensor target = tensor_view(*dst);
     s.model->init_parameter_shard(id, offset, target);
     return nullptr;

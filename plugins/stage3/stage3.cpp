@@ -24,15 +24,12 @@ Stage3Options read_options(const sdk::Host& host) {
   o.offload_buffer_size = host.config_int("zero.offload_param.buffer_size");
   if (!host.config_bool("zero.contiguous_gradients"))
     host.warn(
-        "zero.contiguous_gradients = false: zhost keeps each rank's "
-        "reduced gradients in contiguous "
-        "sub-group buffers regardless, as with true");
+        "zero.contiguous_gradients = false: zhost keeps each rank's reduced gradients in contiguous sub-group buffers "
+        "regardless, as with true");
   if (!host.config_bool("zero.stage3_gather_16bit_weights_on_model_save"))
     host.info(
-        "zero.stage3_gather_16bit_weights_on_model_save = false: zhost "
-        "has no per-rank checkpoint format "
-        "yet, so run.save_final_weights gathers the weights regardless "
-        "(unit by unit)");
+        "zero.stage3_gather_16bit_weights_on_model_save = false: zhost has no per-rank checkpoint format yet, so "
+        "run.save_final_weights gathers the weights regardless (unit by unit)");
   return o;
 }
 
@@ -52,28 +49,17 @@ const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
 const zhost_plugin_descriptor* describe() {
   static const zhost_plugin_descriptor* descriptor = [] {
     auto* builder = new sdk::DescriptorBuilder("stage3", "0.1.0", ZHOST_KIND_PARTITION);  // kept: owns the strings
-    builder
-        ->summary(
-            "ZeRO stage 3: parameters, gradients, master weights and "
-            "optimizer states partitioned over ranks")
+    builder->summary("ZeRO stage 3: parameters, gradients, master weights and optimizer states partitioned over ranks")
         .provides({"partition:stage3"})
         .flags(ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS | ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS)
         .config_int("zero.stage3_prefetch_bucket_size", 50000000,
-                    "parameter elements gathered ahead of the blocks that need "
-                    "them (0: no prefetch)",
-                    0, 1e15)
+                    "parameter elements gathered ahead of the blocks that need them (0: no prefetch)", 0, 1e15)
         .config_int("zero.stage3_max_live_parameters", 1000000000,
-                    "parameter elements gathered at once, beyond which "
-                    "prefetching waits",
-                    0, 1e15)
+                    "parameter elements gathered at once, beyond which prefetching waits", 0, 1e15)
         .config_int("zero.stage3_max_reuse_distance", 1000000000,
-                    "keep a gathered unit when it is read again within this "
-                    "many elements of other units",
-                    0, 1e15)
+                    "keep a gathered unit when it is read again within this many elements of other units", 0, 1e15)
         .config_int("zero.stage3_param_persistence_threshold", 100000,
-                    "parameters of at most this many elements stay gathered "
-                    "(never released)",
-                    0, 1e15)
+                    "parameters of at most this many elements stay gathered (never released)", 0, 1e15)
         .config_int("zero.sub_group_size", 1000000000, "elements per optimizer sub-group (stepped one at a time)", 1,
                     1e15)
         .config_int("zero.reduce_bucket_size", 500000000, "gradient elements reducing at once", 1, 1e15)
@@ -81,8 +67,7 @@ const zhost_plugin_descriptor* describe() {
         .config_bool("zero.reduce_scatter", true, "reduce with reduce-scatter (false: all-reduce, keep own shard)")
         .config_bool("zero.contiguous_gradients", true, "keep reduced gradients contiguous (zhost always does)")
         .config_bool("zero.ignore_unused_parameters", true,
-                     "treat a parameter without gradient as zero (false: stop "
-                     "with an error)")
+                     "treat a parameter without gradient as zero (false: stop with an error)")
         .config_int("zero.offload_param.buffer_count", 5,
                     "staging buffers for parameter shards fetched from the tier (gathers in flight at once)", 1, 1e6)
         .config_int("zero.offload_param.buffer_size", 100000000,
