@@ -148,6 +148,13 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
                               setup.block_param_ids + setup.block_param_offsets[b + 1]);
     units_of_block_[static_cast<size_t>(b)] = layout_.units_read(ids);
   }
+  tied_units_of_block_.resize(units_of_block_.size());
+  for (size_t b = 0; b < units_of_block_.size(); ++b)
+    for (int unit : units_of_block_[b]) {
+      const FetchUnit& u = layout_.units()[static_cast<size_t>(unit)];
+      if (!u.persistent && u.block != static_cast<int32_t>(b)) tied_units_of_block_[b].push_back(unit);
+    }
+  tied_closed_.assign(units_of_block_.size(), 0);
   trace_ = std::make_unique<BlockTrace>(units_of_block_, unit_numel);
   arrived_.assign(setup.num_params, 0);
   gather_persistent();
@@ -368,6 +375,8 @@ void Stage3Partition::begin_micro_batch(const zhost_micro_batch_args& args) {
   saving_unit_ = -1;
   trace_->begin_micro_batch();
   std::fill(arrived_.begin(), arrived_.end(), 0);
+  std::fill(tied_closed_.begin(), tied_closed_.end(), 0);
+  last_backward_block_ = -1;
   for (size_t u = 0; u < units_.size(); ++u) {
     units_[u].grads_pending = static_cast<int>(layout_.units()[u].params.size());
     units_[u].reduced_this_micro_batch = false;
@@ -376,6 +385,10 @@ void Stage3Partition::begin_micro_batch(const zhost_micro_batch_args& args) {
 
 void Stage3Partition::enter(const BlockEvent& event) {
   const bool following = trace_->advance(event);
+  if (event.backward) {
+    if (last_backward_block_ >= 0) close_tied_reads(last_backward_block_);
+    last_backward_block_ = event.block;
+  }
   const auto& needed = units_of_block_.at(static_cast<size_t>(event.block));
   for (int unit : needed) make_live(unit);
   for (int unit : needed) {
@@ -404,8 +417,24 @@ void Stage3Partition::prefetch() {
   }
 }
 
-void Stage3Partition::leave(int32_t block) {
+void Stage3Partition::leave(int32_t block, bool backward) {
+  const auto& tied = tied_units_of_block_.at(static_cast<size_t>(block));
   for (int unit : units_of_block_.at(static_cast<size_t>(block))) {
+    if (backward && tied_closed_[static_cast<size_t>(block)] && std::count(tied.begin(), tied.end(), unit)) continue;
+    UnitState& u = units_[static_cast<size_t>(unit)];
+    if (u.open_uses > 0) --u.open_uses;
+    maybe_release(unit);
+  }
+}
+
+// The backward of `block` has handed its input's gradient on (the next pre_backward fired): every autograd
+// node of the block that reads a weight to compute an activation's gradient has run, so the block no longer
+// reads the weights it shares with other blocks, although their gradients are not complete yet.
+void Stage3Partition::close_tied_reads(int32_t block) {
+  uint8_t& closed = tied_closed_[static_cast<size_t>(block)];
+  if (closed) return;
+  closed = 1;
+  for (int unit : tied_units_of_block_[static_cast<size_t>(block)]) {
     UnitState& u = units_[static_cast<size_t>(unit)];
     if (u.open_uses > 0) --u.open_uses;
     maybe_release(unit);

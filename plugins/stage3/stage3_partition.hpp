@@ -82,9 +82,9 @@ class Stage3Partition : public sdk::PartitionHooks {
   void setup(const zhost_partition_setup& setup);
   void begin_micro_batch(const zhost_micro_batch_args& args);
   void pre_forward(int32_t block) { enter(BlockEvent{false, block}); }
-  void post_forward(int32_t block) { leave(block); }
+  void post_forward(int32_t block) { leave(block, false); }
   void pre_backward(int32_t block) { enter(BlockEvent{true, block}); }
-  void post_backward(int32_t block) { leave(block); }
+  void post_backward(int32_t block) { leave(block, true); }
   void grad_ready(uint32_t id, const DLTensor& grad);
   void backward_end();
   void step(zhost_step_args& args);
@@ -124,7 +124,8 @@ class Stage3Partition : public sdk::PartitionHooks {
   };
 
   void enter(const BlockEvent& event);
-  void leave(int32_t block);
+  void leave(int32_t block, bool backward);
+  void close_tied_reads(int32_t block);
   void start_gather(int unit);
   void finish_gather(int unit);
   void make_live(int unit);
@@ -163,6 +164,12 @@ class Stage3Partition : public sdk::PartitionHooks {
   std::vector<UnitState> units_;
   std::vector<SubGroupState> sub_groups_;
   std::vector<std::vector<int>> units_of_block_;
+  // Units block b reads but does not own (tied weights, e.g. gpt's head reading the token embedding).
+  // post_backward(b) waits for their gradients, which come from other blocks too; the block is done
+  // reading them once the backward has moved on to the block before it (see close_tied_reads).
+  std::vector<std::vector<int>> tied_units_of_block_;
+  std::vector<uint8_t> tied_closed_;  // per block, this micro-batch
+  int32_t last_backward_block_ = -1;
   std::unique_ptr<BlockTrace> trace_;
   std::unique_ptr<optim::Optimizer> optimizer_;  // none when a tier runs the optimizer
   zhost_tier_ref tier_{};
