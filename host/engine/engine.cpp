@@ -97,15 +97,8 @@ void return_large_frees_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
                                                  env.local_world_size);
     // The model's size without building it: parameters with shapes and no storage.
     const int64_t psi = model::make_model(settings.model, model::Placement{at::kCPU, at::kFloat, false})->num_parameters();
-    ModelStateShape shape;
-    shape.stage = static_cast<int>(settings.zero_stage);
-    shape.world_size = env.world_size;
-    shape.num_params = psi;
-    shape.compute_bytes = settings.precision == Precision::kFp32 ? 4 : 2;
-    shape.optimizer_offloaded = settings.optimizer_offloaded;
-    shape.params_offloaded = settings.params_offloaded;
     states = fmt::format("; its model states need {:.0f} MB per rank at ZeRO stage {} on {} rank(s) (Ψ = {})",
-                         zero_formula(shape).total() / 1e6, settings.zero_stage, env.world_size, psi);
+                         zero_formula(model_state_shape(settings, env.world_size, psi)).total() / 1e6, settings.zero_stage, env.world_size, psi);
   } catch (const std::exception&) {
   }
   throw Error(fmt::format("out of memory on rank {}: {}{}; use zero.stage = 3 (and more ranks), offload the optimizer, "

@@ -130,4 +130,16 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   return s;
 }
 
+ModelStateShape model_state_shape(const TrainSettings& settings, int world_size, int64_t num_params) {
+  ModelStateShape shape;
+  shape.stage = static_cast<int>(settings.zero_stage);
+  shape.world_size = world_size;
+  shape.num_params = num_params;
+  shape.compute_bytes = settings.precision == Precision::kFp32 ? 4 : 2;
+  shape.optimizer_bytes_per_param = static_cast<int>(optim::make_optimizer(settings.optimizer)->state_bytes_per_param());
+  shape.optimizer_offloaded = settings.optimizer_offloaded;
+  shape.params_offloaded = settings.params_offloaded;
+  return shape;
+}
+
 }  // namespace zhost::engine

@@ -9,6 +9,7 @@
 #include "host/config/batch.hpp"
 #include "host/config/resolved.hpp"
 #include "host/data/data.hpp"
+#include "host/engine/model_states.hpp"
 #include "host/model/model.hpp"
 #include "host/optim/loss_scaler.hpp"
 #include "host/optim/optimizer.hpp"
@@ -49,6 +50,10 @@ struct TrainSettings {
   int local_rank = 0;        // picks the CUDA device
   int local_world_size = 1;  // ranks on this node
 };
+
+// The inputs of ZeRO's model-state formula (model_states.hpp) for this job on `world_size` ranks with
+// `num_params` parameters.
+ModelStateShape model_state_shape(const TrainSettings& settings, int world_size, int64_t num_params);
 
 // Throws UsageError for combinations the config alone cannot reject (e.g. batch sizes that do not fit
 // the world size).

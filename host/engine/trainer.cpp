@@ -246,14 +246,7 @@ struct Trainer::Impl {
       measured.params += param_bytes;
       if (!partition_takes_grads) measured.grads += param_bytes;  // autograd's .grad: same size
     }
-    ModelStateShape shape;
-    shape.stage = static_cast<int>(settings.zero_stage);
-    shape.world_size = world.world_size();
-    shape.num_params = model->num_parameters();
-    shape.compute_bytes = static_cast<int>(c10::elementSize(compute_dtype(settings.precision)));
-    shape.optimizer_bytes_per_param = static_cast<int>(optim::make_optimizer(settings.optimizer)->state_bytes_per_param());
-    shape.optimizer_offloaded = settings.optimizer_offloaded;
-    shape.params_offloaded = settings.params_offloaded;
+    const ModelStateShape shape = model_state_shape(settings, world.world_size(), model->num_parameters());
     spdlog::info("{}", describe_model_states(measured, shape));
     if (world.rank() == 0) run_dir.write_file("model_states.json", model_states_json(measured, shape) + "\n");
   }
