@@ -9,8 +9,10 @@
 // over the ranks with the rest of its block: each rank holds 1/N of every
 // block's parameters, the last rank the padding.
 //
-//   unit b (block b):  | p3 | p4 ....... | p5 | pad |     (U elements, padded
-//   to N*S) shards:            | rank 0 | rank 1 | ... | N-1 |
+// clang-format off
+//   unit b (block b):  | p3 | p4 ....... | p5 | pad |   (U elements, padded to N*S)
+//   shards:            | rank 0 | rank 1 | ... | N-1 |
+// clang-format on
 //
 // Parameters of at most persistence_threshold elements (norm weights, biases)
 // go to one extra unit, the persistent one, gathered after every step and never

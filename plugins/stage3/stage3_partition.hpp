@@ -1,46 +1,38 @@
-// plugins/stage3/stage3_partition.hpp: ZeRO stage 3 behind the partition
-// contract (zhost/partition.h): parameters, gradients, fp32 masters and
-// optimizer states all partitioned, 1/N of each per rank.
+// plugins/stage3/stage3_partition.hpp: ZeRO stage 3 behind the partition contract (zhost/partition.h):
+// parameters, gradients, fp32 masters and optimizer states all partitioned, 1/N of each per rank.
 //
-// The host builds the model without storage
-// (ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS); setup() binds each fetch unit's
-// parameters to one flat storage (host services `params`) and fills this rank's
-// shards from the parameters' initial values, so no rank ever holds the whole
-// model.
+// The host builds the model without storage (ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS); setup() binds each
+// fetch unit's parameters to one flat storage (host services `params`) and fills this rank's shards from
+// the parameters' initial values, so no rank ever holds the whole model.
 //
 // One micro-batch:
-//   pre_forward(b), pre_backward(b)  the units block b reads are gathered
-//   (all-gather of the N shards
-//                                    into the unit's materialised storage),
-//                                    unless live or prefetched; then, while the
-//                                    micro-batch follows the recorded block
-//                                    order, the units the next blocks need are
-//                                    gathered ahead, asynchronously, within
-//                                    stage3_prefetch_bucket_size elements in
-//                                    flight and stage3_max_live_parameters live
-//   post_forward(b), post_backward(b)  units no open block reads are released
-//   unless persistent or read
-//                                    again within stage3_max_reuse_distance
-//                                    elements
-//   grad_ready(p)                    copied into its unit's gradient staging; a
-//   unit whose gradients are all
-//                                    in is reduce-scattered at once
-//                                    (asynchronously with overlap_comm, at most
-//                                    reduce_bucket_size elements in flight) and
-//                                    added into this rank's shard
-//   backward_end()                   remaining units reduced, all reductions
-//   complete, gathered units
-//                                    released, block order checked across ranks
-//   step()                           unscale, global norm, clip; the optimizer
-//   steps sub-group by sub-group
-//                                    on the fp32 masters; 16-bit shards
-//                                    refreshed; the persistent unit gathered
-//                                    again
+//   pre_forward(b), pre_backward(b)    the units block b reads are gathered (all-gather of the N shards into
+//                                      the unit's materialised storage) unless live or prefetched; then,
+//                                      while the micro-batch follows the recorded block order, the units
+//                                      the next blocks need are gathered ahead, asynchronously, within
+//                                      stage3_prefetch_bucket_size elements in flight and
+//                                      stage3_max_live_parameters live
+//   post_forward(b), post_backward(b)  units no open block reads are released unless persistent or read
+//                                      again within stage3_max_reuse_distance elements (a block's reads of
+//                                      tied weights it does not own end at the next pre_backward)
+//   grad_ready(p)                      copied into its unit's gradient staging; a unit whose gradients are
+//                                      all in is reduce-scattered at once (asynchronously with
+//                                      overlap_comm, at most reduce_bucket_size elements in flight) and
+//                                      added into this rank's shard
+//   backward_end()                     remaining units reduced, all reductions complete, gathered units
+//                                      released, block order checked across ranks
+//   step()                             unscale, global norm, clip; the optimizer steps sub-group by
+//                                      sub-group on the fp32 masters (or the offload tier does); 16-bit
+//                                      shards refreshed; the persistent unit gathered again
 //
 // Every gather and reduction is preceded by a small blocking all-gather of the unit's id, so ranks that
 // walk the blocks in different orders stop with an error naming the ranks and the units at the first
 // collective where they part, before a collective of mismatched sizes is started (Gloo aborts the
 // process on those); at backward_end the ranks also compare their block order.
+//
+// Offload: with zero.offload_optimizer each sub-group is one group of the tier (masters, states and the
+// fp32 gradient accumulator there); with zero.offload_param too, the shards live in the tier and are loaded
+// into one of buffer_count staging buffers for their gather.
 #pragma once
 
 #include <ATen/core/Tensor.h>
