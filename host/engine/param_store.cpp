@@ -172,6 +172,5 @@ bool ParamStore::has_storage(size_t id) const {
 }
 uint64_t ParamStore::live_bytes() const { return state_->live; }
 uint64_t ParamStore::peak_bytes() const { return state_->peak; }
-void ParamStore::reset_peak() { state_->peak = state_->live; }
 
 }  // namespace zhost::engine

@@ -36,8 +36,7 @@ class ParamStore {
   // True when parameter `id` belongs to a materialised group.
   bool has_storage(size_t id) const;
   uint64_t live_bytes() const;  // bytes of materialised groups now
-  uint64_t peak_bytes() const;  // their high-water mark since the last reset_peak()
-  void reset_peak();
+  uint64_t peak_bytes() const;  // their high-water mark
 
   struct State;
 

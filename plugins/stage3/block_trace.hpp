@@ -46,8 +46,6 @@ class BlockTrace {
   const std::vector<BlockEvent>& current() const { return events_; }
   // A hash of the current micro-batch's events, to compare across ranks.
   uint64_t current_hash() const;
-  // While following: the position of the next event in the trace.
-  size_t position() const { return events_.size(); }
 
   // While following: true when unit u is read by an event within the rest of
   // this micro-batch after at most `max_distance` elements of other units have

@@ -21,6 +21,11 @@ namespace zhost::stage3 {
 using engine::dl_view;
 using engine::tensor_view;
 using sdk::PluginError;
+using zero::abandon;
+using zero::all_reduce_sum;
+using zero::collective_args;
+using zero::OptimizerTier;
+using zero::wait_for;
 
 namespace {
 constexpr int64_t kTagGather = 1;  // tag kinds: what the collective after the tag is for
@@ -32,17 +37,9 @@ Stage3Partition::Stage3Partition(const sdk::Host& host, const Stage3Options& opt
     : host_(host), options_(options) {}
 
 Stage3Partition::~Stage3Partition() {
-  // Never leave a collective in flight behind us; its failure was (or will be)
-  // reported by whoever waited.
-  auto drop = [&](zhost_work*& work) {
-    if (!work) return;
-    if (zhost_status* status = host_.services()->collectives->wait(host_.context(), work))
-      host_.services()->status_destroy(status);
-    work = nullptr;
-  };
   for (UnitState& u : units_) {
-    drop(u.gather_work);
-    drop(u.reduce_work);
+    abandon(host_, u.gather_work);
+    abandon(host_, u.reduce_work);
   }
 }
 
@@ -58,16 +55,10 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   rank_ = collectives.rank(host_.context(), nullptr);
   world_size_ = collectives.world_size(host_.context(), nullptr);
   if (setup.num_params == 0) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "the model has no parameters to partition");
-  tier_.struct_size = sizeof(tier_);
-  host_.check(host_.services()->tier_for(host_.context(), ZHOST_TIER_FOR_OPTIMIZER, &tier_));
-  if (tier_.instance && (!tier_.api || !ZHOST_HAS_FIELD(tier_.api, zhost_offload_api, optimizer_step) ||
-                         !tier_.api->optimizer_setup || !tier_.api->optimizer_grad || !tier_.api->optimizer_step))
-    throw PluginError(ZHOST_ERR_UNSUPPORTED, fmt::format("offload tier '{}' stores buffers but cannot run the "
-                                                         "optimizer; use zero.offload_optimizer.device = \"cpu\"",
-                                                         tier_.name));
+  tier_ = OptimizerTier::find(host_);
   params_tier_.struct_size = sizeof(params_tier_);
   host_.check(host_.services()->tier_for(host_.context(), ZHOST_TIER_FOR_PARAMS, &params_tier_));
-  if (params_tier_.instance && !tier_.instance)
+  if (params_tier_.instance && !tier_.active())
     throw PluginError(ZHOST_ERR_UNSUPPORTED,
                       fmt::format("zero.offload_param names tier '{}' but zero.offload_optimizer names none: stage 3 "
                                   "offloads parameters together with the optimizer; offload both",
@@ -97,7 +88,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
 
   // Sub-group buffers; each unit's shard, master and gradient are views into its sub-group's. In fp32
   // runs the shard is the master, unless a tier keeps the master.
-  const bool offloaded = tier_.instance != nullptr;
+  const bool offloaded = tier_.active();
   if (!offloaded) optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
   for (const SubGroup& g : layout_.sub_groups()) {
     SubGroupState s;
@@ -114,8 +105,8 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
     const FetchUnit& unit = layout_.units()[u];
     UnitState& state = units_[u];
     SubGroupState& group = sub_groups_[static_cast<size_t>(unit.sub_group)];
-    state.master = group.master.narrow(0, unit.sub_group_offset, unit.shard);
-    state.shard = group.shard.defined() ? group.shard.narrow(0, unit.sub_group_offset, unit.shard) : state.master;
+    const at::Tensor master = group.master.narrow(0, unit.sub_group_offset, unit.shard);
+    state.shard = group.shard.defined() ? group.shard.narrow(0, unit.sub_group_offset, unit.shard) : master;
     host_.check(store.group_create(host_.context(), unit.params.data(), unit.offsets.data(), unit.params.size(),
                                    unit.padded(), &state.group));
     // This rank's shard from the parameters' initial values (the padding stays
@@ -130,13 +121,12 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
       DLTensor part_dl = dl_view(part);
       host_.check(store.initial_values(host_.context(), unit.params[i], lo - p_begin, &part_dl));
     }
-    if (group.shard.defined()) state.master.copy_(state.shard);
+    if (group.shard.defined()) master.copy_(state.shard);
   }
   if (offloaded) hand_optimizer_to_tier(setup.optimizer);
   if (params_tier_.instance) offload_parameter_shards();
   for (size_t u = 0; u < units_.size(); ++u) {
     const FetchUnit& unit = layout_.units()[u];
-    units_[u].master = at::Tensor();  // only the sub-group buffers (or the tier) hold it from here
     units_[u].grad = sub_groups_[static_cast<size_t>(unit.sub_group)].grad.narrow(0, unit.sub_group_offset, unit.shard);
   }
 
@@ -172,7 +162,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
                       : "",
                   layout_.shard_elements(), largest, layout_.sub_groups().size(), options_.prefetch_bucket_size,
                   options_.max_live_parameters, options_.max_reuse_distance,
-                  tier_.instance ? fmt::format("; optimizer offloaded to tier '{}'", tier_.name) : ""));
+                  tier_.active() ? fmt::format("; optimizer offloaded to tier '{}'", tier_.name()) : ""));
 }
 
 // The tier named by zero.offload_optimizer.device takes each sub-group's master and optimizer states (key =
@@ -180,16 +170,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
 void Stage3Partition::hand_optimizer_to_tier(const zhost_optimizer_desc& optimizer) {
   for (size_t g = 0; g < sub_groups_.size(); ++g) {
     SubGroupState& group = sub_groups_[g];
-    DLTensor initial = dl_view(group.master);
-    zhost_tier_optimizer_setup tier_setup{};
-    tier_setup.struct_size = sizeof(tier_setup);
-    tier_setup.key = g;
-    tier_setup.optimizer = &optimizer;
-    tier_setup.initial_master = &initial;
-    host_.check(tier_.api->optimizer_setup(tier_.instance, &tier_setup));
-    DLTensor grad{};
-    host_.check(tier_.api->optimizer_grad(tier_.instance, g, &grad));
-    group.grad = tensor_view(grad);
+    group.grad = tier_.add_group(g, optimizer, group.master);
     group.master = at::Tensor();
   }
 }
@@ -198,18 +179,18 @@ void Stage3Partition::hand_optimizer_to_tier(const zhost_optimizer_desc& optimiz
 // at most buffer_size elements (no more than the largest shard) to gather from.
 void Stage3Partition::offload_parameter_shards() {
   int64_t largest = 0;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    largest = std::max(largest, layout_.units()[u].shard);
-    DLTensor src = dl_view(units_[u].shard);
-    tier_io(params_tier_.api->store, param_key(static_cast<int>(u)), src);
-    units_[u].shard = at::Tensor();
-  }
-  for (SubGroupState& g : sub_groups_) g.shard = at::Tensor();
+  for (const FetchUnit& unit : layout_.units()) largest = std::max(largest, unit.shard);
   if (largest > options_.offload_buffer_size)
     throw PluginError(ZHOST_ERR_CONFIG,
                       fmt::format("zero.offload_param.buffer_size = {} elements is smaller than the largest parameter "
                                   "shard ({} elements, one block's parameters / ranks): set it to at least {}",
                                   options_.offload_buffer_size, largest, largest));
+  for (size_t u = 0; u < units_.size(); ++u) {
+    DLTensor src = dl_view(units_[u].shard);
+    tier_io(params_tier_.api->store, param_key(static_cast<int>(u)), src);
+    units_[u].shard = at::Tensor();
+  }
+  for (SubGroupState& g : sub_groups_) g.shard = at::Tensor();
   staging_.resize(static_cast<size_t>(options_.offload_buffer_count));
   for (Staging& slot : staging_) slot.buffer = at::empty({largest}, on_device_);
 }
@@ -221,38 +202,26 @@ std::string Stage3Partition::unit_name(int unit) const {
                      u.params.size() > 1 ? fmt::format(" and {} more", u.params.size() - 1) : "");
 }
 
-zhost_collective_args Stage3Partition::collective_args(zhost_collective_intent intent, int32_t block) const {
-  zhost_collective_args args{};
-  args.struct_size = sizeof(args);
-  args.op = ZHOST_REDUCE_SUM;
-  args.intent = intent;
-  args.block = block;
-  return args;
-}
-
-void Stage3Partition::wait(zhost_work*& work) {
-  if (!work) return;
-  zhost_work* w = work;
-  work = nullptr;
-  host_.check(host_.services()->collectives->wait(host_.context(), w));
+// Every rank's `mine` (the same count on each), rank after rank; on the training device, since NCCL moves
+// device tensors only.
+std::vector<int64_t> Stage3Partition::all_gather_ints(const std::vector<int64_t>& mine) const {
+  const auto count = static_cast<int64_t>(mine.size());
+  at::Tensor send = at::from_blob(const_cast<int64_t*>(mine.data()), {count}, at::TensorOptions().dtype(at::kLong))
+                        .to(on_device_.device());
+  at::Tensor recv = at::empty({count * world_size_}, on_device_.dtype(at::kLong));
+  DLTensor send_dl = dl_view(send), recv_dl = dl_view(recv);
+  zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC);
+  args.send = &send_dl;
+  args.recv = &recv_dl;
+  host_.check(host_.collectives().all_gather(host_.context(), &args));
+  const at::Tensor on_host = recv.cpu().contiguous();
+  return std::vector<int64_t>(on_host.data_ptr<int64_t>(), on_host.data_ptr<int64_t>() + on_host.numel());
 }
 
 // Blocks until every rank has said which collective it starts next; throws, naming the ranks and the
 // units, when they differ.
 void Stage3Partition::agree_on(int64_t kind, int unit) {
-  if (!tag_send_.defined()) {  // on the training device: NCCL moves device tensors only
-    tag_send_ = at::empty({2}, on_device_.dtype(at::kLong));
-    tag_recv_ = at::empty({2 * world_size_}, on_device_.dtype(at::kLong));
-  }
-  const int64_t values[2] = {kind, unit};
-  tag_send_.copy_(at::from_blob(const_cast<int64_t*>(values), {2}, at::TensorOptions().dtype(at::kLong)));
-  DLTensor send = dl_view(tag_send_), recv = dl_view(tag_recv_);
-  zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC, -1);
-  args.send = &send;
-  args.recv = &recv;
-  host_.check(host_.collectives().all_gather(host_.context(), &args));
-  const at::Tensor received = tag_recv_.cpu();
-  const int64_t* all = received.data_ptr<int64_t>();
+  const std::vector<int64_t> all = all_gather_ints({kind, unit});
   for (int r = 0; r < world_size_; ++r) {
     if (all[2 * r] == kind && all[2 * r + 1] == unit) continue;
     const int64_t other_kind = all[2 * r], other_unit = all[2 * r + 1];
@@ -303,7 +272,7 @@ void Stage3Partition::start_gather(int unit) {
 
 void Stage3Partition::finish_gather(int unit) {
   UnitState& u = units_[static_cast<size_t>(unit)];
-  wait(u.gather_work);
+  wait_for(host_, u.gather_work);
   u.residency = Residency::kLive;
   for (Staging& slot : staging_)  // its staging buffer (parameter offload) is free again
     if (slot.unit == unit) slot.unit = -1;
@@ -501,7 +470,7 @@ void Stage3Partition::launch_reduction(int unit) {
 void Stage3Partition::finish_reduction(int unit) {
   UnitState& u = units_[static_cast<size_t>(unit)];
   const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
-  wait(u.reduce_work);
+  wait_for(host_, u.reduce_work);
   const at::Tensor mine =
       options_.reduce_scatter ? u.reduced : u.grad_staging.narrow(0, rank_ * layout.shard, layout.shard);
   u.grad.add_(mine);
@@ -551,16 +520,8 @@ void Stage3Partition::backward_end() {
 
 // One small all-gather per micro-batch: every rank's hash of the events it ran.
 void Stage3Partition::check_block_order_across_ranks() {
-  at::Tensor mine = at::full({1}, static_cast<int64_t>(trace_->current_hash()), on_device_.dtype(at::kLong));
-  at::Tensor all = at::empty({world_size_}, on_device_.dtype(at::kLong));
-  DLTensor send = dl_view(mine), recv = dl_view(all);
-  zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC, -1);
-  args.send = &send;
-  args.recv = &recv;
-  host_.check(host_.collectives().all_gather(host_.context(), &args));
-  const at::Tensor all_on_host = all.cpu();
-  const int64_t* hashes = all_on_host.data_ptr<int64_t>();
   const int64_t hash = static_cast<int64_t>(trace_->current_hash());
+  const std::vector<int64_t> hashes = all_gather_ints({hash});
   for (int r = 0; r < world_size_; ++r)
     if (hashes[r] != hash)
       throw PluginError(
@@ -571,17 +532,10 @@ void Stage3Partition::check_block_order_across_ranks() {
               r, rank_, step_, micro_step_, rank_, trace_->current().size()));
 }
 
-void Stage3Partition::all_reduce_scalar(at::Tensor& value) const {
-  DLTensor view = dl_view(value);
-  zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC, -1);
-  args.recv = &view;
-  host_.check(host_.collectives().all_reduce(host_.context(), &args));
-}
-
 void Stage3Partition::step(zhost_step_args& args) {
   // The gradient shards hold sums over ranks of scaled gradients: average and unscale in one multiply. A
   // tier folds it into its optimizer pass instead (the norm is scaled by the same factor).
-  const bool offloaded = tier_.instance != nullptr;
+  const bool offloaded = tier_.active();
   const double unscale = 1.0 / (world_size_ * args.loss_scale);
   std::vector<at::Tensor> grads;  // fp32, per sub-group
   at::Tensor squares = at::zeros({1}, on_device_.dtype(at::kDouble));
@@ -591,7 +545,7 @@ void Stage3Partition::step(zhost_step_args& args) {
     squares += optim::squared_norm({grad}).reshape({1});
     grads.push_back(grad);
   }
-  all_reduce_scalar(squares);  // inf/nan anywhere reaches every rank: all skip the step alike
+  all_reduce_sum(host_, squares);  // inf/nan anywhere reaches every rank: all skip the step alike
   const double norm = std::sqrt(squares.item<double>()) * (offloaded ? unscale : 1.0);
   args.grad_norm = norm;
   args.overflow = std::isfinite(norm) ? 0 : 1;
@@ -600,17 +554,9 @@ void Stage3Partition::step(zhost_step_args& args) {
     for (size_t i = 0; i < sub_groups_.size(); ++i) {  // one sub-group at a time
       SubGroupState& g = sub_groups_[i];
       if (offloaded) {  // unscale and clipping in the tier's one pass, which also zeroes its accumulator
-        zhost_tier_step_args step{};
-        step.struct_size = sizeof(step);
-        step.key = i;
-        step.step = args.applied_steps + 1;
-        step.lr = args.lr;
-        step.grad_scale = unscale * coefficient;
         const at::Tensor updated =
             params_tier_.instance ? at::empty({layout_.sub_groups()[i].numel}, on_device_) : g.shard;
-        DLTensor out = dl_view(updated);
-        step.params_out = &out;
-        host_.check(tier_.api->optimizer_step(tier_.instance, &step));
+        tier_.step(i, args.applied_steps + 1, args.lr, unscale * coefficient, updated);
         if (params_tier_.instance)  // the updated shards go back to the parameter tier
           for (int unit : layout_.sub_groups()[i].units) {
             const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
@@ -657,16 +603,11 @@ void Stage3Partition::memory(zhost_model_state_bytes& out) const {
     } else if (g.master.defined()) {  // fp32: the master is the parameter shard
       out.params += g.master.nbytes();
     }
-    if (!tier_.instance) out.grads += g.grad.nbytes();
+    if (!tier_.active()) out.grads += g.grad.nbytes();
     out.optimizer += static_cast<uint64_t>(g.state.bytes());
   }
-  if (tier_.instance) {  // masters, states and the gradient accumulators are the tier's
-    zhost_tier_memory tier{};
-    tier.struct_size = sizeof(tier);
-    if (ZHOST_HAS_FIELD(tier_.api, zhost_offload_api, memory) && tier_.api->memory)
-      host_.check(tier_.api->memory(tier_.instance, &tier));
-    out.offloaded = tier.host_bytes + tier.storage_bytes;  // one instance serves both roles with "cpu"
-  }
+  if (tier_.active())  // masters, states and gradient accumulators (and, offloaded, the shards) are the tier's
+    out.offloaded = tier_.bytes();  // one instance serves both roles with "cpu"
   // Gradient staging lives only while a unit reduces (at most reduce_bucket_size); parameter staging stays.
   out.buffers = 0;
   for (const Staging& slot : staging_) out.buffers += slot.buffer.nbytes();

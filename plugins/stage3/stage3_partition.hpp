@@ -45,6 +45,7 @@
 #include "host/optim/optimizer.hpp"
 #include "plugins/stage3/block_trace.hpp"
 #include "plugins/stage3/fetch_units.hpp"
+#include "plugins/zero_common/plugin_calls.hpp"
 #include "zhost/cpp/partition.hpp"
 #include "zhost/offload.h"
 
@@ -88,13 +89,12 @@ class Stage3Partition : public sdk::PartitionHooks {
   struct UnitState {
     Residency residency = Residency::kReleased;
     zhost_param_group* group = nullptr;
-    at::Tensor flat;    // [N*S] compute dtype: the materialised storage (while
-                        // gathering or live)
-    at::Tensor shard;   // [S] compute dtype: this rank's shard (fp32 runs: a view
-                        // of the master)
-    at::Tensor master;  // [S] fp32 view into the sub-group's master
-    at::Tensor grad;    // [S] compute dtype view into the sub-group's reduced gradients
-    at::Tensor send;    // what the gather in flight sends: the shard, or its staging buffer
+    at::Tensor flat;   // [N*S] compute dtype: the materialised storage (while
+                       // gathering or live)
+    at::Tensor shard;  // [S] compute dtype: this rank's shard (fp32 runs: a view
+                       // of the master)
+    at::Tensor grad;   // [S] compute dtype view into the sub-group's reduced gradients
+    at::Tensor send;   // what the gather in flight sends: the shard, or its staging buffer
     DLTensor send_dl{}, recv_dl{};
     zhost_work* gather_work = nullptr;
     int open_uses = 0;        // blocks between their pre_ and post_ hooks that read this unit
@@ -135,14 +135,12 @@ class Stage3Partition : public sdk::PartitionHooks {
   bool staging_available() const;
   void tier_io(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key, DLTensor& data);
   void offload_parameter_shards();
+  std::vector<int64_t> all_gather_ints(const std::vector<int64_t>& mine) const;
   void agree_on(int64_t kind, int unit);
   void hand_optimizer_to_tier(const zhost_optimizer_desc& optimizer);
   void check_block_order_across_ranks();
-  void wait(zhost_work*& work);
   void gather_persistent();
   std::string unit_name(int unit) const;
-  void all_reduce_scalar(at::Tensor& value) const;
-  zhost_collective_args collective_args(zhost_collective_intent intent, int32_t block) const;
   const zhost_param_services& params() const;
 
   sdk::Host host_;
@@ -164,12 +162,11 @@ class Stage3Partition : public sdk::PartitionHooks {
   int32_t last_backward_block_ = -1;
   std::unique_ptr<BlockTrace> trace_;
   std::unique_ptr<optim::Optimizer> optimizer_;  // none when a tier runs the optimizer
-  zhost_tier_ref tier_{};
-  zhost_tier_ref params_tier_{};    // zero.offload_param's tier (with parameter offload)
-  std::vector<Staging> staging_;    // zero.offload_optimizer's tier; tier_.instance null without
-  at::Tensor tag_send_, tag_recv_;  // [2] and [N*2] int64: (kind, unit) of the next collective, all ranks'
-  std::vector<uint8_t> arrived_;    // per parameter, this micro-batch
-  std::deque<int> reductions_;      // units whose reduction is in flight, oldest first
+  zero::OptimizerTier tier_;                     // zero.offload_optimizer's tier (inactive without one)
+  zhost_tier_ref params_tier_{};                 // zero.offload_param's tier (with parameter offload)
+  std::vector<Staging> staging_;                 // parameter offload: buffers the shards are gathered from
+  std::vector<uint8_t> arrived_;                 // per parameter, this micro-batch
+  std::deque<int> reductions_;                   // units whose reduction is in flight, oldest first
   int64_t reducing_elements_ = 0;
   int64_t live_elements_ = 0;        // gathered or gathering
   int64_t prefetched_elements_ = 0;  // gathered ahead and not yet used

@@ -11,7 +11,7 @@
 #include "host/engine/dlpack_bridge.hpp"
 #include "host/optim/optimizer_abi.hpp"
 #include "host/optim/tensor_numerics.hpp"
-#include "zhost/offload.h"
+#include "plugins/zero_common/plugin_calls.hpp"
 
 namespace zhost::zero {
 
@@ -22,11 +22,7 @@ using sdk::PluginError;
 ZeroPartition::ZeroPartition(const sdk::Host& host, const ZeroOptions& options) : host_(host), options_(options) {}
 
 ZeroPartition::~ZeroPartition() {
-  // Never leave a collective in flight behind us; its failure was (or will be) reported by whoever waits.
-  for (auto& bucket : buckets_)
-    if (bucket.work)
-      if (zhost_status* status = host_.services()->collectives->wait(host_.context(), bucket.work))
-        host_.services()->status_destroy(status);
+  for (auto& bucket : buckets_) abandon(host_, bucket.work);
 }
 
 void ZeroPartition::setup(const zhost_partition_setup& setup) {
@@ -56,7 +52,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
     master_.narrow(0, s.flat_offset - begin, s.length)
         .copy_(params_[s.param].model.reshape({-1}).narrow(0, s.param_offset, s.length));
   attach_optimizer_tier(setup);
-  if (tier_.instance) {
+  if (tier_.active()) {
     updated_ = at::empty({partition}, on_device.dtype(compute_dtype_));
   } else {
     optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
@@ -68,7 +64,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   buckets_.resize(options_.overlap_comm ? 2 : 1);
   gather_chunk_ = std::clamp<int64_t>(options_.allgather_bucket_size / world_size_, 1, partition);
   gather_buffer_ = at::empty({gather_chunk_ * world_size_}, on_device.dtype(compute_dtype_));
-  if (compute_dtype_ != at::kFloat && !tier_.instance)  // the fp32 master is cast chunk by chunk to send
+  if (compute_dtype_ != at::kFloat && !tier_.active())  // the fp32 master is cast chunk by chunk to send
     gather_send_ = at::empty({gather_chunk_}, on_device.dtype(compute_dtype_));
   arrived_.assign(params_.size(), 0);
   host_.info(fmt::format("stage {}: {} parameters padded to {} = {} partitions of {} elements; this rank owns "
@@ -77,33 +73,15 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
                          options_.stage, layout_.total(), layout_.padded(), world_size_, partition, begin,
                          begin + partition, bucket_capacity_, options_.reduce_scatter ? "reduce-scatter" : "all-reduce",
                          options_.overlap_comm ? ", two overlapping with backward" : "", gather_chunk_,
-                         tier_.instance ? fmt::format("; optimizer offloaded to tier '{}'", tier_.name) : ""));
+                         tier_.active() ? fmt::format("; optimizer offloaded to tier '{}'", tier_.name()) : ""));
 }
 
 // The tier named by zero.offload_optimizer.device, if any, takes the master partition and the optimizer;
 // its fp32 gradient accumulator becomes this rank's gradient partition.
 void ZeroPartition::attach_optimizer_tier(const zhost_partition_setup& setup) {
-  const zhost_host_services* services = host_.services();
-  tier_.struct_size = sizeof(tier_);
-  if (!ZHOST_HAS_FIELD(services, zhost_host_services, tier_for) || !services->tier_for) return;
-  host_.check(services->tier_for(host_.context(), ZHOST_TIER_FOR_OPTIMIZER, &tier_));
-  if (!tier_.instance) return;
-  const zhost_offload_api* api = tier_.api;
-  if (!api || !ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_step) || !api->optimizer_setup ||
-      !api->optimizer_grad || !api->optimizer_step)
-    throw PluginError(ZHOST_ERR_UNSUPPORTED,
-                      fmt::format("offload tier '{}' stores buffers but cannot run the optimizer; use "
-                                  "zero.offload_optimizer.device = \"cpu\"", tier_.name));
-  DLTensor initial = dl_view(master_);
-  zhost_tier_optimizer_setup tier_setup{};
-  tier_setup.struct_size = sizeof(tier_setup);
-  tier_setup.key = 0;
-  tier_setup.optimizer = &setup.optimizer;
-  tier_setup.initial_master = &initial;
-  host_.check(api->optimizer_setup(tier_.instance, &tier_setup));
-  DLTensor grad{};
-  host_.check(api->optimizer_grad(tier_.instance, 0, &grad));
-  grad_partition_ = tensor_view(grad);
+  tier_ = OptimizerTier::find(host_);
+  if (!tier_.active()) return;
+  grad_partition_ = tier_.add_group(0, setup.optimizer, master_);
   master_ = at::Tensor();  // the tier holds it now
 }
 
@@ -146,15 +124,6 @@ void ZeroPartition::grad_ready(uint32_t id, const DLTensor& grad_view) {
   bucket.used += n;
 }
 
-zhost_collective_args ZeroPartition::collective_args(zhost_collective_intent intent) const {
-  zhost_collective_args args{};
-  args.struct_size = sizeof(args);
-  args.op = ZHOST_REDUCE_SUM;
-  args.intent = intent;
-  args.block = -1;
-  return args;
-}
-
 // Groups the bucket's pieces by owner rank and starts their reduction.
 void ZeroPartition::launch(Bucket& bucket) {
   if (bucket.used == 0) return;
@@ -189,9 +158,7 @@ void ZeroPartition::launch(Bucket& bucket) {
 // Waits for the bucket's reduction and adds this rank's reduced elements into its gradient partition.
 void ZeroPartition::complete(Bucket& bucket) {
   if (!bucket.work) return;
-  zhost_work* work = bucket.work;
-  bucket.work = nullptr;
-  host_.check(host_.services()->collectives->wait(host_.context(), work));
+  wait_for(host_, bucket.work);
   at::Tensor mine = bucket.send_view;  // all-reduce: this rank's elements follow the lower ranks' ones
   int64_t at = 0;
   if (options_.reduce_scatter) {
@@ -230,13 +197,6 @@ void ZeroPartition::backward_end() {
   current_ = 0;
 }
 
-void ZeroPartition::all_reduce_scalar(at::Tensor& value) const {
-  DLTensor view = dl_view(value);
-  zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC);
-  args.recv = &view;
-  host_.check(host_.collectives().all_reduce(host_.context(), &args));
-}
-
 void ZeroPartition::ensure_grad_partition() {
   if (!grad_partition_.defined())
     grad_partition_ = at::zeros({layout_.partition_size()}, params_.front().model.options().dtype(compute_dtype_));
@@ -244,14 +204,14 @@ void ZeroPartition::ensure_grad_partition() {
 
 void ZeroPartition::step(zhost_step_args& args) {
   ensure_grad_partition();  // no gradient may have reached this rank's partition: then all zero
-  const bool offloaded = tier_.instance != nullptr;
+  const bool offloaded = tier_.active();
   at::Tensor grad = grad_partition_.scalar_type() == at::kFloat ? grad_partition_ : grad_partition_.to(at::kFloat);
   // The partition holds sums over ranks of scaled gradients: average and unscale in one multiply. A tier
   // folds it into its optimizer pass instead (the norm scales by the same factor).
   const double unscale = 1.0 / (world_size_ * args.loss_scale);
   if (!offloaded) optim::scale_in_place({grad}, unscale);
   at::Tensor squares = optim::squared_norm({grad}).reshape({1});
-  all_reduce_scalar(squares);  // inf/nan anywhere reaches every rank: all skip the step alike
+  all_reduce_sum(host_, squares);  // inf/nan anywhere reaches every rank: all skip the step alike
   const double norm = std::sqrt(squares.item<double>()) * (offloaded ? unscale : 1.0);
   args.grad_norm = norm;
   args.overflow = std::isfinite(norm) ? 0 : 1;
@@ -261,15 +221,7 @@ void ZeroPartition::step(zhost_step_args& args) {
   }
   const double coefficient = std::min(optim::clip_coefficient(norm, args.clip_norm), 1.0);
   if (offloaded) {  // the tier applies unscale and clipping in its one pass, and zeroes its accumulator
-    zhost_tier_step_args step{};
-    step.struct_size = sizeof(step);
-    step.key = 0;
-    step.step = args.applied_steps + 1;
-    step.lr = args.lr;
-    step.grad_scale = unscale * coefficient;
-    DLTensor out = dl_view(updated_);
-    step.params_out = &out;
-    host_.check(tier_.api->optimizer_step(tier_.instance, &step));
+    tier_.step(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_);
     gather_updated_partitions(updated_);
     return;
   }
@@ -282,7 +234,7 @@ void ZeroPartition::step(zhost_step_args& args) {
 // After a step (or a skipped one): stage 2 and a tier's accumulator keep their buffer, zeroed; stage 1
 // frees its partition until the next boundary.
 void ZeroPartition::release_gradients() {
-  if (options_.stage == 2 || tier_.instance)
+  if (options_.stage == 2 || tier_.active())
     grad_partition_.zero_();
   else
     grad_partition_ = at::Tensor();
@@ -315,12 +267,8 @@ void ZeroPartition::memory(zhost_model_state_bytes& out) const {
   out.buffers = (buckets_.size() * 2 * static_cast<uint64_t>(bucket_capacity_) +
                  static_cast<uint64_t>(gather_buffer_.numel())) * element +
                 (gather_send_.defined() ? gather_send_.nbytes() : 0);
-  if (tier_.instance) {  // master, states and gradient partition are the tier's
-    zhost_tier_memory tier{};
-    tier.struct_size = sizeof(tier);
-    if (ZHOST_HAS_FIELD(tier_.api, zhost_offload_api, memory) && tier_.api->memory)
-      host_.check(tier_.api->memory(tier_.instance, &tier));
-    out.offloaded = tier.host_bytes + tier.storage_bytes;
+  if (tier_.active()) {  // master, states and gradient partition are the tier's
+    out.offloaded = tier_.bytes();
     out.buffers += updated_.nbytes();
     return;
   }

@@ -29,6 +29,7 @@
 
 #include "host/optim/optimizer.hpp"
 #include "plugins/zero_common/flat_layout.hpp"
+#include "plugins/zero_common/plugin_calls.hpp"
 #include "zhost/cpp/partition.hpp"
 
 namespace zhost::zero {
@@ -87,8 +88,6 @@ class ZeroPartition : public sdk::PartitionHooks {
   void gather_updated_partitions(const at::Tensor& updated);
   void ensure_grad_partition();
   void release_gradients();
-  void all_reduce_scalar(at::Tensor& value) const;
-  zhost_collective_args collective_args(zhost_collective_intent intent) const;
 
   sdk::Host host_;
   ZeroOptions options_;
@@ -105,7 +104,7 @@ class ZeroPartition : public sdk::PartitionHooks {
   int64_t bucket_capacity_ = 0;
   at::Tensor gather_buffer_;   // [N * chunk] compute dtype
   at::Tensor gather_send_;     // [chunk] compute dtype: a chunk of the fp32 master cast for sending (16-bit runs)
-  zhost_tier_ref tier_{};      // the optimizer's offload tier; tier_.instance == nullptr without one
+  OptimizerTier tier_;         // the optimizer's offload tier (inactive without one)
   at::Tensor updated_;         // [S] compute dtype: the tier's updated partition, sent by the all-gather
   int64_t gather_chunk_ = 0;
   std::vector<uint8_t> arrived_;  // per parameter: its gradient reached grad_ready this micro-batch

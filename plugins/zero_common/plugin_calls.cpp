@@ -1,0 +1,94 @@
+// plugins/zero_common/plugin_calls.cpp: collectives and the optimizer's offload tier (see the header).
+#include "plugins/zero_common/plugin_calls.hpp"
+
+#include <fmt/format.h>
+
+#include "host/engine/dlpack_bridge.hpp"
+
+namespace zhost::zero {
+
+using engine::dl_view;
+
+zhost_collective_args collective_args(zhost_collective_intent intent, int32_t block) {
+  zhost_collective_args args{};
+  args.struct_size = sizeof(args);
+  args.op = ZHOST_REDUCE_SUM;
+  args.intent = intent;
+  args.block = block;
+  return args;
+}
+
+void all_reduce_sum(const sdk::Host& host, at::Tensor& value) {
+  DLTensor view = dl_view(value);
+  zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC);
+  args.recv = &view;
+  host.check(host.collectives().all_reduce(host.context(), &args));
+}
+
+void wait_for(const sdk::Host& host, zhost_work*& work) {
+  if (!work) return;
+  zhost_work* in_flight = work;
+  work = nullptr;
+  host.check(host.services()->collectives->wait(host.context(), in_flight));
+}
+
+void abandon(const sdk::Host& host, zhost_work*& work) noexcept {
+  if (!work) return;
+  if (zhost_status* status = host.services()->collectives->wait(host.context(), work))
+    host.services()->status_destroy(status);
+  work = nullptr;
+}
+
+OptimizerTier OptimizerTier::find(const sdk::Host& host) {
+  OptimizerTier tier(host);
+  zhost_tier_ref& ref = tier.ref_;
+  const zhost_host_services* services = host.services();
+  ref.struct_size = sizeof(ref);
+  if (!ZHOST_HAS_FIELD(services, zhost_host_services, tier_for) || !services->tier_for) return tier;
+  host.check(services->tier_for(host.context(), ZHOST_TIER_FOR_OPTIMIZER, &ref));
+  if (!ref.instance) return tier;
+  const zhost_offload_api* api = ref.api;
+  if (!api || !ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_step) || !api->optimizer_setup ||
+      !api->optimizer_grad || !api->optimizer_step)
+    throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED,
+                           fmt::format("offload tier '{}' stores buffers but cannot run the optimizer; use "
+                                       "zero.offload_optimizer.device = \"cpu\"",
+                                       ref.name));
+  return tier;
+}
+
+at::Tensor OptimizerTier::add_group(uint64_t key, const zhost_optimizer_desc& optimizer,
+                                    const at::Tensor& master) const {
+  DLTensor initial = dl_view(master);
+  zhost_tier_optimizer_setup setup{};
+  setup.struct_size = sizeof(setup);
+  setup.key = key;
+  setup.optimizer = &optimizer;
+  setup.initial_master = &initial;
+  host_.check(ref_.api->optimizer_setup(ref_.instance, &setup));
+  DLTensor grad{};
+  host_.check(ref_.api->optimizer_grad(ref_.instance, key, &grad));
+  return engine::tensor_view(grad);
+}
+
+void OptimizerTier::step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& params_out) const {
+  zhost_tier_step_args args{};
+  args.struct_size = sizeof(args);
+  args.key = key;
+  args.step = step;
+  args.lr = lr;
+  args.grad_scale = grad_scale;
+  DLTensor out = dl_view(params_out);
+  args.params_out = &out;
+  host_.check(ref_.api->optimizer_step(ref_.instance, &args));
+}
+
+uint64_t OptimizerTier::bytes() const {
+  zhost_tier_memory memory{};
+  memory.struct_size = sizeof(memory);
+  if (ZHOST_HAS_FIELD(ref_.api, zhost_offload_api, memory) && ref_.api->memory)
+    host_.check(ref_.api->memory(ref_.instance, &memory));
+  return memory.host_bytes + memory.storage_bytes;
+}
+
+}  // namespace zhost::zero
