@@ -62,13 +62,9 @@ run_zhost() {  # SIZE RANKS ROUND_DIR
     > "$3/zhost.log" 2>&1
 }
 
-{
-  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), nproc $cores"
-  echo "zhost: $("$zhost" version | tr '\n' ';' | sed 's/;$//')"
-  echo "command: BUILD=$build ROUNDS=$rounds WARMUP=$warmup MEASURED=$measured THREADS_PER_RANK=$threads_per_rank bench/engine_overhead/run.sh $*"
-  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-} > "$results/machine.txt"
+source "$here/../machine.sh"
+describe_machine "$zhost" "BUILD=$build ROUNDS=$rounds WARMUP=$warmup MEASURED=$measured \
+THREADS_PER_RANK=$threads_per_rank bench/engine_overhead/run.sh $*" > "$results/machine.txt"
 
 start=$SECONDS
 loads=()  # 1-minute load average before each configuration of each round

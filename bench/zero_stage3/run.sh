@@ -45,15 +45,10 @@ zhost=$build/bin/zhost
 (( measured % warmup == 0 )) || { echo "run.sh: MEASURED must be a multiple of WARMUP" >&2; exit 2; }
 mkdir -p "$results"
 
-{
-  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), nproc $(nproc)"
-  echo "zhost: $("$zhost" version | tr '\n' ';' | sed 's/;$//')"
-  echo "command: PARTS='$parts' ROUNDS=$rounds RANKS='$ranks_list' MICRO=$micro WARMUP=$warmup MEASURED=$measured" \
-       "PREFETCH='$prefetch_list' SIZE='$size' MEMSIZE='$memsize' MEMPREFETCH=$memprefetch MEMSTEPS=$memsteps" \
-       "bench/zero_stage3/run.sh"
-  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-} > "$results/machine.txt"
+source "$here/../machine.sh"
+describe_machine "$zhost" "PARTS='$parts' ROUNDS=$rounds RANKS='$ranks_list' MICRO=$micro WARMUP=$warmup \
+MEASURED=$measured PREFETCH='$prefetch_list' SIZE='$size' MEMSIZE='$memsize' MEMPREFETCH=$memprefetch \
+MEMSTEPS=$memsteps bench/zero_stage3/run.sh" > "$results/machine.txt"
 
 # run NAME RANKS ARGS...: one job; its run directory is RESULTS/NAME, its output RESULTS/NAME.log. The load
 # average before each job goes to RESULTS/load.txt (the machine may be shared).

@@ -28,13 +28,9 @@ zhost=$build/bin/zhost
 (( measured % warmup == 0 )) || { echo "run.sh: MEASURED must be a multiple of WARMUP" >&2; exit 2; }
 mkdir -p "$results"
 
-{
-  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), nproc $(nproc)"
-  echo "zhost: $("$zhost" version | tr '\n' ';' | sed 's/;$//')"
-  echo "command: RANKS=$ranks MICRO=$micro ROUNDS=$rounds WARMUP=$warmup MEASURED=$measured SIZE='$size' EXTRA='$extra' bench/zero_stages/run.sh"
-  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-} > "$results/machine.txt"
+source "$here/../machine.sh"
+describe_machine "$zhost" "RANKS=$ranks MICRO=$micro ROUNDS=$rounds WARMUP=$warmup MEASURED=$measured SIZE='$size' \
+EXTRA='$extra' bench/zero_stages/run.sh" > "$results/machine.txt"
 
 # steps_per_print = WARMUP: the first metrics record covers the warm-up, the others the measured steps.
 run_stage() {  # STAGE ROUND

@@ -18,11 +18,6 @@ using namespace zhost::testing;
 namespace {
 constexpr double kFp32Tolerance = 2e-5;
 constexpr double kFp32Absolute = 5e-6;
-
-void expect_same_losses(const RunOutput& a, const RunOutput& b, double tolerance) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_NEAR(a.losses[i], b.losses[i], tolerance * b.losses[i]) << "step " << i + 1;
-}
 }  // namespace
 
 TEST(Equivalence, TwoRanksEqualOneRankWithDoubleMicroBatch) {
@@ -32,7 +27,7 @@ TEST(Equivalence, TwoRanksEqualOneRankWithDoubleMicroBatch) {
   ASSERT_EQ(two.exit_code, 0) << two.err << two.out;
   ASSERT_EQ(one.exit_code, 0) << one.err << one.out;
   ASSERT_EQ(one.losses.size(), 6u);
-  expect_same_losses(two, one, kFp32Tolerance);
+  expect_losses_near(two, one, kFp32Tolerance);
   EXPECT_EQ(weights_mismatch(two, one, kFp32Tolerance, kFp32Absolute), "");
   EXPECT_LT(one.losses.back(), one.losses.front());  // it trains
 }
@@ -43,7 +38,7 @@ TEST(Equivalence, ThreeRanksEqualOneRankWithTripleMicroBatch) {
   RunOutput one = run_zhost(dir.path(), small_job_config(), "one", "--set train_micro_batch_size_per_gpu=3");
   ASSERT_EQ(three.exit_code, 0) << three.err << three.out;
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  expect_same_losses(three, one, kFp32Tolerance);
+  expect_losses_near(three, one, kFp32Tolerance);
   EXPECT_EQ(weights_mismatch(three, one, kFp32Tolerance, kFp32Absolute), "");
 }
 
@@ -54,7 +49,7 @@ TEST(Equivalence, GradientAccumulationEqualsLargerMicroBatch) {
   RunOutput single = run_zhost(dir.path(), small_job_config(), "single", "--set train_micro_batch_size_per_gpu=4");
   ASSERT_EQ(accumulated.exit_code, 0) << accumulated.err;
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  expect_same_losses(accumulated, single, kFp32Tolerance);
+  expect_losses_near(accumulated, single, kFp32Tolerance);
   EXPECT_EQ(weights_mismatch(accumulated, single, kFp32Tolerance, kFp32Absolute), "");
 }
 
@@ -99,7 +94,7 @@ TEST(Equivalence, Bf16StaysCloseToFp32) {
                              "--nproc 2 --set train_micro_batch_size_per_gpu=1 --set bf16.enabled=true");
   ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
   ASSERT_EQ(bf16.exit_code, 0) << bf16.err << bf16.out;
-  expect_same_losses(bf16, fp32, 0.02);
+  expect_losses_near(bf16, fp32, 0.02);
   EXPECT_LT(bf16.losses.back(), bf16.losses.front());
 }
 

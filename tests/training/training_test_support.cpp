@@ -140,4 +140,14 @@ std::string weights_norm_mismatch(const RunOutput& a, const RunOutput& b, double
   return message.str();
 }
 
+void expect_losses_near(const RunOutput& a, const RunOutput& b, double relative) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_NEAR(a.losses[i], b.losses[i], relative * std::fabs(b.losses[i])) << "step " << i + 1;
+}
+
+nlohmann::json read_model_states(const RunOutput& r) {
+  return nlohmann::json::parse(read_text_file(r.run_dir / "model_states.json"));
+}
+
 }  // namespace zhost::testing

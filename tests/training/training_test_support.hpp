@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,12 @@ RunOutput run_zhost(const std::filesystem::path& dir, const std::string& config_
 // "" when every weight of `a` is within rtol * (its tensor's largest |value| in b) + atol of b's; else a
 // description of the worst parameter. Both runs must hold the same parameters.
 std::string weights_mismatch(const RunOutput& a, const RunOutput& b, double rtol, double atol);
+
+// Expects every per-step loss of `a` within relative * |loss of b| of b's (same number of steps).
+void expect_losses_near(const RunOutput& a, const RunOutput& b, double relative);
+
+// RUN_DIR/model_states.json of a run (written by rank 0): measured model-state bytes vs ZeRO's formula.
+nlohmann::json read_model_states(const RunOutput& r);
 
 // "" when for every parameter ||a - b|| <= relative * ||b|| (2-norms over the tensor); else the worst one.
 std::string weights_norm_mismatch(const RunOutput& a, const RunOutput& b, double relative);

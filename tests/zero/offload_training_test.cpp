@@ -60,8 +60,7 @@ TEST_P(OffloadEqualsNoOffload, Fp32WeightsAfterTwentySteps) {
   EXPECT_NE((offloaded.out + offloaded.err).find("optimizer offloaded to tier 'offload_cpu'"), std::string::npos)
       << offloaded.err;
   EXPECT_EQ(weights_norm_mismatch(offloaded, plain, kFp32Relative), "");
-  for (size_t i = 0; i < plain.losses.size(); ++i)
-    EXPECT_NEAR(offloaded.losses[i], plain.losses[i], 1e-6 * plain.losses[i]) << "step " << i + 1;
+  expect_losses_near(offloaded, plain, 1e-6);
 }
 
 TEST(Offload, Bf16StageTwoKeepsOnlyParametersOnTheDevice) {
@@ -71,12 +70,11 @@ TEST(Offload, Bf16StageTwoKeepsOnlyParametersOnTheDevice) {
   RunOutput offloaded = train(dir, "offloaded", args + kOffload);
   // bf16 as in zero_training_test.cpp: 5% per tensor, losses within 2%.
   EXPECT_EQ(weights_norm_mismatch(offloaded, plain, 0.05), "");
-  for (size_t i = 0; i < plain.losses.size(); ++i)
-    EXPECT_NEAR(offloaded.losses[i], plain.losses[i], 0.02 * plain.losses[i]) << "step " << i + 1;
+  expect_losses_near(offloaded, plain, 0.02);
 
   // ZeRO-Offload's device side at stage 2: the 16-bit parameters (2Ψ); gradients, master and Adam states
   // (4 + 4 + 8 bytes per owned parameter) are in the tier's host memory.
-  auto states = nlohmann::json::parse(read_text_file(offloaded.run_dir / "model_states.json"));
+  auto states = read_model_states(offloaded);
   const double psi = states["num_params"].get<double>(), n = 2;
   EXPECT_NEAR(states["measured"]["total"].get<double>() / (2 * psi), 1.0, 0.05) << states.dump();
   EXPECT_EQ(states["measured"]["master"].get<double>(), 0.0);
@@ -90,7 +88,7 @@ TEST(Offload, Bf16StageThreeKeepsOnlyParameterShardsOnTheDevice) {
   RunOutput offloaded = train(dir, "offloaded", "--nproc 2 --set train_micro_batch_size_per_gpu=2 --set bf16.enabled=true "
                                                 "--set zero.stage=3 --set zero.stage3_param_persistence_threshold=0" +
                                                     std::string(kOffload));
-  auto states = nlohmann::json::parse(read_text_file(offloaded.run_dir / "model_states.json"));
+  auto states = read_model_states(offloaded);
   const double psi = states["num_params"].get<double>(), n = 2;
   EXPECT_EQ(states["formula_text"], "2Ψ/N (optimizer and gradients offloaded)");
   EXPECT_NEAR(states["measured"]["total"].get<double>() / (2 * psi / n), 1.0, 0.05) << states.dump();
@@ -111,9 +109,8 @@ TEST(Offload, StageThreeWithParametersOffloadedTooEqualsNoOffload) {
   RunOutput offloaded = train(dir, "offloaded", args + kOffload + " --set zero.offload_param.device=cpu "
                                                                  "--set zero.offload_param.buffer_count=1");
   EXPECT_EQ(weights_norm_mismatch(offloaded, plain, kFp32Relative), "");
-  for (size_t i = 0; i < plain.losses.size(); ++i)
-    EXPECT_NEAR(offloaded.losses[i], plain.losses[i], 1e-6 * plain.losses[i]) << "step " << i + 1;
-  auto states = nlohmann::json::parse(read_text_file(offloaded.run_dir / "model_states.json"));
+  expect_losses_near(offloaded, plain, 1e-6);
+  auto states = read_model_states(offloaded);
   const double psi = states["num_params"].get<double>(), n = 3;
   EXPECT_EQ(states["measured"]["total"].get<double>(), 0.0) << states.dump();
   EXPECT_NEAR(states["offloaded"].get<double>() / (20 * psi / n), 1.0, 0.05) << states.dump();

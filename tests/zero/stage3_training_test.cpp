@@ -52,17 +52,6 @@ RunOutput train(const ScratchDir& dir, const std::string& name, const std::strin
   return r;
 }
 
-void expect_losses_near(const RunOutput& a, const RunOutput& b, double relative) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i)
-    EXPECT_NEAR(a.losses[i], b.losses[i], relative * std::fabs(b.losses[i])) << "step " << i + 1;
-}
-
-nlohmann::json model_states(const RunOutput& r) {
-  std::ifstream in(r.run_dir / "model_states.json");
-  return nlohmann::json::parse(in);
-}
-
 struct Case {
   const char* name;
   const char* model;
@@ -149,7 +138,7 @@ TEST(Stage3Memory, ModelStatesAreSixteenPsiOverNPlusTheGatherWindow) {
                           job("llama", 2, ranks, 1, 1) + kStage3 +
                               " --set zero.stage3_param_persistence_threshold=0 --set model.layers=6" +
                               (std::string(precision) == "bf16" ? " --set bf16.enabled=true" : ""));
-      const nlohmann::json states = model_states(r);
+      const nlohmann::json states = read_model_states(r);
       const double psi = states.at("num_params").get<double>();
       const double measured = states.at("measured").at("total").get<double>();
       EXPECT_EQ(states.at("formula_text"), "16Ψ/N") << name;
@@ -174,7 +163,7 @@ TEST(Stage3Traffic, BytesSentPerStepAreAboutThreePsi) {
         train(dir, "traffic" + std::to_string(ranks),
               job("llama", 3, ranks, 1, 1) + kStage3 +
                   " --set zero.stage3_param_persistence_threshold=0 --set model.width=64 --set model.layers=4");
-    const double psi = model_states(r).at("num_params").get<double>();
+    const double psi = read_model_states(r).at("num_params").get<double>();
     const double expected = 3 * 4 * psi * (ranks - 1) / ranks;
     ASSERT_FALSE(r.metrics.empty());
     const double sent = r.metrics.back().at("comm_bytes_sent");

@@ -53,12 +53,6 @@ RunOutput train(const ScratchDir& dir, const std::string& name, int stage, const
   return r;
 }
 
-void expect_losses_near(const RunOutput& a, const RunOutput& b, double relative) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i)
-    EXPECT_NEAR(a.losses[i], b.losses[i], relative * std::fabs(b.losses[i])) << "step " << i + 1;
-}
-
 // Clipping must act in these jobs, or they would not show that the partitioned norm is right.
 void expect_clipping_acted(const RunOutput& r) {
   ASSERT_FALSE(r.metrics.empty());
@@ -164,7 +158,7 @@ TEST_P(ZeroFormulas, ModelStateBytesAndTrafficMatch) {
   RunOutput r = train(dir, "run", stage,
                       job("gpt", 3) + " --nproc " + std::to_string(ranks) + " --set bf16.enabled=true" +
                           " --set train_micro_batch_size_per_gpu=1");
-  auto states = nlohmann::json::parse(read_text_file(r.run_dir / "model_states.json"));
+  auto states = read_model_states(r);
   const double psi = states["num_params"].get<double>(), n = ranks;
   const double expected = stage == 1 ? 4 * psi + 12 * psi / n : 2 * psi + 14 * psi / n;
   const double measured = states["measured"]["total"].get<double>();
