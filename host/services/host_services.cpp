@@ -37,6 +37,14 @@ struct zhost_host_context {
 
 namespace zhost {
 
+// A span between trace_begin and trace_end; closed, its time joins its name's SpanTotal.
+struct TraceSpan {
+  std::string name;
+  std::string owner;  // plugin name
+  uint64_t begin_ns = 0;
+  uint64_t end_ns = 0;
+};
+
 struct HostServices::State {
   zhost_host_services table{};
   mutable std::mutex mutex;
@@ -49,14 +57,12 @@ struct HostServices::State {
   std::string abort_reason;
   std::map<zhost_tier_role, TierRef> tiers;
   std::map<uint64_t, TraceSpan> open_spans;
-  std::vector<TraceSpan> closed_spans;
   std::map<std::string, SpanTotal> span_totals;  // "plugin/name" -> time, for the wall-clock breakdown
   uint64_t next_span = 1;
 };
 
 namespace {
 
-constexpr size_t kMaxClosedSpans = 1 << 16;
 
 zhost_status* status_create(zhost_status_code code, const char* message) {
   return new (std::nothrow) zhost_status{code, message ? message : ""};
@@ -240,7 +246,6 @@ void trace_end(zhost_host_context* ctx, uint64_t span) {
   SpanTotal& total = state->span_totals[it->second.owner + "/" + it->second.name];
   total.ns += it->second.end_ns - it->second.begin_ns;
   ++total.count;
-  if (state->closed_spans.size() < kMaxClosedSpans) state->closed_spans.push_back(std::move(it->second));
   state->open_spans.erase(it);
 }
 
@@ -360,11 +365,6 @@ void HostServices::request_abort(const std::string& reason) {
 std::map<std::string, SpanTotal> HostServices::take_span_totals() {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return std::exchange(state_->span_totals, {});
-}
-
-std::vector<TraceSpan> HostServices::take_trace_spans() {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  return std::exchange(state_->closed_spans, {});
 }
 
 uint64_t HostServices::live_buffer_bytes(zhost_memory_kind kind) const {

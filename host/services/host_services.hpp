@@ -28,13 +28,6 @@ struct PluginContextSpec {
   std::map<std::string, ConfigValue> config;  // dotted key -> value, for the keys the plugin declared
 };
 
-struct TraceSpan {
-  std::string name;
-  std::string owner;  // plugin name
-  uint64_t begin_ns = 0;
-  uint64_t end_ns = 0;
-};
-
 // Time spent in closed spans of one name, summed.
 struct SpanTotal {
   uint64_t ns = 0;
@@ -74,7 +67,6 @@ class HostServices {
   std::string abort_reason() const;
   void request_abort(const std::string& reason);
 
-  std::vector<TraceSpan> take_trace_spans();
   // Per "plugin/span name": total time and count of the spans closed since the last call.
   std::map<std::string, SpanTotal> take_span_totals();
   uint64_t live_buffer_bytes(zhost_memory_kind kind) const;
