@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "host/core/error.hpp"
+#include "host/engine/device_copies.hpp"
 #include "host/engine/dlpack_bridge.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/engine/param_store.hpp"
@@ -159,6 +160,8 @@ struct Trainer::Impl {
   // ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS: the model is built without storage and the plugin
   // materialises parameters through this store.
   std::unique_ptr<ParamStore> param_store;
+  // Copies between host memory and the device for tiers and partition plugins (zhost_copy_services).
+  std::unique_ptr<DeviceCopies> copies;
 
   Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r, HostServices& h)
       : settings(s), world(w), partition(p), api(*p.plugin->api->partition), run_dir(r), services(h) {}
@@ -193,6 +196,7 @@ struct Trainer::Impl {
   void build() {
     device = choose_device(settings.device, settings.local_rank, settings.local_world_size);
     check_precision_supported(settings.precision, device);
+    copies = std::make_unique<DeviceCopies>(device, services);
     const bool partitions_params = (plugin_flags() & ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS) != 0;
     if (partitions_params && !(ZHOST_HAS_FIELD(&api, zhost_partition_api, gather_param) && api.gather_param))
       fail("partition plugin '{}' partitions parameters but has no gather_param (ABI 0.2): rebuild it against this "

@@ -25,6 +25,7 @@ struct Buffer {
   void* data;
   bool locked;
   std::string label;
+  std::shared_ptr<void> pinned;  // owns `data` when it came from the pinned allocator
 };
 
 }  // namespace zhost
@@ -56,6 +57,7 @@ struct HostServices::State {
   std::atomic<bool> abort_flag{false};
   std::string abort_reason;
   std::map<zhost_tier_role, TierRef> tiers;
+  HostServices::PinnedAllocator pinned_allocator;
   std::map<uint64_t, TraceSpan> open_spans;
   std::map<std::string, SpanTotal> span_totals;  // "plugin/name" -> time, for the wall-clock breakdown
   uint64_t next_span = 1;
@@ -149,22 +151,38 @@ zhost_status* buffer_alloc(zhost_host_context* ctx, zhost_buffer_alloc_args* arg
   if (alignment & (alignment - 1))
     return status_create(ZHOST_ERR_INVALID_ARGUMENT, "buffer_alloc: alignment must be a power of two");
   uint64_t rounded = (args->size_bytes + alignment - 1) / alignment * alignment;
-  void* data = std::aligned_alloc(alignment, rounded ? rounded : alignment);
+  auto* state = ctx->state;
+  HostServices::PinnedAllocator pinned_allocator;
+  {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    pinned_allocator = state->pinned_allocator;
+  }
+  // Pinned with a device: the device's allocator registers the pages (page-aligned, 4096).
+  std::shared_ptr<void> pinned;
+  if (args->memory == ZHOST_MEMORY_PINNED && pinned_allocator && alignment <= 4096) {
+    try {
+      pinned = pinned_allocator(rounded ? rounded : alignment);
+    } catch (const std::exception& e) {
+      return status_create(ZHOST_ERR_OUT_OF_MEMORY, fmt::format("buffer_alloc: could not allocate {} bytes of pinned "
+                                                                "host memory: {}", args->size_bytes, e.what()).c_str());
+    }
+  }
+  void* data = pinned ? pinned.get() : std::aligned_alloc(alignment, rounded ? rounded : alignment);
   if (!data)
     return status_create(ZHOST_ERR_OUT_OF_MEMORY,
                          fmt::format("buffer_alloc: could not allocate {} bytes of host memory", args->size_bytes).c_str());
-  // Pinned without CUDA: page-locked through mlock when the limit allows (best effort, logged once).
+  // Pinned without a device: page-locked through mlock when the limit allows (best effort, logged once).
   bool locked = false;
-  if (args->memory == ZHOST_MEMORY_PINNED) {
+  if (args->memory == ZHOST_MEMORY_PINNED && !pinned) {
     locked = mlock(data, rounded) == 0;
     static std::once_flag warned;
     if (!locked)
       std::call_once(warned, [] { spdlog::debug("pinned buffers are not page-locked: mlock failed (RLIMIT_MEMLOCK)"); });
   }
-  auto* state = ctx->state;
   std::lock_guard<std::mutex> lock(state->mutex);
   zhost_buffer_handle handle = state->next_handle++;
-  state->buffers[handle] = Buffer{args->memory, args->size_bytes, data, locked, args->label ? args->label : ""};
+  state->buffers[handle] =
+      Buffer{args->memory, args->size_bytes, data, locked, args->label ? args->label : "", std::move(pinned)};
   ctx->buffers.insert(handle);
   args->handle = handle;
   args->data = data;
@@ -172,6 +190,10 @@ zhost_status* buffer_alloc(zhost_host_context* ctx, zhost_buffer_alloc_args* arg
 }
 
 void free_buffer(Buffer& buffer) {
+  if (buffer.pinned) {
+    buffer.pinned.reset();
+    return;
+  }
   if (buffer.locked) munlock(buffer.data, buffer.size_bytes);
   std::free(buffer.data);
 }
@@ -277,7 +299,8 @@ zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier
 
 HostServices::HostServices(uint32_t abi_minor) : state_(std::make_unique<State>()) {
   zhost_host_services& t = state_->table;
-  t.struct_size = abi_minor >= 2   ? ZHOST_HOST_SERVICES_SIZE
+  t.struct_size = abi_minor >= 3   ? ZHOST_HOST_SERVICES_SIZE
+                  : abi_minor >= 2 ? ZHOST_HOST_SERVICES_SIZE_0_2
                   : abi_minor >= 1 ? ZHOST_HOST_SERVICES_SIZE_0_1
                                    : ZHOST_HOST_SERVICES_SIZE_0_0;
   t.abi_major = ZHOST_ABI_MAJOR;
@@ -305,6 +328,7 @@ HostServices::HostServices(uint32_t abi_minor) : state_(std::make_unique<State>(
   t.collectives = nullptr;
   t.tier_for = tier_for;
   t.params = nullptr;
+  t.copies = nullptr;
 }
 
 HostServices::~HostServices() {
@@ -341,6 +365,13 @@ void HostServices::set_collectives(const zhost_collectives* collectives) {
 }
 void HostServices::set_param_services(const zhost_param_services* params) {
   if (state_->table.struct_size >= ZHOST_STRUCT_SIZE(zhost_host_services, params)) state_->table.params = params;
+}
+void HostServices::set_copy_services(const zhost_copy_services* copies) {
+  if (state_->table.struct_size >= ZHOST_STRUCT_SIZE(zhost_host_services, copies)) state_->table.copies = copies;
+}
+void HostServices::set_pinned_allocator(PinnedAllocator allocate) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->pinned_allocator = std::move(allocate);
 }
 void HostServices::set_tier(zhost_tier_role role, std::optional<TierRef> tier) {
   std::lock_guard<std::mutex> lock(state_->mutex);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -58,6 +59,12 @@ class HostServices {
   void set_collectives(const zhost_collectives* collectives);
   // Parameter storage for a partition plugin that partitions parameters (the trainer's), or nullptr.
   void set_param_services(const zhost_param_services* params);
+  // Copies between host memory and the training device (the trainer's), or nullptr.
+  void set_copy_services(const zhost_copy_services* copies);
+  // Where ZHOST_MEMORY_PINNED buffers come from once a device needs them registered (CUDA: LibTorch's
+  // pinned allocator, page-aligned); nullptr: aligned host memory, mlock'd when the limit allows.
+  using PinnedAllocator = std::function<std::shared_ptr<void>(size_t bytes)>;
+  void set_pinned_allocator(PinnedAllocator allocate);
   // The tier that serves `role` (tier_for), or none.
   void set_tier(zhost_tier_role role, std::optional<TierRef> tier);
   void set_kv_store(std::shared_ptr<KvStore> store);

@@ -6,12 +6,15 @@
 // plain buffers by key (the tier interface the NVMe tier builds on), and exports/imports its whole state
 // as a byte stream, which makes it hot-swappable.
 //
-// Memory is host memory from the host's buffer service (accounted for by the host). Device (CUDA)
-// tensors are refused: the CUDA copies of ZeRO-Offload are not built yet.
+// Memory is host memory from the host's buffer service (accounted for by the host). Buffers move to and
+// from device memory (CUDA) through the host's copy services: store and load then hand back the copy as
+// their event, so a caller can overlap it. The optimizer reads and writes host memory only: partition
+// plugins stage gradients and updated weights through pinned host memory (plugins/zero_common).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <string>
@@ -20,6 +23,11 @@
 #include "plugins/offload_cpu/cpu_optimizer.hpp"
 #include "zhost/cpp/plugin.hpp"
 #include "zhost/offload.h"
+
+// A store or load still moving data: the host's copy behind it.
+struct zhost_tier_event {
+  zhost_copy* copy;
+};
 
 namespace {
 
@@ -80,12 +88,14 @@ bool is_contiguous(const DLTensor& t) {
   return true;
 }
 
+bool in_host_memory(const DLTensor& t) { return t.device.device_type == kDLCPU || t.device.device_type == kDLCUDAHost; }
+
 // The bytes of a host tensor; device memory and strided views are refused with what to do.
 char* host_data(const DLTensor& t, const char* what) {
-  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
+  if (!in_host_memory(t))
     throw PluginError(ZHOST_ERR_UNSUPPORTED, std::string("offload_cpu: ") + what +
-                                                 " is device memory; this tier moves host tensors only (its CUDA "
-                                                 "transfers are not built yet)");
+                                                 " is device memory; the optimizer reads and writes host memory "
+                                                 "(stage through pinned host memory, as plugins/zero_common does)");
   if (!is_contiguous(t)) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, std::string("offload_cpu: ") + what + " is not contiguous");
   return static_cast<char*>(t.data) + t.byte_offset;
 }
@@ -124,7 +134,9 @@ class CpuTier {
   }
 
   // ---- storage ----
-  void store(const zhost_tier_io_args& args) {
+  // Host tensors are copied at once while training in host memory; device tensors (and, under the deferred
+  // test copies, host ones too) go through the host's copy services, and the copy is the event.
+  zhost_tier_event* store(const zhost_tier_io_args& args) {
     const size_t bytes = static_cast<size_t>(numel(*args.data)) * element_bytes(*args.data);
     auto it = buffers_.find(args.key);
     if (it == buffers_.end() || it->second.bytes() != bytes) {
@@ -132,10 +144,15 @@ class CpuTier {
       it = buffers_.emplace(args.key, HostBuffer(host_, bytes, pinned_, "offload_cpu buffer",
                                                  HostBuffer::Fill::kUninitialized)).first;
     }
-    std::memcpy(it->second.data(), host_data(*args.data, "the stored tensor"), bytes);
+    if (!by_copy(*args.data)) {
+      std::memcpy(it->second.data(), host_data(*args.data, "the stored tensor"), bytes);
+      return nullptr;
+    }
+    DLTensor buffer = host_view(*args.data, it->second.data());
+    return start_copy(*args.data, buffer);
   }
 
-  void load(const zhost_tier_io_args& args) const {
+  zhost_tier_event* load(const zhost_tier_io_args& args) const {
     auto it = buffers_.find(args.key);
     if (it == buffers_.end())
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: no buffer stored under key " + std::to_string(args.key));
@@ -144,12 +161,48 @@ class CpuTier {
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: load of key " + std::to_string(args.key) + " into " +
                                                         std::to_string(bytes) + " bytes, but " +
                                                         std::to_string(it->second.bytes()) + " are stored");
-    std::memcpy(host_data(*args.data, "the load destination"), it->second.data(), bytes);
+    if (!by_copy(*args.data)) {
+      std::memcpy(host_data(*args.data, "the load destination"), it->second.data(), bytes);
+      return nullptr;
+    }
+    DLTensor buffer = host_view(*args.data, it->second.data());
+    return start_copy(buffer, *args.data);
+  }
+
+  void wait(zhost_tier_event* event) const {
+    std::unique_ptr<zhost_tier_event> owned(event);
+    if (owned && owned->copy) host_.check(host_.copies()->wait(host_.context(), owned->copy));
   }
 
   void drop(uint64_t key) {
     buffers_.erase(key);
     groups_.erase(key);
+  }
+
+  // ---- copies to and from the training device ----
+  bool by_copy(const DLTensor& t) const {
+    const zhost_copy_services* copies = host_.copies();
+    if (!in_host_memory(t) && !copies)
+      throw PluginError(ZHOST_ERR_UNSUPPORTED, "offload_cpu: a device tensor, but the host has no copy services "
+                                               "(zhost ABI 0.3); update zhost");
+    if (!is_contiguous(t)) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: the tensor is not contiguous");
+    return !in_host_memory(t) || (copies && copies->device_memory_is_separate(host_.context()) != 0);
+  }
+
+  // `t`'s shape and dtype over host bytes.
+  static DLTensor host_view(const DLTensor& t, void* data) {
+    DLTensor view = t;
+    view.data = data;
+    view.byte_offset = 0;
+    view.device = DLDevice{kDLCPU, 0};
+    view.strides = nullptr;
+    return view;
+  }
+
+  zhost_tier_event* start_copy(const DLTensor& src, DLTensor& dst) const {
+    zhost_copy* copy = nullptr;
+    host_.check(host_.copies()->start(host_.context(), &src, &dst, &copy));
+    return copy ? new zhost_tier_event{copy} : nullptr;
   }
 
   // ---- the optimizer ----
@@ -348,9 +401,9 @@ CpuTier& self(zhost_plugin_instance* s) { return Instance::self(s); }
 const zhost_offload_api kOffload = {
     sizeof(zhost_offload_api),
     nullptr,
-    [](zhost_plugin_instance* s, zhost_tier_io_args* a) { return guard([&] { self(s).store(*a); a->event = nullptr; }); },
-    [](zhost_plugin_instance* s, zhost_tier_io_args* a) { return guard([&] { self(s).load(*a); a->event = nullptr; }); },
-    [](zhost_plugin_instance*, zhost_tier_event*) -> zhost_status* { return nullptr; },  // transfers are synchronous
+    [](zhost_plugin_instance* s, zhost_tier_io_args* a) { return guard([&] { a->event = self(s).store(*a); }); },
+    [](zhost_plugin_instance* s, zhost_tier_io_args* a) { return guard([&] { a->event = self(s).load(*a); }); },
+    [](zhost_plugin_instance* s, zhost_tier_event* e) { return guard([&] { self(s).wait(e); }); },
     [](zhost_plugin_instance* s, uint64_t key) { return guard([&] { self(s).drop(key); }); },
     [](zhost_plugin_instance* s, zhost_state_writer w, void* u) { return guard([&] { self(s).export_state(w, u); }); },
     [](zhost_plugin_instance* s, zhost_state_reader r, void* u) { return guard([&] { self(s).import_state(r, u); }); },

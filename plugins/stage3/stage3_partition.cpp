@@ -81,6 +81,10 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   on_device_ = at::TensorOptions().dtype(compute_dtype_);
   if (first.device.device_type == kDLCUDA)
     on_device_ = on_device_.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(first.device.device_id)));
+  if (tier_.active()) {
+    copies_ = zero::HostCopies::find(host_, on_device_.device());
+    staged_ = copies_.separate();
+  }
   layout_ = FetchUnits(param_numels_, owners, setup.num_blocks, world_size_, options_.persistence_threshold,
                        options_.sub_group_size);
   units_.resize(layout_.units().size());
@@ -311,10 +315,9 @@ void Stage3Partition::tier_io(zhost_status* (*io)(zhost_plugin_instance*, zhost_
 void Stage3Partition::make_live(int unit) {
   UnitState& u = units_[static_cast<size_t>(unit)];
   if (u.residency == Residency::kLive) return;
-  const uint64_t span = host_.services()->trace_begin(host_.context(), "gather_wait");
+  const zero::ScopedSpan span(host_, "gather_wait");
   if (u.residency == Residency::kReleased) start_gather(unit);
   finish_gather(unit);
-  host_.services()->trace_end(host_.context(), span);
 }
 
 void Stage3Partition::release(int unit) {
@@ -473,12 +476,50 @@ void Stage3Partition::finish_reduction(int unit) {
   wait_for(host_, u.reduce_work);
   const at::Tensor mine =
       options_.reduce_scatter ? u.reduced : u.grad_staging.narrow(0, rank_ * layout.shard, layout.shard);
-  u.grad.add_(mine);
+  if (staged_)
+    stage_to_host(unit, mine);
+  else
+    u.grad.add_(mine);
   u.grad_staging = at::Tensor();
   u.reduced = at::Tensor();
   reductions_.erase(std::find(reductions_.begin(), reductions_.end(), unit));
   reducing_elements_ -= layout.padded();
 }
+
+// Staged: the unit's reduced shard (`mine`, on the device) starts for the host, within reduce_bucket_size
+// elements in flight; drain_oldest_to_host adds it into the tier's accumulator.
+void Stage3Partition::stage_to_host(int unit, const at::Tensor& mine) {
+  const int64_t n = mine.numel();
+  while (!to_host_.empty() && to_host_elements_ + n > options_.reduce_bucket_size) drain_oldest_to_host();
+  at::Tensor host = take_host(n);
+  zero::HostCopies::Copy copy = copies_.start(mine, host.narrow(0, 0, n));
+  to_host_.push_back(ToHost{unit, std::move(copy), std::move(host), mine});
+  to_host_elements_ += n;
+}
+
+void Stage3Partition::drain_oldest_to_host() {
+  ToHost& oldest = to_host_.front();
+  oldest.copy.wait();
+  const int64_t n = oldest.source.numel();
+  units_[static_cast<size_t>(oldest.unit)].grad.add_(oldest.host.narrow(0, 0, n));
+  give_host(std::move(oldest.host));
+  to_host_elements_ -= n;
+  to_host_.pop_front();
+}
+
+// A pinned staging buffer of at least `numel` elements (compute dtype): the smallest free one that fits,
+// or a new one.
+at::Tensor Stage3Partition::take_host(int64_t numel) {
+  auto best = free_host_.end();
+  for (auto it = free_host_.begin(); it != free_host_.end(); ++it)
+    if (it->numel() >= numel && (best == free_host_.end() || it->numel() < best->numel())) best = it;
+  if (best == free_host_.end()) return copies_.host_empty(numel, compute_dtype_);
+  at::Tensor buffer = std::move(*best);
+  free_host_.erase(best);
+  return buffer;
+}
+
+void Stage3Partition::give_host(at::Tensor buffer) { free_host_.push_back(std::move(buffer)); }
 
 void Stage3Partition::backward_end() {
   // Units with a parameter that received no gradient: an error, or zeros
@@ -505,6 +546,7 @@ void Stage3Partition::backward_end() {
     launch_reduction(static_cast<int>(unit));
   }
   while (!reductions_.empty()) finish_reduction(reductions_.front());
+  while (!to_host_.empty()) drain_oldest_to_host();
   for (size_t unit = 0; unit < units_.size(); ++unit) {
     units_[unit].open_uses = 0;
     if (!layout_.units()[unit].persistent) release(static_cast<int>(unit));
@@ -542,7 +584,7 @@ void Stage3Partition::step(zhost_step_args& args) {
   for (SubGroupState& g : sub_groups_) {
     at::Tensor grad = g.grad.scalar_type() == at::kFloat ? g.grad : g.grad.to(at::kFloat);
     if (!offloaded) optim::scale_in_place({grad}, unscale);
-    squares += optim::squared_norm({grad}).reshape({1});
+    squares += optim::squared_norm({grad}).reshape({1}).to(on_device_.device());  // a tier's is in host memory
     grads.push_back(grad);
   }
   all_reduce_sum(host_, squares);  // inf/nan anywhere reaches every rank: all skip the step alike
@@ -551,30 +593,57 @@ void Stage3Partition::step(zhost_step_args& args) {
   args.overflow = std::isfinite(norm) ? 0 : 1;
   if (!args.overflow) {
     const double coefficient = std::min(optim::clip_coefficient(norm, args.clip_norm), 1.0);
-    for (size_t i = 0; i < sub_groups_.size(); ++i) {  // one sub-group at a time
-      SubGroupState& g = sub_groups_[i];
-      if (offloaded) {  // unscale and clipping in the tier's one pass, which also zeroes its accumulator
-        const at::Tensor updated =
-            params_tier_.instance ? at::empty({layout_.sub_groups()[i].numel}, on_device_) : g.shard;
-        tier_.step(i, args.applied_steps + 1, args.lr, unscale * coefficient, updated);
-        if (params_tier_.instance)  // the updated shards go back to the parameter tier
-          for (int unit : layout_.sub_groups()[i].units) {
-            const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
-            at::Tensor part = updated.narrow(0, layout.sub_group_offset, layout.shard);
-            DLTensor src = dl_view(part);
-            tier_io(params_tier_.api->store, param_key(unit), src);
-          }
-        continue;
+    if (offloaded) {
+      step_offloaded(unscale * coefficient, args.applied_steps + 1, args.lr);
+    } else {
+      for (size_t i = 0; i < sub_groups_.size(); ++i) {  // one sub-group at a time
+        SubGroupState& g = sub_groups_[i];
+        if (coefficient < 1) optim::scale_in_place({grads[i]}, coefficient);
+        optimizer_->step(g.master, grads[i], g.state, args.applied_steps + 1, args.lr);
+        if (g.shard.defined()) optim::copy_master_to_model(g.shard, g.master);
+        grads[i] = at::Tensor();
       }
-      if (coefficient < 1) optim::scale_in_place({grads[i]}, coefficient);
-      optimizer_->step(g.master, grads[i], g.state, args.applied_steps + 1, args.lr);
-      if (g.shard.defined()) optim::copy_master_to_model(g.shard, g.master);
-      grads[i] = at::Tensor();
     }
   }
   if (args.overflow || !offloaded)
     for (SubGroupState& g : sub_groups_) g.grad.zero_();
   gather_persistent();  // its shards changed; the other units are gathered when next needed
+}
+
+// The tier steps each sub-group (unscale and clipping in its one pass, which also zeroes its accumulator)
+// and writes the updated shard: into the device shard directly when training in host memory; staged, into
+// pinned host memory whose copy to the device runs while the next sub-group steps; with parameter offload,
+// back into the parameter tier.
+void Stage3Partition::step_offloaded(double grad_scale, int64_t step, double lr) {
+  std::vector<std::pair<zero::HostCopies::Copy, at::Tensor>> copies_back;
+  for (size_t i = 0; i < sub_groups_.size(); ++i) {
+    SubGroupState& g = sub_groups_[i];
+    const int64_t numel = layout_.sub_groups()[i].numel;
+    at::Tensor buffer;  // a pinned staging buffer (staged), returned to the pool when done with
+    at::Tensor updated = g.shard;
+    if (staged_) {
+      buffer = take_host(numel);
+      updated = buffer.narrow(0, 0, numel);
+    } else if (params_tier_.instance) {
+      updated = at::empty({numel}, on_device_);
+    }
+    tier_.step(i, step, lr, grad_scale, updated);
+    if (params_tier_.instance) {  // the updated shards go back to the parameter tier
+      for (int unit : layout_.sub_groups()[i].units) {
+        const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
+        at::Tensor part = updated.narrow(0, layout.sub_group_offset, layout.shard);
+        DLTensor src = dl_view(part);
+        tier_io(params_tier_.api->store, param_key(unit), src);
+      }
+      if (buffer.defined()) give_host(std::move(buffer));
+    } else if (staged_) {
+      copies_back.emplace_back(copies_.start(updated, g.shard), std::move(buffer));
+    }
+  }
+  for (auto& [copy, buffer] : copies_back) {
+    copy.wait();
+    give_host(std::move(buffer));
+  }
 }
 
 void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {

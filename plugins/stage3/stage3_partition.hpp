@@ -32,7 +32,11 @@
 //
 // Offload: with zero.offload_optimizer each sub-group is one group of the tier (masters, states and the
 // fp32 gradient accumulator there); with zero.offload_param too, the shards live in the tier and are loaded
-// into one of buffer_count staging buffers for their gather.
+// into one of buffer_count staging buffers for their gather. On a device with memory of its own (CUDA) the
+// tier is reached by staged copies through pinned host memory: a unit's reduced gradient shard leaves for
+// the host as its reduction completes, while backward goes on, and is added into the tier's accumulator
+// when drained (within reduce_bucket_size elements in flight, and at backward_end); at the step, sub-group
+// g's updated shard is copied back to the device while sub-group g+1 steps.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -140,6 +144,11 @@ class Stage3Partition : public sdk::PartitionHooks {
   void hand_optimizer_to_tier(const zhost_optimizer_desc& optimizer);
   void check_block_order_across_ranks();
   void gather_persistent();
+  void stage_to_host(int unit, const at::Tensor& mine);
+  void drain_oldest_to_host();
+  at::Tensor take_host(int64_t numel);
+  void give_host(at::Tensor buffer);
+  void step_offloaded(double grad_scale, int64_t step, double lr);
   std::string unit_name(int unit) const;
   const zhost_param_services& params() const;
 
@@ -165,6 +174,17 @@ class Stage3Partition : public sdk::PartitionHooks {
   zero::OptimizerTier tier_;                     // zero.offload_optimizer's tier (inactive without one)
   zhost_tier_ref params_tier_{};                 // zero.offload_param's tier (with parameter offload)
   std::vector<Staging> staging_;                 // parameter offload: buffers the shards are gathered from
+  zero::HostCopies copies_;                      // to and from the tier's host memory
+  bool staged_ = false;  // a tier, and device memory apart from host memory: copies stage the data
+  struct ToHost {        // a unit's reduced gradient shard on its way to the tier's accumulator
+    int unit;
+    zero::HostCopies::Copy copy;
+    at::Tensor host;    // pinned, at least the shard's length
+    at::Tensor source;  // the device shard, kept until the copy is drained
+  };
+  std::deque<ToHost> to_host_;
+  int64_t to_host_elements_ = 0;
+  std::vector<at::Tensor> free_host_;  // pinned staging buffers not in use (compute dtype)
   std::vector<uint8_t> arrived_;                 // per parameter, this micro-batch
   std::deque<int> reductions_;                   // units whose reduction is in flight, oldest first
   int64_t reducing_elements_ = 0;

@@ -1,6 +1,7 @@
 // plugins/zero_common/plugin_calls.cpp: collectives and the optimizer's offload tier (see the header).
 #include "plugins/zero_common/plugin_calls.hpp"
 
+#include <ATen/ops/empty.h>
 #include <fmt/format.h>
 
 #include "host/engine/dlpack_bridge.hpp"
@@ -59,7 +60,8 @@ OptimizerTier OptimizerTier::find(const sdk::Host& host) {
 
 at::Tensor OptimizerTier::add_group(uint64_t key, const zhost_optimizer_desc& optimizer,
                                     const at::Tensor& master) const {
-  DLTensor initial = dl_view(master);
+  const at::Tensor on_host = master.is_cpu() ? master : master.to(at::kCPU);  // tiers read host memory
+  DLTensor initial = dl_view(on_host);
   zhost_tier_optimizer_setup setup{};
   setup.struct_size = sizeof(setup);
   setup.key = key;
@@ -80,6 +82,7 @@ void OptimizerTier::step(uint64_t key, int64_t step, double lr, double grad_scal
   args.grad_scale = grad_scale;
   DLTensor out = dl_view(params_out);
   args.params_out = &out;
+  const ScopedSpan span(host_, "tier_step");
   host_.check(ref_.api->optimizer_step(ref_.instance, &args));
 }
 
@@ -89,6 +92,57 @@ uint64_t OptimizerTier::bytes() const {
   if (ZHOST_HAS_FIELD(ref_.api, zhost_offload_api, memory) && ref_.api->memory)
     host_.check(ref_.api->memory(ref_.instance, &memory));
   return memory.host_bytes + memory.storage_bytes;
+}
+
+HostCopies::Copy& HostCopies::Copy::operator=(Copy&& other) noexcept {
+  if (this != &other) {
+    Copy old(std::move(*this));
+    host_ = other.host_;
+    copy_ = std::exchange(other.copy_, nullptr);
+  }
+  return *this;
+}
+
+HostCopies::Copy::~Copy() {
+  if (!copy_) return;
+  if (zhost_status* status = host_.copies()->wait(host_.context(), copy_)) host_.services()->status_destroy(status);
+}
+
+void HostCopies::Copy::order_compute_after() const {
+  if (copy_) host_.check(host_.copies()->order_compute_after(host_.context(), copy_));
+}
+
+void HostCopies::Copy::wait() {
+  if (!copy_) return;
+  zhost_copy* copy = std::exchange(copy_, nullptr);
+  const ScopedSpan span(host_, "copy_wait");
+  host_.check(host_.copies()->wait(host_.context(), copy));
+}
+
+HostCopies HostCopies::find(const sdk::Host& host, const at::Device& device) {
+  HostCopies copies;
+  const zhost_copy_services* services = host.copies();
+  if (!services) {
+    if (device.is_cpu()) return copies;  // an older host training in host memory: nothing to stage
+    throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED,
+                           "offloading from a device needs the host's copy services (zhost "
+                           "ABI 0.3); update zhost");
+  }
+  copies.host_ = host;
+  copies.separate_ = services->device_memory_is_separate(host.context()) != 0;
+  copies.pinned_ = !device.is_cpu();
+  return copies;
+}
+
+at::Tensor HostCopies::host_empty(int64_t numel, at::ScalarType dtype) const {
+  return at::empty({numel}, at::TensorOptions().dtype(dtype).pinned_memory(pinned_));
+}
+
+HostCopies::Copy HostCopies::start(const at::Tensor& src, const at::Tensor& dst) const {
+  DLTensor src_dl = dl_view(src), dst_dl = dl_view(dst);
+  zhost_copy* copy = nullptr;
+  host_.check(host_.copies()->start(host_.context(), &src_dl, &dst_dl, &copy));
+  return Copy(host_, copy);
 }
 
 }  // namespace zhost::zero

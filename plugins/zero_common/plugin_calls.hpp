@@ -1,12 +1,14 @@
 // plugins/zero_common/plugin_calls.hpp: what every ZeRO stage plugin asks of the host the same way: the
 // collectives it runs (one args idiom, the scalar all-reduce of the gradient norm, waiting for and
-// abandoning asynchronous work), and the offload tier that runs its optimizer (zero.offload_optimizer),
-// over the tier ABI (zhost/offload.h). Shared by stages 1, 2 and 3.
+// abandoning asynchronous work), the offload tier that runs its optimizer (zero.offload_optimizer), over
+// the tier ABI (zhost/offload.h), and the copies that stage data between the training device and the
+// tier's host memory (the host's copy services). Shared by stages 1, 2 and 3.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "zhost/cpp/plugin.hpp"
 #include "zhost/offload.h"
@@ -26,6 +28,21 @@ void wait_for(const sdk::Host& host, zhost_work*& work);
 // was (or will be) reported by whoever waited for it.
 void abandon(const sdk::Host& host, zhost_work*& work) noexcept;
 
+// Time from construction to destruction as one span of `name`: its total per step is "<plugin>/<name>" in
+// the wall-clock breakdown and metrics.jsonl.
+class ScopedSpan {
+ public:
+  ScopedSpan(const sdk::Host& host, const char* name)
+      : host_(host), span_(host.services()->trace_begin(host.context(), name)) {}
+  ~ScopedSpan() { host_.services()->trace_end(host_.context(), span_); }
+  ScopedSpan(const ScopedSpan&) = delete;
+  ScopedSpan& operator=(const ScopedSpan&) = delete;
+
+ private:
+  const sdk::Host& host_;
+  uint64_t span_;
+};
+
 // The tier named by zero.offload_optimizer.device, or none. Each optimizer group (a partition, a
 // sub-group) is one key: the tier keeps its fp32 master and states, and an fp32 gradient accumulator the
 // plugin adds reduced gradients into.
@@ -42,7 +59,8 @@ class OptimizerTier {
   // host memory, zeros), valid for the job.
   at::Tensor add_group(uint64_t key, const zhost_optimizer_desc& optimizer, const at::Tensor& master) const;
   // One optimizer step of group `key` on accumulator * grad_scale (averaging, unscaling and clipping
-  // folded in); writes the updated values, in `params_out`'s dtype, and zeroes the accumulator.
+  // folded in); writes the updated values, in `params_out`'s dtype, and zeroes the accumulator. Timed as
+  // the "tier_step" span.
   void step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& params_out) const;
   // Bytes the tier holds (host memory and storage) for all its groups.
   uint64_t bytes() const;
@@ -51,6 +69,51 @@ class OptimizerTier {
   explicit OptimizerTier(const sdk::Host& host) : host_(host) {}
   sdk::Host host_{nullptr, nullptr};
   zhost_tier_ref ref_{};
+};
+
+// Copies between host memory and the training device (zhost_copy_services). With an offload tier on a
+// device that has memory of its own, a stage stages through host memory: reduced gradients go to the host
+// by copy while backward goes on, updated weights come back by copy while the next sub-group steps.
+class HostCopies {
+ public:
+  // One copy in flight; wait() completes it. Destroying a pending copy waits for it, ignoring failure.
+  class Copy {
+   public:
+    Copy() = default;
+    Copy(Copy&& other) noexcept : host_(other.host_), copy_(std::exchange(other.copy_, nullptr)) {}
+    Copy& operator=(Copy&& other) noexcept;
+    Copy(const Copy&) = delete;
+    Copy& operator=(const Copy&) = delete;
+    ~Copy();
+    bool pending() const { return copy_ != nullptr; }
+    // Compute-stream work issued from now on runs after the copy (no blocking); it stays pending.
+    void order_compute_after() const;
+    // Blocks until the copy has completed: its host destination is readable, its source reusable. The
+    // time blocked is the "copy_wait" span (small when copies overlap with compute).
+    void wait();
+
+   private:
+    friend class HostCopies;
+    Copy(const sdk::Host& host, zhost_copy* copy) : host_(host), copy_(copy) {}
+    sdk::Host host_{nullptr, nullptr};
+    zhost_copy* copy_ = nullptr;
+  };
+
+  HostCopies() = default;  // none: training in host memory
+  // The host's copy services for a job on `device` (the parameters' device).
+  static HostCopies find(const sdk::Host& host, const at::Device& device);
+  // True when the training device has memory of its own (CUDA, or ZHOST_DEVICE_COPIES=deferred): offloaded
+  // state is then reached through staged copies.
+  bool separate() const { return separate_; }
+  // An uninitialised host tensor to stage through: pinned when the device is CUDA, so copies overlap.
+  at::Tensor host_empty(int64_t numel, at::ScalarType dtype) const;
+  // Starts copying src into dst (one in host memory, one on the device, or both in host memory).
+  Copy start(const at::Tensor& src, const at::Tensor& dst) const;
+
+ private:
+  sdk::Host host_{nullptr, nullptr};
+  bool separate_ = false;
+  bool pinned_ = false;
 };
 
 }  // namespace zhost::zero

@@ -54,6 +54,9 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   attach_optimizer_tier(setup);
   if (tier_.active()) {
     updated_ = at::empty({partition}, on_device.dtype(compute_dtype_));
+    copies_ = HostCopies::find(host_, on_device.device());
+    staged_ = copies_.separate();
+    if (staged_) updated_host_ = copies_.host_empty(partition, compute_dtype_);
   } else {
     optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
     optimizer_->allocate_state(state_, master_);
@@ -101,6 +104,7 @@ ZeroPartition::Bucket& ZeroPartition::bucket_with_room(int64_t elements) {
   }
   const int64_t capacity = std::max(bucket_capacity_, elements);  // one oversized gradient gets its own bucket
   if (!bucket->staging.defined() || bucket->staging.numel() < capacity) {
+    drain(*bucket);  // a staged copy may still read the old `send`
     const at::TensorOptions options = params_.front().model.options().dtype(compute_dtype_);
     bucket->staging = at::empty({capacity}, options);
     bucket->send = at::empty({capacity}, options);
@@ -127,6 +131,7 @@ void ZeroPartition::grad_ready(uint32_t id, const DLTensor& grad_view) {
 // Groups the bucket's pieces by owner rank and starts their reduction.
 void ZeroPartition::launch(Bucket& bucket) {
   if (bucket.used == 0) return;
+  bucket.to_host_copy.order_compute_after();  // a staged copy of the last reduction reads what is rewritten here
   std::stable_sort(bucket.pieces.begin(), bucket.pieces.end(),
                    [](const Piece& a, const Piece& b) { return a.owner < b.owner; });
   bucket.counts.assign(world_size_, 0);
@@ -141,8 +146,14 @@ void ZeroPartition::launch(Bucket& bucket) {
   bucket.send_view = bucket.send.narrow(0, 0, bucket.used);
   bucket.send_dl = dl_view(bucket.send_view);
   if (options_.reduce_scatter) {
-    // The staging buffer is free once its elements are regrouped in `send`: it receives.
-    bucket.recv_view = bucket.staging.narrow(0, 0, bucket.counts[rank_]);
+    // The staging buffer is free once its elements are regrouped in `send`: it receives, unless a staged
+    // copy to the host will read the result while backward refills the staging buffer.
+    const int64_t mine = bucket.counts[rank_];
+    if (staged_ && (!bucket.reduced.defined() || bucket.reduced.numel() < mine)) {
+      drain(bucket);
+      bucket.reduced = at::empty({std::max(mine, bucket_capacity_ / world_size_)}, bucket.staging.options());
+    }
+    bucket.recv_view = (staged_ ? bucket.reduced : bucket.staging).narrow(0, 0, mine);
     bucket.recv_dl = dl_view(bucket.recv_view);
     args.send = &bucket.send_dl;
     args.recv = &bucket.recv_dl;
@@ -167,15 +178,44 @@ void ZeroPartition::complete(Bucket& bucket) {
     for (int r = 0; r < rank_; ++r) at += bucket.counts[r];
   }
   ensure_grad_partition();  // stage 1: the partition's gradients exist from the boundary to step()
-  const int64_t begin = rank_ * layout_.partition_size();
-  for (const Piece& p : bucket.pieces) {
-    if (p.owner != rank_) continue;
-    grad_partition_.narrow(0, p.flat_offset - begin, p.length).add_(mine.narrow(0, at, p.length));
-    at += p.length;
+  if (staged_) {
+    stage_to_host(bucket, mine.narrow(0, at, bucket.counts[rank_]));
+  } else {
+    const int64_t begin = rank_ * layout_.partition_size();
+    for (const Piece& p : bucket.pieces) {
+      if (p.owner != rank_) continue;
+      grad_partition_.narrow(0, p.flat_offset - begin, p.length).add_(mine.narrow(0, at, p.length));
+      at += p.length;
+    }
   }
   bucket.pieces.clear();
   bucket.used = 0;
   bucket.send_view = bucket.recv_view = at::Tensor();
+}
+
+// Staged: this rank's reduced elements (`mine`, on the device) start for the host; the previous copy of
+// this bucket is drained first.
+void ZeroPartition::stage_to_host(Bucket& bucket, const at::Tensor& mine) {
+  drain(bucket);
+  const int64_t n = mine.numel();
+  if (n == 0) return;
+  if (!bucket.to_host.defined() || bucket.to_host.numel() < n) bucket.to_host = copies_.host_empty(n, compute_dtype_);
+  for (const Piece& p : bucket.pieces)
+    if (p.owner == rank_) bucket.to_host_pieces.push_back(p);
+  bucket.to_host_copy = copies_.start(mine, bucket.to_host.narrow(0, 0, n));
+}
+
+// Waits for the bucket's copy to the host and adds the elements into the tier's accumulator.
+void ZeroPartition::drain(Bucket& bucket) {
+  if (!bucket.to_host_copy.pending()) return;
+  bucket.to_host_copy.wait();
+  const int64_t begin = rank_ * layout_.partition_size();
+  int64_t at = 0;
+  for (const Piece& p : bucket.to_host_pieces) {
+    grad_partition_.narrow(0, p.flat_offset - begin, p.length).add_(bucket.to_host.narrow(0, at, p.length));
+    at += p.length;
+  }
+  bucket.to_host_pieces.clear();
 }
 
 void ZeroPartition::check_all_gradients_arrived() {
@@ -194,6 +234,7 @@ void ZeroPartition::backward_end() {
   Bucket& last = buckets_[current_];
   launch(last);
   for (auto& bucket : buckets_) complete(bucket);
+  for (auto& bucket : buckets_) drain(bucket);
   current_ = 0;
 }
 
@@ -210,7 +251,8 @@ void ZeroPartition::step(zhost_step_args& args) {
   // folds it into its optimizer pass instead (the norm scales by the same factor).
   const double unscale = 1.0 / (world_size_ * args.loss_scale);
   if (!offloaded) optim::scale_in_place({grad}, unscale);
-  at::Tensor squares = optim::squared_norm({grad}).reshape({1});
+  // On the training device: a tier's accumulator is in host memory, and NCCL reduces device tensors only.
+  at::Tensor squares = optim::squared_norm({grad}).reshape({1}).to(params_.front().model.device());
   all_reduce_sum(host_, squares);  // inf/nan anywhere reaches every rank: all skip the step alike
   const double norm = std::sqrt(squares.item<double>()) * (offloaded ? unscale : 1.0);
   args.grad_norm = norm;
@@ -221,7 +263,12 @@ void ZeroPartition::step(zhost_step_args& args) {
   }
   const double coefficient = std::min(optim::clip_coefficient(norm, args.clip_norm), 1.0);
   if (offloaded) {  // the tier applies unscale and clipping in its one pass, and zeroes its accumulator
-    tier_.step(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_);
+    if (staged_) {  // one group: there is no next step to overlap the copy back with (stage 3 has sub-groups)
+      tier_.step(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_host_);
+      copies_.start(updated_host_, updated_).wait();
+    } else {
+      tier_.step(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_);
+    }
     gather_updated_partitions(updated_);
     return;
   }
@@ -270,6 +317,7 @@ void ZeroPartition::memory(zhost_model_state_bytes& out) const {
   if (tier_.active()) {  // master, states and gradient partition are the tier's
     out.offloaded = tier_.bytes();
     out.buffers += updated_.nbytes();
+    for (const Bucket& bucket : buckets_) out.buffers += bucket.reduced.defined() ? bucket.reduced.nbytes() : 0;
     return;
   }
   out.master = master_.nbytes();

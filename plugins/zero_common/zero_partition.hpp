@@ -18,7 +18,11 @@
 // With zero.offload_optimizer.device set, the host hands over the tier serving it (tier_for): the tier
 // keeps the master partition, the optimizer states and an fp32 gradient accumulator, into which the
 // reduced gradients go; its step writes the updated partition, in the compute dtype, into the buffer
-// the all-gather sends from.
+// the all-gather sends from. On a device with memory of its own (CUDA) the tier's memory is reached by
+// staged copies: each bucket's reduced elements for this rank go to pinned host memory by copy while
+// backward goes on, and are added into the accumulator when the copy is drained (the bucket's next
+// reduction, or the end of backward); the updated partition is written to pinned host memory and copied
+// back before the all-gather.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -73,6 +77,11 @@ class ZeroPartition : public sdk::PartitionHooks {
     at::Tensor send_view, recv_view;
     DLTensor send_dl{}, recv_dl{};
     std::vector<int64_t> counts;
+    // Staged copies to a tier in host memory (device runs with an offload tier):
+    at::Tensor reduced;                // receives this rank's reduced elements (staging is refilled at once)
+    at::Tensor to_host;                // pinned host memory the copy writes
+    HostCopies::Copy to_host_copy;     // in flight until drained
+    std::vector<Piece> to_host_pieces;  // where the copied elements go in the partition, in order
   };
   struct Param {
     std::string name;
@@ -88,6 +97,8 @@ class ZeroPartition : public sdk::PartitionHooks {
   void gather_updated_partitions(const at::Tensor& updated);
   void ensure_grad_partition();
   void release_gradients();
+  void stage_to_host(Bucket& bucket, const at::Tensor& mine);
+  void drain(Bucket& bucket);
 
   sdk::Host host_;
   ZeroOptions options_;
@@ -106,6 +117,9 @@ class ZeroPartition : public sdk::PartitionHooks {
   at::Tensor gather_send_;     // [chunk] compute dtype: a chunk of the fp32 master cast for sending (16-bit runs)
   OptimizerTier tier_;         // the optimizer's offload tier (inactive without one)
   at::Tensor updated_;         // [S] compute dtype: the tier's updated partition, sent by the all-gather
+  HostCopies copies_;          // to and from the tier's host memory
+  bool staged_ = false;        // a tier, and device memory apart from host memory: copies stage the data
+  at::Tensor updated_host_;    // [S] compute dtype, pinned: where the tier writes when staged
   int64_t gather_chunk_ = 0;
   std::vector<uint8_t> arrived_;  // per parameter: its gradient reached grad_ready this micro-batch
   bool boundary_ = true;

@@ -31,8 +31,9 @@ extern "C" {
 /* Minor history: 0 = first draft (descriptor, lifecycle, host services without collectives);
  *                1 = host services gain collectives, kv-store timeouts, trace spans and tier_for;
  *                2 = host services gain `params` (parameter storage for partitioned parameters, ZeRO stage 3);
- *                    the partition table gains gather_params. */
-#define ZHOST_ABI_MINOR 2
+ *                    the partition table gains gather_params;
+ *                3 = host services gain `copies` (copies between host memory and the training device). */
+#define ZHOST_ABI_MINOR 3
 
 /* The exported entry symbol for a major version. Hosts probe the newest major they know first. */
 #define ZHOST_ENTRY_SYMBOL_V0 "zhost_plugin_v0"

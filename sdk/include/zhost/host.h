@@ -161,6 +161,37 @@ typedef struct zhost_param_services {
 #define ZHOST_PARAM_SERVICES_SIZE ZHOST_STRUCT_SIZE(zhost_param_services, initial_values)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_param_services, ZHOST_PARAM_SERVICES_SIZE);
 
+/* ---- copies between host memory and the training device (0.3) ---------------------------------------
+ * How offload tiers and partition plugins move data between host memory and the training device's own
+ * memory (CUDA) without holding up the compute stream. A copy runs on a copy stream of the host's; from or
+ * to pinned host memory it overlaps with compute, from pageable memory it is correct but slower. Without
+ * separate device memory (training in host memory) copies complete inside start().
+ *
+ * Rules for a copy's tensors: contiguous, the same dtype and element count, each in host memory or in the
+ * training device's memory; both are borrowed until the copy has completed. */
+typedef struct zhost_copy zhost_copy; /* an in-flight copy */
+
+typedef struct zhost_copy_services {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    /* 1 when the training device has memory of its own, so that host memory must be copied to and from
+     * it (and a plugin should stage through pinned host memory); 0 when training runs in host memory. */
+    int32_t (*device_memory_is_separate)(zhost_host_context *ctx);
+    /* Starts copying src into dst, ordered after all work issued so far on the training device's compute
+     * stream (a gradient just computed may be copied at once). *out receives the copy, to be completed
+     * exactly once by wait(), or NULL when the copy has completed already. */
+    zhost_status *(*start)(zhost_host_context *ctx, const DLTensor *src, DLTensor *dst, zhost_copy **out);
+    /* Makes compute-stream work issued after this call wait for the copy, without blocking the caller
+     * (e.g. before the copy's device source is overwritten, or before its device destination is read).
+     * The copy stays pending: it still needs wait(). */
+    zhost_status *(*order_compute_after)(zhost_host_context *ctx, zhost_copy *copy);
+    /* Blocks the calling thread until the copy has completed (its host destination may be read, its
+     * source reused), and frees it. */
+    zhost_status *(*wait)(zhost_host_context *ctx, zhost_copy *copy);
+} zhost_copy_services;
+#define ZHOST_COPY_SERVICES_SIZE ZHOST_STRUCT_SIZE(zhost_copy_services, wait)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_copy_services, ZHOST_COPY_SERVICES_SIZE);
+
 /* ---- the table ------------------------------------------------------------------------------------- */
 typedef struct zhost_host_services {
     size_t struct_size;
@@ -218,8 +249,13 @@ typedef struct zhost_host_services {
     /* parameter storage for a partition plugin with ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS; NULL otherwise
      * (and outside a training job) */
     const zhost_param_services *params;
+
+    /* copies between host memory and the training device (0.3); NULL outside a training job */
+    const zhost_copy_services *copies;
 } zhost_host_services;
-#define ZHOST_HOST_SERVICES_SIZE ZHOST_STRUCT_SIZE(zhost_host_services, params)
+#define ZHOST_HOST_SERVICES_SIZE ZHOST_STRUCT_SIZE(zhost_host_services, copies)
+/* What a plugin built for ABI 0.2 may rely on: everything up to params. */
+#define ZHOST_HOST_SERVICES_SIZE_0_2 ZHOST_STRUCT_SIZE(zhost_host_services, params)
 /* What a plugin built for ABI 0.1 may rely on: everything up to tier_for. */
 #define ZHOST_HOST_SERVICES_SIZE_0_1 ZHOST_STRUCT_SIZE(zhost_host_services, tier_for)
 /* What a plugin built for ABI 0.0 may rely on: everything up to request_abort. */

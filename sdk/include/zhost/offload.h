@@ -1,7 +1,8 @@
 /* zhost/offload.h: the capability table of an offload tier (host memory, NVMe, third-party tiers).
  *
  * STATUS: ABI 0.x. store/load/drop/export/import and the optimizer of computing tiers are served by
- * offload_cpu; the NVMe work may still extend the table.
+ * offload_cpu; the NVMe work may still extend the table. Since 0.3 a tier moves device tensors through the
+ * host's copy services (zhost/host.h, zhost_copy_services).
  *
  * A tier stores flat buffers outside device memory and moves them asynchronously. Buffers are named by a
  * 64-bit key chosen by the caller (e.g. sub-group id and state kind). A tier that can compute (the CPU
@@ -27,8 +28,9 @@ typedef struct zhost_tier_io_args {
     size_t struct_size;
     const zhost_ext_header *ext;
     uint64_t key;             /* caller-chosen buffer name */
-    DLTensor *data;           /* source (store) or destination (load); borrowed until the event completes */
-    zhost_tier_event *event;  /* out: wait with wait_event() */
+    DLTensor *data;           /* source (store) or destination (load), contiguous, in host memory or on the
+                                 training device; borrowed until the event completes */
+    zhost_tier_event *event;  /* out: NULL when done already, else complete it with wait_event() */
 } zhost_tier_io_args;
 #define ZHOST_TIER_IO_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_tier_io_args, event)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_io_args, ZHOST_TIER_IO_ARGS_SIZE);
@@ -49,7 +51,7 @@ typedef struct zhost_tier_optimizer_setup {
     const zhost_ext_header *ext;
     uint64_t key;                           /* names the group; unique per instance */
     const zhost_optimizer_desc *optimizer;  /* borrowed for the call */
-    const DLTensor *initial_master;         /* 1-D fp32 (any device): the group's starting values, copied */
+    const DLTensor *initial_master;         /* 1-D fp32 in host memory: the group's starting values, copied */
 } zhost_tier_optimizer_setup;
 #define ZHOST_TIER_OPTIMIZER_SETUP_SIZE ZHOST_STRUCT_SIZE(zhost_tier_optimizer_setup, initial_master)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_optimizer_setup, ZHOST_TIER_OPTIMIZER_SETUP_SIZE);
@@ -61,8 +63,9 @@ typedef struct zhost_tier_step_args {
     int64_t step;          /* 1-based count of applied steps, this one included (bias correction) */
     double lr;
     double grad_scale;     /* the step uses accumulator * grad_scale as the gradient */
-    DLTensor *params_out;  /* 1-D, the group's length, fp32/bf16/fp16 (any device): receives the updated
-                              values; borrowed for the call. NULL: not needed */
+    DLTensor *params_out;  /* 1-D, the group's length, fp32/bf16/fp16 in host memory (pinned, to be copied
+                              to a device): receives the updated values; borrowed for the call. NULL: not
+                              needed */
 } zhost_tier_step_args;
 #define ZHOST_TIER_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_tier_step_args, params_out)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_step_args, ZHOST_TIER_STEP_ARGS_SIZE);

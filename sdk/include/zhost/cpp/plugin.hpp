@@ -129,6 +129,12 @@ class Host {
     return *services_->collectives;
   }
 
+  // Copies between host memory and the training device (ABI 0.3), or nullptr (an older host, or no
+  // training job).
+  const zhost_copy_services* copies() const {
+    return ZHOST_HAS_FIELD(services_, zhost_host_services, copies) ? services_->copies : nullptr;
+  }
+
   // Throws PluginError if `status` is an error (and releases it either way).
   void check(zhost_status* status) const { Status(services_, status).throw_if_error(); }
 

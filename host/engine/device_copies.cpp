@@ -1,0 +1,193 @@
+// host/engine/device_copies.cpp: zhost_copy_services for the training job (see the header).
+#include "host/engine/device_copies.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "host/core/error.hpp"
+#include "host/engine/dlpack_bridge.hpp"
+#include "host/services/host_services.hpp"
+
+#if ZHOST_WITH_CUDA
+#include "host/engine/device_copies_cuda.hpp"
+#endif
+
+namespace zhost::engine {
+
+enum class CopyMode { kImmediate, kDeferred, kCuda };
+
+struct DeviceCopies::State {
+  CopyMode mode = CopyMode::kImmediate;
+  at::Device device = at::kCPU;
+  std::atomic<int64_t> pending{0};  // started and not yet waited for
+  zhost_copy_services table{};
+};
+
+}  // namespace zhost::engine
+
+struct zhost_copy {
+  at::Tensor src, dst;  // borrowed views
+  bool done = false;
+#if ZHOST_WITH_CUDA
+  zhost::engine::cuda::TransferPtr transfer;
+#endif
+};
+
+namespace zhost::engine {
+namespace {
+
+DeviceCopies::State* current = nullptr;  // one job per process
+
+zhost_status* error(zhost_status_code code, const std::string& message) {
+  return HostServices::make_status(code, message);
+}
+
+template <typename Body>
+zhost_status* serve(const char* what, Body&& body) {
+  if (!current) return error(ZHOST_ERR_UNSUPPORTED, fmt::format("copies->{}: no training job is running", what));
+  try {
+    return body(*current);
+  } catch (const std::exception& e) {
+    return error(ZHOST_ERR_INTERNAL, fmt::format("copies->{}: {}", what, e.what()));
+  }
+}
+
+// Host memory, or the training device's: what a copy may read and write.
+bool reachable(const DeviceCopies::State& s, const at::Tensor& t) { return t.is_cpu() || t.device() == s.device; }
+
+void run_on_host(zhost_copy& copy) {
+  if (copy.done) return;
+  copy.dst.copy_(copy.src);
+  copy.done = true;
+}
+
+int32_t device_memory_is_separate(zhost_host_context*) {
+  return current && current->mode != CopyMode::kImmediate ? 1 : 0;
+}
+
+zhost_status* start(zhost_host_context*, const DLTensor* src, DLTensor* dst, zhost_copy** out) {
+  return serve("start", [&](DeviceCopies::State& s) -> zhost_status* {
+    if (!src || !dst || !out) return error(ZHOST_ERR_INVALID_ARGUMENT, "copies->start: needs src, dst and out");
+    *out = nullptr;
+    auto copy = std::make_unique<zhost_copy>();
+    copy->src = tensor_view(*src);
+    copy->dst = tensor_view(*dst);
+    if (copy->src.scalar_type() != copy->dst.scalar_type() || copy->src.numel() != copy->dst.numel())
+      return error(ZHOST_ERR_INVALID_ARGUMENT,
+                   fmt::format("copies->start: source ({} elements of {}) and destination ({} of {}) differ",
+                               copy->src.numel(), c10::toString(copy->src.scalar_type()), copy->dst.numel(),
+                               c10::toString(copy->dst.scalar_type())));
+    if (!copy->src.is_contiguous() || !copy->dst.is_contiguous())
+      return error(ZHOST_ERR_INVALID_ARGUMENT, "copies->start: source and destination must be contiguous");
+    if (!reachable(s, copy->src) || !reachable(s, copy->dst))
+      return error(ZHOST_ERR_INVALID_ARGUMENT,
+                   fmt::format("copies->start: copies run between host memory and the training device ({}), not {} "
+                               "to {}",
+                               s.device.str(), copy->src.device().str(), copy->dst.device().str()));
+    switch (s.mode) {
+      case CopyMode::kImmediate:
+        run_on_host(*copy);
+        return nullptr;
+      case CopyMode::kDeferred:
+        break;
+      case CopyMode::kCuda:
+#if ZHOST_WITH_CUDA
+        if (copy->src.is_cpu() && copy->dst.is_cpu()) {
+          run_on_host(*copy);
+          return nullptr;
+        }
+        copy->transfer = cuda::start(copy->src, copy->dst);
+#endif
+        break;
+    }
+    ++s.pending;
+    *out = copy.release();
+    return nullptr;
+  });
+}
+
+zhost_status* order_compute_after(zhost_host_context*, zhost_copy* copy) {
+  return serve("order_compute_after", [&](DeviceCopies::State& s) -> zhost_status* {
+    if (!copy) return error(ZHOST_ERR_INVALID_ARGUMENT, "copies->order_compute_after: no copy");
+#if ZHOST_WITH_CUDA
+    if (copy->transfer) {
+      cuda::order_compute_after(*copy->transfer);
+      return nullptr;
+    }
+#endif
+    (void)s;
+    run_on_host(*copy);  // host compute waits by the copy running now
+    return nullptr;
+  });
+}
+
+zhost_status* wait(zhost_host_context*, zhost_copy* copy) {
+  return serve("wait", [&](DeviceCopies::State& s) -> zhost_status* {
+    if (!copy) return error(ZHOST_ERR_INVALID_ARGUMENT, "copies->wait: no copy");
+    std::unique_ptr<zhost_copy> owned(copy);
+    --s.pending;
+#if ZHOST_WITH_CUDA
+    if (owned->transfer) {
+      cuda::wait(*owned->transfer);
+      return nullptr;
+    }
+#endif
+    run_on_host(*owned);
+    return nullptr;
+  });
+}
+
+CopyMode choose_mode(const at::Device& device) {
+  const char* env = std::getenv("ZHOST_DEVICE_COPIES");
+  const std::string wanted = env ? env : "";
+  if (!wanted.empty() && wanted != "deferred" && wanted != "immediate")
+    fail_usage("ZHOST_DEVICE_COPIES='{}' is not a copy mode: unset it, or set 'deferred' (CPU jobs, for tests)",
+               wanted);
+  if (device.is_cuda()) {
+    if (wanted == "deferred")
+      fail_usage("ZHOST_DEVICE_COPIES=deferred is a test mode for CPU jobs; unset it to train on {}", device.str());
+    return CopyMode::kCuda;
+  }
+  return wanted == "deferred" ? CopyMode::kDeferred : CopyMode::kImmediate;
+}
+
+}  // namespace
+
+DeviceCopies::DeviceCopies(const at::Device& device, HostServices& services)
+    : state_(std::make_unique<State>()), services_(services) {
+  state_->device = device;
+  state_->mode = choose_mode(device);
+#if !ZHOST_WITH_CUDA
+  if (state_->mode == CopyMode::kCuda) fail("this zhost build has no CUDA copies (ZHOST_WITH_CUDA is off)");
+#endif
+  zhost_copy_services& t = state_->table;
+  t.struct_size = sizeof(t);
+  t.device_memory_is_separate = device_memory_is_separate;
+  t.start = start;
+  t.order_compute_after = order_compute_after;
+  t.wait = wait;
+  current = state_.get();
+  services_.set_copy_services(&state_->table);
+#if ZHOST_WITH_CUDA
+  if (state_->mode == CopyMode::kCuda) services_.set_pinned_allocator(cuda::pinned_allocate);
+#endif
+  if (state_->mode == CopyMode::kDeferred)
+    spdlog::warn(
+        "ZHOST_DEVICE_COPIES=deferred: host-device copies are staged and run as late as allowed (a test "
+        "mode: slower, same results)");
+}
+
+DeviceCopies::~DeviceCopies() {
+  if (state_->pending > 0)
+    spdlog::error("{} host-device cop{} started by plugins never completed (a plugin did not wait for them)",
+                  state_->pending.load(), state_->pending == 1 ? "y was" : "ies were");
+  services_.set_copy_services(nullptr);
+  services_.set_pinned_allocator(nullptr);
+  current = nullptr;
+}
+
+}  // namespace zhost::engine

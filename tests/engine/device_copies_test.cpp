@@ -1,0 +1,118 @@
+// tests/engine/device_copies_test.cpp: the host's copy services (zhost_copy_services) on a CPU job: copies
+// complete at once when training in host memory; under ZHOST_DEVICE_COPIES=deferred they run no earlier
+// than order_compute_after() or wait(), which is what lets the training tests catch a plugin that reads
+// too early; bad copies are refused with what is wrong. (On CUDA the same table runs copy streams; see
+// device_copies_cuda.cpp and the syntax check beside this test.)
+#include "host/engine/device_copies.hpp"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <optional>
+#include <string>
+
+#include "host/core/error.hpp"
+#include "host/engine/dlpack_bridge.hpp"
+#include "host/services/host_services.hpp"
+
+namespace zhost::engine {
+namespace {
+
+// Sets an environment variable for one test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+struct Fixture {
+  HostServices services;
+  zhost_host_context* ctx = services.create_context(PluginContextSpec{"test", {}});
+  const zhost_copy_services* copies() const { return services.table()->copies; }
+};
+
+TEST(DeviceCopies, ImmediateOnACpuJob) {
+  ScopedEnv env("ZHOST_DEVICE_COPIES", "");
+  Fixture f;
+  EXPECT_EQ(f.copies(), nullptr);  // no job, no copies
+  DeviceCopies copies(at::kCPU, f.services);
+  ASSERT_NE(f.copies(), nullptr);
+  EXPECT_EQ(f.copies()->device_memory_is_separate(f.ctx), 0);
+  at::Tensor src = at::arange(10, at::kFloat), dst = at::zeros({10});
+  DLTensor s = dl_view(src), d = dl_view(dst);
+  zhost_copy* copy = reinterpret_cast<zhost_copy*>(1);
+  ASSERT_EQ(f.copies()->start(f.ctx, &s, &d, &copy), nullptr);
+  EXPECT_EQ(copy, nullptr);  // done already
+  EXPECT_TRUE(at::equal(src, dst));
+}
+
+TEST(DeviceCopies, DeferredCopiesRunAtTheLatestAllowedPoint) {
+  ScopedEnv env("ZHOST_DEVICE_COPIES", "deferred");
+  Fixture f;
+  DeviceCopies copies(at::kCPU, f.services);
+  EXPECT_EQ(f.copies()->device_memory_is_separate(f.ctx), 1);
+  at::Tensor src = at::arange(7, at::kBFloat16), dst = at::zeros({7}, at::kBFloat16);
+  const at::Tensor expected = src.clone();
+  DLTensor s = dl_view(src), d = dl_view(dst);
+
+  zhost_copy* copy = nullptr;
+  ASSERT_EQ(f.copies()->start(f.ctx, &s, &d, &copy), nullptr);
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(dst.abs().sum().item<float>(), 0.f);  // not yet
+  ASSERT_EQ(f.copies()->wait(f.ctx, copy), nullptr);
+  EXPECT_TRUE(at::equal(dst, expected));
+
+  // order_compute_after runs it (host compute waits by the copy happening now); wait() then only frees.
+  dst.zero_();
+  ASSERT_EQ(f.copies()->start(f.ctx, &s, &d, &copy), nullptr);
+  src.fill_(3);  // a source rewritten before ordering: the late copy sees the new values
+  ASSERT_EQ(f.copies()->order_compute_after(f.ctx, copy), nullptr);
+  EXPECT_TRUE(at::equal(dst, at::full({7}, 3, at::kBFloat16)));
+  src.fill_(5);
+  ASSERT_EQ(f.copies()->wait(f.ctx, copy), nullptr);
+  EXPECT_TRUE(at::equal(dst, at::full({7}, 3, at::kBFloat16)));
+}
+
+TEST(DeviceCopies, RefusesCopiesItCannotMake) {
+  ScopedEnv env("ZHOST_DEVICE_COPIES", "");
+  Fixture f;
+  DeviceCopies copies(at::kCPU, f.services);
+  at::Tensor a = at::zeros({4}), b = at::zeros({5}), c = at::zeros({4}, at::kDouble);
+  at::Tensor strided = at::zeros({4, 2}).t();
+  zhost_copy* copy = nullptr;
+  auto message = [&](const at::Tensor& src, const at::Tensor& dst) {
+    DLTensor s = dl_view(src), d = dl_view(dst);
+    try {
+      HostServices::throw_if_error(f.copies()->start(f.ctx, &s, &d, &copy), "start");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message(a, b).find("source (4 elements of Float) and destination (5 of Float) differ"), std::string::npos);
+  EXPECT_NE(message(a, c).find("differ"), std::string::npos);
+  EXPECT_NE(message(strided, at::zeros({8})).find("must be contiguous"), std::string::npos);
+  EXPECT_EQ(copy, nullptr);
+}
+
+TEST(DeviceCopies, AnUnknownModeIsAUsageError) {
+  ScopedEnv env("ZHOST_DEVICE_COPIES", "later");
+  Fixture f;
+  EXPECT_THROW(DeviceCopies(at::kCPU, f.services), Error);
+}
+
+}  // namespace
+}  // namespace zhost::engine
