@@ -229,16 +229,30 @@ class CpuTier {
     out.shape = &g.numel;
   }
 
-  void optimizer_step(const zhost_tier_step_args& args) {
+  // One optimizer step of elements [offset, offset + count) of the group (the whole group by default).
+  void optimizer_step(const zhost_tier_step_args& args, int64_t offset = 0, bool range = false) {
     Group& g = group(args.key);
-    float* grad = g.grad.floats();
+    int64_t count = g.numel;
+    if (range) {
+      if (!args.params_out)
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: a range step needs params_out (the range's length)");
+      count = numel(*args.params_out);
+      if (offset < 0 || count < 0 || offset + count > g.numel)
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: range [" + std::to_string(offset) + ", " +
+                                                          std::to_string(offset + count) + ") is outside group " +
+                                                          std::to_string(args.key) + " of " +
+                                                          std::to_string(g.numel) + " elements");
+    }
+    float* master = g.master.floats() + offset;
+    float* grad = g.grad.floats() + offset;
+    float* exp_avg = g.exp_avg.floats() + offset;
     cpu_optim::Copy16 copy = cpu_optim::Copy16::kNone;
     void* out = nullptr;
     if (args.params_out) {
       const DLTensor& t = *args.params_out;
-      if (numel(t) != g.numel)
+      if (numel(t) != count)
         throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: params_out has " + std::to_string(numel(t)) +
-                                                          " elements, the group " + std::to_string(g.numel));
+                                                          " elements, the group " + std::to_string(count));
       out = host_data(t, "params_out");
       if (is_bf16(t)) copy = cpu_optim::Copy16::kBf16;
       else if (is_float(t, 16)) copy = cpu_optim::Copy16::kF16;
@@ -247,16 +261,15 @@ class CpuTier {
     const zhost_optimizer_desc& o = g.optimizer;
     if (o.kind == ZHOST_OPTIMIZER_LION) {
       cpu_optim::LionHyper h{args.lr, o.beta1, o.beta2, o.weight_decay, args.grad_scale};
-      cpu_optim::lion_step(h, g.master.floats(), grad, cpu_optim::GradType::kF32, g.exp_avg.floats(), out, copy,
-                           g.numel, kernel_);
+      cpu_optim::lion_step(h, master, grad, cpu_optim::GradType::kF32, exp_avg, out, copy, count, kernel_);
     } else {
       cpu_optim::AdamHyper h{args.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.kind == ZHOST_OPTIMIZER_ADAMW,
                              o.bias_correction != 0, args.step, args.grad_scale};
-      cpu_optim::adam_step(h, g.master.floats(), grad, cpu_optim::GradType::kF32, g.exp_avg.floats(),
-                           g.exp_avg_sq.floats(), out, copy, g.numel, kernel_);
+      cpu_optim::adam_step(h, master, grad, cpu_optim::GradType::kF32, exp_avg, g.exp_avg_sq.floats() + offset, out,
+                           copy, count, kernel_);
     }
-    if (out && copy == cpu_optim::Copy16::kNone) std::memcpy(out, g.master.data(), static_cast<size_t>(g.numel) * 4);
-    std::memset(grad, 0, static_cast<size_t>(g.numel) * 4);
+    if (out && copy == cpu_optim::Copy16::kNone) std::memcpy(out, master, static_cast<size_t>(count) * 4);
+    std::memset(grad, 0, static_cast<size_t>(count) * 4);
   }
 
   void memory(zhost_tier_memory& out) const {
@@ -411,6 +424,9 @@ const zhost_offload_api kOffload = {
     [](zhost_plugin_instance* s, uint64_t key, DLTensor* out) { return guard([&] { self(s).optimizer_grad(key, *out); }); },
     [](zhost_plugin_instance* s, const zhost_tier_step_args* a) { return guard([&] { self(s).optimizer_step(*a); }); },
     [](zhost_plugin_instance* s, zhost_tier_memory* out) { return guard([&] { self(s).memory(*out); }); },
+    [](zhost_plugin_instance* s, const zhost_tier_step_args* a, int64_t offset) {
+      return guard([&] { self(s).optimizer_step(*a, offset, true); });
+    },
 };
 
 const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr, Instance::create, Instance::destroy,

@@ -22,6 +22,7 @@ Stage3Options read_options(const sdk::Host& host) {
   o.ignore_unused_parameters = host.config_bool("zero.ignore_unused_parameters");
   o.offload_buffer_count = host.config_int("zero.offload_param.buffer_count");
   o.offload_buffer_size = host.config_int("zero.offload_param.buffer_size");
+  o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
   if (!host.config_bool("zero.contiguous_gradients"))
     host.warn(
         "zero.contiguous_gradients = false: zhost keeps each rank's reduced gradients in contiguous sub-group buffers "
@@ -74,6 +75,7 @@ const zhost_plugin_descriptor* describe() {
                     "elements per staging buffer (at least the largest shard; allocated no larger)", 1, 1e15)
         .config_bool("zero.stage3_gather_16bit_weights_on_model_save", false,
                      "gather the full 16-bit weights when the model is saved");
+    zero::declare_offload_keys(*builder);
     return builder->build();
   }();
   return descriptor;

@@ -612,14 +612,21 @@ void Stage3Partition::step(zhost_step_args& args) {
 
 // The tier steps each sub-group (unscale and clipping in its one pass, which also zeroes its accumulator)
 // and writes the updated shard: into the device shard directly when training in host memory; staged, into
-// pinned host memory whose copy to the device runs while the next sub-group steps; with parameter offload,
-// back into the parameter tier.
+// pinned host memory, chunk by chunk (zero.offload_optimizer.step_chunk_size), each chunk's copy to the
+// device running while the next chunk steps; with parameter offload, back into the parameter tier.
 void Stage3Partition::step_offloaded(double grad_scale, int64_t step, double lr) {
-  std::vector<std::pair<zero::HostCopies::Copy, at::Tensor>> copies_back;
+  std::vector<zero::HostCopies::Copy> copies_back;  // staged: updated shards on their way to the device
+  std::vector<at::Tensor> buffers;                  // the pinned buffers they are copied from
   for (size_t i = 0; i < sub_groups_.size(); ++i) {
     SubGroupState& g = sub_groups_[i];
     const int64_t numel = layout_.sub_groups()[i].numel;
-    at::Tensor buffer;  // a pinned staging buffer (staged), returned to the pool when done with
+    if (staged_ && !params_tier_.instance) {  // chunk by chunk, each copied while the next steps
+      buffers.push_back(take_host(numel));
+      tier_.step_to_device(i, step, lr, grad_scale, buffers.back().narrow(0, 0, numel), g.shard,
+                           options_.step_chunk, copies_, copies_back);
+      continue;
+    }
+    at::Tensor buffer;  // staged with parameter offload: a pinned buffer for the tier to write
     at::Tensor updated = g.shard;
     if (staged_) {
       buffer = take_host(numel);
@@ -635,15 +642,11 @@ void Stage3Partition::step_offloaded(double grad_scale, int64_t step, double lr)
         DLTensor src = dl_view(part);
         tier_io(params_tier_.api->store, param_key(unit), src);
       }
-      if (buffer.defined()) give_host(std::move(buffer));
-    } else if (staged_) {
-      copies_back.emplace_back(copies_.start(updated, g.shard), std::move(buffer));
     }
+    if (buffer.defined()) give_host(std::move(buffer));
   }
-  for (auto& [copy, buffer] : copies_back) {
-    copy.wait();
-    give_host(std::move(buffer));
-  }
+  for (zero::HostCopies::Copy& copy : copies_back) copy.wait();
+  for (at::Tensor& buffer : buffers) give_host(std::move(buffer));
 }
 
 void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {

@@ -35,8 +35,8 @@
 // into one of buffer_count staging buffers for their gather. On a device with memory of its own (CUDA) the
 // tier is reached by staged copies through pinned host memory: a unit's reduced gradient shard leaves for
 // the host as its reduction completes, while backward goes on, and is added into the tier's accumulator
-// when drained (within reduce_bucket_size elements in flight, and at backward_end); at the step, sub-group
-// g's updated shard is copied back to the device while sub-group g+1 steps.
+// when drained (within reduce_bucket_size elements in flight, and at backward_end); at the step, each chunk
+// of updated shards (step_chunk_size elements) is copied back to the device while the next chunk steps.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -69,6 +69,7 @@ struct Stage3Options {
   bool ignore_unused_parameters = true;
   int64_t offload_buffer_count = 5;         // zero.offload_param: staging buffers for parameter shards
   int64_t offload_buffer_size = 100000000;  // elements each (at most; sized to the largest shard)
+  int64_t step_chunk = zero::kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
 };
 
 class Stage3Partition : public sdk::PartitionHooks {

@@ -4,6 +4,8 @@
 #include <ATen/ops/empty.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "host/engine/dlpack_bridge.hpp"
 
 namespace zhost::zero {
@@ -73,17 +75,53 @@ at::Tensor OptimizerTier::add_group(uint64_t key, const zhost_optimizer_desc& op
   return engine::tensor_view(grad);
 }
 
-void OptimizerTier::step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& params_out) const {
+zhost_tier_step_args OptimizerTier::step_args(uint64_t key, int64_t step, double lr, double grad_scale) const {
   zhost_tier_step_args args{};
   args.struct_size = sizeof(args);
   args.key = key;
   args.step = step;
   args.lr = lr;
   args.grad_scale = grad_scale;
+  return args;
+}
+
+void OptimizerTier::step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& params_out) const {
+  zhost_tier_step_args args = step_args(key, step, lr, grad_scale);
   DLTensor out = dl_view(params_out);
   args.params_out = &out;
   const ScopedSpan span(host_, "tier_step");
   host_.check(ref_.api->optimizer_step(ref_.instance, &args));
+}
+
+void OptimizerTier::step_to_device(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& host,
+                                   const at::Tensor& device, int64_t chunk, const HostCopies& copies,
+                                   std::vector<HostCopies::Copy>& in_flight) const {
+  const bool ranges =
+      ZHOST_HAS_FIELD(ref_.api, zhost_offload_api, optimizer_step_range) && ref_.api->optimizer_step_range;
+  const int64_t numel = host.numel();
+  if (!ranges) chunk = numel;
+  chunk = std::max<int64_t>(chunk, 1);
+  for (int64_t offset = 0; offset < numel; offset += chunk) {
+    const int64_t count = std::min(chunk, numel - offset);
+    const at::Tensor piece = host.narrow(0, offset, count);
+    if (ranges) {
+      zhost_tier_step_args args = step_args(key, step, lr, grad_scale);
+      DLTensor out = dl_view(piece);
+      args.params_out = &out;
+      const ScopedSpan span(host_, "tier_step");
+      host_.check(ref_.api->optimizer_step_range(ref_.instance, &args, offset));
+    } else {
+      this->step(key, step, lr, grad_scale, piece);
+    }
+    in_flight.push_back(copies.start(piece, device.narrow(0, offset, count)));
+  }
+}
+
+void declare_offload_keys(sdk::DescriptorBuilder& builder) {
+  builder.config_int("zero.offload_optimizer.step_chunk_size", kDefaultStepChunk,
+                     "elements the offloaded optimizer steps at a time on a device job; each chunk's updated weights "
+                     "are copied to the device while the next chunk steps",
+                     1, 1e15);
 }
 
 uint64_t OptimizerTier::bytes() const {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "zhost/cpp/plugin.hpp"
 #include "zhost/offload.h"
@@ -28,6 +29,10 @@ void wait_for(const sdk::Host& host, zhost_work*& work);
 // was (or will be) reported by whoever waited for it.
 void abandon(const sdk::Host& host, zhost_work*& work) noexcept;
 
+// zero.offload_optimizer.step_chunk_size, declared alike by every stage: the offloaded step's piece size.
+constexpr int64_t kDefaultStepChunk = int64_t{1} << 22;
+void declare_offload_keys(sdk::DescriptorBuilder& builder);
+
 // Time from construction to destruction as one span of `name`: its total per step is "<plugin>/<name>" in
 // the wall-clock breakdown and metrics.jsonl.
 class ScopedSpan {
@@ -41,34 +46,6 @@ class ScopedSpan {
  private:
   const sdk::Host& host_;
   uint64_t span_;
-};
-
-// The tier named by zero.offload_optimizer.device, or none. Each optimizer group (a partition, a
-// sub-group) is one key: the tier keeps its fp32 master and states, and an fp32 gradient accumulator the
-// plugin adds reduced gradients into.
-class OptimizerTier {
- public:
-  OptimizerTier() = default;  // none
-  // Asks the host (at setup: tiers are installed after the instances are created); throws with what to
-  // set when the named tier only stores buffers.
-  static OptimizerTier find(const sdk::Host& host);
-  bool active() const { return ref_.instance != nullptr; }
-  const char* name() const { return ref_.name; }
-
-  // Hands group `key` its starting fp32 master (copied); returns the group's gradient accumulator (fp32,
-  // host memory, zeros), valid for the job.
-  at::Tensor add_group(uint64_t key, const zhost_optimizer_desc& optimizer, const at::Tensor& master) const;
-  // One optimizer step of group `key` on accumulator * grad_scale (averaging, unscaling and clipping
-  // folded in); writes the updated values, in `params_out`'s dtype, and zeroes the accumulator. Timed as
-  // the "tier_step" span.
-  void step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& params_out) const;
-  // Bytes the tier holds (host memory and storage) for all its groups.
-  uint64_t bytes() const;
-
- private:
-  explicit OptimizerTier(const sdk::Host& host) : host_(host) {}
-  sdk::Host host_{nullptr, nullptr};
-  zhost_tier_ref ref_{};
 };
 
 // Copies between host memory and the training device (zhost_copy_services). With an offload tier on a
@@ -114,6 +91,44 @@ class HostCopies {
   sdk::Host host_{nullptr, nullptr};
   bool separate_ = false;
   bool pinned_ = false;
+};
+
+// The tier named by zero.offload_optimizer.device, or none. Each optimizer group (a partition, a
+// sub-group) is one key: the tier keeps its fp32 master and states, and an fp32 gradient accumulator the
+// plugin adds reduced gradients into.
+class OptimizerTier {
+ public:
+  OptimizerTier() = default;  // none
+  // Asks the host (at setup: tiers are installed after the instances are created); throws with what to
+  // set when the named tier only stores buffers.
+  static OptimizerTier find(const sdk::Host& host);
+  bool active() const { return ref_.instance != nullptr; }
+  const char* name() const { return ref_.name; }
+
+  // Hands group `key` its starting fp32 master (copied); returns the group's gradient accumulator (fp32,
+  // host memory, zeros), valid for the job.
+  at::Tensor add_group(uint64_t key, const zhost_optimizer_desc& optimizer, const at::Tensor& master) const;
+  // One optimizer step of group `key` on accumulator * grad_scale (averaging, unscaling and clipping
+  // folded in); writes the updated values, in `params_out`'s dtype, and zeroes the accumulator. Timed as
+  // the "tier_step" span.
+  void step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& params_out) const;
+  // Bytes the tier holds (host memory and storage) for all its groups.
+  uint64_t bytes() const;
+
+  // Staged step from a device (see HostCopies): steps group `key` piece by piece of at most `chunk`
+  // elements (whole, when the tier cannot step ranges) into `host` (pinned, the group's length), and starts
+  // each piece's copy into `device` as soon as the tier has written it, so that copies overlap with the
+  // next pieces' steps. The copies join `in_flight`; the caller waits for them before the weights are used
+  // and before `host` is reused.
+  void step_to_device(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& host,
+                      const at::Tensor& device, int64_t chunk, const HostCopies& copies,
+                      std::vector<HostCopies::Copy>& in_flight) const;
+
+ private:
+  explicit OptimizerTier(const sdk::Host& host) : host_(host) {}
+  zhost_tier_step_args step_args(uint64_t key, int64_t step, double lr, double grad_scale) const;
+  sdk::Host host_{nullptr, nullptr};
+  zhost_tier_ref ref_{};
 };
 
 }  // namespace zhost::zero

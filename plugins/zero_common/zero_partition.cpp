@@ -263,9 +263,11 @@ void ZeroPartition::step(zhost_step_args& args) {
   }
   const double coefficient = std::min(optim::clip_coefficient(norm, args.clip_norm), 1.0);
   if (offloaded) {  // the tier applies unscale and clipping in its one pass, and zeroes its accumulator
-    if (staged_) {  // one group: there is no next step to overlap the copy back with (stage 3 has sub-groups)
-      tier_.step(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_host_);
-      copies_.start(updated_host_, updated_).wait();
+    if (staged_) {  // chunk by chunk, each chunk's copy to the device running while the next steps
+      std::vector<HostCopies::Copy> copies;
+      tier_.step_to_device(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_host_, updated_,
+                           options_.step_chunk, copies_, copies);
+      for (HostCopies::Copy& copy : copies) copy.wait();
     } else {
       tier_.step(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_);
     }

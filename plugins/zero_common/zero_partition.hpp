@@ -21,8 +21,9 @@
 // the all-gather sends from. On a device with memory of its own (CUDA) the tier's memory is reached by
 // staged copies: each bucket's reduced elements for this rank go to pinned host memory by copy while
 // backward goes on, and are added into the accumulator when the copy is drained (the bucket's next
-// reduction, or the end of backward); the updated partition is written to pinned host memory and copied
-// back before the all-gather.
+// reduction, or the end of backward); the tier writes the updated partition to pinned host memory chunk by
+// chunk (zero.offload_optimizer.step_chunk_size), each chunk's copy to the device running while the next
+// chunk steps, all before the all-gather.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -46,6 +47,7 @@ struct ZeroOptions {
   bool overlap_comm = false;
   bool reduce_scatter = true;
   bool ignore_unused_parameters = true;
+  int64_t step_chunk = kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
 };
 
 class ZeroPartition : public sdk::PartitionHooks {

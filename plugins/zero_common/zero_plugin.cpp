@@ -25,6 +25,7 @@ void declare_keys(sdk::DescriptorBuilder& builder, int stage) {
                    "DeepSpeed: interleave gradient partitions for CPU offload; no effect without it")
       .config_bool("zero.ignore_unused_parameters", true,
                    "treat a parameter without gradient as zero (false: stop with an error)");
+  declare_offload_keys(builder);
   if (stage == 2)
     builder.config_bool("zero.contiguous_gradients", true,
                         "keep reduced gradients in one contiguous partition (zhost always does)");
@@ -38,6 +39,7 @@ ZeroOptions read_options(const sdk::Host& host, int stage) {
   o.overlap_comm = host.config_bool("zero.overlap_comm");
   o.reduce_scatter = host.config_bool("zero.reduce_scatter");
   o.ignore_unused_parameters = host.config_bool("zero.ignore_unused_parameters");
+  o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
   if (host.config_bool("zero.round_robin_gradients"))
     host.warn("zero.round_robin_gradients = true has no effect: DeepSpeed uses it to interleave gradient "
               "partitions for CPU offload, and this job does not offload the optimizer");

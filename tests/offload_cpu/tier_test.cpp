@@ -1,8 +1,10 @@
 // tests/offload_cpu/tier_test.cpp: the offload_cpu plugin through its ABI, loaded from its shared object
 // by the host's own loader: buffers stored and loaded by key, an optimizer group stepped, and the hot-swap
-// contract: a second instance that imports the first one's exported state continues bit for bit.
+// contract: a second instance that imports the first one's exported state continues bit for bit; a group
+// stepped in ranges (as stages pipeline their copies to the device) equals one whole step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -71,6 +73,31 @@ struct Tier {
     args.grad_scale = 0.5;
     args.params_out = &out_view;
     check(host, api->optimizer_step(instance, &args));
+    return out;
+  }
+  // The same step as step(), taken as range steps of `piece` elements (how a stage pipelines copies).
+  std::vector<float> step_in_pieces(const std::vector<float>& grad, int64_t step_number, int64_t piece) {
+    DLTensor accumulator{};
+    check(host, api->optimizer_grad(instance, 7, &accumulator));
+    std::memcpy(accumulator.data, grad.data(), grad.size() * sizeof(float));
+    std::vector<float> out(kElements);
+    for (int64_t offset = 0; offset < kElements; offset += piece) {
+      int64_t count = std::min<int64_t>(piece, kElements - offset);
+      DLTensor part{};
+      part.data = out.data() + offset;
+      part.device = DLDevice{kDLCPU, 0};
+      part.ndim = 1;
+      part.dtype = DLDataType{kDLFloat, 32, 1};
+      part.shape = &count;
+      zhost_tier_step_args args{};
+      args.struct_size = sizeof(args);
+      args.key = 7;
+      args.step = step_number;
+      args.lr = 1e-2;
+      args.grad_scale = 0.5;
+      args.params_out = &part;
+      check(host, api->optimizer_step_range(instance, &args, offset));
+    }
     return out;
   }
   HostServices& host;
@@ -157,4 +184,28 @@ TEST(CpuTier, StoresStepsAndHotSwapsBitForBit) {
   host.table()->status_destroy(error);
   const std::vector<float> grad = random_values(20, 1.0f);
   EXPECT_EQ(first.step(grad, 6), second.step(grad, 6));
+
+  // Range steps (ABI 0.3): the group stepped in odd-sized pieces equals one whole step bit for bit, and
+  // each range's accumulator is zeroed (the next whole steps agree again).
+  ASSERT_TRUE(ZHOST_HAS_FIELD(second.api, zhost_offload_api, optimizer_step_range) && second.api->optimizer_step_range);
+  for (int64_t s = 7; s <= 8; ++s) {
+    const std::vector<float> g = random_values(30 + s, 1.0f);
+    EXPECT_EQ(first.step(g, s), second.step_in_pieces(g, s, 97)) << "step " << s;
+  }
+  const std::vector<float> g = random_values(40, 1.0f);
+  EXPECT_EQ(first.step(g, 9), second.step(g, 9));
+
+  // A range past the group's end is refused.
+  std::vector<float> out(10);
+  int64_t out_shape = 0;
+  DLTensor out_view = view(out, out_shape);
+  zhost_tier_step_args args{};
+  args.struct_size = sizeof(args);
+  args.key = 7;
+  args.step = 10;
+  args.params_out = &out_view;
+  zhost_status* outside = second.api->optimizer_step_range(second.instance, &args, kElements - 5);
+  ASSERT_NE(outside, nullptr);
+  EXPECT_NE(std::string(host.table()->status_message(outside)).find("is outside group 7"), std::string::npos);
+  host.table()->status_destroy(outside);
 }

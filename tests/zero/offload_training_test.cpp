@@ -141,18 +141,22 @@ class StagedCopiesEqualDirect : public ::testing::TestWithParam<StagedCase> {};
 INSTANTIATE_TEST_SUITE_P(
     Stages, StagedCopiesEqualDirect,
     ::testing::Values(
-        StagedCase{"Stage1TwoRanks", "--nproc 2 --set zero.stage=1 --set train_micro_batch_size_per_gpu=2"},
+        // the step in chunks, each copied back while the next steps
+        StagedCase{"Stage1TwoRanksChunkedStep", "--nproc 2 --set zero.stage=1 --set train_micro_batch_size_per_gpu=2 "
+                                                "--set zero.offload_optimizer.step_chunk_size=700"},
         // two buckets alternating: a bucket's copy is in flight while the other fills
         StagedCase{"Stage2ThreeRanksAccumulatingOverlapped",
                    "--nproc 3 --set zero.stage=2 --set train_micro_batch_size_per_gpu=1 "
-                   "--set gradient_accumulation_steps=2 --set zero.overlap_comm=true"},
+                   "--set gradient_accumulation_steps=2 --set zero.overlap_comm=true "
+                   "--set zero.offload_optimizer.step_chunk_size=1000"},
         // all-reduce: the copy reads the bucket's send buffer, which the next launch rewrites
         StagedCase{"Stage2AllReduceOneRankOwnsLittle",
                    "--nproc 2 --set zero.stage=2 --set zero.reduce_scatter=false --set zero.reduce_bucket_size=500"},
         StagedCase{"Stage3ThreeRanksSubGroupsOverlapped",
                    "--nproc 3 --set zero.stage=3 --set train_micro_batch_size_per_gpu=1 "
                    "--set gradient_accumulation_steps=2 --set zero.overlap_comm=true "
-                   "--set zero.stage3_param_persistence_threshold=40 --set zero.sub_group_size=3000"},
+                   "--set zero.stage3_param_persistence_threshold=40 --set zero.sub_group_size=3000 "
+                   "--set zero.offload_optimizer.step_chunk_size=1000"},
         StagedCase{"Stage3ParametersOffloadedOneBuffer",
                    "--nproc 2 --set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 "
                    "--set zero.offload_param.device=cpu --set zero.offload_param.buffer_count=1"},

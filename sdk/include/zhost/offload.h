@@ -98,8 +98,15 @@ typedef struct zhost_offload_api {
      * and clipping into grad_scale); zeroes the accumulator. */
     zhost_status *(*optimizer_step)(zhost_plugin_instance *self, const zhost_tier_step_args *args);
     zhost_status *(*memory)(zhost_plugin_instance *self, zhost_tier_memory *out);
+    /* 0.3, computing tiers (NULL: whole groups only): optimizer_step on elements [offset, offset +
+     * numel(params_out)) of the group alone; params_out is required and receives that range, and that range
+     * of the accumulator is zeroed. A caller steps a group piece by piece so that each piece's copy to the
+     * device overlaps with the next piece's step. */
+    zhost_status *(*optimizer_step_range)(zhost_plugin_instance *self, const zhost_tier_step_args *args, int64_t offset);
 } zhost_offload_api;
-#define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, memory)
+#define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_step_range)
+/* What a tier built for ABI 0.2 fills: everything up to memory. */
+#define ZHOST_OFFLOAD_API_SIZE_0_2 ZHOST_STRUCT_SIZE(zhost_offload_api, memory)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_offload_api, ZHOST_OFFLOAD_API_SIZE);
 
 #ifdef __cplusplus
