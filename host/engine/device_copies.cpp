@@ -2,6 +2,8 @@
 #include "host/engine/device_copies.hpp"
 
 #include <fmt/format.h>
+
+#include <utility>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -10,6 +12,7 @@
 
 #include "host/core/error.hpp"
 #include "host/engine/dlpack_bridge.hpp"
+#include "host/engine/service_call.hpp"
 #include "host/services/host_services.hpp"
 
 #if ZHOST_WITH_CUDA
@@ -42,18 +45,9 @@ namespace {
 
 DeviceCopies::State* current = nullptr;  // one job per process
 
-zhost_status* error(zhost_status_code code, const std::string& message) {
-  return HostServices::make_status(code, message);
-}
-
 template <typename Body>
 zhost_status* serve(const char* what, Body&& body) {
-  if (!current) return error(ZHOST_ERR_UNSUPPORTED, fmt::format("copies->{}: no training job is running", what));
-  try {
-    return body(*current);
-  } catch (const std::exception& e) {
-    return error(ZHOST_ERR_INTERNAL, fmt::format("copies->{}: {}", what, e.what()));
-  }
+  return serve_call(current, "copies", what, std::forward<Body>(body));
 }
 
 // Host memory, or the training device's: what a copy may read and write.
@@ -71,20 +65,20 @@ int32_t device_memory_is_separate(zhost_host_context*) {
 
 zhost_status* start(zhost_host_context*, const DLTensor* src, DLTensor* dst, zhost_copy** out) {
   return serve("start", [&](DeviceCopies::State& s) -> zhost_status* {
-    if (!src || !dst || !out) return error(ZHOST_ERR_INVALID_ARGUMENT, "copies->start: needs src, dst and out");
+    if (!src || !dst || !out) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->start: needs src, dst and out");
     *out = nullptr;
     auto copy = std::make_unique<zhost_copy>();
     copy->src = tensor_view(*src);
     copy->dst = tensor_view(*dst);
     if (copy->src.scalar_type() != copy->dst.scalar_type() || copy->src.numel() != copy->dst.numel())
-      return error(ZHOST_ERR_INVALID_ARGUMENT,
+      return service_error(ZHOST_ERR_INVALID_ARGUMENT,
                    fmt::format("copies->start: source ({} elements of {}) and destination ({} of {}) differ",
                                copy->src.numel(), c10::toString(copy->src.scalar_type()), copy->dst.numel(),
                                c10::toString(copy->dst.scalar_type())));
     if (!copy->src.is_contiguous() || !copy->dst.is_contiguous())
-      return error(ZHOST_ERR_INVALID_ARGUMENT, "copies->start: source and destination must be contiguous");
+      return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->start: source and destination must be contiguous");
     if (!reachable(s, copy->src) || !reachable(s, copy->dst))
-      return error(ZHOST_ERR_INVALID_ARGUMENT,
+      return service_error(ZHOST_ERR_INVALID_ARGUMENT,
                    fmt::format("copies->start: copies run between host memory and the training device ({}), not {} "
                                "to {}",
                                s.device.str(), copy->src.device().str(), copy->dst.device().str()));
@@ -112,7 +106,7 @@ zhost_status* start(zhost_host_context*, const DLTensor* src, DLTensor* dst, zho
 
 zhost_status* order_compute_after(zhost_host_context*, zhost_copy* copy) {
   return serve("order_compute_after", [&](DeviceCopies::State& s) -> zhost_status* {
-    if (!copy) return error(ZHOST_ERR_INVALID_ARGUMENT, "copies->order_compute_after: no copy");
+    if (!copy) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->order_compute_after: no copy");
 #if ZHOST_WITH_CUDA
     if (copy->transfer) {
       cuda::order_compute_after(*copy->transfer);
@@ -127,7 +121,7 @@ zhost_status* order_compute_after(zhost_host_context*, zhost_copy* copy) {
 
 zhost_status* wait(zhost_host_context*, zhost_copy* copy) {
   return serve("wait", [&](DeviceCopies::State& s) -> zhost_status* {
-    if (!copy) return error(ZHOST_ERR_INVALID_ARGUMENT, "copies->wait: no copy");
+    if (!copy) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->wait: no copy");
     std::unique_ptr<zhost_copy> owned(copy);
     --s.pending;
 #if ZHOST_WITH_CUDA

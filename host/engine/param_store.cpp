@@ -8,10 +8,13 @@
 #include <c10/core/Storage.h>
 #include <fmt/format.h>
 
+#include <utility>
+
 #include <algorithm>
 #include <vector>
 
 #include "host/engine/dlpack_bridge.hpp"
+#include "host/engine/service_call.hpp"
 #include "host/model/model.hpp"
 #include "host/services/host_services.hpp"
 
@@ -39,25 +42,16 @@ namespace {
 
 ParamStore::State* current = nullptr;  // one job per process: the trainer's store
 
-zhost_status* error(zhost_status_code code, const std::string& message) {
-  return HostServices::make_status(code, message);
-}
-
 template <typename Body>
 zhost_status* serve(const char* what, Body&& body) {
-  if (!current) return error(ZHOST_ERR_UNSUPPORTED, fmt::format("params->{}: no training job is running", what));
-  try {
-    return body(*current);
-  } catch (const std::exception& e) {
-    return error(ZHOST_ERR_INTERNAL, fmt::format("params->{}: {}", what, e.what()));
-  }
+  return serve_call(current, "params", what, std::forward<Body>(body));
 }
 
 zhost_status* group_create(zhost_host_context*, const uint32_t* ids, const int64_t* offsets, size_t count,
                            int64_t numel, zhost_param_group** out) {
   return serve("group_create", [&](ParamStore::State& s) -> zhost_status* {
     if (!ids || !offsets || !out || count == 0)
-      return error(ZHOST_ERR_INVALID_ARGUMENT, "params->group_create: needs ids, offsets, out and count > 0");
+      return service_error(ZHOST_ERR_INVALID_ARGUMENT, "params->group_create: needs ids, offsets, out and count > 0");
     const auto& params = s.model->parameters();
     auto group = std::make_unique<zhost_param_group>();
     const at::Tensor& first = params.at(ids[0]).tensor;
@@ -69,14 +63,14 @@ zhost_status* group_create(zhost_host_context*, const uint32_t* ids, const int64
     group->shape[0] = numel;
     for (size_t i = 0; i < count; ++i) {
       if (ids[i] >= params.size())
-        return error(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("params->group_create: no parameter {}", ids[i]));
+        return service_error(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("params->group_create: no parameter {}", ids[i]));
       if (s.group_of[ids[i]])
-        return error(ZHOST_ERR_INVALID_ARGUMENT,
+        return service_error(ZHOST_ERR_INVALID_ARGUMENT,
                      fmt::format("params->group_create: parameter {} ('{}') is already in a group", ids[i],
                                  params[ids[i]].name));
       const at::Tensor& param = params[ids[i]].tensor;
       if (offsets[i] < 0 || offsets[i] + param.numel() > numel)
-        return error(
+        return service_error(
             ZHOST_ERR_INVALID_ARGUMENT,
             fmt::format(
                 "params->group_create: parameter {} ('{}', {} elements) at offset {} does not fit in {} elements",
@@ -101,7 +95,7 @@ zhost_status* group_create(zhost_host_context*, const uint32_t* ids, const int64
 
 zhost_status* materialize(zhost_host_context*, zhost_param_group* group, DLTensor* flat) {
   return serve("materialize", [&](ParamStore::State& s) -> zhost_status* {
-    if (!group || !flat) return error(ZHOST_ERR_INVALID_ARGUMENT, "params->materialize: needs a group and a DLTensor");
+    if (!group || !flat) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "params->materialize: needs a group and a DLTensor");
     c10::StorageImpl* impl = group->storage.unsafeGetStorageImpl();
     if (!group->live) {
       impl->set_data_ptr_noswap(impl->allocator()->allocate(group->nbytes));
@@ -123,7 +117,7 @@ zhost_status* materialize(zhost_host_context*, zhost_param_group* group, DLTenso
 
 zhost_status* release(zhost_host_context*, zhost_param_group* group) {
   return serve("release", [&](ParamStore::State& s) -> zhost_status* {
-    if (!group) return error(ZHOST_ERR_INVALID_ARGUMENT, "params->release: needs a group");
+    if (!group) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "params->release: needs a group");
     if (!group->live) return nullptr;
     c10::StorageImpl* impl = group->storage.unsafeGetStorageImpl();
     impl->set_data_ptr_noswap(c10::DataPtr(nullptr, group->storage.device()));
@@ -137,7 +131,7 @@ zhost_status* release(zhost_host_context*, zhost_param_group* group) {
 zhost_status* initial_values(zhost_host_context*, uint32_t id, int64_t offset, DLTensor* dst) {
   return serve("initial_values", [&](ParamStore::State& s) -> zhost_status* {
     if (!dst || id >= s.model->parameters().size() || offset < 0)
-      return error(ZHOST_ERR_INVALID_ARGUMENT,
+      return service_error(ZHOST_ERR_INVALID_ARGUMENT,
                    fmt::format("params->initial_values: bad arguments (parameter {}, offset {})", id, offset));
     at::Tensor target = tensor_view(*dst);
     s.model->init_parameter_shard(id, offset, target);

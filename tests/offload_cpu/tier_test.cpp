@@ -59,46 +59,42 @@ struct Tier {
   }
   // One step on `grad` (written into the accumulator); returns the updated fp32 values.
   std::vector<float> step(const std::vector<float>& grad, int64_t step_number) {
-    DLTensor accumulator{};
-    check(host, api->optimizer_grad(instance, 7, &accumulator));
-    std::memcpy(accumulator.data, grad.data(), grad.size() * sizeof(float));
+    add_to_accumulator(grad);
     std::vector<float> out(kElements);
     int64_t shape = 0;
     DLTensor out_view = view(out, shape);
+    zhost_tier_step_args args = step_args(step_number, out_view);
+    check(host, api->optimizer_step(instance, &args));
+    return out;
+  }
+  // The same step as step(), taken as range steps of `piece` elements (how a stage pipelines copies).
+  std::vector<float> step_in_pieces(const std::vector<float>& grad, int64_t step_number, int64_t piece) {
+    add_to_accumulator(grad);
+    std::vector<float> out(kElements);
+    int64_t shape = 0;
+    DLTensor part = view(out, shape);
+    for (int64_t offset = 0; offset < kElements; offset += piece) {
+      shape = std::min<int64_t>(piece, kElements - offset);
+      part.data = out.data() + offset;
+      zhost_tier_step_args args = step_args(step_number, part);
+      check(host, api->optimizer_step_range(instance, &args, offset));
+    }
+    return out;
+  }
+  void add_to_accumulator(const std::vector<float>& grad) {
+    DLTensor accumulator{};
+    check(host, api->optimizer_grad(instance, 7, &accumulator));
+    std::memcpy(accumulator.data, grad.data(), grad.size() * sizeof(float));
+  }
+  static zhost_tier_step_args step_args(int64_t step_number, DLTensor& out) {
     zhost_tier_step_args args{};
     args.struct_size = sizeof(args);
     args.key = 7;
     args.step = step_number;
     args.lr = 1e-2;
     args.grad_scale = 0.5;
-    args.params_out = &out_view;
-    check(host, api->optimizer_step(instance, &args));
-    return out;
-  }
-  // The same step as step(), taken as range steps of `piece` elements (how a stage pipelines copies).
-  std::vector<float> step_in_pieces(const std::vector<float>& grad, int64_t step_number, int64_t piece) {
-    DLTensor accumulator{};
-    check(host, api->optimizer_grad(instance, 7, &accumulator));
-    std::memcpy(accumulator.data, grad.data(), grad.size() * sizeof(float));
-    std::vector<float> out(kElements);
-    for (int64_t offset = 0; offset < kElements; offset += piece) {
-      int64_t count = std::min<int64_t>(piece, kElements - offset);
-      DLTensor part{};
-      part.data = out.data() + offset;
-      part.device = DLDevice{kDLCPU, 0};
-      part.ndim = 1;
-      part.dtype = DLDataType{kDLFloat, 32, 1};
-      part.shape = &count;
-      zhost_tier_step_args args{};
-      args.struct_size = sizeof(args);
-      args.key = 7;
-      args.step = step_number;
-      args.lr = 1e-2;
-      args.grad_scale = 0.5;
-      args.params_out = &part;
-      check(host, api->optimizer_step_range(instance, &args, offset));
-    }
-    return out;
+    args.params_out = &out;
+    return args;
   }
   HostServices& host;
   PluginInstances instances;
@@ -199,11 +195,7 @@ TEST(CpuTier, StoresStepsAndHotSwapsBitForBit) {
   std::vector<float> out(10);
   int64_t out_shape = 0;
   DLTensor out_view = view(out, out_shape);
-  zhost_tier_step_args args{};
-  args.struct_size = sizeof(args);
-  args.key = 7;
-  args.step = 10;
-  args.params_out = &out_view;
+  zhost_tier_step_args args = Tier::step_args(10, out_view);
   zhost_status* outside = second.api->optimizer_step_range(second.instance, &args, kElements - 5);
   ASSERT_NE(outside, nullptr);
   EXPECT_NE(std::string(host.table()->status_message(outside)).find("is outside group 7"), std::string::npos);

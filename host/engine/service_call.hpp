@@ -1,0 +1,31 @@
+// host/engine/service_call.hpp: how the C callbacks of a job's host services (parameter storage, copies)
+// run their C++ bodies: refused while no job serves them, and every exception turned into a status that
+// names the service and the call ("copies->start: ..."), so that nothing throws across the C ABI.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <exception>
+#include <string>
+
+#include "host/services/host_services.hpp"
+
+namespace zhost::engine {
+
+inline zhost_status* service_error(zhost_status_code code, const std::string& message) {
+  return HostServices::make_status(code, message);
+}
+
+// Runs body(*state) for `service`->`what`; `state` is the job's, or null when no job runs.
+template <typename State, typename Body>
+zhost_status* serve_call(State* state, const char* service, const char* what, Body&& body) {
+  if (!state)
+    return service_error(ZHOST_ERR_UNSUPPORTED, fmt::format("{}->{}: no training job is running", service, what));
+  try {
+    return body(*state);
+  } catch (const std::exception& e) {
+    return service_error(ZHOST_ERR_INTERNAL, fmt::format("{}->{}: {}", service, what, e.what()));
+  }
+}
+
+}  // namespace zhost::engine
