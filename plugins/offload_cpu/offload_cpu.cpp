@@ -169,6 +169,10 @@ class CpuTier {
     return start_copy(buffer, *args.data);
   }
 
+  void order_compute_after(zhost_tier_event* event) const {
+    if (event && event->copy) host_.check(host_.copies()->order_compute_after(host_.context(), event->copy));
+  }
+
   void wait(zhost_tier_event* event) const {
     std::unique_ptr<zhost_tier_event> owned(event);
     if (owned && owned->copy) host_.check(host_.copies()->wait(host_.context(), owned->copy));
@@ -427,6 +431,7 @@ const zhost_offload_api kOffload = {
     [](zhost_plugin_instance* s, const zhost_tier_step_args* a, int64_t offset) {
       return guard([&] { self(s).optimizer_step(*a, offset, true); });
     },
+    [](zhost_plugin_instance* s, zhost_tier_event* e) { return guard([&] { self(s).order_compute_after(e); }); },
 };
 
 const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr, Instance::create, Instance::destroy,

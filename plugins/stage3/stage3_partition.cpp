@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "host/engine/dlpack_bridge.hpp"
 #include "host/optim/optimizer_abi.hpp"
@@ -41,6 +42,10 @@ Stage3Partition::~Stage3Partition() {
     abandon(host_, u.gather_work);
     abandon(host_, u.reduce_work);
   }
+  for (Staging& slot : staging_)  // never leave a load in flight; its failure was or will be reported
+    if (slot.load)
+      if (zhost_status* status = params_tier_.api->wait_event(params_tier_.instance, slot.load))
+        host_.services()->status_destroy(status);
 }
 
 const zhost_param_services& Stage3Partition::params() const {
@@ -256,10 +261,9 @@ void Stage3Partition::start_gather(int unit) {
   }
   if (params_tier_.instance) {  // the shard comes from the tier into a staging buffer, then is sent
     Staging& slot = free_staging();
-    slot.unit = unit;
     u.send = slot.buffer.narrow(0, 0, layout.shard);
     DLTensor dst = dl_view(u.send);
-    tier_io(params_tier_.api->load, param_key(unit), dst);
+    load_shard(slot, unit, dst);
   } else {
     u.send = u.shard;
   }
@@ -279,7 +283,7 @@ void Stage3Partition::finish_gather(int unit) {
   wait_for(host_, u.gather_work);
   u.residency = Residency::kLive;
   for (Staging& slot : staging_)  // its staging buffer (parameter offload) is free again
-    if (slot.unit == unit) slot.unit = -1;
+    if (slot.unit == unit) finish_load(slot);
   u.send = at::Tensor();
 }
 
@@ -300,14 +304,44 @@ bool Stage3Partition::staging_available() const {
   return false;
 }
 
-void Stage3Partition::tier_io(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key,
-                              DLTensor& data) {
+zhost_tier_event* Stage3Partition::tier_io_start(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*),
+                                                 uint64_t key, DLTensor& data) {
   zhost_tier_io_args args{};
   args.struct_size = sizeof(args);
   args.key = key;
   args.data = &data;
   host_.check(io(params_tier_.instance, &args));
-  if (args.event) host_.check(params_tier_.api->wait_event(params_tier_.instance, args.event));
+  return args.event;
+}
+
+void Stage3Partition::tier_io(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key,
+                              DLTensor& data) {
+  if (zhost_tier_event* event = tier_io_start(io, key, data))
+    host_.check(params_tier_.api->wait_event(params_tier_.instance, event));
+}
+
+// Parameter offload: the unit's shard from the tier into `slot`. The gather that sends it is ordered after
+// the load on the device (the host does not wait) when the tier can order compute after its events;
+// otherwise the host waits for the load here.
+void Stage3Partition::load_shard(Staging& slot, int unit, DLTensor& dst) {
+  slot.unit = unit;
+  slot.load = tier_io_start(params_tier_.api->load, param_key(unit), dst);
+  if (!slot.load) return;
+  const zhost_offload_api* api = params_tier_.api;
+  if (ZHOST_HAS_FIELD(api, zhost_offload_api, order_compute_after) && api->order_compute_after) {
+    host_.check(api->order_compute_after(params_tier_.instance, slot.load));
+  } else {
+    finish_load(slot);
+    slot.unit = unit;
+  }
+}
+
+// The slot's load is complete (waited for) and the slot free.
+void Stage3Partition::finish_load(Staging& slot) {
+  slot.unit = -1;
+  if (!slot.load) return;
+  zhost_tier_event* load = std::exchange(slot.load, nullptr);
+  host_.check(params_tier_.api->wait_event(params_tier_.instance, load));
 }
 
 // The unit's parameters hold their full values when this returns; time spent
@@ -622,8 +656,8 @@ void Stage3Partition::step_offloaded(double grad_scale, int64_t step, double lr)
     const int64_t numel = layout_.sub_groups()[i].numel;
     if (staged_ && !params_tier_.instance) {  // chunk by chunk, each copied while the next steps
       buffers.push_back(take_host(numel));
-      tier_.step_to_device(i, step, lr, grad_scale, buffers.back().narrow(0, 0, numel), g.shard,
-                           options_.step_chunk, copies_, copies_back);
+      tier_.step_to_device(i, step, lr, grad_scale, buffers.back().narrow(0, 0, numel), g.shard, options_.step_chunk,
+                           copies_, copies_back);
       continue;
     }
     at::Tensor buffer;  // staged with parameter offload: a pinned buffer for the tier to write

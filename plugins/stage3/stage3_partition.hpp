@@ -133,12 +133,17 @@ class Stage3Partition : public sdk::PartitionHooks {
   void finish_reduction(int unit);
   struct Staging {  // parameter offload: a buffer the shard is loaded into for its gather
     at::Tensor buffer;
-    int unit = -1;  // the unit whose gather uses it, -1 when free
+    int unit = -1;                     // the unit whose gather uses it, -1 when free
+    zhost_tier_event* load = nullptr;  // the tier's load into it, until the gather completes
   };
   static uint64_t param_key(int unit) { return (1ull << 63) | static_cast<uint64_t>(unit); }
   Staging& free_staging();
   bool staging_available() const;
+  zhost_tier_event* tier_io_start(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key,
+                                  DLTensor& data);
   void tier_io(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key, DLTensor& data);
+  void load_shard(Staging& slot, int unit, DLTensor& dst);
+  void finish_load(Staging& slot);
   void offload_parameter_shards();
   std::vector<int64_t> all_gather_ints(const std::vector<int64_t>& mine) const;
   void agree_on(int64_t kind, int unit);

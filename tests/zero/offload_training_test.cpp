@@ -160,6 +160,11 @@ INSTANTIATE_TEST_SUITE_P(
         StagedCase{"Stage3ParametersOffloadedOneBuffer",
                    "--nproc 2 --set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 "
                    "--set zero.offload_param.device=cpu --set zero.offload_param.buffer_count=1"},
+        // several loads in flight, each ordered before its gather without the host waiting
+        StagedCase{"Stage3ParametersOffloadedPrefetching",
+                   "--nproc 2 --set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 "
+                   "--set zero.stage3_prefetch_bucket_size=20000 --set zero.offload_param.device=cpu "
+                   "--set zero.offload_param.buffer_count=3"},
         // 16-bit gradients staged, added into the fp32 accumulator on the host
         StagedCase{"Stage2Bf16", "--nproc 2 --set zero.stage=2 --set bf16.enabled=true"},
         StagedCase{"Stage3Bf16", "--nproc 2 --set zero.stage=3 --set bf16.enabled=true --set zero.sub_group_size=3000"}),

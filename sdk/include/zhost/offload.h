@@ -103,8 +103,12 @@ typedef struct zhost_offload_api {
      * of the accumulator is zeroed. A caller steps a group piece by piece so that each piece's copy to the
      * device overlaps with the next piece's step. */
     zhost_status *(*optimizer_step_range)(zhost_plugin_instance *self, const zhost_tier_step_args *args, int64_t offset);
+    /* 0.3, optional (NULL: wait_event() before using the data): compute-stream work issued after this call
+     * waits for the event's transfer, and the caller is not blocked; the event stays pending and still
+     * needs wait_event(). Lets a load into device memory overlap with compute. */
+    zhost_status *(*order_compute_after)(zhost_plugin_instance *self, zhost_tier_event *event);
 } zhost_offload_api;
-#define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_step_range)
+#define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, order_compute_after)
 /* What a tier built for ABI 0.2 fills: everything up to memory. */
 #define ZHOST_OFFLOAD_API_SIZE_0_2 ZHOST_STRUCT_SIZE(zhost_offload_api, memory)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_offload_api, ZHOST_OFFLOAD_API_SIZE);
