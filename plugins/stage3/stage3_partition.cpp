@@ -89,6 +89,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   if (tier_.active()) {
     copies_ = zero::HostCopies::find(host_, on_device_.device());
     staged_ = copies_.separate();
+    if (staged_) staged_step_ = zero::StagedStep(tier_, copies_, options_.step_chunk, compute_dtype_);
   }
   layout_ = FetchUnits(param_numels_, owners, setup.num_blocks, world_size_, options_.persistence_threshold,
                        options_.sub_group_size);
@@ -649,15 +650,11 @@ void Stage3Partition::step(zhost_step_args& args) {
 // pinned host memory, chunk by chunk (zero.offload_optimizer.step_chunk_size), each chunk's copy to the
 // device running while the next chunk steps; with parameter offload, back into the parameter tier.
 void Stage3Partition::step_offloaded(double grad_scale, int64_t step, double lr) {
-  std::vector<zero::HostCopies::Copy> copies_back;  // staged: updated shards on their way to the device
-  std::vector<at::Tensor> buffers;                  // the pinned buffers they are copied from
   for (size_t i = 0; i < sub_groups_.size(); ++i) {
     SubGroupState& g = sub_groups_[i];
     const int64_t numel = layout_.sub_groups()[i].numel;
     if (staged_ && !params_tier_.instance) {  // chunk by chunk, each copied while the next steps
-      buffers.push_back(take_host(numel));
-      tier_.step_to_device(i, step, lr, grad_scale, buffers.back().narrow(0, 0, numel), g.shard, options_.step_chunk,
-                           copies_, copies_back);
+      staged_step_.step(i, step, lr, grad_scale, g.shard);
       continue;
     }
     at::Tensor buffer;  // staged with parameter offload: a pinned buffer for the tier to write
@@ -679,8 +676,7 @@ void Stage3Partition::step_offloaded(double grad_scale, int64_t step, double lr)
     }
     if (buffer.defined()) give_host(std::move(buffer));
   }
-  for (zero::HostCopies::Copy& copy : copies_back) copy.wait();
-  for (at::Tensor& buffer : buffers) give_host(std::move(buffer));
+  staged_step_.finish();
 }
 
 void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {

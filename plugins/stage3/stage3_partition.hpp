@@ -191,6 +191,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   std::deque<ToHost> to_host_;
   int64_t to_host_elements_ = 0;
   std::vector<at::Tensor> free_host_;  // pinned staging buffers not in use (compute dtype)
+  zero::StagedStep staged_step_;       // staged: the tier's step, chunk by chunk through pinned buffers
   std::vector<uint8_t> arrived_;                 // per parameter, this micro-batch
   std::deque<int> reductions_;                   // units whose reduction is in flight, oldest first
   int64_t reducing_elements_ = 0;

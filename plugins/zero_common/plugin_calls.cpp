@@ -93,28 +93,39 @@ void OptimizerTier::step(uint64_t key, int64_t step, double lr, double grad_scal
   host_.check(ref_.api->optimizer_step(ref_.instance, &args));
 }
 
-void OptimizerTier::step_to_device(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& host,
-                                   const at::Tensor& device, int64_t chunk, const HostCopies& copies,
-                                   std::vector<HostCopies::Copy>& in_flight) const {
-  const bool ranges =
-      ZHOST_HAS_FIELD(ref_.api, zhost_offload_api, optimizer_step_range) && ref_.api->optimizer_step_range;
-  const int64_t numel = host.numel();
-  if (!ranges) chunk = numel;
-  chunk = std::max<int64_t>(chunk, 1);
+bool OptimizerTier::steps_ranges() const {
+  return ZHOST_HAS_FIELD(ref_.api, zhost_offload_api, optimizer_step_range) && ref_.api->optimizer_step_range;
+}
+
+void OptimizerTier::step_range(uint64_t key, int64_t offset, int64_t step, double lr, double grad_scale,
+                               const at::Tensor& params_out) const {
+  zhost_tier_step_args args = step_args(key, step, lr, grad_scale);
+  DLTensor out = dl_view(params_out);
+  args.params_out = &out;
+  const ScopedSpan span(host_, "tier_step");
+  host_.check(ref_.api->optimizer_step_range(ref_.instance, &args, offset));
+}
+
+void StagedStep::step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& device) {
+  const int64_t numel = device.numel();
+  const int64_t chunk = tier_.steps_ranges() ? chunk_ : numel;
   for (int64_t offset = 0; offset < numel; offset += chunk) {
     const int64_t count = std::min(chunk, numel - offset);
-    const at::Tensor piece = host.narrow(0, offset, count);
-    if (ranges) {
-      zhost_tier_step_args args = step_args(key, step, lr, grad_scale);
-      DLTensor out = dl_view(piece);
-      args.params_out = &out;
-      const ScopedSpan span(host_, "tier_step");
-      host_.check(ref_.api->optimizer_step_range(ref_.instance, &args, offset));
-    } else {
-      this->step(key, step, lr, grad_scale, piece);
-    }
-    in_flight.push_back(copies.start(piece, device.narrow(0, offset, count)));
+    Slot& slot = slots_[next_];
+    next_ = 1 - next_;
+    slot.copy.wait();  // the buffer's previous chunk has reached the device
+    if (!slot.buffer.defined() || slot.buffer.numel() < count) slot.buffer = copies_.host_empty(count, dtype_);
+    const at::Tensor piece = slot.buffer.narrow(0, 0, count);
+    if (count == numel)
+      tier_.step(key, step, lr, grad_scale, piece);
+    else
+      tier_.step_range(key, offset, step, lr, grad_scale, piece);
+    slot.copy = copies_.start(piece, device.narrow(0, offset, count));
   }
+}
+
+void StagedStep::finish() {
+  for (Slot& slot : slots_) slot.copy.wait();
 }
 
 void declare_offload_keys(sdk::DescriptorBuilder& builder) {

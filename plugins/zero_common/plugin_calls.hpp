@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -115,20 +116,44 @@ class OptimizerTier {
   // Bytes the tier holds (host memory and storage) for all its groups.
   uint64_t bytes() const;
 
-  // Staged step from a device (see HostCopies): steps group `key` piece by piece of at most `chunk`
-  // elements (whole, when the tier cannot step ranges) into `host` (pinned, the group's length), and starts
-  // each piece's copy into `device` as soon as the tier has written it, so that copies overlap with the
-  // next pieces' steps. The copies join `in_flight`; the caller waits for them before the weights are used
-  // and before `host` is reused.
-  void step_to_device(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& host,
-                      const at::Tensor& device, int64_t chunk, const HostCopies& copies,
-                      std::vector<HostCopies::Copy>& in_flight) const;
+  // Whether the tier steps ranges of a group (offload table 0.3), and one such step: elements [offset,
+  // offset + numel(params_out)) of group `key`.
+  bool steps_ranges() const;
+  void step_range(uint64_t key, int64_t offset, int64_t step, double lr, double grad_scale,
+                  const at::Tensor& params_out) const;
 
  private:
   explicit OptimizerTier(const sdk::Host& host) : host_(host) {}
   zhost_tier_step_args step_args(uint64_t key, int64_t step, double lr, double grad_scale) const;
   sdk::Host host_{nullptr, nullptr};
   zhost_tier_ref ref_{};
+};
+
+// The offloaded step from a device, pipelined as in ZeRO-Offload: the tier writes each chunk of updated
+// weights (zero.offload_optimizer.step_chunk_size elements) into one of two pinned buffers in turn, and the
+// chunk's copy to the device runs while the next chunk steps. A buffer is reused once its last copy has
+// completed, so pinned memory stays at two chunks whatever the model's size.
+class StagedStep {
+ public:
+  StagedStep() = default;
+  StagedStep(const OptimizerTier& tier, const HostCopies& copies, int64_t chunk, at::ScalarType dtype)
+      : tier_(tier), copies_(copies), chunk_(std::max<int64_t>(chunk, 1)), dtype_(dtype) {}
+  // Steps group `key` into `device` (the group's length) chunk by chunk; the last copies may still run.
+  void step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& device);
+  // Waits for the copies still running: the weights on the device are then current.
+  void finish();
+
+ private:
+  struct Slot {
+    at::Tensor buffer;  // pinned, compute dtype
+    HostCopies::Copy copy;
+  };
+  OptimizerTier tier_;
+  HostCopies copies_;
+  int64_t chunk_ = 1;
+  at::ScalarType dtype_ = at::kFloat;
+  Slot slots_[2];
+  int next_ = 0;
 };
 
 }  // namespace zhost::zero

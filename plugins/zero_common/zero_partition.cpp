@@ -56,7 +56,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
     updated_ = at::empty({partition}, on_device.dtype(compute_dtype_));
     copies_ = HostCopies::find(host_, on_device.device());
     staged_ = copies_.separate();
-    if (staged_) updated_host_ = copies_.host_empty(partition, compute_dtype_);
+    if (staged_) staged_step_ = StagedStep(tier_, copies_, options_.step_chunk, compute_dtype_);
   } else {
     optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
     optimizer_->allocate_state(state_, master_);
@@ -264,10 +264,8 @@ void ZeroPartition::step(zhost_step_args& args) {
   const double coefficient = std::min(optim::clip_coefficient(norm, args.clip_norm), 1.0);
   if (offloaded) {  // the tier applies unscale and clipping in its one pass, and zeroes its accumulator
     if (staged_) {  // chunk by chunk, each chunk's copy to the device running while the next steps
-      std::vector<HostCopies::Copy> copies;
-      tier_.step_to_device(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_host_, updated_,
-                           options_.step_chunk, copies_, copies);
-      for (HostCopies::Copy& copy : copies) copy.wait();
+      staged_step_.step(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_);
+      staged_step_.finish();
     } else {
       tier_.step(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_);
     }

@@ -121,7 +121,7 @@ class ZeroPartition : public sdk::PartitionHooks {
   at::Tensor updated_;         // [S] compute dtype: the tier's updated partition, sent by the all-gather
   HostCopies copies_;          // to and from the tier's host memory
   bool staged_ = false;        // a tier, and device memory apart from host memory: copies stage the data
-  at::Tensor updated_host_;    // [S] compute dtype, pinned: where the tier writes when staged
+  StagedStep staged_step_;     // staged: the tier's step, chunk by chunk through pinned buffers
   int64_t gather_chunk_ = 0;
   std::vector<uint8_t> arrived_;  // per parameter: its gradient reached grad_ready this micro-batch
   bool boundary_ = true;
