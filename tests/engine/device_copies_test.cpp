@@ -2,13 +2,17 @@
 // complete at once when training in host memory; under ZHOST_DEVICE_COPIES=deferred they run no earlier
 // than order_compute_after() or wait(), which is what lets the training tests catch a plugin that reads
 // too early; bad copies are refused with what is wrong. (On CUDA the same table runs copy streams; see
-// device_copies_cuda.cpp and the syntax check beside this test.)
+// device_copies_cuda.cpp and the syntax check beside this test.) Also: pinned buffers come from the
+// allocator a CUDA job installs.
 #include "host/engine/device_copies.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -106,6 +110,41 @@ TEST(DeviceCopies, RefusesCopiesItCannotMake) {
   EXPECT_NE(message(a, c).find("differ"), std::string::npos);
   EXPECT_NE(message(strided, at::zeros({8})).find("must be contiguous"), std::string::npos);
   EXPECT_EQ(copy, nullptr);
+}
+
+// On CUDA jobs DeviceCopies installs LibTorch's pinned allocator for ZHOST_MEMORY_PINNED buffers (so that
+// copies from them overlap). The plumbing, with an allocator that counts: pinned buffers come from it and
+// go back to it on release; an alignment above a page, and pageable buffers, do not use it.
+TEST(DeviceCopies, PinnedBuffersComeFromTheInstalledAllocator) {
+  int allocated = 0, freed = 0;  // outlive the fixture, whose buffers are released when it goes
+  Fixture f;
+  f.services.set_pinned_allocator([&](size_t bytes) {
+    ++allocated;
+    return std::shared_ptr<void>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096), [&](void* p) {
+      ++freed;
+      std::free(p);
+    });
+  });
+  auto alloc = [&](zhost_memory_kind kind, uint64_t alignment) {
+    zhost_buffer_alloc_args args{};
+    args.struct_size = sizeof(args);
+    args.memory = kind;
+    args.size_bytes = 10000;
+    args.alignment = alignment;
+    HostServices::throw_if_error(f.services.table()->buffer_alloc(f.ctx, &args), "buffer_alloc");
+    std::memset(args.data, 1, args.size_bytes);  // usable memory
+    return args.handle;
+  };
+  const zhost_buffer_handle pinned = alloc(ZHOST_MEMORY_PINNED, 0);
+  EXPECT_EQ(allocated, 1);
+  alloc(ZHOST_MEMORY_PINNED, 8192);
+  alloc(ZHOST_MEMORY_HOST, 0);
+  EXPECT_EQ(allocated, 1);
+  HostServices::throw_if_error(f.services.table()->buffer_release(f.ctx, pinned), "buffer_release");
+  EXPECT_EQ(freed, 1);
+  f.services.set_pinned_allocator(nullptr);
+  alloc(ZHOST_MEMORY_PINNED, 0);
+  EXPECT_EQ(allocated, 1);
 }
 
 TEST(DeviceCopies, AnUnknownModeIsAUsageError) {
