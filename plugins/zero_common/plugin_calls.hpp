@@ -51,7 +51,7 @@ class ScopedSpan {
 
 // Copies between host memory and the training device (zhost_copy_services). With an offload tier on a
 // device that has memory of its own, a stage stages through host memory: reduced gradients go to the host
-// by copy while backward goes on, updated weights come back by copy while the next sub-group steps.
+// by copy while backward goes on, updated weights come back by copy while the next chunk steps.
 class HostCopies {
  public:
   // One copy in flight; wait() completes it. Destroying a pending copy waits for it, ignoring failure.
