@@ -234,6 +234,17 @@ void add_rules(Schema& schema) {
                                         "divides heads (1, a divisor of heads, or 0 = same as heads)",
                                         heads, kv_heads);
                    }});
+  // Per-rank LayerDrop makes ranks run different blocks. Stages 0 to 2 reduce gradients in the order they
+  // arrive, so their collectives would no longer match across ranks (a hang or wrong sums); stage 3 checks
+  // the block order and stops with an error naming the ranks, which is what the option exists to show.
+  schema.add_rule({{"model.layer_drop_per_rank", "zero.stage"},
+                   [](const ResolvedConfig& config) -> std::optional<std::string> {
+                     if (!config.get_bool("model.layer_drop_per_rank") || config.get_int("zero.stage") == 3)
+                       return std::nullopt;
+                     return std::string("model.layer_drop_per_rank = true makes ranks skip different blocks, which "
+                                        "data-parallel reduction at zero.stage 0, 1 and 2 cannot follow; set it to "
+                                        "false (every rank skips the same blocks)");
+                   }});
   // DeepSpeed's offload needs partitioned states: the optimizer's from stage 1, the parameters' at stage 3.
   schema.add_rule({{"zero.offload_optimizer.device", "zero.stage"},
                    [](const ResolvedConfig& config) -> std::optional<std::string> {

@@ -36,6 +36,13 @@ class UsageError : public Error {
   explicit UsageError(const std::string& message) : Error(message, ExitCode::kUsage) {}
 };
 
+// An allocation failed (host memory, pinned memory, a device), here or in a plugin (ZHOST_ERR_OUT_OF_MEMORY):
+// the engine turns it into one line that says what the job's model states need.
+class OutOfMemoryError : public Error {
+ public:
+  explicit OutOfMemoryError(const std::string& message) : Error(message) {}
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));

@@ -1,13 +1,14 @@
 // host/engine/engine.cpp: wires a checked job to a process group, plugin instances and the trainer.
 #include "host/engine/engine.hpp"
 
-#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
 #include "host/core/error.hpp"
 #include "host/engine/collectives_adapter.hpp"
+#include "host/engine/device.hpp"
+#include "host/engine/device_copies.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/model/model.hpp"
 #include "host/engine/stage0_partition.hpp"
@@ -82,13 +83,6 @@ class TierInstallation {
   HostServices& services_;
 };
 
-// Tensors are large allocations that come and go (stage 3 gathers and releases every block's
-// parameters each micro-batch). glibc serves them with mmap until a free raises its mmap threshold
-// (up to 32 MiB); above the threshold freed blocks stay in the heap, so the process keeps its peak
-// resident and the memory partitioning saves is not given back. A fixed threshold keeps every
-// allocation of 1 MiB or more on mmap, returned to the system when freed.
-void return_large_frees_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
-
 // What a failed allocation means for this job, in one line: what ran out, and what to change.
 [[noreturn]] void fail_out_of_memory(const std::string& what, const JobSetup& job, const launch::RankEnv& env) {
   std::string states;
@@ -114,12 +108,13 @@ bool is_allocation_failure(const std::string& message) {
 }  // namespace
 
 int run_training(JobSetup& job, const launch::RankEnv& env) {
-  return_large_frees_to_the_system();
   try {
     return run_job(job, env);
   } catch (const std::bad_alloc&) {
     fail_out_of_memory("an allocation failed", job, env);
-  } catch (const Error& e) {  // e.g. a plugin's allocation failure, come back as a status
+  } catch (const OutOfMemoryError& e) {  // ZHOST_ERR_OUT_OF_MEMORY from a plugin or a host service
+    fail_out_of_memory(e.what(), job, env);
+  } catch (const Error& e) {  // LibTorch's allocation failures inside a plugin come back as its message
     if (is_allocation_failure(e.what())) fail_out_of_memory(e.what(), job, env);
     throw;
   } catch (const c10::Error& e) {
@@ -153,6 +148,9 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
 
   int exit_code = 0;
   {
+    // Copies between host memory and the device outlive the plugin instances: their destructors may still
+    // complete copies in flight (a step that failed half way).
+    DeviceCopies copies(training_device(settings), *job.services);
     PluginInstances instances(*job.services);
     instances.create_all(job.resolution, [&](const LoadedPlugin& p) { return job.plugin_config(p); });
     const PluginInstance* partition = instances.of_kind(ZHOST_KIND_PARTITION);

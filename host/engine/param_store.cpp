@@ -7,6 +7,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/Storage.h>
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <utility>
 
@@ -50,11 +51,30 @@ zhost_status* serve(const char* what, Body&& body) {
 zhost_status* group_create(zhost_host_context*, const uint32_t* ids, const int64_t* offsets, size_t count,
                            int64_t numel, zhost_param_group** out) {
   return serve("group_create", [&](ParamStore::State& s) -> zhost_status* {
-    if (!ids || !offsets || !out || count == 0)
-      return service_error(ZHOST_ERR_INVALID_ARGUMENT, "params->group_create: needs ids, offsets, out and count > 0");
+    if (!ids || !offsets || !out || count == 0 || numel <= 0)
+      return service_error(ZHOST_ERR_INVALID_ARGUMENT,
+                           "params->group_create: needs ids, offsets, out, count > 0 and numel > 0");
     const auto& params = s.model->parameters();
+    // Every id is checked before any is bound: a refused call leaves no parameter pointing at a group.
+    std::vector<uint8_t> listed(params.size(), 0);
+    for (size_t i = 0; i < count; ++i) {
+      if (ids[i] >= params.size())
+        return service_error(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("params->group_create: no parameter {}", ids[i]));
+      if (s.group_of[ids[i]] || listed[ids[i]])
+        return service_error(ZHOST_ERR_INVALID_ARGUMENT,
+                             fmt::format("params->group_create: parameter {} ('{}') is already in a group", ids[i],
+                                         params[ids[i]].name));
+      listed[ids[i]] = 1;
+      const int64_t length = params[ids[i]].tensor.numel();
+      if (offsets[i] < 0 || offsets[i] + length > numel)
+        return service_error(
+            ZHOST_ERR_INVALID_ARGUMENT,
+            fmt::format(
+                "params->group_create: parameter {} ('{}', {} elements) at offset {} does not fit in {} elements",
+                ids[i], params[ids[i]].name, length, offsets[i], numel));
+    }
     auto group = std::make_unique<zhost_param_group>();
-    const at::Tensor& first = params.at(ids[0]).tensor;
+    const at::Tensor& first = params[ids[0]].tensor;
     // A zero-byte, resizable storage with the training device's allocator.
     group->storage = at::empty({0}, first.options()).storage();
     group->dtype = first.scalar_type();
@@ -62,21 +82,8 @@ zhost_status* group_create(zhost_host_context*, const uint32_t* ids, const int64
     group->nbytes = static_cast<size_t>(numel) * c10::elementSize(group->dtype);
     group->shape[0] = numel;
     for (size_t i = 0; i < count; ++i) {
-      if (ids[i] >= params.size())
-        return service_error(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("params->group_create: no parameter {}", ids[i]));
-      if (s.group_of[ids[i]])
-        return service_error(ZHOST_ERR_INVALID_ARGUMENT,
-                     fmt::format("params->group_create: parameter {} ('{}') is already in a group", ids[i],
-                                 params[ids[i]].name));
       const at::Tensor& param = params[ids[i]].tensor;
-      if (offsets[i] < 0 || offsets[i] + param.numel() > numel)
-        return service_error(
-            ZHOST_ERR_INVALID_ARGUMENT,
-            fmt::format(
-                "params->group_create: parameter {} ('{}', {} elements) at offset {} does not fit in {} elements",
-                ids[i], params[ids[i]].name, param.numel(), offsets[i], numel));
-      // A view of the group's storage in the parameter's shape: metadata only,
-      // nothing is allocated.
+      // A view of the group's storage in the parameter's shape: metadata only, nothing is allocated.
       at::Tensor view = at::empty({0}, param.options());
       c10::TensorImpl* impl = view.unsafeGetTensorImpl();
       impl->set_storage_keep_dtype(group->storage);
@@ -134,6 +141,9 @@ zhost_status* initial_values(zhost_host_context*, uint32_t id, int64_t offset, D
       return service_error(ZHOST_ERR_INVALID_ARGUMENT,
                    fmt::format("params->initial_values: bad arguments (parameter {}, offset {})", id, offset));
     at::Tensor target = tensor_view(*dst);
+    if (!target.is_contiguous())
+      return service_error(ZHOST_ERR_INVALID_ARGUMENT,
+                           fmt::format("params->initial_values: the destination for parameter {} is not contiguous", id));
     s.model->init_parameter_shard(id, offset, target);
     return nullptr;
   });
@@ -141,8 +151,19 @@ zhost_status* initial_values(zhost_host_context*, uint32_t id, int64_t offset, D
 
 }  // namespace
 
+// Stage 3 gathers and releases every block's parameters each micro-batch: large host allocations that come
+// and go. glibc serves them with mmap until a free raises its mmap threshold (up to 32 MiB); above the
+// threshold freed blocks stay in the heap, so the process keeps its peak resident and the memory
+// partitioning saves is not given back. A fixed threshold keeps every allocation of 1 MiB or more on mmap,
+// returned to the system when freed. Only jobs that partition parameters set it: it costs page faults on
+// every large temporary.
+namespace {
+void return_large_frees_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
+}  // namespace
+
 ParamStore::ParamStore(model::Model& model, HostServices& services)
     : state_(std::make_unique<State>()), services_(services) {
+  return_large_frees_to_the_system();
   state_->model = &model;
   state_->group_of.assign(model.parameters().size(), nullptr);
   zhost_param_services& t = state_->table;

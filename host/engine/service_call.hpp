@@ -1,11 +1,14 @@
 // host/engine/service_call.hpp: how the C callbacks of a job's host services (parameter storage, copies)
 // run their C++ bodies: refused while no job serves them, and every exception turned into a status that
-// names the service and the call ("copies->start: ..."), so that nothing throws across the C ABI.
+// names the service and the call ("copies->start: ..."), so that nothing throws across the C ABI. A failed
+// allocation keeps its code (ZHOST_ERR_OUT_OF_MEMORY), so the engine can say what the job needs.
 #pragma once
 
+#include <c10/util/Exception.h>
 #include <fmt/format.h>
 
 #include <exception>
+#include <new>
 #include <string>
 
 #include "host/services/host_services.hpp"
@@ -23,6 +26,11 @@ zhost_status* serve_call(State* state, const char* service, const char* what, Bo
     return service_error(ZHOST_ERR_UNSUPPORTED, fmt::format("{}->{}: no training job is running", service, what));
   try {
     return body(*state);
+  } catch (const std::bad_alloc&) {
+    return service_error(ZHOST_ERR_OUT_OF_MEMORY, fmt::format("{}->{}: out of memory", service, what));
+  } catch (const c10::OutOfMemoryError& e) {
+    return service_error(ZHOST_ERR_OUT_OF_MEMORY,
+                         fmt::format("{}->{}: {}", service, what, e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return service_error(ZHOST_ERR_INTERNAL, fmt::format("{}->{}: {}", service, what, e.what()));
   }

@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "host/core/error.hpp"
-#include "host/engine/device_copies.hpp"
+#include "host/engine/device.hpp"
 #include "host/engine/dlpack_bridge.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/engine/param_store.hpp"
@@ -41,27 +41,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-at::Device choose_device(const std::string& wanted, int local_rank, int local_world_size) {
-#if ZHOST_WITH_CUDA
-  bool have_cuda = c10::cuda::device_count() > 0;
-#else
-  bool have_cuda = false;
-#endif
-  if (wanted == "cuda" && !have_cuda)
-    fail_usage("run.device = \"cuda\" but this zhost build or machine has no CUDA device; use \"auto\" or \"cpu\"");
-  if (wanted == "cpu" || !have_cuda) return at::kCPU;
-#if ZHOST_WITH_CUDA
-  if (local_world_size > c10::cuda::device_count())
-    fail_usage("{} ranks on this node but {} CUDA device(s): each rank needs its own GPU; start at most {} ranks per "
-               "node, or set run.device = \"cpu\"", local_world_size, c10::cuda::device_count(), c10::cuda::device_count());
-  int device = local_rank;
-  c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device));
-#else
-  return at::kCPU;
-#endif
 }
 
 // fp16 needs half-precision kernels on the training device; LibTorch 1.13 has none for LayerNorm on the
@@ -154,14 +133,13 @@ struct Trainer::Impl {
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;  // keep the hooked nodes alive
   std::vector<std::vector<int32_t>> blocks_using_param;
   std::vector<int32_t> pending_grads_per_block;
+  std::vector<uint8_t> grad_reported;  // per parameter: grad_ready ran in this micro-batch
   std::string hook_error;  // first failure inside an autograd hook; raised after backward
   bool partition_takes_grads = false;  // ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS: drop .grad after grad_ready
   HostServices& services;
   // ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS: the model is built without storage and the plugin
   // materialises parameters through this store.
   std::unique_ptr<ParamStore> param_store;
-  // Copies between host memory and the device for tiers and partition plugins (zhost_copy_services).
-  std::unique_ptr<DeviceCopies> copies;
 
   Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r, HostServices& h)
       : settings(s), world(w), partition(p), api(*p.plugin->api->partition), run_dir(r), services(h) {}
@@ -194,9 +172,8 @@ struct Trainer::Impl {
   }
 
   void build() {
-    device = choose_device(settings.device, settings.local_rank, settings.local_world_size);
+    device = training_device(settings);
     check_precision_supported(settings.precision, device);
-    copies = std::make_unique<DeviceCopies>(device, services);
     const bool partitions_params = (plugin_flags() & ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS) != 0;
     if (partitions_params && !(ZHOST_HAS_FIELD(&api, zhost_partition_api, gather_param) && api.gather_param))
       fail("partition plugin '{}' partitions parameters but has no gather_param (ABI 0.2): rebuild it against this "
@@ -331,6 +308,7 @@ struct Trainer::Impl {
 
   void on_grad_ready(size_t id) {
     if (!hook_error.empty()) return;
+    grad_reported[id] = 1;
     const at::Tensor& grad = model->parameters()[id].tensor.grad();
     DLTensor view = dl_view(grad);
     call_in_hook(api.grad_ready(partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
@@ -340,7 +318,20 @@ struct Trainer::Impl {
         call_in_hook(api.post_backward(partition.instance, block), "post_backward");
   }
 
+  // A parameter of a block that sat out this micro-batch (LayerDrop) produced no gradient in it, yet may hold
+  // .grad accumulated in earlier ones: a partition that reduces at the boundary (stages 0 and 1) must still
+  // be handed it. In id order, the same on every rank (the blocks skipped are the same on every rank).
+  void report_accumulated_grads() {
+    const auto& params = model->parameters();
+    for (size_t id = 0; id < params.size() && hook_error.empty(); ++id) {
+      if (grad_reported[id] || !params[id].tensor.grad().defined()) continue;
+      DLTensor view = dl_view(params[id].tensor.grad());
+      call_in_hook(api.grad_ready(partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
+    }
+  }
+
   void reset_pending_grads() {
+    grad_reported.assign(model->parameters().size(), 0);
     const auto& used = model->params_used_by_block();
     pending_grads_per_block.resize(used.size());
     for (size_t b = 0; b < used.size(); ++b) pending_grads_per_block[b] = static_cast<int32_t>(used[b].size());
@@ -396,6 +387,7 @@ struct Trainer::Impl {
 
     start = Clock::now();
     loss.mul(scaler.scale() / static_cast<double>(gas)).backward();
+    if (settings.layer_drop > 0) report_accumulated_grads();
     if (!hook_error.empty()) throw Error(hook_error);
     sync_for_timing();
     timing.backward += ms_since(start);

@@ -412,6 +412,7 @@ void HostServices::throw_if_error(zhost_status* status, const std::string& conte
   zhost_status_code code = status->code;
   delete status;
   if (code == ZHOST_ERR_CONFIG || code == ZHOST_ERR_INVALID_ARGUMENT) throw UsageError(message);
+  if (code == ZHOST_ERR_OUT_OF_MEMORY) throw OutOfMemoryError(message);
   throw Error(message, code == ZHOST_ERR_COMM || code == ZHOST_ERR_TIMEOUT ? ExitCode::kRankFailed : ExitCode::kRuntime);
 }
 

@@ -98,6 +98,13 @@ TEST(ParamStore, AGroupSharesOneStorageThatIsMaterialisedAndReleased) {
   const uint32_t head = static_cast<uint32_t>(bare->params_used_by_block().back().back());
   const int64_t too_far = 10;
   EXPECT_THROW(check(params->group_create(nullptr, &head, &too_far, 1, 4, &other)), Error);
+  // A call refused at its second parameter binds none: the first stays free for a later group.
+  const uint32_t pair[] = {head, 100000};
+  const int64_t pair_offsets[] = {0, 0};
+  EXPECT_THROW(check(params->group_create(nullptr, pair, pair_offsets, 2, 1 << 20, &other)), Error);
+  EXPECT_FALSE(store.has_storage(head));
+  const int64_t at_start = 0;
+  check(params->group_create(nullptr, &head, &at_start, 1, bare->parameters()[head].tensor.numel(), &other));
 }
 
 // A linear layer saves a view of its weight (weight.t()) for backward. Released between forward and
