@@ -7,10 +7,6 @@
 
 namespace zhost::stage3 {
 
-std::string BlockEvent::describe() const {
-  return (backward ? "backward of block " : "forward of block ") + std::to_string(block);
-}
-
 BlockTrace::BlockTrace(std::vector<std::vector<int>> units_of_block, std::vector<int64_t> unit_numel)
     : units_of_block_(std::move(units_of_block)), unit_numel_(std::move(unit_numel)) {}
 

@@ -20,7 +20,6 @@ struct BlockEvent {
   int32_t block = 0;
   bool operator==(const BlockEvent& other) const { return backward == other.backward && block == other.block; }
   bool operator!=(const BlockEvent& other) const { return !(*this == other); }
-  std::string describe() const;  // "forward of block 3"
 };
 
 class BlockTrace {

@@ -70,7 +70,8 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
                                   params_tier_.name));
   if (params_tier_.instance && (!params_tier_.api || !params_tier_.api->store || !params_tier_.api->load))
     throw PluginError(ZHOST_ERR_UNSUPPORTED,
-                      fmt::format("offload tier '{}' cannot store parameters", params_tier_.name));
+                      fmt::format("offload tier '{}' cannot store parameters; set zero.offload_param.device = \"cpu\"",
+                                  params_tier_.name));
 
   std::vector<int32_t> owners;
   for (size_t i = 0; i < setup.num_params; ++i) {
@@ -102,7 +103,8 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   if (!offloaded) optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
   for (const SubGroup& g : layout_.sub_groups()) {
     SubGroupState s;
-    s.master = at::zeros({g.numel}, on_device_.dtype(at::kFloat));
+    // With a tier the master only passes through here on its way to host memory: keep it off the device.
+    s.master = at::zeros({g.numel}, (offloaded ? at::TensorOptions() : on_device_).dtype(at::kFloat));
     if (!fp32 || offloaded) s.shard = at::zeros({g.numel}, on_device_);
     if (!offloaded) {
       s.grad = at::zeros({g.numel}, on_device_);
@@ -201,7 +203,8 @@ void Stage3Partition::offload_parameter_shards() {
     units_[u].shard = at::Tensor();
   }
   for (SubGroupState& g : sub_groups_) g.shard = at::Tensor();
-  staging_.resize(static_cast<size_t>(options_.offload_buffer_count));
+  // No more gathers than units can be in flight: more buffers would only take memory.
+  staging_.resize(static_cast<size_t>(std::min<int64_t>(options_.offload_buffer_count, units_.size())));
   for (Staging& slot : staging_) slot.buffer = at::empty({largest}, on_device_);
 }
 
@@ -231,6 +234,7 @@ std::vector<int64_t> Stage3Partition::all_gather_ints(const std::vector<int64_t>
 // Blocks until every rank has said which collective it starts next; throws, naming the ranks and the
 // units, when they differ.
 void Stage3Partition::agree_on(int64_t kind, int unit) {
+  if (world_size_ == 1) return;  // one rank: nobody to disagree with, and no device round trip
   const std::vector<int64_t> all = all_gather_ints({kind, unit});
   for (int r = 0; r < world_size_; ++r) {
     if (all[2 * r] == kind && all[2 * r + 1] == unit) continue;
@@ -597,6 +601,7 @@ void Stage3Partition::backward_end() {
 
 // One small all-gather per micro-batch: every rank's hash of the events it ran.
 void Stage3Partition::check_block_order_across_ranks() {
+  if (world_size_ == 1) return;
   const int64_t hash = static_cast<int64_t>(trace_->current_hash());
   const std::vector<int64_t> hashes = all_gather_ints({hash});
   for (int r = 0; r < world_size_; ++r)
@@ -614,35 +619,41 @@ void Stage3Partition::step(zhost_step_args& args) {
   // tier folds it into its optimizer pass instead (the norm is scaled by the same factor).
   const bool offloaded = tier_.active();
   const double unscale = 1.0 / (world_size_ * args.loss_scale);
-  std::vector<at::Tensor> grads;  // fp32, per sub-group
+  // A sub-group's gradients in fp32, averaged and unscaled. fp32 buffers are scaled in place once (a tier
+  // scales in its own pass); 16-bit ones are converted into a temporary, again for the step, so that at
+  // most one sub-group's fp32 copy exists at a time (sub_group_size bounds it).
+  auto fp32_gradients = [&](SubGroupState& g, bool first_use) {
+    if (g.grad.scalar_type() == at::kFloat) {
+      if (first_use && !offloaded) optim::scale_in_place({g.grad}, unscale);
+      return g.grad;
+    }
+    at::Tensor grad = g.grad.to(at::kFloat);
+    optim::scale_in_place({grad}, unscale);
+    return grad;
+  };
   at::Tensor squares = at::zeros({1}, on_device_.dtype(at::kDouble));
-  for (SubGroupState& g : sub_groups_) {
-    at::Tensor grad = g.grad.scalar_type() == at::kFloat ? g.grad : g.grad.to(at::kFloat);
-    if (!offloaded) optim::scale_in_place({grad}, unscale);
-    squares += optim::squared_norm({grad}).reshape({1}).to(on_device_.device());  // a tier's is in host memory
-    grads.push_back(grad);
-  }
+  for (SubGroupState& g : sub_groups_)  // a tier's accumulator is in host memory: the sum is on the device
+    squares += optim::squared_norm({fp32_gradients(g, true)}).reshape({1}).to(on_device_.device());
   all_reduce_sum(host_, squares);  // inf/nan anywhere reaches every rank: all skip the step alike
   const double norm = std::sqrt(squares.item<double>()) * (offloaded ? unscale : 1.0);
   args.grad_norm = norm;
   args.overflow = std::isfinite(norm) ? 0 : 1;
   if (!args.overflow) {
-    const double coefficient = std::min(optim::clip_coefficient(norm, args.clip_norm), 1.0);
+    const double coefficient = optim::clip_coefficient(norm, args.clip_norm);
     if (offloaded) {
       step_offloaded(unscale * coefficient, args.applied_steps + 1, args.lr);
     } else {
-      for (size_t i = 0; i < sub_groups_.size(); ++i) {  // one sub-group at a time
-        SubGroupState& g = sub_groups_[i];
-        if (coefficient < 1) optim::scale_in_place({grads[i]}, coefficient);
-        optimizer_->step(g.master, grads[i], g.state, args.applied_steps + 1, args.lr);
+      for (SubGroupState& g : sub_groups_) {  // one sub-group at a time
+        at::Tensor grad = fp32_gradients(g, false);
+        if (coefficient < 1) optim::scale_in_place({grad}, coefficient);
+        optimizer_->step(g.master, grad, g.state, args.applied_steps + 1, args.lr);
         if (g.shard.defined()) optim::copy_master_to_model(g.shard, g.master);
-        grads[i] = at::Tensor();
       }
     }
   }
   if (args.overflow || !offloaded)
     for (SubGroupState& g : sub_groups_) g.grad.zero_();
-  gather_persistent();  // its shards changed; the other units are gathered when next needed
+  if (!args.overflow) gather_persistent();  // its shards changed; the other units are gathered when next needed
 }
 
 // The tier steps each sub-group (unscale and clipping in its one pass, which also zeroes its accumulator)
@@ -652,31 +663,44 @@ void Stage3Partition::step(zhost_step_args& args) {
 void Stage3Partition::step_offloaded(double grad_scale, int64_t step, double lr) {
   for (size_t i = 0; i < sub_groups_.size(); ++i) {
     SubGroupState& g = sub_groups_[i];
-    const int64_t numel = layout_.sub_groups()[i].numel;
-    if (staged_ && !params_tier_.instance) {  // chunk by chunk, each copied while the next steps
+    if (params_tier_.instance) {
+      step_into_parameter_tier(i, grad_scale, step, lr);
+    } else if (staged_) {  // chunk by chunk, each copied while the next steps
       staged_step_.step(i, step, lr, grad_scale, g.shard);
-      continue;
+    } else {
+      tier_.step(i, step, lr, grad_scale, g.shard);
     }
-    at::Tensor buffer;  // staged with parameter offload: a pinned buffer for the tier to write
-    at::Tensor updated = g.shard;
-    if (staged_) {
-      buffer = take_host(numel);
-      updated = buffer.narrow(0, 0, numel);
-    } else if (params_tier_.instance) {
-      updated = at::empty({numel}, on_device_);
-    }
-    tier_.step(i, step, lr, grad_scale, updated);
-    if (params_tier_.instance) {  // the updated shards go back to the parameter tier
-      for (int unit : layout_.sub_groups()[i].units) {
-        const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
-        at::Tensor part = updated.narrow(0, layout.sub_group_offset, layout.shard);
-        DLTensor src = dl_view(part);
-        tier_io(params_tier_.api->store, param_key(unit), src);
-      }
-    }
-    if (buffer.defined()) give_host(std::move(buffer));
   }
   staged_step_.finish();
+}
+
+// Parameter offload: the updated shards go back to the parameter tier, unit by unit through one host
+// buffer of a shard's size (kept in the staging pool between steps); a tier that steps whole groups only
+// writes the whole sub-group first.
+void Stage3Partition::step_into_parameter_tier(size_t sub_group, double grad_scale, int64_t step, double lr) {
+  const SubGroup& group = layout_.sub_groups()[sub_group];
+  auto store = [&](int unit, const at::Tensor& shard) {
+    DLTensor src = dl_view(shard);
+    tier_io(params_tier_.api->store, param_key(unit), src);
+  };
+  if (!tier_.steps_ranges()) {
+    at::Tensor buffer = take_host(group.numel);
+    tier_.step(sub_group, step, lr, grad_scale, buffer.narrow(0, 0, group.numel));
+    for (int unit : group.units) {
+      const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
+      store(unit, buffer.narrow(0, layout.sub_group_offset, layout.shard));
+    }
+    give_host(std::move(buffer));
+    return;
+  }
+  for (int unit : group.units) {
+    const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
+    at::Tensor buffer = take_host(layout.shard);
+    const at::Tensor shard = buffer.narrow(0, 0, layout.shard);
+    tier_.step_range(sub_group, layout.sub_group_offset, step, lr, grad_scale, shard);
+    store(unit, shard);
+    give_host(std::move(buffer));
+  }
 }
 
 void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {

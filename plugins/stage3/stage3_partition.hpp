@@ -155,6 +155,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   at::Tensor take_host(int64_t numel);
   void give_host(at::Tensor buffer);
   void step_offloaded(double grad_scale, int64_t step, double lr);
+  void step_into_parameter_tier(size_t sub_group, double grad_scale, int64_t step, double lr);
   std::string unit_name(int unit) const;
   const zhost_param_services& params() const;
 

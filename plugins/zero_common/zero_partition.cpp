@@ -45,8 +45,10 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   layout_ = FlatLayout(numels, world_size_);
   const int64_t partition = layout_.partition_size();
 
-  // This rank's fp32 master partition, from the (identically initialised) parameters; padding stays 0.
-  master_ = at::zeros({partition}, on_device.dtype(at::kFloat));
+  // This rank's fp32 master partition, from the (identically initialised) parameters; padding stays 0. With
+  // a tier it only passes through here on its way to host memory: it is built there.
+  tier_ = OptimizerTier::find(host_);
+  master_ = at::zeros({partition}, (tier_.active() ? at::TensorOptions() : on_device).dtype(at::kFloat));
   const int64_t begin = rank_ * partition;
   for (const Segment& s : layout_.segments(begin, begin + partition))
     master_.narrow(0, s.flat_offset - begin, s.length)
@@ -82,7 +84,6 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
 // The tier named by zero.offload_optimizer.device, if any, takes the master partition and the optimizer;
 // its fp32 gradient accumulator becomes this rank's gradient partition.
 void ZeroPartition::attach_optimizer_tier(const zhost_partition_setup& setup) {
-  tier_ = OptimizerTier::find(host_);
   if (!tier_.active()) return;
   grad_partition_ = tier_.add_group(0, setup.optimizer, master_);
   master_ = at::Tensor();  // the tier holds it now
@@ -261,7 +262,7 @@ void ZeroPartition::step(zhost_step_args& args) {
     release_gradients();
     return;
   }
-  const double coefficient = std::min(optim::clip_coefficient(norm, args.clip_norm), 1.0);
+  const double coefficient = optim::clip_coefficient(norm, args.clip_norm);
   if (offloaded) {  // the tier applies unscale and clipping in its one pass, and zeroes its accumulator
     if (staged_) {  // chunk by chunk, each chunk's copy to the device running while the next steps
       staged_step_.step(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_);
