@@ -23,7 +23,6 @@ results=${1:-$(mktemp -d /tmp/zhost-engine-overhead.XXXXXX)}
 zhost=$build/bin/zhost
 harness=$build/bin/bench_engine_overhead
 config=$here/gpt.toml
-cores=$(nproc)
 threads_per_rank=${THREADS_PER_RANK:-1}
 
 for program in "$zhost" "$harness"; do

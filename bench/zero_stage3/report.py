@@ -94,7 +94,6 @@ def memory_table(results):
             window = states.get("gather_window", 0.0) / 1e6
             total = states["measured"]["total"] / 1e6
             rows[stage] = (peak, total + window)
-            ratios = ""
             if stage == 3 and 0 in rows:
                 ratios = f"{peak / rows[0][0]:.3f} | {(total + window) / rows[0][1]:.3f}"
             else:

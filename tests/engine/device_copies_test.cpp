@@ -19,28 +19,12 @@
 #include "host/core/error.hpp"
 #include "host/engine/dlpack_bridge.hpp"
 #include "host/services/host_services.hpp"
+#include "tests/support/scoped_env.hpp"
 
 namespace zhost::engine {
 namespace {
 
-// Sets an environment variable for one test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using zhost::testing::ScopedEnv;
 
 struct Fixture {
   HostServices services;
@@ -145,6 +129,12 @@ TEST(DeviceCopies, PinnedBuffersComeFromTheInstalledAllocator) {
   f.services.set_pinned_allocator(nullptr);
   alloc(ZHOST_MEMORY_PINNED, 0);
   EXPECT_EQ(allocated, 1);
+}
+
+TEST(DeviceCopies, DeferredCopiesAreRefusedOnCuda) {
+  ScopedEnv env("ZHOST_DEVICE_COPIES", "deferred");
+  Fixture f;
+  EXPECT_THROW(DeviceCopies(at::Device(at::kCUDA, 0), f.services), UsageError);
 }
 
 TEST(DeviceCopies, AnUnknownModeIsAUsageError) {

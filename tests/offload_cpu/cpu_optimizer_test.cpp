@@ -3,6 +3,7 @@
 // 16-bit copy; plus agreement between paths and thread counts, the 16-bit conversions on special values,
 // and the ZHOST_CPU_ISA variable.
 #include "plugins/offload_cpu/cpu_optimizer.hpp"
+#include "tests/support/scoped_env.hpp"
 
 #include <gtest/gtest.h>
 
@@ -428,29 +429,7 @@ void check_against_reference(const StepOptions& options) {
   }
 }
 
-// Sets (or, given nullptr, unsets) an environment variable for the scope, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using zhost::testing::ScopedEnv;
 
 std::string skip_message(Isa isa) {
   return std::string("this CPU lacks ") + isa_name(isa) + " (best here: " + isa_name(best_isa()) + ")";

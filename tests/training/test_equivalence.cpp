@@ -122,12 +122,12 @@ TEST(Precision, Fp16WithoutHalfKernelsIsAClearError) {
 // fp16 with DeepSpeed's dynamic loss scaling, on CUDA: an initial scale of 2^40 overflows fp16, so the
 // first steps are skipped while the scale halves (hysteresis 1), then training proceeds.
 TEST(Precision, Fp16OverflowSkipsStepsAndLowersTheScaleOnCuda) {
-  if (access("/dev/nvidiactl", F_OK) != 0) GTEST_SKIP() << "no CUDA device on this machine";
+  if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device on this machine";
   ScratchDir dir;
   RunOutput r = run_zhost(dir.path(), small_job_config(), "fp16",
                           "--set train_micro_batch_size_per_gpu=2 --set fp16.enabled=true --set fp16.initial_scale_power=40 "
                           "--set fp16.hysteresis=1 --set steps=40 --set run.device=cuda");
-  if (r.err.find("has no CUDA device") != std::string::npos) GTEST_SKIP() << "this zhost was built without CUDA";
+  if (built_without_cuda(r)) GTEST_SKIP() << "this zhost was built without CUDA";
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   ASSERT_EQ(r.metrics.size(), 40u);
   EXPECT_EQ(r.metrics[0]["skipped"], 1.0);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -144,6 +145,19 @@ void expect_losses_near(const RunOutput& a, const RunOutput& b, double relative)
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (size_t i = 0; i < a.losses.size(); ++i)
     EXPECT_NEAR(a.losses[i], b.losses[i], relative * std::fabs(b.losses[i])) << "step " << i + 1;
+}
+
+bool cuda_device_present() { return access("/dev/nvidiactl", F_OK) == 0; }
+
+bool built_without_cuda(const RunOutput& r) {
+  return r.exit_code != 0 && r.err.find("has no CUDA device") != std::string::npos;
+}
+
+void expect_clipping_acted(const RunOutput& r) {
+  ASSERT_FALSE(r.metrics.empty());
+  int clipped = 0;
+  for (const auto& m : r.metrics) clipped += m.at("grad_norm") > 0.5 ? 1 : 0;
+  EXPECT_GT(clipped, 0);
 }
 
 nlohmann::json read_model_states(const RunOutput& r) {

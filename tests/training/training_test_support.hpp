@@ -38,6 +38,15 @@ std::string weights_mismatch(const RunOutput& a, const RunOutput& b, double rtol
 // Expects every per-step loss of `a` within relative * |loss of b| of b's (same number of steps).
 void expect_losses_near(const RunOutput& a, const RunOutput& b, double relative);
 
+// CUDA tests skip, saying why, on machines without a GPU (no /dev/nvidiactl) and when this zhost was built
+// without CUDA (`r`, a run with run.device = "cuda", failed saying so); any other failure is theirs to report.
+bool cuda_device_present();
+bool built_without_cuda(const RunOutput& r);
+
+// Expects gradient clipping (small_job_config: at 0.5) to have acted in at least one step of `r`: an
+// equality test of a partitioned run must clip, or it would not show that the partitioned norm is right.
+void expect_clipping_acted(const RunOutput& r);
+
 // RUN_DIR/model_states.json of a run (written by rank 0): measured model-state bytes vs ZeRO's formula.
 nlohmann::json read_model_states(const RunOutput& r);
 

@@ -23,11 +23,16 @@ namespace {
 
 constexpr double kFp32Relative = 1e-6;
 
+// The job of these tests: 20 steps of llama, reductions in buckets of 3000 elements.
+RunOutput run(const ScratchDir& dir, const std::string& name, const std::string& args,
+              const std::string& shell_prefix = "") {
+  return run_zhost(dir.path(), small_job_config(), name,
+                   "--set model.type=llama --set steps=20 --set zero.reduce_bucket_size=3000 " + args, shell_prefix);
+}
+
 RunOutput train(const ScratchDir& dir, const std::string& name, const std::string& args,
                 const std::string& shell_prefix = "") {
-  RunOutput r = run_zhost(dir.path(), small_job_config(), name,
-                          "--set model.type=llama --set steps=20 --set zero.reduce_bucket_size=3000 " + args,
-                          shell_prefix);
+  RunOutput r = run(dir, name, args, shell_prefix);
   EXPECT_EQ(r.exit_code, 0) << name << ":\n" << r.err << r.out;
   return r;
 }
@@ -185,15 +190,6 @@ TEST_P(StagedCopiesEqualDirect, BitForBit) {
 // one rank (NCCL does not put two ranks on one GPU), fp32, against the same stage without offload.
 // Tolerance 1e-5 rather than the CPU's 1e-6: CUDA's embedding backward adds with atomics, so two identical
 // CUDA runs already differ in their last bits.
-bool cuda_available() {
-  static const bool available = [] {
-    ScratchDir dir;
-    RunOutput probe = run_zhost(dir.path(), small_job_config(), "probe", "--set steps=1 --set run.device=cuda");
-    return probe.exit_code == 0;
-  }();
-  return available;
-}
-
 class OffloadOnCuda : public ::testing::TestWithParam<StagedCase> {};
 
 INSTANTIATE_TEST_SUITE_P(
@@ -209,16 +205,18 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<StagedCase>& c) { return std::string(c.param.name); });
 
 TEST_P(OffloadOnCuda, EqualsNoOffloadWithPinnedStaging) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or a zhost build without CUDA)";
+  if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device on this machine";
   ScratchDir dir;
   const std::string args = std::string("--nproc 1 --set run.device=cuda ") + GetParam().args;
-  RunOutput plain = train(dir, "plain", args);
+  RunOutput plain = run(dir, "plain", args);
+  if (built_without_cuda(plain)) GTEST_SKIP() << "this zhost was built without CUDA";
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
   RunOutput offloaded = train(dir, "offloaded", args + kOffload + " --set zero.offload_optimizer.pin_memory=true");
   EXPECT_EQ(weights_norm_mismatch(offloaded, plain, 1e-5), "");
   expect_losses_near(offloaded, plain, 1e-5);
 }
 
-TEST(Offload, DeferredCopiesAreATestModeForCpuJobsOnly) {
+TEST(Offload, AnUnknownCopyModeIsAUsageError) {
   ScratchDir dir;
   RunOutput r = run_zhost(dir.path(), small_job_config(), "bad", "--set steps=1", "export ZHOST_DEVICE_COPIES=later && ");
   EXPECT_EQ(r.exit_code, 2);

@@ -53,14 +53,6 @@ RunOutput train(const ScratchDir& dir, const std::string& name, int stage, const
   return r;
 }
 
-// Clipping must act in these jobs, or they would not show that the partitioned norm is right.
-void expect_clipping_acted(const RunOutput& r) {
-  ASSERT_FALSE(r.metrics.empty());
-  int clipped = 0;
-  for (const auto& m : r.metrics) clipped += m.at("grad_norm") > 0.5 ? 1 : 0;  // small_job_config: clip 0.5
-  EXPECT_GT(clipped, 0);
-}
-
 struct Layout {
   const char* name;
   int ranks;
