@@ -63,19 +63,14 @@ const zhost_plugin_descriptor* describe() {
                     "parameters of at most this many elements stay gathered (never released)", 0, 1e15)
         .config_int("zero.sub_group_size", 1000000000, "elements per optimizer sub-group (stepped one at a time)", 1,
                     1e15)
-        .config_int("zero.reduce_bucket_size", 500000000, "gradient elements reducing at once", 1, 1e15)
-        .config_bool("zero.overlap_comm", false, "reduce gradients while backward runs")
-        .config_bool("zero.reduce_scatter", true, "reduce with reduce-scatter (false: all-reduce, keep own shard)")
         .config_bool("zero.contiguous_gradients", true, "keep reduced gradients contiguous (zhost always does)")
-        .config_bool("zero.ignore_unused_parameters", true,
-                     "treat a parameter without gradient as zero (false: stop with an error)")
         .config_int("zero.offload_param.buffer_count", 5,
                     "staging buffers for parameter shards fetched from the tier (gathers in flight at once)", 1, 1e6)
         .config_int("zero.offload_param.buffer_size", 100000000,
                     "elements per staging buffer (at least the largest shard; allocated no larger)", 1, 1e15)
         .config_bool("zero.stage3_gather_16bit_weights_on_model_save", false,
                      "gather the full 16-bit weights when the model is saved");
-    zero::declare_offload_keys(*builder);
+    zero::declare_gradient_keys(*builder, "reduce gradients while backward runs");
     return builder->build();
   }();
   return descriptor;

@@ -89,8 +89,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
     on_device_ = on_device_.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(first.device.device_id)));
   if (tier_.active()) {
     copies_ = zero::HostCopies::find(host_, on_device_.device());
-    staged_ = copies_.separate();
-    if (staged_) staged_step_ = zero::StagedStep(tier_, copies_, options_.step_chunk, compute_dtype_);
+    if (staged()) staged_step_ = zero::StagedStep(tier_, copies_, options_.step_chunk, compute_dtype_);
   }
   layout_ = FetchUnits(param_numels_, owners, setup.num_blocks, world_size_, options_.persistence_threshold,
                        options_.sub_group_size);
@@ -515,7 +514,7 @@ void Stage3Partition::finish_reduction(int unit) {
   wait_for(host_, u.reduce_work);
   const at::Tensor mine =
       options_.reduce_scatter ? u.reduced : u.grad_staging.narrow(0, rank_ * layout.shard, layout.shard);
-  if (staged_)
+  if (staged())
     stage_to_host(unit, mine);
   else
     u.grad.add_(mine);
@@ -665,7 +664,7 @@ void Stage3Partition::step_offloaded(double grad_scale, int64_t step, double lr)
     SubGroupState& g = sub_groups_[i];
     if (params_tier_.instance) {
       step_into_parameter_tier(i, grad_scale, step, lr);
-    } else if (staged_) {  // chunk by chunk, each copied while the next steps
+    } else if (staged()) {  // chunk by chunk, each copied while the next steps
       staged_step_.step(i, step, lr, grad_scale, g.shard);
     } else {
       tier_.step(i, step, lr, grad_scale, g.shard);

@@ -90,6 +90,8 @@ class Stage3Partition : public sdk::PartitionHooks {
   void gather_param(uint32_t id, DLTensor& out);
 
  private:
+  // A tier, and device memory apart from host memory: copies stage the data (copies_ is found with a tier).
+  bool staged() const { return copies_.separate(); }
   enum class Residency { kReleased, kGathering, kLive };
   struct UnitState {
     Residency residency = Residency::kReleased;
@@ -182,7 +184,6 @@ class Stage3Partition : public sdk::PartitionHooks {
   zhost_tier_ref params_tier_{};                 // zero.offload_param's tier (with parameter offload)
   std::vector<Staging> staging_;                 // parameter offload: buffers the shards are gathered from
   zero::HostCopies copies_;                      // to and from the tier's host memory
-  bool staged_ = false;  // a tier, and device memory apart from host memory: copies stage the data
   struct ToHost {        // a unit's reduced gradient shard on its way to the tier's accumulator
     int unit;
     zero::HostCopies::Copy copy;

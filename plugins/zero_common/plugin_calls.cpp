@@ -128,11 +128,16 @@ void StagedStep::finish() {
   for (Slot& slot : slots_) slot.copy.wait();
 }
 
-void declare_offload_keys(sdk::DescriptorBuilder& builder) {
-  builder.config_int("zero.offload_optimizer.step_chunk_size", kDefaultStepChunk,
-                     "elements the offloaded optimizer steps at a time on a device job; each chunk's updated weights "
-                     "are copied to the device while the next chunk steps",
-                     1, 1e15);
+void declare_gradient_keys(sdk::DescriptorBuilder& builder, const char* overlap_comm_description) {
+  builder.config_int("zero.reduce_bucket_size", 500000000, "gradient elements reducing at once (a bucket)", 1, 1e15)
+      .config_bool("zero.overlap_comm", false, overlap_comm_description)
+      .config_bool("zero.reduce_scatter", true, "reduce with reduce-scatter (false: all-reduce, keep own part)")
+      .config_bool("zero.ignore_unused_parameters", true,
+                   "treat a parameter without gradient as zero (false: stop with an error)")
+      .config_int("zero.offload_optimizer.step_chunk_size", kDefaultStepChunk,
+                  "elements the offloaded optimizer steps at a time on a device job; each chunk's updated weights "
+                  "are copied to the device while the next chunk steps",
+                  1, 1e15);
 }
 
 uint64_t OptimizerTier::bytes() const {

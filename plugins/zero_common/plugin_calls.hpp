@@ -30,9 +30,12 @@ void wait_for(const sdk::Host& host, zhost_work*& work);
 // was (or will be) reported by whoever waited for it.
 void abandon(const sdk::Host& host, zhost_work*& work) noexcept;
 
-// zero.offload_optimizer.step_chunk_size, declared alike by every stage: the offloaded step's piece size.
+// zero.offload_optimizer.step_chunk_size: the offloaded step's piece size.
 constexpr int64_t kDefaultStepChunk = int64_t{1} << 22;
-void declare_offload_keys(sdk::DescriptorBuilder& builder);
+// The keys every stage declares alike (DeepSpeed's meaning and defaults): reduce_bucket_size,
+// overlap_comm (described by the stage), reduce_scatter, ignore_unused_parameters and
+// offload_optimizer.step_chunk_size.
+void declare_gradient_keys(sdk::DescriptorBuilder& builder, const char* overlap_comm_description);
 
 // Time from construction to destruction as one span of `name`: its total per step is "<plugin>/<name>" in
 // the wall-clock breakdown and metrics.jsonl.

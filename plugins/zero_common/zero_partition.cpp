@@ -57,8 +57,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   if (tier_.active()) {
     updated_ = at::empty({partition}, on_device.dtype(compute_dtype_));
     copies_ = HostCopies::find(host_, on_device.device());
-    staged_ = copies_.separate();
-    if (staged_) staged_step_ = StagedStep(tier_, copies_, options_.step_chunk, compute_dtype_);
+    if (staged()) staged_step_ = StagedStep(tier_, copies_, options_.step_chunk, compute_dtype_);
   } else {
     optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
     optimizer_->allocate_state(state_, master_);
@@ -150,11 +149,11 @@ void ZeroPartition::launch(Bucket& bucket) {
     // The staging buffer is free once its elements are regrouped in `send`: it receives, unless a staged
     // copy to the host will read the result while backward refills the staging buffer.
     const int64_t mine = bucket.counts[rank_];
-    if (staged_ && (!bucket.reduced.defined() || bucket.reduced.numel() < mine)) {
+    if (staged() && (!bucket.reduced.defined() || bucket.reduced.numel() < mine)) {
       drain(bucket);
       bucket.reduced = at::empty({std::max(mine, bucket_capacity_ / world_size_)}, bucket.staging.options());
     }
-    bucket.recv_view = (staged_ ? bucket.reduced : bucket.staging).narrow(0, 0, mine);
+    bucket.recv_view = (staged() ? bucket.reduced : bucket.staging).narrow(0, 0, mine);
     bucket.recv_dl = dl_view(bucket.recv_view);
     args.send = &bucket.send_dl;
     args.recv = &bucket.recv_dl;
@@ -179,7 +178,7 @@ void ZeroPartition::complete(Bucket& bucket) {
     for (int r = 0; r < rank_; ++r) at += bucket.counts[r];
   }
   ensure_grad_partition();  // stage 1: the partition's gradients exist from the boundary to step()
-  if (staged_) {
+  if (staged()) {
     stage_to_host(bucket, mine.narrow(0, at, bucket.counts[rank_]));
   } else {
     const int64_t begin = rank_ * layout_.partition_size();
@@ -264,7 +263,7 @@ void ZeroPartition::step(zhost_step_args& args) {
   }
   const double coefficient = optim::clip_coefficient(norm, args.clip_norm);
   if (offloaded) {  // the tier applies unscale and clipping in its one pass, and zeroes its accumulator
-    if (staged_) {  // chunk by chunk, each chunk's copy to the device running while the next steps
+    if (staged()) {  // chunk by chunk, each chunk's copy to the device running while the next steps
       staged_step_.step(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_);
       staged_step_.finish();
     } else {

@@ -63,6 +63,8 @@ class ZeroPartition : public sdk::PartitionHooks {
   void memory(zhost_model_state_bytes& out) const;
 
  private:
+  // A tier, and device memory apart from host memory: copies stage the data (copies_ is found with a tier).
+  bool staged() const { return copies_.separate(); }
   struct Piece {        // part of a parameter's gradient inside a bucket
     int owner;          // the rank whose partition it belongs to
     int64_t staged_at;  // offset in the bucket's staging buffer
@@ -120,7 +122,6 @@ class ZeroPartition : public sdk::PartitionHooks {
   OptimizerTier tier_;         // the optimizer's offload tier (inactive without one)
   at::Tensor updated_;         // [S] compute dtype: the tier's updated partition, sent by the all-gather
   HostCopies copies_;          // to and from the tier's host memory
-  bool staged_ = false;        // a tier, and device memory apart from host memory: copies stage the data
   StagedStep staged_step_;     // staged: the tier's step, chunk by chunk through pinned buffers
   int64_t gather_chunk_ = 0;
   std::vector<uint8_t> arrived_;  // per parameter: its gradient reached grad_ready this micro-batch

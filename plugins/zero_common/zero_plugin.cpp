@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-
 #include "plugins/zero_common/zero_partition.hpp"
 
 namespace zhost::zero {
@@ -13,19 +12,13 @@ namespace {
 // DeepSpeed's keys with DeepSpeed's meaning and defaults. Keys that only mean something in stage 2
 // (contiguous_gradients) are declared by stage 2 alone, so that the host rejects them in a stage 1 config.
 void declare_keys(sdk::DescriptorBuilder& builder, int stage) {
+  declare_gradient_keys(builder, stage == 1 ? "reduce boundary gradients while backward runs (two buckets)"
+                                            : "reduce gradients while backward runs (two buckets)");
   builder
-      .config_int("zero.reduce_bucket_size", 500000000, "elements per gradient reduction bucket", 1, 1e15)
       .config_int("zero.allgather_bucket_size", 500000000,
                   "elements per all-gather of updated parameters (all ranks together)", 1, 1e15)
-      .config_bool("zero.overlap_comm", false,
-                   stage == 1 ? "reduce boundary gradients while backward runs (two buckets)"
-                              : "reduce gradients while backward runs (two buckets)")
-      .config_bool("zero.reduce_scatter", true, "reduce with reduce-scatter (false: all-reduce, keep own part)")
       .config_bool("zero.round_robin_gradients", false,
-                   "DeepSpeed: interleave gradient partitions for CPU offload; no effect without it")
-      .config_bool("zero.ignore_unused_parameters", true,
-                   "treat a parameter without gradient as zero (false: stop with an error)");
-  declare_offload_keys(builder);
+                   "DeepSpeed: interleave gradient partitions for CPU offload; no effect without it");
   if (stage == 2)
     builder.config_bool("zero.contiguous_gradients", true,
                         "keep reduced gradients in one contiguous partition (zhost always does)");
@@ -41,11 +34,13 @@ ZeroOptions read_options(const sdk::Host& host, int stage) {
   o.ignore_unused_parameters = host.config_bool("zero.ignore_unused_parameters");
   o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
   if (host.config_bool("zero.round_robin_gradients"))
-    host.warn("zero.round_robin_gradients = true has no effect: DeepSpeed uses it to interleave gradient "
-              "partitions for CPU offload, and this job does not offload the optimizer");
+    host.warn(
+        "zero.round_robin_gradients = true has no effect: DeepSpeed uses it to interleave gradient "
+        "partitions for CPU offload, and this job does not offload the optimizer");
   if (stage == 2 && !host.config_bool("zero.contiguous_gradients"))
-    host.warn("zero.contiguous_gradients = false: zhost keeps each rank's reduced gradients in one contiguous "
-              "partition regardless, as with true");
+    host.warn(
+        "zero.contiguous_gradients = false: zhost keeps each rank's reduced gradients in one contiguous "
+        "partition regardless, as with true");
   return o;
 }
 
@@ -56,16 +51,22 @@ struct StageOf : ZeroPartition {
 };
 
 template <int kStage>
-const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr, sdk::InstanceOf<StageOf<kStage>>::create,
-                               sdk::InstanceOf<StageOf<kStage>>::destroy, &sdk::PartitionTableOf<StageOf<kStage>>::table,
-                               nullptr, nullptr};
+const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
+                               nullptr,
+                               nullptr,
+                               sdk::InstanceOf<StageOf<kStage>>::create,
+                               sdk::InstanceOf<StageOf<kStage>>::destroy,
+                               &sdk::PartitionTableOf<StageOf<kStage>>::table,
+                               nullptr,
+                               nullptr};
 
 }  // namespace
 
 const zhost_plugin_descriptor* describe(int stage) {
   auto* builder = new sdk::DescriptorBuilder(stage == 1 ? "stage1" : "stage2", "0.1.0", ZHOST_KIND_PARTITION);
-  builder->summary(stage == 1 ? "ZeRO stage 1: optimizer states and fp32 master weights partitioned over ranks"
-                              : "ZeRO stage 2: optimizer states, master weights and gradients partitioned over ranks")
+  builder
+      ->summary(stage == 1 ? "ZeRO stage 1: optimizer states and fp32 master weights partitioned over ranks"
+                           : "ZeRO stage 2: optimizer states, master weights and gradients partitioned over ranks")
       .provides({stage == 1 ? "partition:stage1" : "partition:stage2"})
       .flags(stage == 2 ? ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS : 0);
   declare_keys(*builder, stage);
