@@ -7,7 +7,6 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/Storage.h>
 #include <fmt/format.h>
-#include <malloc.h>
 
 #include <utility>
 
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "host/engine/dlpack_bridge.hpp"
+#include "host/engine/page_allocator.hpp"
 #include "host/engine/service_call.hpp"
 #include "host/model/model.hpp"
 #include "host/services/host_services.hpp"
@@ -75,8 +75,10 @@ zhost_status* group_create(zhost_host_context*, const uint32_t* ids, const int64
     }
     auto group = std::make_unique<zhost_param_group>();
     const at::Tensor& first = params[ids[0]].tensor;
-    // A zero-byte, resizable storage with the training device's allocator.
+    // A zero-byte, resizable storage with the training device's allocator; host memory comes from the page
+    // allocator, so that a released group leaves the process (page_allocator.hpp).
     group->storage = at::empty({0}, first.options()).storage();
+    if (first.device().is_cpu()) group->storage.unsafeGetStorageImpl()->set_allocator(page_allocator());
     group->dtype = first.scalar_type();
     group->numel = numel;
     group->nbytes = static_cast<size_t>(numel) * c10::elementSize(group->dtype);
@@ -151,19 +153,8 @@ zhost_status* initial_values(zhost_host_context*, uint32_t id, int64_t offset, D
 
 }  // namespace
 
-// Stage 3 gathers and releases every block's parameters each micro-batch: large host allocations that come
-// and go. glibc serves them with mmap until a free raises its mmap threshold (up to 32 MiB); above the
-// threshold freed blocks stay in the heap, so the process keeps its peak resident and the memory
-// partitioning saves is not given back. A fixed threshold keeps every allocation of 1 MiB or more on mmap,
-// returned to the system when freed. Only jobs that partition parameters set it: it costs page faults on
-// every large temporary.
-namespace {
-void return_large_frees_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
-}  // namespace
-
 ParamStore::ParamStore(model::Model& model, HostServices& services)
     : state_(std::make_unique<State>()), services_(services) {
-  return_large_frees_to_the_system();
   state_->model = &model;
   state_->group_of.assign(model.parameters().size(), nullptr);
   zhost_param_services& t = state_->table;

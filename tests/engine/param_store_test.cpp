@@ -3,6 +3,9 @@
 // values computed for any element range, and autograd's saved views following the storage.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
 
 #include "host/core/error.hpp"
 #include "host/engine/dlpack_bridge.hpp"
@@ -105,6 +108,37 @@ TEST(ParamStore, AGroupSharesOneStorageThatIsMaterialisedAndReleased) {
   EXPECT_FALSE(store.has_storage(head));
   const int64_t at_start = 0;
   check(params->group_create(nullptr, &head, &at_start, 1, bare->parameters()[head].tensor.numel(), &other));
+}
+
+// Resident bytes of this process, from /proc/self/statm.
+double resident_mb() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+
+// Released parameter storage leaves the process at once, whatever malloc serves everything else: stage 3's
+// memory per rank falls back after each block (page_allocator.hpp).
+TEST(ParamStore, ReleasedStorageLeavesTheProcess) {
+  auto bare = unmaterialised();
+  HostServices services;
+  ParamStore store(*bare, services);
+  const zhost_param_services* params = services.table()->params;
+  const uint32_t id = 0;
+  const int64_t offset = 0, numel = int64_t{64} << 18;  // 64 MiB of fp32
+  zhost_param_group* group = nullptr;
+  check(params->group_create(nullptr, &id, &offset, 1, numel, &group));
+  for (int round = 0; round < 3; ++round) {
+    const double before = resident_mb();
+    DLTensor flat{};
+    check(params->materialize(nullptr, group, &flat));
+    tensor_view(flat).fill_(1.0f);
+    EXPECT_GT(resident_mb() - before, 60.0) << "round " << round;
+    const double materialised = resident_mb();
+    check(params->release(nullptr, group));
+    EXPECT_GT(materialised - resident_mb(), 60.0) << "round " << round;
+  }
 }
 
 // A linear layer saves a view of its weight (weight.t()) for backward. Released between forward and
