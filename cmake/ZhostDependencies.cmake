@@ -51,3 +51,23 @@ endif()
 if(ZHOST_WITH_CUDA)
   enable_language(CUDA)
 endif()
+
+# The malloc the zhost executable runs with (Note [CPU threads per rank] has its sibling: both decide CPU
+# training speed). glibc's malloc returns large temporaries to the kernel and faults them in again every
+# step; tcmalloc keeps them. ZHOST_MALLOC=tcmalloc links gperftools' tcmalloc_minimal into the executable
+# (it then serves LibTorch and the plugins too), ZHOST_MALLOC=system keeps glibc's.
+set(ZHOST_MALLOC "tcmalloc" CACHE STRING "malloc of the zhost executable: tcmalloc or system")
+set_property(CACHE ZHOST_MALLOC PROPERTY STRINGS tcmalloc system)
+add_library(zhost_malloc INTERFACE)
+if(ZHOST_MALLOC STREQUAL "tcmalloc")
+  find_library(ZHOST_TCMALLOC_LIB tcmalloc_minimal)
+  if(NOT ZHOST_TCMALLOC_LIB)
+    message(FATAL_ERROR "ZHOST_MALLOC=tcmalloc needs libtcmalloc_minimal (Debian: libgoogle-perftools-dev; "
+                        "scripts/setup-deps installs it), or configure with -DZHOST_MALLOC=system")
+  endif()
+  # Kept even though nothing names its symbols: it replaces malloc by coming first in the lookup order.
+  target_link_libraries(zhost_malloc INTERFACE "-Wl,--push-state,--no-as-needed" ${ZHOST_TCMALLOC_LIB}
+                                               "-Wl,--pop-state")
+elseif(NOT ZHOST_MALLOC STREQUAL "system")
+  message(FATAL_ERROR "ZHOST_MALLOC must be tcmalloc or system, not '${ZHOST_MALLOC}'")
+endif()

@@ -28,7 +28,7 @@ int print_version() {
   std::cout << "zhost " << "0.1.0" << "\n"
             << "plugin ABI " << ZHOST_ABI_MAJOR << "." << ZHOST_ABI_MINOR << "\n";
 #if ZHOST_HAS_ENGINE
-  std::cout << zhost::engine::build_description() << "\n";
+  std::cout << zhost::engine::build_description() << "\n" << zhost::engine::runtime_description() << "\n";
 #else
   std::cout << "training engine: not built (ZHOST_WITH_TORCH=OFF)\n";
 #endif

@@ -22,7 +22,8 @@ int run_command(const RunOptions& options) {
   const bool is_launched_rank = std::getenv("ZHOST_LAUNCHED") != nullptr;
   if (options.nproc > 0 && !is_launched_rank) {
     // Check the config once here, so a bad config fails before any rank starts.
-    prepare_job(options.job);
+    const JobSetup job = prepare_job(options.job);
+    engine::check_cpu_threads(job, options.nproc);
     launch::LaunchOptions launch;
     launch.nproc = options.nproc;
     launch.nnodes = options.nnodes;

@@ -188,6 +188,10 @@ void add_runtime_keys(HostKeys& keys) {
   keys.choice("run.device", "auto", {"auto", "cpu", "cuda"},
               "where to train: auto = CUDA (device LOCAL_RANK) when this build and machine have it, else CPU");
   keys.text("run.name", "", "run folder name under run.dir; empty = a timestamp");
+  keys.integer("run.intra_op_threads", 0,
+               "LibTorch and BLAS threads per rank; 0 = this node's CPUs / local ranks, or OMP_NUM_THREADS when set",
+               between(0, 1024));
+  keys.flag("run.pin_ranks", false, "bind each local rank to its own slice of this node's CPUs");
   keys.text_list("plugins.path", {}, "extra folders to search for plugins");
   keys.choice("log.level", "info", {"trace", "debug", "info", "warn", "error"}, "log verbosity");
 }

@@ -6,10 +6,13 @@
 #include <torch/version.h>
 
 #include "host/core/error.hpp"
+#include "host/core/text.hpp"
 #include "host/engine/collectives_adapter.hpp"
+#include "host/engine/cpu_threads.hpp"
 #include "host/engine/device.hpp"
 #include "host/engine/device_copies.hpp"
 #include "host/engine/model_states.hpp"
+#include "host/engine/native_libs.hpp"
 #include "host/model/model.hpp"
 #include "host/engine/stage0_partition.hpp"
 #include "host/engine/trainer.hpp"
@@ -26,6 +29,22 @@ std::string build_description() {
   const char* cuda = "CPU only";
 #endif
   return fmt::format("training engine: LibTorch {} ({})", TORCH_VERSION, cuda);
+}
+
+void check_cpu_threads(const JobSetup& job, int local_world_size) {
+  const CpuBudget budget = read_cpu_budget();
+  for (int local = 0; local < local_world_size; ++local)
+    plan_threads(budget, ThreadRequest{static_cast<int>(job.config->get_int("run.intra_op_threads")), omp_num_threads(),
+                                       job.config->get_bool("run.pin_ranks"), local, local_world_size});
+}
+
+std::string runtime_description() {
+  const CpuBudget budget = read_cpu_budget();
+  const ThreadPlan plan = plan_threads(budget, ThreadRequest{0, omp_num_threads(), false, 0, 1});
+  return fmt::format("CPU: {}; {} usable CPU(s) ({}{}); a single rank runs {} intra-op thread(s) ({})",
+                     native_libs_summary(), budget.usable_cpus.size(), cpu_list_text(budget.usable_cpus),
+                     budget.quota_cpus ? fmt::format(", cgroup quota {:.2f}", *budget.quota_cpus) : "",
+                     plan.threads, plan.origin);
 }
 
 namespace {
@@ -55,6 +74,39 @@ void warn_about_unimplemented_keys(const config::ResolvedConfig& config) {
 }
 
 int run_job(JobSetup& job, const launch::RankEnv& env);
+
+// Threads and CPUs of this rank (Note [CPU threads per rank]); rank 0 says what every local rank got and
+// what the process runs on, and warns where that will be slow.
+void set_up_cpu_threads(const TrainSettings& settings, const launch::RankEnv& env) {
+  const CpuBudget budget = read_cpu_budget();
+  auto request_for = [&](int local_rank) {
+    return ThreadRequest{settings.intra_op_threads, omp_num_threads(), settings.pin_ranks, local_rank,
+                         env.local_world_size};
+  };
+  const ThreadPlan plan = plan_threads(budget, request_for(env.local_rank));
+  apply_thread_plan(plan);
+  if (settings.pin_ranks) spdlog::info("rank {} (local {}) runs {}", env.rank, env.local_rank, threads_in_effect());
+  if (env.rank != 0) return;
+  std::string pinning;
+  if (settings.pin_ranks) {
+    std::vector<std::string> slices;
+    for (int local = 0; local < env.local_world_size; ++local)
+      slices.push_back(cpu_list_text(plan_threads(budget, request_for(local)).cpus));
+    pinning = fmt::format(", local ranks bound to CPUs {}", text::join(slices, " | "));
+  }
+  spdlog::info("CPU: {}; {} intra-op thread(s) per rank ({}) x {} local rank(s) on {} usable CPU(s){}",
+               native_libs_summary(), plan.threads, plan.origin, env.local_world_size, budget.usable_cpus.size(),
+               pinning);
+  const BlasInfo blas = blas_in_use();
+  if (blas.reference)
+    spdlog::warn("LibTorch's matrix products run on the reference BLAS ({}), about 20x slower than an optimised "
+                 "one; install libopenblas0-openmp and select it for libblas.so.3 (scripts/setup-deps does both)",
+                 blas.path);
+  if (plan.oversubscribed)
+    spdlog::warn("{} thread(s) per rank x {} local rank(s) exceed the {} usable CPU(s): threads will wait on each "
+                 "other; lower {} or leave it to zhost",
+                 plan.threads, env.local_world_size, budget.usable_cpus.size(), plan.origin);
+}
 
 // Hands the offload tiers the config chose to the host services (tier_for), for the partition plugin,
 // and takes them back before the instances go.
@@ -131,6 +183,7 @@ namespace {
 int run_job(JobSetup& job, const launch::RankEnv& env) {
   TrainSettings settings = read_settings(*job.config, env.world_size, env.rank, env.local_rank, env.local_world_size);
   if (env.rank == 0) warn_about_unimplemented_keys(*job.config);
+  set_up_cpu_threads(settings, env);
 
   comm::Rendezvous rendezvous;
   rendezvous.rank = env.rank;

@@ -124,6 +124,8 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.device = c.get_string("run.device");
   s.run_dir = c.get_string("run.dir");
   s.run_name = c.get_string("run.name");
+  s.intra_op_threads = static_cast<int>(c.get_int("run.intra_op_threads"));
+  s.pin_ranks = c.get_bool("run.pin_ranks");
   s.zero_stage = c.get_int("zero.stage");
   s.optimizer_offloaded = c.get_string("zero.offload_optimizer.device") != "none";
   s.params_offloaded = c.get_string("zero.offload_param.device") != "none";

@@ -42,6 +42,8 @@ struct TrainSettings {
   comm::Backend backend = comm::Backend::kAuto;
   double comm_timeout_s = 300;
   std::string device = "auto";
+  int intra_op_threads = 0;  // 0 = decide (Note [CPU threads per rank], cpu_threads.hpp)
+  bool pin_ranks = false;
   std::string run_dir;
   std::string run_name;
   int64_t zero_stage = 0;
