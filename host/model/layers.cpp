@@ -3,12 +3,13 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/baddbmm.h>
+#include <ATen/ops/bmm.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/layer_norm.h>
 #include <ATen/ops/linear.h>
-#include <ATen/ops/matmul.h>
-#include <ATen/ops/ones.h>
 #include <ATen/ops/outer.h>
 #include <ATen/ops/pow.h>
 #include <ATen/ops/relu.h>
@@ -40,15 +41,20 @@ static at::Tensor repeat_kv(const at::Tensor& k, int64_t repeats) {
 }
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  const int64_t heads = q.size(1), time = q.size(2), head_dim = q.size(3);
+  const int64_t batch = q.size(0), heads = q.size(1), time = q.size(2), head_dim = q.size(3);
   const int64_t repeats = heads / k.size(1);
-  const at::Tensor keys = repeat_kv(k, repeats), values = repeat_kv(v, repeats);  // [B, H, T, D]
-  at::Tensor scores = at::matmul(q, keys.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
-  // scores: [B, H, T, T]; position t attends to positions <= t
-  const at::Tensor future = at::ones({time, time}, q.options().dtype(at::kBool)).triu(1);
-  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  // [B, H, T, D] -> [B*H, T, D]: the batched products below take 3-d operands
+  const at::Tensor queries = q.reshape({batch * heads, time, head_dim});
+  const at::Tensor keys = repeat_kv(k, repeats).reshape({batch * heads, time, head_dim});
+  const at::Tensor values = repeat_kv(v, repeats).reshape({batch * heads, time, head_dim});
+  // scores = mask + q k^T / sqrt(D), one product: the causal mask (0 where position t may attend, i.e. at
+  // positions <= t, -inf after) is the product's starting value and the scale its alpha, so neither costs a
+  // pass over the [B*H, T, T] scores of its own, forward or backward.
+  const at::Tensor mask = at::full({time, time}, -std::numeric_limits<double>::infinity(), q.options()).triu(1);
+  const at::Tensor scores = at::baddbmm(mask, queries, keys.transpose(1, 2), /*beta=*/1.0,
+                                        /*alpha=*/1.0 / std::sqrt(static_cast<double>(head_dim)));  // [B*H, T, T]
   const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-  return at::matmul(probs, values);  // [B, H, T, D]
+  return at::bmm(probs, values).view({batch, heads, time, head_dim});  // [B, H, T, D]
 }
 
 Rotary rotary_tables(int64_t seq_len, int64_t head_dim, double theta, const at::Tensor& like) {
