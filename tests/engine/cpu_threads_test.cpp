@@ -4,6 +4,7 @@
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
+#include <dlfcn.h>
 #include <sched.h>
 
 #include <numeric>
@@ -116,6 +117,11 @@ TEST(CpuThreads, ApplyingAPlanBindsThisProcessAndSetsLibTorchsThreads) {
   EXPECT_EQ(CPU_COUNT(&after), 1);
   EXPECT_TRUE(CPU_ISSET(budget.usable_cpus.back(), &after));
   EXPECT_EQ(at::get_num_threads(), 1);
+  // OpenBLAS (whichever build serves LibTorch here) runs as many threads: no second pool oversubscribes.
+  using GetThreads = int (*)();
+  if (auto blas_threads = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) {
+    EXPECT_EQ(blas_threads(), 1);
+  }
 
   ASSERT_EQ(sched_setaffinity(0, sizeof before, &before), 0);
   at::set_num_threads(threads_before);
