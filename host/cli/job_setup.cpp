@@ -7,6 +7,7 @@
 // rejected with the reason ("it is read by plugin 'stage2', which this config does not use").
 #include "host/cli/job_setup.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "host/config/host_schema.hpp"
@@ -18,30 +19,16 @@ namespace {
 
 config::ValueType to_value_type(zhost_config_type type) {
   switch (type) {
-    case ZHOST_CONFIG_BOOL: return config::ValueType::Bool;
-    case ZHOST_CONFIG_INT: return config::ValueType::Int;
-    case ZHOST_CONFIG_FLOAT: return config::ValueType::Float;
-    case ZHOST_CONFIG_STRING: return config::ValueType::String;
+    case ZHOST_CONFIG_BOOL:
+      return config::ValueType::Bool;
+    case ZHOST_CONFIG_INT:
+      return config::ValueType::Int;
+    case ZHOST_CONFIG_FLOAT:
+      return config::ValueType::Float;
+    case ZHOST_CONFIG_STRING:
+      return config::ValueType::String;
   }
   return config::ValueType::String;
-}
-
-// `relax_required`: a key without a default becomes optional, for the first pass, where plugins that the
-// config will not use must not demand their required keys.
-void add_plugin_keys(config::Schema& schema, const LoadedPlugin& plugin, bool relax_required = false) {
-  for (const auto& key : plugin.info.config_keys) {
-    config::KeySpec spec;
-    spec.path = key.key;
-    spec.type = to_value_type(key.type);
-    spec.default_toml = key.default_literal;
-    spec.optional = relax_required && !key.default_literal;
-    spec.doc = key.doc;
-    spec.min = key.min_value;
-    spec.max = key.max_value;
-    spec.choices = key.choices;
-    spec.owner = plugin.info.name;
-    schema.add(std::move(spec));
-  }
 }
 
 ZeroSelection zero_selection(const config::ResolvedConfig& config) {
@@ -53,6 +40,46 @@ ZeroSelection zero_selection(const config::ResolvedConfig& config) {
   zero.quantized_gradients = config.get_bool("zero.zero_quantized_gradients");
   zero.hpz_partition_size = config.get_int("zero.zero_hpz_partition_size");
   return zero;
+}
+
+// Capabilities that zhost's own plugins will provide in a later version. Asking for one that no plugin on
+// the search path provides is a feature this version lacks, not a missing plugin folder: say so.
+struct PlannedCapability {
+  const char* key;
+  const char* capability;
+  const char* what;
+  const char* instead;
+  bool (*asks)(const config::ResolvedConfig& config, const char* key);
+};
+bool asks_nvme(const config::ResolvedConfig& config, const char* key) { return config.get_string(key) == "nvme"; }
+bool asks_flag(const config::ResolvedConfig& config, const char* key) { return config.get_bool(key); }
+bool asks_above_one(const config::ResolvedConfig& config, const char* key) { return config.get_int(key) > 1; }
+const PlannedCapability kPlannedCapabilities[] = {
+    {"zero.offload_optimizer.device", "offload:nvme", "the NVMe offload tier (ZeRO-Infinity)",
+     "offload to host memory with \"cpu\", or write \"none\"", asks_nvme},
+    {"zero.offload_param.device", "offload:nvme", "the NVMe offload tier (ZeRO-Infinity)",
+     "offload to host memory with \"cpu\", or write \"none\"", asks_nvme},
+    {"zero.zero_quantized_weights", "collective:qwz", "ZeRO++ quantized weight all-gather (qwZ)", "set it to false",
+     asks_flag},
+    {"zero.zero_quantized_gradients", "collective:qgz", "ZeRO++ quantized gradient reduction (qgZ)", "set it to false",
+     asks_flag},
+    {"zero.zero_hpz_partition_size", "collective:hpz", "ZeRO++ hierarchical partitioning (hpZ)", "set it to 1",
+     asks_above_one},
+};
+
+void refuse_planned_capabilities(const config::ResolvedConfig& config, const std::vector<LoadedPlugin>& found) {
+  std::vector<std::string> errors;
+  for (const auto& planned : kPlannedCapabilities) {
+    if (!planned.asks(config, planned.key)) continue;
+    bool provided = false;
+    for (const auto& plugin : found)
+      for (const auto& capability : plugin.info.provides) provided = provided || capability == planned.capability;
+    if (provided) continue;
+    errors.push_back(fmt::format("{} {} asks for {} ('{}'), which this version of zhost does not have yet; {}",
+                                 config.location(planned.key), planned.key, planned.what, planned.capability,
+                                 planned.instead));
+  }
+  if (!errors.empty()) throw config::ConfigErrors(std::move(errors));
 }
 
 std::vector<std::string> search_dirs(const JobSetupOptions& options, const config::Document& document) {
@@ -82,10 +109,26 @@ std::map<std::string, ConfigValue> JobSetup::plugin_config(const LoadedPlugin& p
   return values;
 }
 
+void add_plugin_keys(config::Schema& schema, const LoadedPlugin& plugin, bool relax_required) {
+  for (const auto& key : plugin.info.config_keys) {
+    config::KeySpec spec;
+    spec.path = key.key;
+    spec.type = to_value_type(key.type);
+    spec.default_toml = key.default_literal;
+    spec.optional = relax_required && !key.default_literal;
+    spec.doc = key.doc;
+    spec.min = key.min_value;
+    spec.max = key.max_value;
+    spec.choices = key.choices;
+    spec.owner = plugin.info.name;
+    schema.add(std::move(spec));
+  }
+}
+
 JobSetup prepare_job(const JobSetupOptions& options) {
   JobSetup job;
-  config::Document document = options.config_file.empty() ? config::Document()
-                                                          : config::Document::load_file(options.config_file.string());
+  config::Document document =
+      options.config_file.empty() ? config::Document() : config::Document::load_file(options.config_file.string());
   document.apply_overrides(options.overrides);
 
   job.services = std::make_unique<HostServices>();
@@ -99,6 +142,7 @@ JobSetup prepare_job(const JobSetupOptions& options) {
   for (const auto& plugin : job.discovery.plugins) add_plugin_keys(everything, plugin, /*relax_required=*/true);
   config::ResolvedConfig first = config::validate(document, everything);
 
+  refuse_planned_capabilities(first, job.discovery.plugins);
   job.needs = needs_for(zero_selection(first));
   job.resolution = resolve_plugins(job.needs, job.discovery.plugins);
 

@@ -32,9 +32,14 @@ struct JobSetup {
 
 struct JobSetupOptions {
   std::filesystem::path config_file;
-  std::vector<std::string> overrides;     // "a.b=c" from --set
-  std::vector<std::string> plugin_dirs;   // --plugin-path, searched before the config's plugins.path
+  std::vector<std::string> overrides;    // "a.b=c" from --set
+  std::vector<std::string> plugin_dirs;  // --plugin-path, searched before the config's plugins.path
 };
+
+// Declares a plugin's config keys (from its descriptor) in `schema`. `relax_required`: a key without a
+// default becomes optional, for the first pass, where plugins the config will not use must not demand
+// their required keys.
+void add_plugin_keys(config::Schema& schema, const LoadedPlugin& plugin, bool relax_required = false);
 
 // Throws UsageError (or config::ConfigErrors) with one line per problem; nothing is created.
 JobSetup prepare_job(const JobSetupOptions& options);

@@ -11,6 +11,7 @@
 
 #if ZHOST_HAS_ENGINE
 #include "host/engine/engine.hpp"
+#include "host/engine/preflight.hpp"
 #include "host/launch/launcher.hpp"
 #include "host/launch/rank_env.hpp"
 #endif
@@ -21,9 +22,15 @@ int run_command(const RunOptions& options) {
 #if ZHOST_HAS_ENGINE
   const bool is_launched_rank = std::getenv("ZHOST_LAUNCHED") != nullptr;
   if (options.nproc > 0 && !is_launched_rank) {
-    // Check the config once here, so a bad config fails before any rank starts.
-    const JobSetup job = prepare_job(options.job);
+    // Check the job once here, so that a bad config, missing data or a model too large for this machine fails
+    // before any rank starts.
+    JobSetup job = prepare_job(options.job);
+    engine::check_data(*job.config);
+    engine::check_precision(*job.config);
     engine::check_cpu_threads(job, options.nproc);
+    const int world_size = options.nproc * options.nnodes;
+    engine::check_host_memory(*job.config, engine::read_settings(*job.config, world_size, 0, 0, options.nproc),
+                              world_size, options.nproc);
     launch::LaunchOptions launch;
     launch.nproc = options.nproc;
     launch.nnodes = options.nnodes;

@@ -1,17 +1,19 @@
 // host/config/document.cpp: loading TOML config files and applying --set overrides.
 #include "host/config/document.hpp"
 
-#include "host/config/key_path.hpp"
-#include "host/config/toml_node.hpp"
-#include "host/core/error.hpp"
-
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "host/config/key_path.hpp"
+#include "host/config/toml_node.hpp"
+#include "host/core/error.hpp"
+#include "host/core/text.hpp"
 
 namespace zhost::config {
 namespace {
@@ -31,10 +33,55 @@ std::string trim(std::string_view text) {
   return std::string(text.substr(begin, end - begin + 1));
 }
 
+// The largest config file read: a config is a few kilobytes; more is a wrong file.
+constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;
+
+// The parser's error as one line with what to do. An unclosed string is the common case, and the parser
+// names only the character where it noticed (the end of the line or file), so point at the opening quote.
+std::string describe_parse_error(std::string_view text, const toml::parse_error& error, const std::string& source) {
+  const auto line = error.source().begin.line;
+  const auto column = error.source().begin.column;
+  std::string reason = one_line(error.description());
+  const bool in_string =
+      reason.rfind("Error while parsing string", 0) == 0 || reason.rfind("Error while parsing literal string", 0) == 0;
+  const bool at_end = reason.find("encountered end-of-file") != std::string::npos;
+  // The error's line, to look for the quote that opened the string.
+  size_t begin = 0;
+  for (toml::source_index i = 1; i < line && begin != std::string_view::npos; ++i) {
+    begin = text.find('\n', begin);
+    if (begin != std::string_view::npos) ++begin;
+  }
+  std::string_view line_text =
+      begin == std::string_view::npos ? std::string_view() : text.substr(begin, text.find('\n', begin) - begin);
+  const size_t error_offset = column > 0 ? static_cast<size_t>(column - 1) : 0;
+  const bool at_line_end = error_offset >= line_text.size() || line_text[error_offset] == '\r';
+  if (in_string && (at_end || at_line_end)) {
+    size_t quote = line_text.substr(0, std::min(error_offset, line_text.size())).find_last_of("\"'");
+    if (quote != std::string_view::npos && !at_end) {
+      return fmt::format(
+          "{}:{}:{}: the string that starts here ({}) is not closed before the end of the line; add "
+          "the closing {} (a string spanning lines needs triple quotes)",
+          source, line, quote + 1, text::excerpt(line_text.substr(quote), 40), line_text[quote]);
+    }
+    return fmt::format("{}:{}:{}: the file ends inside a string; add its closing quote", source, line, column);
+  }
+  if (at_end) {
+    return fmt::format("{}:{}:{}: the file ends before a value is complete ({}); close the list, table or string",
+                       source, line, column, reason);
+  }
+  return fmt::format("{}:{}:{}: {}", source, line, column, reason);
+}
+
+// JSON (a DeepSpeed config) starts with '{', which TOML never does.
+bool looks_like_json(std::string_view text) {
+  size_t first = text.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && text[first] == '{';
+}
+
 // Where a value already in the document came from, for override messages.
 std::string where_set(const DocumentData& data, const std::string& path, const toml::node& node) {
   auto record = data.overrides.find(path);
-  if (record != data.overrides.end()) return "by --set " + record->second.assignment;
+  if (record != data.overrides.end()) return "by --set " + text::excerpt(record->second.assignment);
   return fmt::format("at {}:{}", data.source_name, node.source().begin.line);
 }
 
@@ -52,8 +99,17 @@ Document& Document::operator=(Document&& other) noexcept = default;
 
 Document Document::load_file(const std::string& path) {
   std::error_code ignored;
-  if (std::filesystem::is_directory(path, ignored)) {
+  const auto status = std::filesystem::status(path, ignored);
+  if (std::filesystem::is_directory(status)) {
     fail_usage("{}: is a directory, not a config file; name a .toml file", path);
+  }
+  // Reading a device (/dev/zero) or a pipe could take forever: a config is a regular file.
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    fail_usage("{}: is not a regular file (a device, pipe or socket); name a .toml file", path);
+  }
+  if (std::filesystem::exists(status) && std::filesystem::file_size(path, ignored) > kMaxConfigBytes) {
+    fail_usage("{}: is {} bytes, too large for a config (at most {} bytes); name the job's .toml file", path,
+               std::filesystem::file_size(path, ignored), kMaxConfigBytes);
   }
   std::ifstream file(path, std::ios::binary);
   if (!file) fail_usage("{}: cannot read the config file ({}); check the path", path, std::strerror(errno));
@@ -69,30 +125,38 @@ Document Document::parse(std::string_view toml_text, const std::string& source_n
   try {
     document.data_->root = toml::parse(toml_text, source_name);
   } catch (const toml::parse_error& error) {
-    fail_usage("{}:{}:{}: {}", source_name, error.source().begin.line, error.source().begin.column,
-               one_line(error.description()));
+    if (looks_like_json(toml_text)) {
+      fail_usage(
+          "{}: this is JSON (a DeepSpeed config?), but zhost reads TOML; write it as TOML: docs/config.md, "
+          "'From DeepSpeed JSON', maps each DeepSpeed setting to its TOML key",
+          source_name);
+    }
+    throw UsageError(describe_parse_error(toml_text, error, source_name));
   }
   return document;
 }
 
 void Document::apply_override(std::string_view assignment) {
-  std::string shown(assignment);
+  const std::string shown = text::excerpt(assignment);  // in messages
   size_t equals = assignment.find('=');
   if (equals == std::string_view::npos) {
     fail_usage("--set {}: expected KEY=VALUE, e.g. --set zero.stage=2", shown);
   }
   std::string path = trim(assignment.substr(0, equals));
   std::string value_text = trim(assignment.substr(equals + 1));
+  const std::string shown_path = text::excerpt(path);
   if (!is_valid_path(path)) {
-    fail_usage("--set {}: '{}' is not a dotted key path; write names of letters, digits, _ and - joined by dots, "
-               "e.g. zero.offload_optimizer.device",
-               shown, path);
+    fail_usage(
+        "--set {}: '{}' is not a dotted key path; write names of letters, digits, _ and - joined by dots, "
+        "e.g. zero.offload_optimizer.device",
+        shown, shown_path);
   }
   std::vector<std::string> segments = split_path(path);
 
   auto literal = parse_toml_literal(value_text);
   if (literal && literal->get(kLiteralKey)->is_table()) {
-    fail_usage("--set {}: the value is a table; set its keys one at a time, e.g. --set {}.KEY=VALUE", shown, path);
+    fail_usage("--set {}: the value is a table; set its keys one at a time, e.g. --set {}.KEY=VALUE", shown,
+               shown_path);
   }
 
   toml::table* table = &data_->root;
@@ -102,14 +166,15 @@ void Document::apply_override(std::string_view assignment) {
     toml::node* node = table->get(segments[i]);
     if (!node) node = &table->insert(segments[i], toml::table{}).first->second;
     if (!node->is_table()) {
-      fail_usage("--set {}: {} is already a value (set {}), not a table, so it cannot hold {}", shown, table_path,
-                 where_set(*data_, table_path, *node), path);
+      fail_usage("--set {}: {} is already a value (set {}), not a table, so it cannot hold {}", shown,
+                 text::excerpt(table_path), where_set(*data_, table_path, *node), shown_path);
     }
     table = node->as_table();
   }
   const std::string& leaf = segments.back();
   if (toml::node* existing = table->get(leaf); existing && existing->is_table()) {
-    fail_usage("--set {}: {} is a table; set one of its keys instead, e.g. --set {}.KEY=VALUE", shown, path, path);
+    fail_usage("--set {}: {} is a table; set one of its keys instead, e.g. --set {}.KEY=VALUE", shown, shown_path,
+               shown_path);
   }
 
   if (literal) {
@@ -117,7 +182,7 @@ void Document::apply_override(std::string_view assignment) {
   } else {
     table->insert_or_assign(leaf, value_text);  // not TOML: a bare string such as cpu
   }
-  data_->overrides[path] = OverrideRecord{shown, value_text, data_->overrides_applied++};
+  data_->overrides[path] = OverrideRecord{std::string(assignment), value_text, data_->overrides_applied++};
   spdlog::debug("config: --set {}", shown);
 }
 

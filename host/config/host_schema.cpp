@@ -1,9 +1,9 @@
 // host/config/host_schema.cpp: the host's own config keys, with DeepSpeed's defaults, and their rules.
 #include "host/config/host_schema.hpp"
 
-#include "host/config/resolved.hpp"
-
 #include <fmt/format.h>
+
+#include "host/config/host_rules.hpp"
 
 namespace zhost::config {
 namespace {
@@ -12,17 +12,25 @@ struct Limits {
   std::optional<double> min;
   std::optional<double> max;
   bool min_exclusive = false;
+  bool max_exclusive = false;
 };
-Limits at_least(double min) { return Limits{min, std::nullopt, false}; }
-Limits above(double min) { return Limits{min, std::nullopt, true}; }
-Limits between(double min, double max) { return Limits{min, max, false}; }
+Limits at_least(double min) { return Limits{min, std::nullopt, false, false}; }
+Limits above(double min) { return Limits{min, std::nullopt, true, false}; }
+Limits between(double min, double max) { return Limits{min, max, false, false}; }
+Limits from_below(double min, double max) { return Limits{min, max, false, true}; }  // [min, max)
+// Learning rates: above 10 every optimizer zhost has diverges at once (1e300 would train on inf).
+Limits learning_rate() { return between(0, 10); }
+// A collective that takes longer than a week is hung; larger values would overflow the deadlines.
+constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
 
 // Declares host keys from typed defaults, so that every default is spelled by to_toml_literal.
 class HostKeys {
  public:
   explicit HostKeys(Schema& schema) : schema_(schema) {}
 
-  void flag(std::string path, bool value, std::string doc) { add(std::move(path), ValueType::Bool, value, std::move(doc)); }
+  void flag(std::string path, bool value, std::string doc) {
+    add(std::move(path), ValueType::Bool, value, std::move(doc));
+  }
   void integer(std::string path, int64_t value, std::string doc, Limits limits = {}) {
     add(std::move(path), ValueType::Int, value, std::move(doc), limits);
   }
@@ -61,6 +69,7 @@ class HostKeys {
     spec.min = limits.min;
     spec.max = limits.max;
     spec.min_exclusive = limits.min_exclusive;
+    spec.max_exclusive = limits.max_exclusive;
     spec.choices = std::move(choices);
     schema_.add(std::move(spec));
   }
@@ -90,9 +99,9 @@ void add_model_keys(HostKeys& keys) {
                at_least(0));
   keys.integer("model.vocab", 256, "vocabulary size", at_least(1));
   keys.integer("model.seq_len", 128, "tokens per sample", at_least(1));
-  keys.number("model.init_std", 0.02, "standard deviation of the initial weights", at_least(0));
+  keys.number("model.init_std", 0.02, "standard deviation of the initial weights", above(0));
   keys.number("model.layer_drop", 0.0,
-              "LayerDrop: probability that a transformer block is skipped in a training micro-batch", at_least(0));
+              "LayerDrop: probability that a transformer block is skipped in a training micro-batch", from_below(0, 1));
   keys.flag("model.layer_drop_per_rank", false,
             "draw the skipped blocks independently on each rank (false: the same blocks on every rank)");
 }
@@ -106,11 +115,13 @@ void add_data_keys(HostKeys& keys) {
 
 void add_optimizer_keys(HostKeys& keys) {
   keys.choice("optimizer.type", "AdamW", {"AdamW", "Adam", "SGD", "Lion"}, "optimizer");
-  keys.number("optimizer.lr", 1e-3, "learning rate (the scheduler's base)", at_least(0));
-  keys.number_list("optimizer.betas", {0.9, 0.999}, "Adam/AdamW/Lion coefficients [beta1, beta2]; when unset, Lion uses its own [0.9, 0.99]",
-                   between(0, 1));
+  keys.number("optimizer.lr", 1e-3, "learning rate (the scheduler's base)", learning_rate());
+  keys.number_list("optimizer.betas", {0.9, 0.999},
+                   "Adam/AdamW/Lion coefficients [beta1, beta2]; when unset, Lion uses its own [0.9, 0.99]",
+                   from_below(0, 1));
   keys.number("optimizer.eps", 1e-8, "Adam/AdamW denominator epsilon", at_least(0));
-  keys.number("optimizer.weight_decay", 0.0, "weight decay (decoupled for AdamW and Lion); DeepSpeed's default 0", at_least(0));
+  keys.number("optimizer.weight_decay", 0.0, "weight decay (decoupled for AdamW and Lion); DeepSpeed's default 0",
+              at_least(0));
   keys.number("optimizer.momentum", 0.0, "SGD momentum", between(0, 1));
   keys.flag("optimizer.adam_w_mode", true,
             "DeepSpeed's switch for type = \"Adam\": true = decoupled weight decay (AdamW), false = L2 (torch Adam)");
@@ -119,24 +130,23 @@ void add_optimizer_keys(HostKeys& keys) {
 void add_scheduler_keys(HostKeys& keys) {
   keys.choice("scheduler.type", "none", {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle"},
               "learning-rate schedule");
-  keys.number("scheduler.warmup_min_lr", 0.0, "learning rate at the start of warmup", at_least(0));
-  keys.optional_number("scheduler.warmup_max_lr", "learning rate at the end of warmup; unset = optimizer.lr", at_least(0));
-  keys.integer("scheduler.warmup_num_steps", 1000, "warmup length in optimizer steps", at_least(0));
+  keys.number("scheduler.warmup_min_lr", 0.0, "learning rate at the start of warmup", learning_rate());
+  keys.optional_number("scheduler.warmup_max_lr", "learning rate at the end of warmup; unset = optimizer.lr",
+                       learning_rate());
+  keys.integer("scheduler.warmup_num_steps", 1000, "warmup length in optimizer steps", at_least(1));
   keys.choice("scheduler.warmup_type", "log", {"log", "linear"}, "warmup curve");
   keys.integer("scheduler.total_num_steps", 0, "schedule length for WarmupDecayLR/WarmupCosineLR; 0 = steps",
                at_least(0));
   keys.number("scheduler.warmup_min_ratio", 0.0, "WarmupCosineLR: warmup start as a fraction of lr", between(0, 1));
   keys.number("scheduler.cos_min_ratio", 0.0001, "WarmupCosineLR: final lr as a fraction of lr", between(0, 1));
   keys.optional_number("scheduler.cycle_min_lr", "OneCycle: lowest learning rate (required for OneCycle)",
-                       at_least(0));
+                       learning_rate());
   keys.optional_number("scheduler.cycle_max_lr", "OneCycle: highest learning rate (required for OneCycle)",
-                       at_least(0));
-  keys.integer("scheduler.cycle_first_step_size", 2000, "OneCycle: steps of the rising half of the cycle",
-               at_least(1));
+                       learning_rate());
+  keys.integer("scheduler.cycle_first_step_size", 2000, "OneCycle: steps of the rising half of the cycle", at_least(1));
   keys.integer("scheduler.cycle_second_step_size", 0, "OneCycle: steps of the falling half; 0 = first step size",
                at_least(0));
-  keys.integer("scheduler.cycle_first_stair_count", 0, "OneCycle: stairs in the rising half; 0 = smooth",
-               at_least(0));
+  keys.integer("scheduler.cycle_first_stair_count", 0, "OneCycle: stairs in the rising half; 0 = smooth", at_least(0));
   keys.integer("scheduler.cycle_second_stair_count", 0,
                "OneCycle: stairs in the falling half; 0 = same as the rising half", at_least(0));
   keys.integer("scheduler.decay_step_size", 0, "OneCycle: steps between decays after the cycle; 0 = no decay",
@@ -168,8 +178,7 @@ void add_zero_keys(HostKeys& keys) {
             "offload tier for parameters (stage 3): none, cpu, nvme, or a third-party tier's name");
   keys.flag("zero.zero_quantized_weights", false, "ZeRO++ qwZ: all-gather weights as int8");
   keys.flag("zero.zero_quantized_gradients", false, "ZeRO++ qgZ: reduce gradients as int4");
-  keys.integer("zero.zero_hpz_partition_size", 1, "ZeRO++ hpZ: ranks per secondary partition; 1 = off",
-               at_least(1));
+  keys.integer("zero.zero_hpz_partition_size", 1, "ZeRO++ hpZ: ranks per secondary partition; 1 = off", at_least(1));
 }
 
 void add_runtime_keys(HostKeys& keys) {
@@ -178,10 +187,10 @@ void add_runtime_keys(HostKeys& keys) {
   keys.flag("activation_checkpointing.cpu_checkpointing", false, "keep checkpointed activations in host memory");
   keys.flag("activation_checkpointing.contiguous_memory_optimization", false,
             "copy checkpointed activations into one buffer");
-  keys.optional_integer("activation_checkpointing.number_checkpoints", "checkpointed blocks; unset = all",
-                        at_least(1));
+  keys.optional_integer("activation_checkpointing.number_checkpoints", "checkpointed blocks; unset = all", at_least(1));
   keys.choice("comm.backend", "auto", {"auto", "gloo", "nccl"}, "collective backend; auto = nccl on GPUs, else gloo");
-  keys.number("comm.timeout_s", 300.0, "seconds before a collective counts as hung", above(0));
+  keys.number("comm.timeout_s", 300.0, "seconds before a collective counts as hung",
+              Limits{0, kMaxTimeoutSeconds, true, false});
   keys.text("run.dir", "runs", "folder for run outputs");
   keys.flag("run.save_final_weights", false,
             "write the final parameters (fp32) to RUN_DIR/weights.bin with an index in weights.json");
@@ -192,98 +201,10 @@ void add_runtime_keys(HostKeys& keys) {
                "LibTorch and BLAS threads per rank; 0 = this node's CPUs / local ranks, or OMP_NUM_THREADS when set",
                between(0, 1024));
   keys.flag("run.pin_ranks", false, "bind each local rank to its own slice of this node's CPUs");
+  keys.flag("run.memory_check", true,
+            "refuse to start when the model states need more host memory than the machine has available");
   keys.text_list("plugins.path", {}, "extra folders to search for plugins");
   keys.choice("log.level", "info", {"trace", "debug", "info", "warn", "error"}, "log verbosity");
-}
-
-void add_rules(Schema& schema) {
-  schema.add_rule({{"fp16.enabled", "bf16.enabled"}, [](const ResolvedConfig& config) -> std::optional<std::string> {
-                     if (!config.get_bool("fp16.enabled") || !config.get_bool("bf16.enabled")) return std::nullopt;
-                     std::string bf16_location = config.location("bf16.enabled");
-                     bf16_location.pop_back();  // the trailing ':'
-                     return fmt::format(
-                         "fp16.enabled and bf16.enabled are both true (bf16.enabled from {}); keep one: bf16 where "
-                         "the GPU supports it (Ampere or newer), fp16 otherwise",
-                         bf16_location);
-                   }});
-  schema.add_rule({{"scheduler.type", "scheduler.cycle_min_lr", "scheduler.cycle_max_lr"},
-                   [](const ResolvedConfig& config) -> std::optional<std::string> {
-                     if (config.get_string("scheduler.type") != "OneCycle") return std::nullopt;
-                     bool has_min = config.has("scheduler.cycle_min_lr");
-                     bool has_max = config.has("scheduler.cycle_max_lr");
-                     if (!has_min || !has_max) {
-                       return std::string(
-                           "scheduler.type = \"OneCycle\" needs scheduler.cycle_min_lr and scheduler.cycle_max_lr; "
-                           "set both under [scheduler], e.g. cycle_min_lr = 1e-5 and cycle_max_lr = 1e-3");
-                     }
-                     double low = config.get_float("scheduler.cycle_min_lr");
-                     double high = config.get_float("scheduler.cycle_max_lr");
-                     if (low <= high) return std::nullopt;
-                     return fmt::format("scheduler.cycle_min_lr ({}) is above scheduler.cycle_max_lr ({}); swap them",
-                                        low, high);
-                   }});
-  schema.add_rule({{"model.width", "model.heads"}, [](const ResolvedConfig& config) -> std::optional<std::string> {
-                     int64_t width = config.get_int("model.width");
-                     int64_t heads = config.get_int("model.heads");
-                     if (width % heads == 0) return std::nullopt;
-                     return fmt::format("model.width = {} is not divisible by model.heads = {}; pick a width that is a "
-                                        "multiple of heads, e.g. {}",
-                                        width, heads, (width / heads + 1) * heads);
-                   }});
-  schema.add_rule({{"model.kv_heads", "model.heads"}, [](const ResolvedConfig& config) -> std::optional<std::string> {
-                     int64_t kv_heads = config.get_int("model.kv_heads");
-                     int64_t heads = config.get_int("model.heads");
-                     if (kv_heads == 0 || heads % kv_heads == 0) return std::nullopt;
-                     return fmt::format("model.heads = {} is not divisible by model.kv_heads = {}; use kv_heads that "
-                                        "divides heads (1, a divisor of heads, or 0 = same as heads)",
-                                        heads, kv_heads);
-                   }});
-  // Per-rank LayerDrop makes ranks run different blocks. Stages 0 to 2 reduce gradients in the order they
-  // arrive, so their collectives would no longer match across ranks (a hang or wrong sums); stage 3 checks
-  // the block order and stops with an error naming the ranks, which is what the option exists to show.
-  schema.add_rule({{"model.layer_drop_per_rank", "zero.stage"},
-                   [](const ResolvedConfig& config) -> std::optional<std::string> {
-                     if (!config.get_bool("model.layer_drop_per_rank") || config.get_int("zero.stage") == 3)
-                       return std::nullopt;
-                     return std::string("model.layer_drop_per_rank = true makes ranks skip different blocks, which "
-                                        "data-parallel reduction at zero.stage 0, 1 and 2 cannot follow; set it to "
-                                        "false (every rank skips the same blocks)");
-                   }});
-  // DeepSpeed's offload needs partitioned states: the optimizer's from stage 1, the parameters' at stage 3.
-  schema.add_rule({{"zero.offload_optimizer.device", "zero.stage"},
-                   [](const ResolvedConfig& config) -> std::optional<std::string> {
-                     const std::string& device = config.get_string("zero.offload_optimizer.device");
-                     if (device == "none" || config.get_int("zero.stage") >= 1) return std::nullopt;
-                     return fmt::format("zero.offload_optimizer.device = \"{}\" needs zero.stage 1, 2 or 3 (stage 0 "
-                                        "keeps whole optimizer states on every rank); set zero.stage = 2",
-                                        device);
-                   }});
-  schema.add_rule({{"zero.offload_param.device", "zero.stage"},
-                   [](const ResolvedConfig& config) -> std::optional<std::string> {
-                     const std::string& device = config.get_string("zero.offload_param.device");
-                     if (device == "none" || config.get_int("zero.stage") == 3) return std::nullopt;
-                     return fmt::format("zero.offload_param.device = \"{}\" needs zero.stage = 3 (only stage 3 "
-                                        "partitions parameters)",
-                                        device);
-                   }});
-  // Parameter offload comes with optimizer offload (ZeRO-Infinity): the fp32 masters would otherwise stay on
-  // the device next to the offloaded 16-bit shards.
-  schema.add_rule({{"zero.offload_param.device", "zero.offload_optimizer.device"},
-                   [](const ResolvedConfig& config) -> std::optional<std::string> {
-                     const std::string& device = config.get_string("zero.offload_param.device");
-                     if (device == "none" || config.get_string("zero.offload_optimizer.device") != "none")
-                       return std::nullopt;
-                     return fmt::format("zero.offload_param.device = \"{}\" needs the optimizer offloaded too; set "
-                                        "zero.offload_optimizer.device = \"{}\"",
-                                        device, device);
-                   }});
-  schema.add_rule({{"data.type", "data.path"}, [](const ResolvedConfig& config) -> std::optional<std::string> {
-                     const std::string& type = config.get_string("data.type");
-                     if (type == "synthetic" || !config.get_string("data.path").empty()) return std::nullopt;
-                     return fmt::format("data.type = \"{}\" reads a file, but data.path is empty; set data.path to "
-                                        "the file, or use data.type = \"synthetic\"",
-                                        type);
-                   }});
 }
 
 }  // namespace
@@ -298,7 +219,7 @@ void add_host_keys(Schema& schema) {
   add_precision_keys(keys);
   add_zero_keys(keys);
   add_runtime_keys(keys);
-  add_rules(schema);
+  add_host_rules(schema);
   // DeepSpeed's JSON layout, pointed to zhost's tables in unknown-key messages.
   schema.add_rename_hint("zero_optimization", "zero");
   schema.add_rename_hint("optimizer.params", "optimizer");

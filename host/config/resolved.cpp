@@ -1,27 +1,33 @@
 // host/config/resolved.cpp: typed access to the validated config, and its TOML printout.
 #include "host/config/resolved.hpp"
 
+#include <fmt/format.h>
+
 #include "host/config/key_path.hpp"
 #include "host/core/error.hpp"
 #include "host/core/text.hpp"
 
-#include <fmt/format.h>
-
 namespace zhost::config {
 std::string ValueOrigin::describe() const {
   switch (kind) {
-    case Kind::Default: return "default";
-    case Kind::File: return fmt::format("{}:{}", file, line);
-    case Kind::Override: return "--set";
+    case Kind::Default:
+      return "default";
+    case Kind::File:
+      return fmt::format("{}:{}", file, line);
+    case Kind::Override:
+      return "--set";
   }
   return {};
 }
 
 std::string ValueOrigin::location(const std::string& config_name) const {
   switch (kind) {
-    case Kind::File: return fmt::format("{}:{}:", file, line);
-    case Kind::Override: return fmt::format("--set {}:", assignment);
-    case Kind::Default: break;
+    case Kind::File:
+      return fmt::format("{}:{}:", file, line);
+    case Kind::Override:
+      return fmt::format("--set {}:", text::excerpt(assignment));
+    case Kind::Default:
+      break;
   }
   return (config_name.empty() ? std::string("config") : config_name) + ":";
 }
@@ -82,9 +88,7 @@ std::string ResolvedConfig::location(const std::string& path) const {
   return entry(path).origin.location(source_name_);
 }
 
-const std::vector<std::string>& ResolvedConfig::owners(const std::string& path) const {
-  return entry(path).owners;
-}
+const std::vector<std::string>& ResolvedConfig::owners(const std::string& path) const { return entry(path).owners; }
 
 std::vector<std::string> ResolvedConfig::keys() const {
   std::vector<std::string> paths;

@@ -2,14 +2,14 @@
 // defaults and limits, plus rules that span several keys. validate() checks a Document against it.
 #pragma once
 
-#include "host/config/value.hpp"
-
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "host/config/value.hpp"
 
 namespace zhost::config {
 
@@ -20,16 +20,17 @@ inline constexpr const char* kHostOwner = "host";
 
 // One declared key.
 struct KeySpec {
-  std::string path;                         // dotted, e.g. "zero.offload_optimizer.device"
+  std::string path;  // dotted, e.g. "zero.offload_optimizer.device"
   ValueType type = ValueType::String;
   std::optional<std::string> default_toml;  // TOML literal text ("2", "5e8", "\"cpu\""); nullopt: see below
   bool optional = false;                    // no default: false = the user must set it; true = may be unset
   std::string doc;                          // one line
   std::optional<double> min;                // numeric range, inclusive (Int, Float, each FloatList item)
   std::optional<double> max;
-  bool min_exclusive = false;               // min itself is not allowed (e.g. timeouts > 0)
-  std::vector<std::string> choices;         // allowed values of a String (or of each StringList item)
-  std::string owner = kHostOwner;           // "host" or a plugin name
+  bool min_exclusive = false;        // min itself is not allowed (e.g. timeouts > 0)
+  bool max_exclusive = false;        // max itself is not allowed (e.g. probabilities < 1)
+  std::vector<std::string> choices;  // allowed values of a String (or of each StringList item)
+  std::string owner = kHostOwner;    // "host" or a plugin name
 };
 
 // A check across several keys, e.g. "fp16 and bf16 cannot both be enabled". It runs only when every key

@@ -1,14 +1,13 @@
 // host/config/toml_node.cpp: reads TOML nodes as typed config values and explains every mismatch.
 #include "host/config/toml_node.hpp"
 
-#include "host/config/key_path.hpp"
-
-#include "host/core/text.hpp"
-
 #include <fmt/format.h>
 
 #include <cctype>
 #include <cmath>
+
+#include "host/config/key_path.hpp"
+#include "host/core/text.hpp"
 
 namespace zhost::config {
 namespace {
@@ -25,12 +24,18 @@ std::string lowercase(std::string text) {
 
 const char* expected_phrase(ValueType type) {
   switch (type) {
-    case ValueType::Bool: return "true or false";
-    case ValueType::Int: return "an integer";
-    case ValueType::Float: return "a number";
-    case ValueType::String: return "a string";
-    case ValueType::FloatList: return "a list of numbers";
-    case ValueType::StringList: return "a list of strings";
+    case ValueType::Bool:
+      return "true or false";
+    case ValueType::Int:
+      return "an integer";
+    case ValueType::Float:
+      return "a number";
+    case ValueType::String:
+      return "a string";
+    case ValueType::FloatList:
+      return "a list of numbers";
+    case ValueType::StringList:
+      return "a list of strings";
   }
   return "a value";
 }
@@ -41,12 +46,18 @@ std::string example_literal(const KeySpec& spec) {
   bool is_list = spec.type == ValueType::FloatList || spec.type == ValueType::StringList;
   if (spec.default_toml && !is_list) return *spec.default_toml;
   switch (spec.type) {
-    case ValueType::Bool: return "true";
-    case ValueType::Int: return "1";
-    case ValueType::Float: return "0.5";
-    case ValueType::String: return "\"text\"";
-    case ValueType::FloatList: return "[0.9, 0.999]";
-    case ValueType::StringList: return "[\"a\", \"b\"]";
+    case ValueType::Bool:
+      return "true";
+    case ValueType::Int:
+      return "1";
+    case ValueType::Float:
+      return "0.5";
+    case ValueType::String:
+      return "\"text\"";
+    case ValueType::FloatList:
+      return "[0.9, 0.999]";
+    case ValueType::StringList:
+      return "[\"a\", \"b\"]";
   }
   return {};
 }
@@ -63,14 +74,17 @@ std::string scalar_literal(const toml::node& node) {
 std::string format_bound(double bound) { return fmt::format("{}", bound); }
 
 std::string allowed_range(const KeySpec& spec) {
-  std::string lower;
-  if (spec.min) lower = (spec.min_exclusive ? "greater than " : "") + format_bound(*spec.min);
+  std::string lower, upper;
+  if (spec.min) lower = (spec.min_exclusive ? "greater than " : "of at least ") + format_bound(*spec.min);
+  if (spec.max) upper = (spec.max_exclusive ? "below " : "at most ") + format_bound(*spec.max);
   if (spec.min && spec.max) {
-    return spec.min_exclusive ? fmt::format("{} and at most {}", lower, format_bound(*spec.max))
-                              : fmt::format("between {} and {}", lower, format_bound(*spec.max));
+    if (!spec.min_exclusive && !spec.max_exclusive) {
+      return fmt::format("between {} and {}", format_bound(*spec.min), format_bound(*spec.max));
+    }
+    return fmt::format("{} and {}", spec.min_exclusive ? lower : format_bound(*spec.min) + " or more", upper);
   }
-  if (spec.min) return spec.min_exclusive ? lower : "of at least " + lower;
-  return "of at most " + format_bound(*spec.max);
+  if (spec.min) return lower;
+  return spec.max_exclusive ? upper : "of " + upper;
 }
 
 // Reads one node (a whole key, or one item of a list key) and records the first problem.
@@ -113,6 +127,12 @@ class NodeReader {
     if (auto* floating = node.as_floating_point()) result = floating->get();
     if (auto* integer = node.as_integer()) result = static_cast<double>(integer->get());
     if (!result) return mismatch(node, label, ValueType::Float);
+    // nan passes every comparison of a range check and inf every lower bound: refuse both here, for every key.
+    if (!std::isfinite(*result)) {
+      return fail(fmt::format("{} = {} is not a finite number; write a number such as {}", label,
+                              to_toml_literal(*result),
+                              spec_.type == ValueType::Float ? example_literal(spec_) : "0.5"));
+    }
     if (!in_range(*result, label, to_toml_literal(*result))) return std::nullopt;
     return result;
   }
@@ -151,7 +171,7 @@ class NodeReader {
 
   bool in_range(double value, const std::string& label, const std::string& value_text) {
     bool too_low = spec_.min && (spec_.min_exclusive ? value <= *spec_.min : value < *spec_.min);
-    bool too_high = spec_.max && value > *spec_.max;
+    bool too_high = spec_.max && (spec_.max_exclusive ? value >= *spec_.max : value > *spec_.max);
     if (!too_low && !too_high) return true;
     fail(fmt::format("{} = {} is out of range; use a value {}", label, value_text, allowed_range(spec_)));
     return false;
@@ -166,7 +186,7 @@ class NodeReader {
     }
     // Short values are left alone: "gpu" is one edit from "cpu" but means something else entirely.
     if (match.empty() && value.size() > kShortestTypo) match = text::closest_match(value, spec_.choices);
-    fail(fmt::format("{} = {} is not a valid choice; choose one of: {}{}", label, to_toml_literal(value),
+    fail(fmt::format("{} = {} is not a valid choice; choose one of: {}{}", label, text::excerpt(to_toml_literal(value)),
                      text::join(spec_.choices), match.empty() ? "" : " (did you mean '" + match + "'?)"));
     return false;
   }
@@ -187,7 +207,7 @@ class NodeReader {
     if (auto* text = node.as_string(); text && spec_.type != ValueType::String) {
       if (auto literal = parse_toml_literal(text->get())) {
         if (convert_node(*literal->get(kLiteralKey), spec_).value) {
-          return fmt::format("remove the quotes: {} = {}", leaf, text->get());
+          return fmt::format("remove the quotes: {} = {}", leaf, text::excerpt(text->get()));
         }
       }
     }
@@ -207,10 +227,18 @@ Conversion convert_node(const toml::node& node, const KeySpec& spec) {
     if (read) value = std::move(*read);
   };
   switch (spec.type) {
-    case ValueType::Bool: keep(reader.read_bool(node, spec.path)); break;
-    case ValueType::Int: keep(reader.read_int(node, spec.path)); break;
-    case ValueType::Float: keep(reader.read_float(node, spec.path)); break;
-    case ValueType::String: keep(reader.read_string(node, spec.path)); break;
+    case ValueType::Bool:
+      keep(reader.read_bool(node, spec.path));
+      break;
+    case ValueType::Int:
+      keep(reader.read_int(node, spec.path));
+      break;
+    case ValueType::Float:
+      keep(reader.read_float(node, spec.path));
+      break;
+    case ValueType::String:
+      keep(reader.read_string(node, spec.path));
+      break;
     case ValueType::FloatList:
       keep(reader.read_list<double>(node, spec.type, &NodeReader::read_float));
       break;
@@ -238,16 +266,24 @@ std::optional<toml::table> parse_toml_literal(std::string_view text) {
 
 std::string describe_node(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return "string " + scalar_literal(node);
-    case toml::node_type::integer: return "integer " + scalar_literal(node);
-    case toml::node_type::floating_point: return "float " + scalar_literal(node);
-    case toml::node_type::boolean: return "boolean " + scalar_literal(node);
-    case toml::node_type::array: return "a list";
-    case toml::node_type::table: return "a table";
+    case toml::node_type::string:
+      return "string " + text::excerpt(scalar_literal(node));
+    case toml::node_type::integer:
+      return "integer " + scalar_literal(node);
+    case toml::node_type::floating_point:
+      return "float " + scalar_literal(node);
+    case toml::node_type::boolean:
+      return "boolean " + scalar_literal(node);
+    case toml::node_type::array:
+      return "a list";
+    case toml::node_type::table:
+      return "a table";
     case toml::node_type::date:
     case toml::node_type::time:
-    case toml::node_type::date_time: return "a date/time";
-    case toml::node_type::none: break;
+    case toml::node_type::date_time:
+      return "a date/time";
+    case toml::node_type::none:
+      break;
   }
   return "nothing";
 }

@@ -1,15 +1,15 @@
 // host/config/validate.cpp: walks the TOML tree against the schema and builds the ResolvedConfig.
 #include "host/config/validate.hpp"
 
-#include "host/config/key_path.hpp"
-#include "host/config/toml_node.hpp"
-#include "host/core/text.hpp"
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <set>
 #include <tuple>
+
+#include "host/config/key_path.hpp"
+#include "host/config/toml_node.hpp"
+#include "host/core/text.hpp"
 
 namespace zhost::config {
 namespace {
@@ -115,7 +115,9 @@ class ResolvedConfigBuilder {
 
   // "unknown key 'zero.stgae'; did you mean 'zero.stage'? (or remove it)", or the same for a table.
   std::string unknown_name_message(const std::string& path, bool is_table) const {
-    auto shown = [is_table](const std::string& name) { return is_table ? "[" + name + "]" : "'" + name + "'"; };
+    auto shown = [is_table](const std::string& name) {
+      return is_table ? "[" + text::excerpt(name) + "]" : "'" + text::excerpt(name) + "'";
+    };
     const char* what = is_table ? "table" : "key";
     std::string match = suggest(path, is_table ? known_tables_ : known_keys_, schema_.rename_hints());
     if (match.empty()) {
@@ -157,10 +159,9 @@ class ResolvedConfigBuilder {
       }
       failed_.insert(path);
       std::string table = parent_path(path);
-      report(ValueOrigin{},
-             fmt::format("missing required key {}{}; add it {} or pass --set {}=VALUE", path,
-                         spec->doc.empty() ? "" : " (" + spec->doc + ")",
-                         table.empty() ? "at the top of the file" : "under [" + table + "]", path));
+      report(ValueOrigin{}, fmt::format("missing required key {}{}; add it {} or pass --set {}=VALUE", path,
+                                        spec->doc.empty() ? "" : " (" + spec->doc + ")",
+                                        table.empty() ? "at the top of the file" : "under [" + table + "]", path));
     }
   }
 

@@ -16,6 +16,11 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
 // "; did you mean 'x'?" or "" when nothing is close.
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
 
+// `text` as it may appear in a one-line message: control characters written as \xNN, and when longer than
+// `max_bytes`, its start and end around "...(N bytes)...", so that a pasted megabyte does not become a
+// megabyte of error line.
+std::string excerpt(std::string_view text, size_t max_bytes = 80);
+
 // "a, b, c" (or "none").
 std::string join(const std::vector<std::string>& items, std::string_view separator = ", ");
 

@@ -41,7 +41,7 @@ DataLoader::DataLoader(const DataSpec& spec) : spec_(spec) {
     fail_usage("data rank {} is outside 0 .. world_size-1 = {}", spec.rank, spec.world_size - 1);
   }
   if (spec_.token_dtype == "auto") spec_.token_dtype = spec.vocab <= 65536 ? "uint16" : "uint32";
-  if (spec_.token_dtype == "uint16" && spec.vocab > 65536) {
+  if (spec.source == "tokens" && spec_.token_dtype == "uint16" && spec.vocab > 65536) {
     fail_usage("vocab {} does not fit uint16 token ids; use token_dtype uint32", spec.vocab);
   }
   const SourceParams params{spec.vocab, spec.seq_len, spec.seed};

@@ -27,16 +27,26 @@ uint64_t hash_words(uint64_t seed, const int64_t (&words)[N]) {
   return XXH3_64bits_withSeed(words, sizeof(words), seed);
 }
 
+// Token ids checked when a corpus opens (32 MB of uint16 ids), in chunks of this many.
+constexpr int64_t kIdsCheckedAtOpen = int64_t{1} << 24;
+constexpr int64_t kIdCheckChunk = int64_t{1} << 16;
+
 // A read-only memory map of a whole, non-empty file; unmapped on destruction.
 class MappedFile {
  public:
   // `what` names the file in messages ("token file", "text file").
   MappedFile(const std::string& path, const char* what) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    // A device (/dev/zero reports size 0 and never ends) or a pipe (open would wait for a writer) is no corpus.
+    struct stat kind {};
+    if (::stat(path.c_str(), &kind) != 0) {
       if (errno == ENOENT) fail_usage("{} '{}' does not exist; check the data path", what, path);
       fail_usage("cannot open {} '{}': {}", what, path, std::strerror(errno));
     }
+    if (!S_ISREG(kind.st_mode)) {
+      fail_usage("{} '{}' is not a regular file (a device, pipe or socket); point the data path at a file", what, path);
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail_usage("cannot open {} '{}': {}", what, path, std::strerror(errno));
     struct stat info {};
     if (::fstat(fd, &info) != 0) {
       const int error = errno;
@@ -103,9 +113,10 @@ class CorpusSource final : public TokenSource {
       total_tokens_ += static_cast<int64_t>(file.size()) / token_bytes_;
     }
     if (total_tokens_ < params_.seq_len + 1) {
-      fail_usage("{} holds {} tokens, but one sample needs seq_len + 1 = {}; use more data or a shorter seq_len",
-                 what_, total_tokens_, params_.seq_len + 1);
+      fail_usage("{} holds {} tokens, but one sample needs seq_len + 1 = {}; use more data or a shorter seq_len", what_,
+                 total_tokens_, params_.seq_len + 1);
     }
+    check_first_ids();
   }
 
   void read_sample(int64_t step, int64_t index, int64_t* out) const override {
@@ -116,6 +127,17 @@ class CorpusSource final : public TokenSource {
   int64_t corpus_tokens() const override { return total_tokens_; }
 
  private:
+  // Ids at or above vocab (a vocab too small for the tokenizer, or uint32 ids read as uint16) show within the
+  // first tokens: check those when the source opens, so that the job stops before training. Later ids are
+  // checked as samples read them.
+  void check_first_ids() const {
+    std::vector<int64_t> ids;
+    for (int64_t first = 0; first < std::min(total_tokens_, kIdsCheckedAtOpen); first += kIdCheckChunk) {
+      ids.resize(static_cast<size_t>(std::min(kIdCheckChunk, total_tokens_ - first)));
+      read_tokens(first, static_cast<int64_t>(ids.size()), ids.data());
+    }
+  }
+
   // Copies tokens [first, first + count) of the concatenated files to out, checking each id < vocab.
   void read_tokens(int64_t first, int64_t count, int64_t* out) const {
     // the file holding `first`: the last one starting at or before it
@@ -139,7 +161,8 @@ class CorpusSource final : public TokenSource {
 
   int64_t decode(const unsigned char* bytes) const {
     switch (token_bytes_) {
-      case 1: return bytes[0];
+      case 1:
+        return bytes[0];
       case 2: {
         uint16_t id;
         std::memcpy(&id, bytes, sizeof(id));
@@ -154,8 +177,10 @@ class CorpusSource final : public TokenSource {
   }
 
   [[noreturn]] void report_bad_id(const std::string& path, int64_t token, int64_t id) const {
-    fail_usage("'{}' holds token id {} at token {}, but vocab is {}; raise the model's vocab above the largest id, "
-               "or check the token dtype (uint16 vs uint32)", path, id, token, params_.vocab);
+    fail_usage(
+        "'{}' holds token id {} at token {}, but model.vocab is {}; raise model.vocab above the largest id, "
+        "or check data.token_dtype (uint16 vs uint32)",
+        path, id, token, params_.vocab);
   }
 
   std::vector<MappedFile> files_;
@@ -181,8 +206,10 @@ std::unique_ptr<TokenSource> open_token_file(const std::string& path, int token_
   }
   MappedFile file(path, "token file");
   if (file.size() == 0) {
-    fail_usage("token file '{}' is empty; write the token ids into it (e.g. nanoGPT's prepare.py) or use the "
-               "synthetic source", path);
+    fail_usage(
+        "token file '{}' is empty; write the token ids into it (e.g. nanoGPT's prepare.py) or use the "
+        "synthetic source",
+        path);
   }
   if (file.size() % static_cast<size_t>(token_bytes) != 0) {
     fail_usage("token file '{}' is {} bytes, not a whole number of {} ids; check the token dtype", path, file.size(),
@@ -196,8 +223,10 @@ std::unique_ptr<TokenSource> open_token_file(const std::string& path, int token_
 std::unique_ptr<TokenSource> open_text(const std::string& path, const SourceParams& params) {
   if (path.empty()) fail_usage("the text data source needs a path: a text file or a folder of text files");
   if (params.vocab < 256) {
-    fail_usage("text data uses byte values 0..255 as token ids, but vocab is {}; set the model's vocab to 256 or "
-               "more", params.vocab);
+    fail_usage(
+        "text data uses byte values 0..255 as token ids, but vocab is {}; set the model's vocab to 256 or "
+        "more",
+        params.vocab);
   }
   std::error_code error;
   if (!fs::exists(path, error)) fail_usage("text path '{}' does not exist; check the data path", path);

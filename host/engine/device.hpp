@@ -9,6 +9,11 @@
 
 namespace zhost::engine {
 
+// True when this build has CUDA and the machine a CUDA device.
+bool has_cuda_device();
+// True when the job's ranks train on CUDA devices (run.device "auto" or "cuda" with a device present).
+bool trains_on_cuda(const TrainSettings& settings);
+
 // Throws a usage error, with what to set, when CUDA is asked for and absent, or a node has more ranks than
 // GPUs.
 at::Device training_device(const TrainSettings& settings);

@@ -1,8 +1,8 @@
 // host/engine/engine.cpp: wires a checked job to a process group, plugin instances and the trainer.
 #include "host/engine/engine.hpp"
 
-#include <spdlog/spdlog.h>
 #include <c10/util/Exception.h>
+#include <spdlog/spdlog.h>
 #include <torch/version.h>
 
 #include "host/core/error.hpp"
@@ -14,6 +14,7 @@
 #include "host/engine/model_states.hpp"
 #include "host/engine/native_libs.hpp"
 #include "host/model/model.hpp"
+#include "host/engine/preflight.hpp"
 #include "host/engine/stage0_partition.hpp"
 #include "host/engine/trainer.hpp"
 #include "host/launch/launcher.hpp"
@@ -65,12 +66,14 @@ class CommKvStore final : public KvStore {
 // DeepSpeed's activation-checkpointing refinements that zhost accepts but does not implement yet: say so
 // rather than ignore them silently.
 void warn_about_unimplemented_keys(const config::ResolvedConfig& config) {
-  for (const char* key : {"activation_checkpointing.partition_activations", "activation_checkpointing.cpu_checkpointing",
-                          "activation_checkpointing.contiguous_memory_optimization",
-                          "activation_checkpointing.number_checkpoints"})
+  for (const char* key :
+       {"activation_checkpointing.partition_activations", "activation_checkpointing.cpu_checkpointing",
+        "activation_checkpointing.contiguous_memory_optimization", "activation_checkpointing.number_checkpoints"})
     if (config.has(key))
-      spdlog::warn("{} {} has no effect in this zhost: with activation_checkpointing.enabled every transformer block "
-                   "is recomputed in backward, activations stay on the device", config.location(key), key);
+      spdlog::warn(
+          "{} {} has no effect in this zhost: with activation_checkpointing.enabled every transformer block "
+          "is recomputed in backward, activations stay on the device",
+          config.location(key), key);
 }
 
 int run_job(JobSetup& job, const launch::RankEnv& env);
@@ -112,7 +115,8 @@ void set_up_cpu_threads(const TrainSettings& settings, const launch::RankEnv& en
 // and takes them back before the instances go.
 class TierInstallation {
  public:
-  TierInstallation(const JobSetup& job, const PluginInstances& instances, HostServices& services) : services_(services) {
+  TierInstallation(const JobSetup& job, const PluginInstances& instances, HostServices& services)
+      : services_(services) {
     install(job, instances, ZHOST_TIER_FOR_OPTIMIZER, "zero.offload_optimizer.device");
     install(job, instances, ZHOST_TIER_FOR_PARAMS, "zero.offload_param.device");
   }
@@ -139,17 +143,18 @@ class TierInstallation {
 [[noreturn]] void fail_out_of_memory(const std::string& what, const JobSetup& job, const launch::RankEnv& env) {
   std::string states;
   try {
-    const TrainSettings settings = read_settings(*job.config, env.world_size, env.rank, env.local_rank,
-                                                 env.local_world_size);
-    // The model's size without building it: parameters with shapes and no storage.
-    const int64_t psi = model::make_model(settings.model, model::Placement{at::kCPU, at::kFloat, false})->num_parameters();
+    const TrainSettings settings =
+        read_settings(*job.config, env.world_size, env.rank, env.local_rank, env.local_world_size);
+    const int64_t psi = parameter_count(settings);  // the model's size without building it
     states = fmt::format("; its model states need {:.0f} MB per rank at ZeRO stage {} on {} rank(s) (Ψ = {})",
-                         zero_formula(model_state_shape(settings, env.world_size, psi)).total() / 1e6, settings.zero_stage, env.world_size, psi);
+                         zero_formula(model_state_shape(settings, env.world_size, psi)).total() / 1e6,
+                         settings.zero_stage, env.world_size, psi);
   } catch (const std::exception&) {
   }
-  throw Error(fmt::format("out of memory on rank {}: {}{}; use zero.stage = 3 (and more ranks), offload the optimizer, "
-                          "or a smaller model or micro-batch",
-                          env.rank, what, states));
+  throw Error(
+      fmt::format("out of memory on rank {}: {}{}; use zero.stage = 3 (and more ranks), offload the optimizer, "
+                  "or a smaller model or micro-batch",
+                  env.rank, what, states));
 }
 
 bool is_allocation_failure(const std::string& message) {
@@ -182,6 +187,9 @@ namespace {
 
 int run_job(JobSetup& job, const launch::RankEnv& env) {
   TrainSettings settings = read_settings(*job.config, env.world_size, env.rank, env.local_rank, env.local_world_size);
+  // Before the rendezvous, so that no rank has allocated yet when another reads the available memory.
+  check_data(*job.config);
+  check_host_memory(*job.config, settings, env.world_size, env.local_world_size);
   if (env.rank == 0) warn_about_unimplemented_keys(*job.config);
   set_up_cpu_threads(settings, env);
 
@@ -213,12 +221,13 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
     RunDirectory run_dir(settings.run_dir, settings.run_name, job.config->to_toml(), env.rank == 0);
     Trainer trainer(settings, *world, *partition, run_dir, *job.services);
     if (env.rank == 0)
-      spdlog::info("training {} ({:.2f}M parameters) on {} rank(s), stage {} via '{}', {}; batch {} = micro {} x "
-                   "accumulation {} x world {}; run directory {}",
-                   settings.model.type, trainer.num_parameters() / 1e6, env.world_size, settings.zero_stage,
-                   partition->plugin->info.name, precision_name(settings.precision), settings.batch.train_batch_size,
-                   settings.batch.micro_batch_per_gpu, settings.batch.gradient_accumulation_steps, env.world_size,
-                   run_dir.path());
+      spdlog::info(
+          "training {} ({:.2f}M parameters) on {} rank(s), stage {} via '{}', {}; batch {} = micro {} x "
+          "accumulation {} x world {}; run directory {}",
+          settings.model.type, trainer.num_parameters() / 1e6, env.world_size, settings.zero_stage,
+          partition->plugin->info.name, precision_name(settings.precision), settings.batch.train_batch_size,
+          settings.batch.micro_batch_per_gpu, settings.batch.gradient_accumulation_steps, env.world_size,
+          run_dir.path());
     TrainResult result = trainer.run();
     if (job.config->get_bool("run.save_final_weights")) trainer.save_weights(run_dir.path());
     spdlog::info("peak resident memory of this rank: {:.0f} MB", current_memory().peak_rss_mb);

@@ -1,15 +1,16 @@
 // host/engine/settings.cpp: config keys -> TrainSettings.
 #include "host/engine/settings.hpp"
 
-#include "host/core/error.hpp"
-
 namespace zhost::engine {
 
 const char* precision_name(Precision precision) {
   switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
   }
   return "?";
 }
@@ -19,7 +20,9 @@ namespace {
 optim::ScheduleSpec read_schedule(const config::ResolvedConfig& c, int64_t steps) {
   const std::string& type = c.get_string("scheduler.type");
   optim::ScheduleSpec spec = optim::default_schedule_spec(type);
-  auto total = [&] { return c.get_int("scheduler.total_num_steps") > 0 ? c.get_int("scheduler.total_num_steps") : steps; };
+  auto total = [&] {
+    return c.get_int("scheduler.total_num_steps") > 0 ? c.get_int("scheduler.total_num_steps") : steps;
+  };
   auto warmup_type = [&] { return optim::parse_warmup_type(c.get_string("scheduler.warmup_type")); };
   if (auto* warmup = std::get_if<optim::WarmupLrSpec>(&spec)) {
     warmup->warmup_min_lr = c.get_float("scheduler.warmup_min_lr");
@@ -29,7 +32,9 @@ optim::ScheduleSpec read_schedule(const config::ResolvedConfig& c, int64_t steps
   } else if (auto* decay = std::get_if<optim::WarmupDecayLrSpec>(&spec)) {
     decay->total_num_steps = total();
     decay->warmup_min_lr = c.get_float("scheduler.warmup_min_lr");
-    if (c.has("scheduler.warmup_max_lr")) decay->warmup_max_lr = c.get_float("scheduler.warmup_max_lr");
+    // Unset: optimizer.lr, as for WarmupLR (the key's documented default).
+    decay->warmup_max_lr =
+        c.has("scheduler.warmup_max_lr") ? c.get_float("scheduler.warmup_max_lr") : c.get_float("optimizer.lr");
     decay->warmup_num_steps = c.get_int("scheduler.warmup_num_steps");
     decay->warmup_type = warmup_type();
   } else if (auto* cosine = std::get_if<optim::WarmupCosineLrSpec>(&spec)) {
@@ -80,7 +85,6 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.model.init_std = c.get_float("model.init_std");
   s.model.seed = s.seed;
   s.layer_drop = c.get_float("model.layer_drop");
-  if (s.layer_drop >= 1) fail_usage("model.layer_drop must be below 1 (got {}): it is the probability of skipping a block", s.layer_drop);
   s.layer_drop_per_rank = c.get_bool("model.layer_drop_per_rank");
   s.rank = rank;
 
@@ -94,13 +98,13 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.data.rank = rank;
   s.data.seed = s.seed;
 
-  s.optimizer = optim::OptimizerSpec::defaults(optim::parse_optimizer_kind(c.get_string("optimizer.type"), c.get_bool("optimizer.adam_w_mode")));
+  s.optimizer = optim::OptimizerSpec::defaults(
+      optim::parse_optimizer_kind(c.get_string("optimizer.type"), c.get_bool("optimizer.adam_w_mode")));
   s.optimizer.lr = c.get_float("optimizer.lr");
-  // Unset betas keep the optimizer's own defaults (Lion: 0.9, 0.99; Adam kinds: 0.9, 0.999).
+  // Unset betas keep the optimizer's own defaults (Lion: 0.9, 0.99; Adam kinds: 0.9, 0.999). Validation
+  // (host/config/host_rules.cpp) checked that there are two, and that only the optimizers that read them get them.
   if (c.has("optimizer.betas")) {
     const auto& betas = c.get_float_list("optimizer.betas");
-    if (betas.size() != 2)
-      fail_usage("{} optimizer.betas must hold two numbers, got {}", c.location("optimizer.betas"), betas.size());
     s.optimizer.beta1 = betas[0];
     s.optimizer.beta2 = betas[1];
   }
@@ -138,7 +142,8 @@ ModelStateShape model_state_shape(const TrainSettings& settings, int world_size,
   shape.world_size = world_size;
   shape.num_params = num_params;
   shape.compute_bytes = settings.precision == Precision::kFp32 ? 4 : 2;
-  shape.optimizer_bytes_per_param = static_cast<int>(optim::make_optimizer(settings.optimizer)->state_bytes_per_param());
+  shape.optimizer_bytes_per_param =
+      static_cast<int>(optim::make_optimizer(settings.optimizer)->state_bytes_per_param());
   shape.optimizer_offloaded = settings.optimizer_offloaded;
   shape.params_offloaded = settings.params_offloaded;
   return shape;

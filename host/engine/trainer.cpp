@@ -2,19 +2,15 @@
 #include "host/engine/trainer.hpp"
 
 #include <ATen/ops/empty.h>
-#include <ATen/ops/layer_norm.h>
-#include <ATen/ops/matmul.h>
 #include <ATen/ops/mul.h>
-#include <ATen/ops/ones.h>
-#include <ATen/ops/zeros.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/version.h>
 #include <xxhash.h>
 
 #include <chrono>
@@ -27,6 +23,7 @@
 #include "host/engine/dlpack_bridge.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/engine/param_store.hpp"
+#include "host/engine/preflight.hpp"
 #include "host/optim/optimizer_abi.hpp"
 #include "host/services/host_services.hpp"
 #include "zhost/partition.h"
@@ -43,25 +40,14 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// fp16 needs half-precision kernels on the training device; LibTorch 1.13 has none for LayerNorm on the
-// CPU. Probe once, so the user gets one line about it instead of a failure deep inside the first step.
-void check_precision_supported(Precision precision, at::Device device) {
-  if (precision != Precision::kFp16) return;
-  try {
-    at::Tensor x = at::ones({2, 4}, at::TensorOptions().dtype(at::kHalf).device(device));
-    at::layer_norm(x, {4});
-    at::matmul(x, x.t());
-  } catch (const std::exception&) {
-    fail_usage("fp16.enabled = true needs half-precision kernels on {}, which this LibTorch ({}) lacks; use "
-               "bf16.enabled = true, or train on CUDA", device.str(), TORCH_VERSION);
-  }
-}
-
 at::ScalarType compute_dtype(Precision precision) {
   switch (precision) {
-    case Precision::kBf16: return at::kBFloat16;
-    case Precision::kFp16: return at::kHalf;
-    default: return at::kFloat;
+    case Precision::kBf16:
+      return at::kBFloat16;
+    case Precision::kFp16:
+      return at::kHalf;
+    default:
+      return at::kFloat;
   }
 }
 
@@ -134,7 +120,7 @@ struct Trainer::Impl {
   std::vector<std::vector<int32_t>> blocks_using_param;
   std::vector<int32_t> pending_grads_per_block;
   std::vector<uint8_t> grad_reported;  // per parameter: grad_ready ran in this micro-batch
-  std::string hook_error;  // first failure inside an autograd hook; raised after backward
+  std::string hook_error;              // first failure inside an autograd hook; raised after backward
   bool partition_takes_grads = false;  // ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS: drop .grad after grad_ready
   HostServices& services;
   // ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS: the model is built without storage and the plugin
@@ -176,8 +162,10 @@ struct Trainer::Impl {
     check_precision_supported(settings.precision, device);
     const bool partitions_params = (plugin_flags() & ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS) != 0;
     if (partitions_params && !(ZHOST_HAS_FIELD(&api, zhost_partition_api, gather_param) && api.gather_param))
-      fail("partition plugin '{}' partitions parameters but has no gather_param (ABI 0.2): rebuild it against this "
-           "zhost's SDK", partition.plugin->info.name);
+      fail(
+          "partition plugin '{}' partitions parameters but has no gather_param (ABI 0.2): rebuild it against this "
+          "zhost's SDK",
+          partition.plugin->info.name);
     // Partitioned parameters: built without storage (zero.Init); the plugin fills its shards itself.
     model = model::make_model(settings.model,
                               model::Placement{device, compute_dtype(settings.precision), !partitions_params});
@@ -197,9 +185,10 @@ struct Trainer::Impl {
     if (!param_store) return;
     for (size_t id : model->params_used_by_block()[static_cast<size_t>(block)])
       if (!param_store->has_storage(id))
-        fail("partition plugin '{}' left parameter '{}' without storage at the {} of block {}: a plugin that "
-             "partitions parameters materialises every parameter a block reads in pre_forward and pre_backward",
-             partition.plugin->info.name, model->parameters()[id].name, phase, block);
+        fail(
+            "partition plugin '{}' left parameter '{}' without storage at the {} of block {}: a plugin that "
+            "partitions parameters materialises every parameter a block reads in pre_forward and pre_backward",
+            partition.plugin->info.name, model->parameters()[id].name, phase, block);
   }
 
   // Logs this rank's model-state bytes against ZeRO's formula; rank 0 writes RUN_DIR/model_states.json.
@@ -247,8 +236,10 @@ struct Trainer::Impl {
     world.all_gather(own, all);
     for (int r = 0; r < world.world_size(); ++r)
       if (all[r].item<int64_t>() != static_cast<int64_t>(mine))
-        fail_usage("rank {} built a different model than rank {} (parameter names or shapes differ): every rank must "
-                   "run the same config", r, world.rank());
+        fail_usage(
+            "rank {} built a different model than rank {} (parameter names or shapes differ): every rank must "
+            "run the same config",
+            r, world.rank());
   }
 
   void setup_partition() {
@@ -342,8 +333,8 @@ struct Trainer::Impl {
     if (settings.layer_drop <= 0 || b == 0 || b + 1 >= model->num_blocks()) return false;
     uint64_t key = settings.seed ^ 0x4C61796572447270ull;  // "LayerDrp"
     const uint64_t rank_part = settings.layer_drop_per_rank ? static_cast<uint64_t>(settings.rank) + 1 : 0;
-    for (uint64_t part : {static_cast<uint64_t>(step), static_cast<uint64_t>(micro_step), static_cast<uint64_t>(b),
-                          rank_part})
+    for (uint64_t part :
+         {static_cast<uint64_t>(step), static_cast<uint64_t>(micro_step), static_cast<uint64_t>(b), rank_part})
       key = mix64(key ^ part);
     return static_cast<double>(key >> 11) * 0x1.0p-53 < settings.layer_drop;
   }
@@ -445,8 +436,8 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition, RunDirectory& run_dir,
-                 HostServices& services)
+Trainer::Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition,
+                 RunDirectory& run_dir, HostServices& services)
     : impl_(std::make_unique<Impl>(settings, world, partition, run_dir, services)), services_(services) {
   impl_->build();
 }
@@ -534,7 +525,8 @@ void Trainer::save_weights(const std::string& dir) const {
       values = p.tensor.detach().to(at::kCPU, at::kFloat).contiguous();
     }
     data.write(static_cast<const char*>(values.data_ptr()), values.numel() * sizeof(float));
-    index.push_back({{"name", p.name}, {"shape", p.tensor.sizes().vec()}, {"offset", offset}, {"numel", values.numel()}});
+    index.push_back(
+        {{"name", p.name}, {"shape", p.tensor.sizes().vec()}, {"offset", offset}, {"numel", values.numel()}});
     offset += values.numel();
   }
   if (t.world.rank() != 0) return;

@@ -6,10 +6,12 @@
 
 #include <boost/dll/shared_library.hpp>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 #include <regex>
 
 #include "host/core/error.hpp"
+#include "host/core/text.hpp"
 
 namespace zhost {
 namespace {
@@ -41,12 +43,26 @@ bool valid_capability(const std::string& capability) {
   return std::regex_match(capability, pattern);
 }
 
+// A C enum field as the int the plugin stored: reading a value outside the enumerators through the enum
+// type is undefined in C++ (found by tests/fuzz/fuzz_descriptor.cpp).
+template <typename Enum>
+int enum_value(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int), "zhost's C enums are int-sized");
+  int value;
+  std::memcpy(&value, &field, sizeof(value));
+  return value;
+}
+
+// The longest reason for a malformed descriptor, which quotes the plugin's strings.
+constexpr size_t kMaxReasonBytes = 400;
+
 class DescriptorReader {
  public:
   explicit DescriptorReader(const std::filesystem::path& file) : file_(file.string()) {}
 
   [[noreturn]] void malformed(const std::string& why) const {
-    fail_usage("plugin {}: malformed descriptor: {}", file_, why);
+    // `why` quotes the plugin's own strings: keep them to one printable line.
+    fail_usage("plugin {}: malformed descriptor: {}", file_, text::excerpt(why, kMaxReasonBytes));
   }
 
   PluginInfo read(const zhost_plugin_descriptor* d) const {
@@ -60,9 +76,10 @@ class DescriptorReader {
     if (!d->version || !*d->version) malformed(fmt::format("plugin '{}' has no version", info.name));
     info.version = d->version;
     info.summary = d->summary ? d->summary : "";
-    if (d->kind < ZHOST_KIND_PARTITION || d->kind > ZHOST_KIND_COLLECTIVE)
-      malformed(fmt::format("plugin '{}' has unknown capability kind {}", info.name, static_cast<int>(d->kind)));
-    info.kind = d->kind;
+    const int kind = enum_value(d->kind);
+    if (kind < ZHOST_KIND_PARTITION || kind > ZHOST_KIND_COLLECTIVE)
+      malformed(fmt::format("plugin '{}' has unknown capability kind {}", info.name, kind));
+    info.kind = static_cast<zhost_capability_kind>(kind);
     info.provides = string_list(d->provides);
     if (info.provides.empty()) malformed(fmt::format("plugin '{}' provides nothing", info.name));
     for (const auto& cap : info.provides) {
@@ -90,9 +107,10 @@ class DescriptorReader {
     if (!k.key || !*k.key) malformed(fmt::format("plugin '{}' declares a config key without a name", plugin));
     ConfigKeyInfo key;
     key.key = k.key;
-    if (k.type < ZHOST_CONFIG_BOOL || k.type > ZHOST_CONFIG_STRING)
-      malformed(fmt::format("config key '{}' has unknown type {}", key.key, static_cast<int>(k.type)));
-    key.type = k.type;
+    const int type = enum_value(k.type);
+    if (type < ZHOST_CONFIG_BOOL || type > ZHOST_CONFIG_STRING)
+      malformed(fmt::format("config key '{}' has unknown type {}", key.key, type));
+    key.type = static_cast<zhost_config_type>(type);
     if (k.default_value) key.default_literal = k.default_value;
     key.doc = k.doc ? k.doc : "";
     if (k.has_range) {

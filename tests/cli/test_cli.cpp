@@ -1,7 +1,6 @@
 // tests/cli/test_cli.cpp: runs the real zhost executable and checks its output, error lines and exit
 // codes for `version`, `plugins` and `config check`, with fixture plugins and with broken plugins.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/cli/cli_support.hpp"
 #include "tests/support/scratch_dir.hpp"
 #include "zhost/core.h"
 
@@ -16,12 +16,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
+using Result = zhost::testing::CliResult;
 
 class Cli : public ::testing::Test {
  protected:
@@ -34,15 +29,7 @@ class Cli : public ::testing::Test {
   }
 
   // Runs zhost with `args` (shell words, already quoted where needed) from the scratch folder.
-  Result zhost(const std::string& args) {
-    std::string command = "cd " + dir_.string() + " && " + ZHOST_EXE + " " + args + " >out.txt 2>err.txt";
-    int status = std::system(command.c_str());
-    Result r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = zhost::testing::read_text_file(dir_ / "out.txt");
-    r.err = zhost::testing::read_text_file(dir_ / "err.txt");
-    return r;
-  }
+  Result zhost(const std::string& args) { return zhost::testing::run_zhost(dir_, args); }
 
   std::string fixtures() const { return std::string(" --plugin-path ") + ZHOST_CLI_PLUGIN_DIR; }
 
@@ -87,7 +74,8 @@ TEST_F(Cli, PluginsReportsEveryBrokenPluginAndFails) {
     EXPECT_NE(r.err.find(std::string("zhost: error: plugin ") + ZHOST_BINARY_DIR + "/test_plugins/negotiation/zhost_" +
                          file + ".so: "),
               std::string::npos)
-        << file << "\n" << r.err;
+        << file << "\n"
+        << r.err;
   EXPECT_NE(r.out.find("np_current 1.2.3"), std::string::npos) << r.out;
 }
 
@@ -131,15 +119,16 @@ TEST_F(Cli, KeyOfAnUnusedPluginIsRejectedWithTheReason) {
   write_config("[zero]\nstage = 1\noverlap_comm = true\n");
   Result r = zhost("config check train.toml" + fixtures());
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("train.toml:3: zero.overlap_comm is set, but it is read by plugin 'tp_stage2'"), std::string::npos)
+  EXPECT_NE(r.err.find("train.toml:3: zero.overlap_comm is set, but it is read by plugin 'tp_stage2'"),
+            std::string::npos)
       << r.err;
 }
 
 TEST_F(Cli, MissingProviderListsWhatWasFound) {
-  write_config("[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"nvme\"\n");
+  write_config("[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"ssd\"\n");
   Result r = zhost("config check train.toml" + fixtures());
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("needs a plugin providing 'offload:nvme', but none was found (found: "
+  EXPECT_NE(r.err.find("needs a plugin providing 'offload:ssd', but none was found (found: "
                        "tp_stage1 (partition:stage1); tp_stage2 (partition:stage2); offload_cpu (offload:cpu); "
                        "stage1 (partition:stage1); stage2 (partition:stage2); stage3 (partition:stage3); "
                        "stage0 (partition:stage0))"),

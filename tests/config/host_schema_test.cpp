@@ -86,8 +86,8 @@ TEST(HostSchema, ModelShapesMustDivide) {
   EXPECT_EQ(error_of("[model]\nwidth = 250\nheads = 4\n"),
             "train.toml:2: model.width = 250 is not divisible by model.heads = 4; pick a width that is a multiple of "
             "heads, e.g. 252");
-  EXPECT_EQ(error_of("[model]\nheads = 8\nkv_heads = 3\n"),
-            "train.toml:3: model.heads = 8 is not divisible by model.kv_heads = 3; use kv_heads that divides heads "
+  EXPECT_EQ(error_of("[model]\ntype = \"llama\"\nheads = 8\nkv_heads = 3\n"),
+            "train.toml:4: model.heads = 8 is not divisible by model.kv_heads = 3; use kv_heads that divides heads "
             "(1, a divisor of heads, or 0 = same as heads)");
 }
 

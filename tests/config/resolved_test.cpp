@@ -87,7 +87,9 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
                                      "\n[zero.offload_param]\n"
                                      "device = \"none\"  # default (host)\n"))
       << toml;
-  EXPECT_TRUE(test_support::contains(toml, "\n[optimizer]\nadam_w_mode = true  # default (host)\nbetas = [0.9, 0.999]  # default (host)\n")) << toml;
+  EXPECT_TRUE(test_support::contains(
+      toml, "\n[optimizer]\nadam_w_mode = true  # default (host)\nbetas = [0.9, 0.999]  # default (host)\n"))
+      << toml;
   EXPECT_EQ(toml.find('['), toml.find("[activation_checkpointing]")) << toml;
   EXPECT_EQ(resolve("seed = 7\n[zero]\nstage = 2\n", {"zero.offload_optimizer.device=cpu"}).to_toml(), toml);
 }
@@ -95,8 +97,9 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
 TEST(ResolvedConfig, ToTomlRoundTrips) {
   ResolvedConfig original = resolve(
       "seed = 7\ntrain_batch_size = 64\n[run]\nname = \"quote \\\" backslash \\\\ tab\\t\"\n"
-      "[optimizer]\nlr = 3e-4\nbetas = [0.9, 0.95]\neps = 1e-12\n[comm]\ntimeout_s = 1e300\n",
-      {"plugins.path=[\"/opt/zhost\", \"./plugins\"]", "zero.reduce_bucket_size=5e8", "scheduler.cycle_min_lr=1e-5"});
+      "[optimizer]\nlr = 3e-4\nbetas = [0.9, 0.95]\neps = 1e-12\n[comm]\ntimeout_s = 6.048e5\n",
+      {"plugins.path=[\"/opt/zhost\", \"./plugins\"]", "zero.reduce_bucket_size=5e8", "scheduler.type=OneCycle",
+       "scheduler.cycle_min_lr=1e-5", "scheduler.cycle_max_lr=3e-4"});
   std::string printed = original.to_toml();
   ResolvedConfig reparsed = validate(Document::parse(printed, "printed.toml"), test_support::host_and_stage_schema());
   ASSERT_EQ(reparsed.keys(), original.keys());

@@ -95,11 +95,11 @@ TEST(Validate, OutOfRangeGivesTheRange) {
   EXPECT_EQ(error_of("[zero]\nstage = 5\n"),
             "train.toml:2: zero.stage = 5 is out of range; use a value between 0 and 3");
   EXPECT_EQ(error_of("[comm]\ntimeout_s = 0\n"),
-            "train.toml:2: comm.timeout_s = 0.0 is out of range; use a value greater than 0");
+            "train.toml:2: comm.timeout_s = 0.0 is out of range; use a value greater than 0 and at most 604800");
   EXPECT_EQ(error_of("steps_per_print = 0\n"),
             "train.toml:1: steps_per_print = 0 is out of range; use a value of at least 1");
   EXPECT_EQ(error_of("[optimizer]\nbetas = [0.9, 1.5]\n"),
-            "train.toml:2: optimizer.betas[1] = 1.5 is out of range; use a value between 0 and 1");
+            "train.toml:2: optimizer.betas[1] = 1.5 is out of range; use a value 0 or more and below 1");
 }
 
 TEST(Validate, BadChoiceListsTheChoices) {
@@ -120,7 +120,8 @@ TEST(Validate, BadChoiceListsTheChoices) {
 }
 
 TEST(Validate, InactiveKeyGivesTheReason) {
-  InactiveKeys inactive{{"zero.reduce_bucket_size", "it belongs to plugin 'stage2', and zero.stage = 1 does not use it"}};
+  InactiveKeys inactive{
+      {"zero.reduce_bucket_size", "it belongs to plugin 'stage2', and zero.stage = 1 does not use it"}};
   EXPECT_EQ(error_of("[zero]\nstage = 1\nreduce_bucket_size = 5e8\n", {}, inactive),
             "train.toml:3: zero.reduce_bucket_size is set, but it belongs to plugin 'stage2', and zero.stage = 1 does "
             "not use it; remove it");
@@ -153,8 +154,8 @@ TEST(Validate, InactiveKeysOfUnknownPluginTablesAreRecognized) {
 TEST(Validate, MissingRequiredKey) {
   Schema schema;
   add_host_keys(schema);
-  KeySpec nvme_path = test_support::plugin_key("zero.offload_optimizer.nvme_path", ValueType::String, std::nullopt,
-                                               "offload_nvme");
+  KeySpec nvme_path =
+      test_support::plugin_key("zero.offload_optimizer.nvme_path", ValueType::String, std::nullopt, "offload_nvme");
   nvme_path.doc = "folder for NVMe swap files";
   schema.add(nvme_path);
   try {
@@ -173,15 +174,15 @@ TEST(Validate, MissingRequiredKey) {
 
 TEST(Validate, CollectsAllErrorsInFileOrderThenOverrides) {
   std::string toml =
-      "seed = 1\n"                   // 1
-      "[zero]\n"                     // 2
-      "stage = 9\n"                  // 3
-      "\n"                           // 4
-      "[optimizer]\n"                // 5
-      "type = \"Adamw\"\n"           // 6
-      "lr = \"fast\"\n"              // 7
-      "[model]\n"                    // 8
-      "layres = 2\n";                // 9
+      "seed = 1\n"          // 1
+      "[zero]\n"            // 2
+      "stage = 9\n"         // 3
+      "\n"                  // 4
+      "[optimizer]\n"       // 5
+      "type = \"Adamw\"\n"  // 6
+      "lr = \"fast\"\n"     // 7
+      "[model]\n"           // 8
+      "layres = 2\n";       // 9
   try {
     resolve(toml, {"comm.timeout_s=-1", "zero.overlap_comm=yes"});
     ADD_FAILURE() << "the config was accepted";
@@ -192,7 +193,7 @@ TEST(Validate, CollectsAllErrorsInFileOrderThenOverrides) {
         "(did you mean 'AdamW'?)",
         "train.toml:7: optimizer.lr must be a number, got string \"fast\"; write e.g. lr = 0.001",
         "train.toml:9: unknown key 'model.layres'; did you mean 'model.layers'? (or remove it)",
-        "--set comm.timeout_s=-1: comm.timeout_s = -1.0 is out of range; use a value greater than 0",
+        "--set comm.timeout_s=-1: comm.timeout_s = -1.0 is out of range; use a value greater than 0 and at most 604800",
         "--set zero.overlap_comm=yes: zero.overlap_comm must be true or false, got string \"yes\"; write e.g. "
         "overlap_comm = false",
     };
@@ -225,6 +226,46 @@ TEST(Validate, Fp16AndBf16TogetherIsAnError) {
   EXPECT_EQ(error_of("[fp16]\nenabled = true\n", {"bf16.enabled=true"}),
             "train.toml:2: fp16.enabled and bf16.enabled are both true (bf16.enabled from --set bf16.enabled=true); "
             "keep one: bf16 where the GPU supports it (Ampere or newer), fp16 otherwise");
+}
+
+}  // namespace
+}  // namespace zhost::config
+
+namespace zhost::config {
+namespace {
+
+using test_support::error_of;
+
+TEST(Validate, NanAndInfAreRefusedForEveryFloatKey) {
+  EXPECT_EQ(error_of("gradient_clipping = nan\n"),
+            "train.toml:1: gradient_clipping = nan is not a finite number; write a number such as 0.0");
+  EXPECT_EQ(error_of("[comm]\ntimeout_s = inf\n"),
+            "train.toml:2: comm.timeout_s = inf is not a finite number; write a number such as 300.0");
+  EXPECT_EQ(error_of("[optimizer]\nbetas = [0.9, -inf]\n"),
+            "train.toml:2: optimizer.betas[1] = -inf is not a finite number; write a number such as 0.5");
+  // A plugin's key too (the check is in the reader, not in the host's declarations).
+  Schema schema;
+  KeySpec spec = test_support::plugin_key("tier.ratio", ValueType::Float, "0.5", "tier");
+  schema.add(spec);
+  EXPECT_EQ(test_support::usage_error_of([&] { validate(Document::parse("[tier]\nratio = nan\n", "t.toml"), schema); }),
+            "t.toml:2: tier.ratio = nan is not a finite number; write a number such as 0.5");
+}
+
+TEST(Validate, AnExclusiveUpperBoundIsNamed) {
+  EXPECT_EQ(error_of("[model]\nlayer_drop = 1.0\n"),
+            "train.toml:2: model.layer_drop = 1.0 is out of range; use a value 0 or more and below 1");
+}
+
+TEST(Validate, LongValuesAreCutInMessages) {
+  const std::string long_name(1 << 20, 'k');
+  std::string error = error_of(long_name + " = 1\n");
+  EXPECT_LT(error.size(), 300u) << error.substr(0, 300);
+  EXPECT_NE(error.find("...(1048576 bytes)..."), std::string::npos) << error.substr(0, 300);
+  error = error_of("[data]\ntype = \"" + long_name + "\"\n");
+  EXPECT_LT(error.size(), 300u) << error.substr(0, 300);
+  // A quoted key may hold a line break; the message stays one line.
+  EXPECT_EQ(error_of("\"a\\nb\" = 1\n"),
+            "train.toml:1: unknown key 'a\\x0ab'; remove it (`zhost config check` prints every known key)");
 }
 
 }  // namespace

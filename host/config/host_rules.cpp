@@ -1,0 +1,286 @@
+// host/config/host_rules.cpp: the rules across the host's keys (see host_rules.hpp). Each returns one
+// line saying what is wrong and what to write instead; validate() puts the location of the first key
+// of the rule that the config sets in front of it.
+#include "host/config/host_rules.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "host/config/resolved.hpp"
+#include "host/core/text.hpp"
+
+namespace zhost::config {
+namespace {
+
+using Problem = std::optional<std::string>;
+
+// The longest folder name Linux file systems take (NAME_MAX).
+constexpr size_t kMaxFolderName = 255;
+// Token ids a uint16 token file can hold.
+constexpr int64_t kUint16Ids = 65536;
+// The longest offload tier name (zero.offload_*.device).
+constexpr size_t kMaxTierName = 64;
+// Text data reads bytes as token ids.
+constexpr int64_t kByteIds = 256;
+
+void rule(Schema& schema, std::vector<std::string> keys, std::function<Problem(const ResolvedConfig&)> check) {
+  schema.add_rule({std::move(keys), std::move(check)});
+}
+
+// `keys` are read only when `selector` holds one of `values` (TOML literals: "\"WarmupLR\"", "true");
+// setting one of them to anything but its default otherwise is an error, as for any key nothing reads.
+// (Its default is allowed: `zhost config check` prints every key, and its printout must validate again.)
+void read_only_when(Schema& schema, const std::string& selector, const std::vector<std::string>& values,
+                    const std::vector<std::string>& keys) {
+  std::vector<std::string> shown;
+  for (const auto& value : values) shown.push_back(selector + " = " + value);
+  const std::string readers = text::join(shown, " or ");
+  for (const auto& key : keys) {
+    rule(schema, {key, selector}, [=, fallback = schema.default_value(key)](const ResolvedConfig& config) -> Problem {
+      if (!config.has(key) || config.get(key) == fallback) return std::nullopt;
+      const std::string current = to_toml_literal(*config.get(selector));
+      if (std::find(values.begin(), values.end(), current) != values.end()) return std::nullopt;
+      return fmt::format("{} is set, but only {} reads it, and this config has {} = {}; remove it, or change {}", key,
+                         readers, selector, current, selector);
+    });
+  }
+}
+
+void add_precision_rules(Schema& schema) {
+  rule(schema, {"fp16.enabled", "bf16.enabled"}, [](const ResolvedConfig& config) -> Problem {
+    if (!config.get_bool("fp16.enabled") || !config.get_bool("bf16.enabled")) return std::nullopt;
+    std::string bf16_location = config.location("bf16.enabled");
+    bf16_location.pop_back();  // the trailing ':'
+    return fmt::format(
+        "fp16.enabled and bf16.enabled are both true (bf16.enabled from {}); keep one: bf16 where the GPU supports "
+        "it (Ampere or newer), fp16 otherwise",
+        bf16_location);
+  });
+  read_only_when(schema, "fp16.enabled", {"true"},
+                 {"fp16.loss_scale", "fp16.initial_scale_power", "fp16.loss_scale_window", "fp16.hysteresis",
+                  "fp16.consecutive_hysteresis", "fp16.min_loss_scale"});
+}
+
+void add_optimizer_rules(Schema& schema) {
+  rule(schema, {"optimizer.betas"}, [](const ResolvedConfig& config) -> Problem {
+    if (!config.has("optimizer.betas")) return std::nullopt;
+    const size_t count = config.get_float_list("optimizer.betas").size();
+    if (count == 2) return std::nullopt;
+    return fmt::format(
+        "optimizer.betas holds {} number{}, but it takes exactly two, [beta1, beta2]; write e.g. "
+        "betas = [0.9, 0.999]",
+        count, count == 1 ? "" : "s");
+  });
+  read_only_when(schema, "optimizer.type", {"\"AdamW\"", "\"Adam\"", "\"Lion\""}, {"optimizer.betas"});
+  read_only_when(schema, "optimizer.type", {"\"AdamW\"", "\"Adam\""}, {"optimizer.eps"});
+  read_only_when(schema, "optimizer.type", {"\"Adam\""}, {"optimizer.adam_w_mode"});
+  read_only_when(schema, "optimizer.type", {"\"SGD\""}, {"optimizer.momentum"});
+}
+
+void add_scheduler_rules(Schema& schema) {
+  const std::string kWarmupLr = "\"WarmupLR\"", kDecay = "\"WarmupDecayLR\"", kCosine = "\"WarmupCosineLR\"";
+  read_only_when(schema, "scheduler.type", {kWarmupLr, kDecay}, {"scheduler.warmup_min_lr", "scheduler.warmup_max_lr"});
+  read_only_when(schema, "scheduler.type", {kWarmupLr, kDecay, kCosine},
+                 {"scheduler.warmup_num_steps", "scheduler.warmup_type"});
+  read_only_when(schema, "scheduler.type", {kDecay, kCosine}, {"scheduler.total_num_steps"});
+  read_only_when(schema, "scheduler.type", {kCosine}, {"scheduler.warmup_min_ratio", "scheduler.cos_min_ratio"});
+  read_only_when(schema, "scheduler.type", {"\"OneCycle\""},
+                 {"scheduler.cycle_min_lr", "scheduler.cycle_max_lr", "scheduler.cycle_first_step_size",
+                  "scheduler.cycle_second_step_size", "scheduler.cycle_first_stair_count",
+                  "scheduler.cycle_second_stair_count", "scheduler.decay_step_size", "scheduler.decay_lr_rate"});
+  rule(schema, {"scheduler.type", "scheduler.cycle_min_lr", "scheduler.cycle_max_lr"},
+       [](const ResolvedConfig& config) -> Problem {
+         if (config.get_string("scheduler.type") != "OneCycle") return std::nullopt;
+         bool has_min = config.has("scheduler.cycle_min_lr");
+         bool has_max = config.has("scheduler.cycle_max_lr");
+         if (!has_min || !has_max) {
+           return std::string(
+               "scheduler.type = \"OneCycle\" needs scheduler.cycle_min_lr and scheduler.cycle_max_lr; set both "
+               "under [scheduler], e.g. cycle_min_lr = 1e-5 and cycle_max_lr = 1e-3");
+         }
+         double low = config.get_float("scheduler.cycle_min_lr");
+         double high = config.get_float("scheduler.cycle_max_lr");
+         if (low <= high) return std::nullopt;
+         return fmt::format("scheduler.cycle_min_lr ({}) is above scheduler.cycle_max_lr ({}); swap them", low, high);
+       });
+  // WarmupDecayLR and WarmupCosineLR run over total_num_steps, or `steps` when that is 0.
+  rule(schema, {"scheduler.total_num_steps", "steps", "scheduler.type"}, [](const ResolvedConfig& config) -> Problem {
+    const std::string& type = config.get_string("scheduler.type");
+    if (type != "WarmupDecayLR" && type != "WarmupCosineLR") return std::nullopt;
+    if (config.get_int("scheduler.total_num_steps") > 0 || config.get_int("steps") > 0) return std::nullopt;
+    return fmt::format(
+        "scheduler.type = \"{}\" needs a schedule length, but scheduler.total_num_steps and steps "
+        "are both 0; set scheduler.total_num_steps (or steps) to 1 or more",
+        type);
+  });
+}
+
+void add_model_rules(Schema& schema) {
+  read_only_when(schema, "model.type", {"\"gpt\"", "\"llama\""}, {"model.heads"});
+  read_only_when(schema, "model.type", {"\"llama\""}, {"model.kv_heads"});  // gpt has no grouped-query attention
+  rule(schema, {"model.width", "model.heads", "model.type"}, [](const ResolvedConfig& config) -> Problem {
+    int64_t width = config.get_int("model.width");
+    int64_t heads = config.get_int("model.heads");
+    if (config.get_string("model.type") == "mlp" || width % heads == 0) return std::nullopt;
+    return fmt::format(
+        "model.width = {} is not divisible by model.heads = {}; pick a width that is a multiple of "
+        "heads, e.g. {}",
+        width, heads, (width / heads + 1) * heads);
+  });
+  rule(schema, {"model.kv_heads", "model.heads"}, [](const ResolvedConfig& config) -> Problem {
+    int64_t kv_heads = config.get_int("model.kv_heads");
+    int64_t heads = config.get_int("model.heads");
+    if (kv_heads == 0 || heads % kv_heads == 0) return std::nullopt;
+    return fmt::format(
+        "model.heads = {} is not divisible by model.kv_heads = {}; use kv_heads that divides heads "
+        "(1, a divisor of heads, or 0 = same as heads)",
+        heads, kv_heads);
+  });
+  // Rotary embeddings rotate pairs of channels within each head.
+  rule(schema, {"model.width", "model.heads", "model.type"}, [](const ResolvedConfig& config) -> Problem {
+    int64_t width = config.get_int("model.width");
+    int64_t heads = config.get_int("model.heads");
+    if (config.get_string("model.type") != "llama" || width % heads != 0 || (width / heads) % 2 == 0)
+      return std::nullopt;
+    return fmt::format(
+        "model.type = \"llama\" needs an even head dimension for its rotary embedding, but "
+        "model.width / model.heads = {} / {} = {}; change width or heads, e.g. width = {}",
+        width, heads, width / heads, width + heads);
+  });
+  // Per-rank LayerDrop makes ranks run different blocks. Stages 0 to 2 reduce gradients in the order they
+  // arrive, so their collectives would no longer match across ranks (a hang or wrong sums); stage 3 checks
+  // the block order and stops with an error naming the ranks, which is what the option exists to show.
+  rule(schema, {"model.layer_drop_per_rank", "zero.stage"}, [](const ResolvedConfig& config) -> Problem {
+    if (!config.get_bool("model.layer_drop_per_rank") || config.get_int("zero.stage") == 3) return std::nullopt;
+    return std::string(
+        "model.layer_drop_per_rank = true makes ranks skip different blocks, which data-parallel "
+        "reduction at zero.stage 0, 1 and 2 cannot follow; set it to false (every rank skips the same "
+        "blocks)");
+  });
+}
+
+void add_data_rules(Schema& schema) {
+  read_only_when(schema, "data.type", {"\"tokens\"", "\"text\""}, {"data.path"});
+  read_only_when(schema, "data.type", {"\"tokens\""}, {"data.token_dtype"});
+  rule(schema, {"data.type", "data.path"}, [](const ResolvedConfig& config) -> Problem {
+    const std::string& type = config.get_string("data.type");
+    if (type == "synthetic" || !config.get_string("data.path").empty()) return std::nullopt;
+    return fmt::format(
+        "data.type = \"{}\" reads a file, but data.path is empty; set data.path to the file, or use "
+        "data.type = \"synthetic\"",
+        type);
+  });
+  rule(schema, {"model.vocab", "data.type"}, [](const ResolvedConfig& config) -> Problem {
+    int64_t vocab = config.get_int("model.vocab");
+    if (config.get_string("data.type") != "text" || vocab >= kByteIds) return std::nullopt;
+    return fmt::format(
+        "model.vocab = {} is too small for data.type = \"text\", which uses the byte values 0..255 "
+        "as token ids; set model.vocab to 256 or more",
+        vocab);
+  });
+  rule(schema, {"data.token_dtype", "model.vocab", "data.type"}, [](const ResolvedConfig& config) -> Problem {
+    int64_t vocab = config.get_int("model.vocab");
+    if (config.get_string("data.type") != "tokens" || config.get_string("data.token_dtype") != "uint16" ||
+        vocab <= kUint16Ids)
+      return std::nullopt;
+    return fmt::format(
+        "model.vocab = {} does not fit data.token_dtype = \"uint16\" (ids 0..65535); set "
+        "data.token_dtype = \"uint32\" for a file of 4-byte ids, or a vocab of at most 65536",
+        vocab);
+  });
+}
+
+void add_zero_rules(Schema& schema) {
+  // A tier's name becomes the capability "offload:NAME" that its plugin provides.
+  for (const char* key : {"zero.offload_optimizer.device", "zero.offload_param.device"}) {
+    rule(schema, {key}, [key = std::string(key)](const ResolvedConfig& config) -> Problem {
+      const std::string& device = config.get_string(key);
+      if (device.empty()) {
+        return fmt::format(
+            "{} is empty; write \"none\" for no offload, \"cpu\" for host memory, or a "
+            "third-party tier's name",
+            key);
+      }
+      auto is_name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; };
+      if (device.size() <= kMaxTierName && std::all_of(device.begin(), device.end(), is_name_char)) return std::nullopt;
+      return fmt::format(
+          "{} = {} is not a tier name (up to {} letters, digits, _ and -); write \"none\", "
+          "\"cpu\", or a third-party tier's name",
+          key, to_toml_literal(text::excerpt(device)), kMaxTierName);
+    });
+  }
+  // DeepSpeed's offload needs partitioned states: the optimizer's from stage 1, the parameters' at stage 3.
+  rule(schema, {"zero.offload_optimizer.device", "zero.stage"}, [](const ResolvedConfig& config) -> Problem {
+    const std::string& device = config.get_string("zero.offload_optimizer.device");
+    if (device == "none" || config.get_int("zero.stage") >= 1) return std::nullopt;
+    return fmt::format(
+        "zero.offload_optimizer.device = \"{}\" needs zero.stage 1, 2 or 3 (stage 0 keeps whole "
+        "optimizer states on every rank); set zero.stage = 2",
+        text::excerpt(device));
+  });
+  rule(schema, {"zero.offload_param.device", "zero.stage"}, [](const ResolvedConfig& config) -> Problem {
+    const std::string& device = config.get_string("zero.offload_param.device");
+    if (device == "none" || config.get_int("zero.stage") == 3) return std::nullopt;
+    return fmt::format(
+        "zero.offload_param.device = \"{}\" needs zero.stage = 3 (only stage 3 partitions "
+        "parameters)",
+        text::excerpt(device));
+  });
+  // Parameter offload comes with optimizer offload (ZeRO-Infinity): the fp32 masters would otherwise stay on
+  // the device next to the offloaded 16-bit shards.
+  rule(schema, {"zero.offload_param.device", "zero.offload_optimizer.device"},
+       [](const ResolvedConfig& config) -> Problem {
+         const std::string& device = config.get_string("zero.offload_param.device");
+         if (device == "none" || config.get_string("zero.offload_optimizer.device") != "none") return std::nullopt;
+         return fmt::format(
+             "zero.offload_param.device = \"{}\" needs the optimizer offloaded too; set "
+             "zero.offload_optimizer.device = \"{}\"",
+             text::excerpt(device), text::excerpt(device));
+       });
+}
+
+// run.name is one folder inside run.dir: never a path that leaves it, and short enough to be a name.
+void add_run_rules(Schema& schema) {
+  rule(schema, {"run.name"}, [](const ResolvedConfig& config) -> Problem {
+    const std::string& name = config.get_string("run.name");
+    const std::string shown = to_toml_literal(text::excerpt(name));
+    if (name.find('\0') != std::string::npos) {
+      return std::string(
+          "run.name contains a NUL character, which no folder name can hold; write a plain folder "
+          "name such as \"exp1\"");
+    }
+    if (name.find('/') != std::string::npos) {
+      return fmt::format(
+          "run.name = {} contains '/', but it names one folder inside run.dir; write a plain folder "
+          "name such as \"exp1\", and put parent folders in run.dir",
+          shown);
+    }
+    if (name == "." || name == "..") {
+      return fmt::format(
+          "run.name = {} would name run.dir itself or its parent, not a folder inside it; write a "
+          "plain folder name such as \"exp1\"",
+          shown);
+    }
+    if (name.size() > kMaxFolderName) {
+      return fmt::format("run.name is {} bytes long, but a folder name holds at most {}; shorten it", name.size(),
+                         kMaxFolderName);
+    }
+    return std::nullopt;
+  });
+}
+
+}  // namespace
+
+void add_host_rules(Schema& schema) {
+  add_precision_rules(schema);
+  add_optimizer_rules(schema);
+  add_scheduler_rules(schema);
+  add_model_rules(schema);
+  add_data_rules(schema);
+  add_zero_rules(schema);
+  add_run_rules(schema);
+}
+
+}  // namespace zhost::config

@@ -1,0 +1,116 @@
+// host/engine/preflight.cpp: the data and host-memory checks before a job starts (see the header).
+#include "host/engine/preflight.hpp"
+
+#include <ATen/ops/layer_norm.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
+#include <fmt/format.h>
+#include <torch/version.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "host/core/error.hpp"
+#include "host/data/data.hpp"
+#include "host/engine/device.hpp"
+#include "host/engine/model_states.hpp"
+#include "host/model/model.hpp"
+
+namespace zhost::engine {
+namespace {
+
+std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
+
+// What lowers the model states per machine, for the job's stage.
+std::string memory_advice(const TrainSettings& settings) {
+  std::string advice = settings.zero_stage < 3
+                           ? "use zero.stage = 3 (each rank then keeps 1/N of every model state) and more machines"
+                           : "spread the ranks over more machines";
+  return advice + ", or a smaller model";
+}
+
+}  // namespace
+
+void check_data(const config::ResolvedConfig& config) {
+  data::DataSpec spec;
+  spec.source = config.get_string("data.type");
+  if (spec.source == "synthetic") return;
+  spec.path = config.get_string("data.path");
+  if (spec.source == "tokens") spec.token_dtype = config.get_string("data.token_dtype");
+  spec.vocab = config.get_int("model.vocab");
+  spec.seq_len = config.get_int("model.seq_len");
+  try {
+    data::DataLoader loader(spec);
+  } catch (const UsageError& e) {
+    fail_usage("{} data.path: {}", config.location("data.path"), e.what());
+  }
+}
+
+void check_precision_supported(Precision precision, at::Device device) {
+  if (precision != Precision::kFp16) return;
+  try {
+    at::Tensor x = at::ones({2, 4}, at::TensorOptions().dtype(at::kHalf).device(device));
+    at::layer_norm(x, {4});
+    at::matmul(x, x.t());
+  } catch (const std::exception&) {
+    fail_usage(
+        "fp16.enabled = true needs half-precision kernels on {}, which this LibTorch ({}) lacks; use "
+        "bf16.enabled = true, or train on CUDA",
+        device.str(), TORCH_VERSION);
+  }
+}
+
+void check_precision(const config::ResolvedConfig& config) {
+  // CUDA has half-precision kernels; probing a device here would also hold a context on it for nothing.
+  // (run.device = "cuda" trains on CUDA or not at all.)
+  const std::string& device = config.get_string("run.device");
+  const bool on_cpu = device == "cpu" || (device == "auto" && !has_cuda_device());
+  if (!config.get_bool("fp16.enabled") || !on_cpu) return;
+  try {
+    check_precision_supported(Precision::kFp16, at::kCPU);
+  } catch (const UsageError& e) {
+    fail_usage("{} {}", config.location("fp16.enabled"), e.what());
+  }
+}
+
+int64_t parameter_count(const TrainSettings& settings) {
+  // Parameters with shapes and no storage.
+  return model::make_model(settings.model, model::Placement{at::kCPU, at::kFloat, false})->num_parameters();
+}
+
+double host_model_state_bytes(const TrainSettings& settings, int world_size, int local_ranks) {
+  const ModelStateShape shape = model_state_shape(settings, world_size, parameter_count(settings));
+  ModelStateShape resident = shape;  // every model state, wherever it lives
+  resident.optimizer_offloaded = resident.params_offloaded = false;
+  double per_rank = zero_formula(resident).total();
+  if (trains_on_cuda(settings)) per_rank -= zero_formula(shape).total();  // the device keeps the rest
+  return per_rank * local_ranks;
+}
+
+std::optional<double> available_host_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    double kib = 0;
+    if (fields >> name >> kib && name == "MemAvailable:") return kib * 1024.0;
+  }
+  return std::nullopt;
+}
+
+void check_host_memory(const config::ResolvedConfig& config, const TrainSettings& settings, int world_size,
+                       int local_ranks) {
+  if (!config.get_bool("run.memory_check")) return;
+  const std::optional<double> available = available_host_memory();
+  if (!available) return;
+  const double needed = host_model_state_bytes(settings, world_size, local_ranks);
+  if (needed <= *available) return;
+  fail_usage(
+      "the model states alone need {} of host memory on this machine ({} rank(s) here of {}, ZeRO stage {}), "
+      "but it has {} available (MemAvailable in /proc/meminfo); {}; or set run.memory_check = false to start "
+      "anyway",
+      gib(needed), local_ranks, world_size, settings.zero_stage, gib(*available), memory_advice(settings));
+}
+
+}  // namespace zhost::engine

@@ -1,0 +1,47 @@
+// host/engine/preflight.hpp: the checks of a job that need more than its config yet cost no training, so
+// that a job that cannot run stops before it allocates anything: the data source opens and fits the
+// model and fp16 has kernels on the training device (`zhost config check` and `zhost run`), and the model
+// states fit this machine's available memory
+// (`zhost run`). Each throws UsageError (exit 2) with what to change.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "host/config/resolved.hpp"
+#include "host/engine/settings.hpp"
+
+namespace zhost::engine {
+
+// Opens data.path as data.type reads it (existence, a regular file, whole tokens, enough for one sample,
+// the first token ids below model.vocab). The message starts with data.path's location. Synthetic data
+// has nothing to check.
+void check_data(const config::ResolvedConfig& config);
+
+// Refuses fp16 when this LibTorch has no half-precision kernels on `device` (LibTorch 1.13 on the CPU),
+// with one line instead of a failure deep inside the first step.
+void check_precision_supported(Precision precision, at::Device device);
+// The same from the config alone, for `zhost config check` and the launcher, when the job would train on
+// the CPU here; the message starts with fp16.enabled's location.
+void check_precision(const config::ResolvedConfig& config);
+
+// The model's parameter count (Ψ), from shapes alone: nothing is allocated.
+int64_t parameter_count(const TrainSettings& settings);
+
+// Host memory the job's model states take on this machine: `local_ranks` ranks of `world_size` at the
+// ZeRO formula's bytes per rank (host/engine/model_states.hpp). On a CPU job that is every model state; on
+// a device job, what the offload tiers hold.
+double host_model_state_bytes(const TrainSettings& settings, int world_size, int local_ranks);
+
+// MemAvailable from /proc/meminfo, in bytes; nullopt when it cannot be read.
+std::optional<double> available_host_memory();
+
+// Refuses the job when host_model_state_bytes exceeds available_host_memory(), naming both and what to
+// set; run.memory_check = false skips it.
+void check_host_memory(const config::ResolvedConfig& config, const TrainSettings& settings, int world_size,
+                       int local_ranks);
+
+}  // namespace zhost::engine

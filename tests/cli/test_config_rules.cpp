@@ -1,0 +1,204 @@
+// tests/cli/test_config_rules.cpp: every config `zhost run` would refuse is refused by `zhost config check`
+// first, with the same line. Each case is a config that breaks one rule (a range, a cross-key rule, a key
+// the chosen type does not read, the data source, a capability not built yet); both commands must exit
+// with 2 and print the expected line, and `run` must stop before training (no run directory).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tests/cli/cli_support.hpp"
+#include "tests/support/scratch_dir.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RuleCase {
+  const char* name;
+  std::string config;
+  std::string expected;  // the error line from its location on, e.g. "train.toml:2: optimizer.betas holds"
+};
+
+// gtest prints a failing case by its name.
+void PrintTo(const RuleCase& rule, std::ostream* out) { *out << rule.name; }
+
+// A small model that trains in a second, for the cases to break one thing of.
+const std::string kModel = "steps = 1\n[model]\nlayers = 1\nwidth = 32\nheads = 2\nseq_len = 8\n";
+
+std::vector<RuleCase> rule_cases() {
+  return {
+      // Ranges, and numbers that are not numbers.
+      {"BetasOfWrongLength", "[optimizer]\nbetas = [0.9]\n",
+       "train.toml:2: optimizer.betas holds 1 number, but it takes exactly two"},
+      {"BetaOfOne", "[optimizer]\nbetas = [0.9, 1.0]\n", "train.toml:2: optimizer.betas[1] = 1.0 is out of range"},
+      {"NanLearningRate", "[optimizer]\nlr = nan\n", "train.toml:2: optimizer.lr = nan is not a finite number"},
+      {"HugeLearningRate", "[optimizer]\nlr = 1e300\n", "train.toml:2: optimizer.lr = 1e+300 is out of range"},
+      {"InfiniteInitStd", "[model]\ninit_std = inf\n", "train.toml:2: model.init_std = inf is not a finite number"},
+      {"ZeroInitStd", "[model]\ninit_std = 0.0\n", "train.toml:2: model.init_std = 0.0 is out of range"},
+      {"LayerDropOfOne", "[model]\nlayer_drop = 1.0\n", "train.toml:2: model.layer_drop = 1.0 is out of range"},
+      {"NanClipping", "gradient_clipping = nan\n", "train.toml:1: gradient_clipping = nan is not a finite number"},
+      {"InfiniteTimeout", "[comm]\ntimeout_s = inf\n", "train.toml:2: comm.timeout_s = inf is not a finite number"},
+      {"ZeroWarmup", "[scheduler]\ntype = \"WarmupLR\"\nwarmup_num_steps = 0\n",
+       "train.toml:3: scheduler.warmup_num_steps = 0 is out of range"},
+      // Rules across keys.
+      {"KvHeadsOnGpt", kModel + "kv_heads = 1\n",
+       "train.toml:7: model.kv_heads is set, but only model.type = \"llama\" reads it"},
+      {"LlamaOddHeadDim", "[model]\ntype = \"llama\"\nwidth = 36\nheads = 4\n",
+       "train.toml:3: model.type = \"llama\" needs an even head dimension"},
+      {"CosineWithoutLength", "steps = 0\n[scheduler]\ntype = \"WarmupCosineLR\"\n",
+       "train.toml:1: scheduler.type = \"WarmupCosineLR\" needs a schedule length"},
+      {"TextWithSmallVocab", "[model]\nvocab = 100\n[data]\ntype = \"text\"\npath = \"corpus.txt\"\n",
+       "train.toml:2: model.vocab = 100 is too small for data.type = \"text\""},
+      {"Uint16TokensWithLargeVocab", "[model]\nvocab = 70000\n[data]\ntype = \"tokens\"\npath = \"tokens.bin\"\n",
+       "train.toml:2: model.vocab = 70000 does not fit data.token_dtype = \"uint16\""},
+      // Keys that the chosen type does not read.
+      {"CosMinRatioUnderWarmupLR", "[scheduler]\ntype = \"WarmupLR\"\ncos_min_ratio = 0.1\n",
+       "train.toml:3: scheduler.cos_min_ratio is set, but only scheduler.type = \"WarmupCosineLR\" reads it"},
+      {"BetasUnderSgd", "[optimizer]\ntype = \"SGD\"\nbetas = [0.9, 0.99]\n",
+       "train.toml:3: optimizer.betas is set, but only optimizer.type = \"AdamW\" or"},
+      {"AdamWModeUnderAdamW", "[optimizer]\nadam_w_mode = false\n",
+       "train.toml:2: optimizer.adam_w_mode is set, but only optimizer.type = \"Adam\" reads it"},
+      {"LossScaleWithoutFp16", "[fp16]\nloss_scale = 128.0\n",
+       "train.toml:2: fp16.loss_scale is set, but only fp16.enabled = true reads it"},
+      {"HeadsOnMlp", "[model]\ntype = \"mlp\"\nheads = 2\n",
+       "train.toml:3: model.heads is set, but only model.type = \"gpt\" or model.type = \"llama\" reads it"},
+      {"PathWithSyntheticData", "[data]\npath = \"corpus.txt\"\n",
+       "train.toml:2: data.path is set, but only data.type = \"tokens\" or data.type = \"text\" reads it"},
+      // run.name stays one folder inside run.dir.
+      {"RunNameLeavingRunDir", "[run]\nname = \"../x\"\n", "train.toml:2: run.name = \"../x\" contains '/'"},
+      {"AbsoluteRunName", "[run]\nname = \"/tmp/x\"\n", "train.toml:2: run.name = \"/tmp/x\" contains '/'"},
+      {"DotDotRunName", "[run]\nname = \"..\"\n", "train.toml:2: run.name = \"..\" would name run.dir itself"},
+      {"LongRunName", "[run]\nname = \"" + std::string(300, 'a') + "\"\n",
+       "train.toml:2: run.name is 300 bytes long, but a folder name holds at most 255"},
+      // Offload tiers and ZeRO++.
+      {"EmptyDevice", "[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"\"\n",
+       "train.toml:4: zero.offload_optimizer.device is empty; write \"none\""},
+      {"DeviceNotAName", "[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"a b\"\n",
+       "train.toml:4: zero.offload_optimizer.device = \"a b\" is not a tier name"},
+      {"NvmeTier", "[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"nvme\"\n",
+       "train.toml:4: zero.offload_optimizer.device asks for the NVMe offload tier (ZeRO-Infinity) ('offload:nvme'), "
+       "which this version of zhost does not have yet"},
+      {"QuantizedWeights", "[zero]\nzero_quantized_weights = true\n",
+       "train.toml:2: zero.zero_quantized_weights asks for ZeRO++ quantized weight all-gather (qwZ) "
+       "('collective:qwz'), which this version of zhost does not have yet"},
+      // The data source.
+      {"MissingDataFile", "[data]\ntype = \"text\"\npath = \"nowhere.txt\"\n",
+       "train.toml:3: data.path: text path 'nowhere.txt' does not exist"},
+      {"DeviceAsData", "[data]\ntype = \"tokens\"\npath = \"/dev/zero\"\n",
+       "train.toml:3: data.path: token file '/dev/zero' is not a regular file"},
+      {"EmptyTokenFile", "[data]\ntype = \"tokens\"\npath = \"empty.bin\"\n",
+       "train.toml:3: data.path: token file 'empty.bin' is empty"},
+      {"TokenIdAboveVocab", "[model]\nvocab = 256\nseq_len = 8\n[data]\ntype = \"tokens\"\npath = \"tokens.bin\"\n",
+       "train.toml:6: data.path: 'tokens.bin' holds token id 300 at token 5, but model.vocab is 256"},
+      // The file itself.
+      {"JsonConfig", "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2}}\n",
+       "train.toml: this is JSON (a DeepSpeed config?), but zhost reads TOML"},
+      {"UnterminatedString", "[run]\nname = \"abc\nsteps = 1\n",
+       "train.toml:2:8: the string that starts here (\"abc) is not closed before the end of the line"},
+  };
+}
+
+class ConfigRule : public ::testing::TestWithParam<RuleCase> {
+ protected:
+  void SetUp() override {
+    unsetenv("ZHOST_PLUGIN_PATH");
+    scratch_.write("corpus.txt", std::string(4096, 'x'));
+    scratch_.write("empty.bin", "");
+    // 64 uint16 ids: 0..63, except id 300 at token 5.
+    std::string ids;
+    for (uint16_t id = 0; id < 64; ++id) {
+      const uint16_t value = id == 5 ? 300 : id;
+      ids.append(reinterpret_cast<const char*>(&value), sizeof(value));
+    }
+    scratch_.write("tokens.bin", ids);
+  }
+
+  zhost::testing::ScratchDir scratch_;
+};
+
+TEST_P(ConfigRule, ConfigCheckAndRunRefuseWithTheSameLine) {
+  const RuleCase& rule = GetParam();
+  scratch_.write("train.toml", rule.config);
+  const std::string line = "zhost: error: " + rule.expected;
+
+  auto check = zhost::testing::run_zhost(scratch_.path(), "config check train.toml");
+  EXPECT_EQ(check.exit_code, 2) << check.out << check.err;
+  EXPECT_NE(check.err.find(line), std::string::npos) << "expected: " << line << "\ngot: " << check.err;
+
+  auto run = zhost::testing::run_zhost(scratch_.path(), "run train.toml");
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find(line), std::string::npos) << "expected: " << line << "\ngot: " << run.err;
+  EXPECT_FALSE(fs::exists(scratch_.path() / "runs")) << "run created its run directory: it started training";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ConfigRule, ::testing::ValuesIn(rule_cases()),
+                         [](const ::testing::TestParamInfo<RuleCase>& param) { return std::string(param.param.name); });
+
+// The neighbours of the cases above that are right: each rule refuses only what it says.
+TEST(ConfigRuleNeighbours, AreAccepted) {
+  zhost::testing::ScratchDir scratch;
+  scratch.write("corpus.txt", std::string(4096, 'x'));
+  const std::vector<std::string> configs = {
+      "[model]\ntype = \"llama\"\nwidth = 32\nheads = 4\nkv_heads = 2\n",
+      "[scheduler]\ntype = \"WarmupCosineLR\"\ncos_min_ratio = 0.1\n",
+      "[optimizer]\ntype = \"Lion\"\nbetas = [0.9, 0.99]\n",
+      "[optimizer]\ntype = \"Adam\"\nadam_w_mode = false\n",
+      "[fp16]\nenabled = true\nloss_scale = 128.0\n[run]\ndevice = \"cuda\"\n",
+      "[model]\ntype = \"mlp\"\nwidth = 33\n",
+      "[model]\nvocab = 256\n[data]\ntype = \"text\"\npath = \"corpus.txt\"\n",
+      "[run]\nname = \"exp-1.b\"\n",
+      "[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"cpu\"\n",
+      "[optimizer]\nlr = 10\n[model]\nlayer_drop = 0.99\n",
+  };
+  for (const auto& config : configs) {
+    scratch.write("train.toml", config);
+    auto check = zhost::testing::run_zhost(scratch.path(), "config check train.toml");
+    EXPECT_EQ(check.exit_code, 0) << config << "\n" << check.err;
+  }
+}
+
+// fp16 on the CPU needs half-precision kernels, which LibTorch 1.13 lacks: both commands say so at once.
+TEST(PrecisionCheck, Fp16OnTheCpuIsRefusedByBothCommands) {
+  zhost::testing::ScratchDir scratch;
+  scratch.write("train.toml", kModel + "[fp16]\nenabled = true\n[run]\ndevice = \"cpu\"\n");
+  auto check = zhost::testing::run_zhost(scratch.path(), "config check train.toml");
+  if (check.exit_code == 0) GTEST_SKIP() << "this LibTorch has CPU half-precision kernels";
+  const std::string line = "zhost: error: train.toml:8: fp16.enabled = true needs half-precision kernels on cpu";
+  EXPECT_EQ(check.exit_code, 2);
+  EXPECT_NE(check.err.find(line), std::string::npos) << check.err;
+  auto run = zhost::testing::run_zhost(scratch.path(), "run train.toml --nproc 1");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find(line), std::string::npos) << run.err;
+}
+
+// A model whose states alone exceed this machine's memory is refused before anything is allocated.
+TEST(MemoryCheck, RefusesAModelTooLargeForTheMachineAtOnce) {
+  zhost::testing::ScratchDir scratch;
+  // gpt, 24 blocks of width 4096: 4.8e9 parameters; stage 2 in fp32 on one rank keeps 20 bytes each (97 GB).
+  scratch.write("train.toml",
+                "steps = 1\n[model]\nlayers = 24\nwidth = 4096\nheads = 32\nseq_len = 128\n[zero]\nstage = 2\n");
+  const auto start = std::chrono::steady_clock::now();
+  auto run = zhost::testing::run_zhost(scratch.path(), "run train.toml");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("zhost: error: the model states alone need 90.1 GiB of host memory on this machine (1 "
+                         "rank(s) here of 1, ZeRO stage 2), but it has "),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("GiB available (MemAvailable in /proc/meminfo); use zero.stage = 3"), std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("set run.memory_check = false to start anyway"), std::string::npos) << run.err;
+  EXPECT_LT(seconds, 5.0) << "the refusal took " << seconds << " s";
+  auto launched = zhost::testing::run_zhost(scratch.path(), "run train.toml --nproc 2");
+  EXPECT_EQ(launched.exit_code, 2) << launched.err;
+  EXPECT_NE(launched.err.find("(2 rank(s) here of 2, ZeRO stage 2)"), std::string::npos) << launched.err;
+  // config check has no world size: it does not refuse the model.
+  EXPECT_EQ(zhost::testing::run_zhost(scratch.path(), "config check train.toml").exit_code, 0);
+}
+
+}  // namespace
