@@ -17,13 +17,21 @@
 
 namespace zhost::cli {
 
+#if ZHOST_HAS_ENGINE
+namespace {
+constexpr double kStoppedRankSlack_s = 5;
+}
+#endif
+
 int run_command(const RunOptions& options) {
 #if ZHOST_HAS_ENGINE
   const bool is_launched_rank = std::getenv("ZHOST_LAUNCHED") != nullptr;
   if (options.nproc > 0 && !is_launched_rank) {
     // Check the config once here, so a bad config fails before any rank starts.
-    prepare_job(options.job);
+    const JobSetup job = prepare_job(options.job);
     launch::LaunchOptions launch;
+    // The ranks notice a stopped peer after comm.timeout_s and name it; the launcher steps in a little later.
+    launch.stopped_rank_limit_s = job.config->get_float("comm.timeout_s") + kStoppedRankSlack_s;
     launch.nproc = options.nproc;
     launch.nnodes = options.nnodes;
     launch.node_rank = options.node_rank;
@@ -32,6 +40,7 @@ int run_command(const RunOptions& options) {
     return launch::launch_local_ranks(launch);
   }
   launch::RankEnv env = launch::detect_rank_env(launch::current_env());
+  if (env.world_size > 1) launch::check_address_resolves(env.master_addr, "MASTER_ADDR (from " + env.source + ")");
   // Ranks started by zhost's launcher already get a "[rank N]" prefix on every line.
   if (env.world_size > 1 && !is_launched_rank) log::set_rank(env.rank);
   JobSetup job = prepare_job(options.job);
