@@ -32,7 +32,8 @@ class MappedFile {
  public:
   // `what` names the file in messages ("token file", "text file").
   MappedFile(const std::string& path, const char* what) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO for reading would wait for a writer; the type is checked right after.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
       if (errno == ENOENT) fail_usage("{} '{}' does not exist; check the data path", what, path);
       fail_usage("cannot open {} '{}': {}", what, path, std::strerror(errno));
@@ -42,6 +43,13 @@ class MappedFile {
       const int error = errno;
       ::close(fd);
       fail_usage("cannot stat {} '{}': {}", what, path, std::strerror(error));
+    }
+    if (!S_ISREG(info.st_mode)) {
+      ::close(fd);
+      fail_usage(
+          "{} '{}' is not a regular file (a FIFO, socket or device); zhost memory-maps its data: point the "
+          "data path at a regular file",
+          what, path);
     }
     size_ = static_cast<size_t>(info.st_size);
     if (size_ > 0) {
@@ -103,8 +111,8 @@ class CorpusSource final : public TokenSource {
       total_tokens_ += static_cast<int64_t>(file.size()) / token_bytes_;
     }
     if (total_tokens_ < params_.seq_len + 1) {
-      fail_usage("{} holds {} tokens, but one sample needs seq_len + 1 = {}; use more data or a shorter seq_len",
-                 what_, total_tokens_, params_.seq_len + 1);
+      fail_usage("{} holds {} tokens, but one sample needs seq_len + 1 = {}; use more data or a shorter seq_len", what_,
+                 total_tokens_, params_.seq_len + 1);
     }
   }
 
@@ -139,7 +147,8 @@ class CorpusSource final : public TokenSource {
 
   int64_t decode(const unsigned char* bytes) const {
     switch (token_bytes_) {
-      case 1: return bytes[0];
+      case 1:
+        return bytes[0];
       case 2: {
         uint16_t id;
         std::memcpy(&id, bytes, sizeof(id));
@@ -154,8 +163,10 @@ class CorpusSource final : public TokenSource {
   }
 
   [[noreturn]] void report_bad_id(const std::string& path, int64_t token, int64_t id) const {
-    fail_usage("'{}' holds token id {} at token {}, but vocab is {}; raise the model's vocab above the largest id, "
-               "or check the token dtype (uint16 vs uint32)", path, id, token, params_.vocab);
+    fail_usage(
+        "'{}' holds token id {} at token {}, but vocab is {}; raise the model's vocab above the largest id, "
+        "or check the token dtype (uint16 vs uint32)",
+        path, id, token, params_.vocab);
   }
 
   std::vector<MappedFile> files_;
@@ -181,8 +192,10 @@ std::unique_ptr<TokenSource> open_token_file(const std::string& path, int token_
   }
   MappedFile file(path, "token file");
   if (file.size() == 0) {
-    fail_usage("token file '{}' is empty; write the token ids into it (e.g. nanoGPT's prepare.py) or use the "
-               "synthetic source", path);
+    fail_usage(
+        "token file '{}' is empty; write the token ids into it (e.g. nanoGPT's prepare.py) or use the "
+        "synthetic source",
+        path);
   }
   if (file.size() % static_cast<size_t>(token_bytes) != 0) {
     fail_usage("token file '{}' is {} bytes, not a whole number of {} ids; check the token dtype", path, file.size(),
@@ -196,8 +209,10 @@ std::unique_ptr<TokenSource> open_token_file(const std::string& path, int token_
 std::unique_ptr<TokenSource> open_text(const std::string& path, const SourceParams& params) {
   if (path.empty()) fail_usage("the text data source needs a path: a text file or a folder of text files");
   if (params.vocab < 256) {
-    fail_usage("text data uses byte values 0..255 as token ids, but vocab is {}; set the model's vocab to 256 or "
-               "more", params.vocab);
+    fail_usage(
+        "text data uses byte values 0..255 as token ids, but vocab is {}; set the model's vocab to 256 or "
+        "more",
+        params.vocab);
   }
   std::error_code error;
   if (!fs::exists(path, error)) fail_usage("text path '{}' does not exist; check the data path", path);
