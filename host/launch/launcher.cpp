@@ -317,6 +317,9 @@ class Supervisor {
     env["MASTER_ADDR"] = options_.master_addr;
     env["MASTER_PORT"] = std::to_string(master_port_);
     env["ZHOST_LAUNCHED"] = "1";
+    // LibTorch's own log lines (glog: c10d's connection retries and the like) would come before zhost's error,
+    // which already says the cause. A GLOG_minloglevel of the user's wins.
+    env.emplace("GLOG_minloglevel", "3");
     for (const auto& [name, value] : options_.env) env[name] = value;
     return env;
   }

@@ -185,14 +185,10 @@ TEST(LauncherTest, RanksGetTheirEnvironment) {
   const std::string port = launch.lines_of(0).at(5);
   EXPECT_NE(port, "MASTER_PORT=0");
   for (int rank = 0; rank < 2; ++rank) {
-    const std::vector<std::string> expected{fmt::format("RANK={}", rank),
-                                            "WORLD_SIZE=2",
-                                            fmt::format("LOCAL_RANK={}", rank),
-                                            "LOCAL_WORLD_SIZE=2",
-                                            "MASTER_ADDR=127.0.0.1",
-                                            port,
-                                            "ZHOST_LAUNCHED=1",
-                                            "EXTRA=x"};
+    const std::vector<std::string> expected{
+        fmt::format("RANK={}", rank), "WORLD_SIZE=2",          fmt::format("LOCAL_RANK={}", rank),
+        "LOCAL_WORLD_SIZE=2",         "MASTER_ADDR=127.0.0.1", port,
+        "ZHOST_LAUNCHED=1",           "GLOG_minloglevel=3",    "EXTRA=x"};
     EXPECT_EQ(launch.lines_of(rank), expected);
   }
 }
