@@ -1,8 +1,9 @@
 // host/cli/main.cpp: the zhost command line (CLI11): parses arguments, dispatches to a subcommand, and
 // turns every zhost::Error into one "zhost: error: ..." line and its exit code.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "host/cli/commands.hpp"
@@ -17,15 +18,35 @@
 
 namespace {
 
+// A config must be a regular file: reading a FIFO or a device would block or never end.
+const CLI::Validator kRegularFile(
+    [](std::string& path) -> std::string {
+      struct stat info {};
+      if (::stat(path.c_str(), &info) != 0) return "no such file: '" + path + "'";
+      if (!S_ISREG(info.st_mode)) {
+        return "'" + path + "' is not a regular file (" +
+               (S_ISDIR(info.st_mode) ? "a folder" : "a FIFO, socket or device") + "); give a TOML file";
+      }
+      return "";
+    },
+    "FILE");
+
+void add_plugin_path_option(CLI::App* command, std::vector<std::string>& dirs) {
+  command->add_option("--plugin-path", dirs, "extra folder to search for plugins first (repeatable)")
+      ->check(CLI::ExistingDirectory);
+}
+
 void add_job_options(CLI::App* command, zhost::JobSetupOptions& job) {
-  command->add_option("config", job.config_file, "the job's TOML config")->required()->check(CLI::ExistingFile);
+  command->add_option("config", job.config_file, "the job's TOML config")->required()->check(kRegularFile);
   command->add_option("--set", job.overrides, "override a config key, e.g. --set zero.stage=2 (repeatable)")
       ->type_name("KEY=VALUE");
-  command->add_option("--plugin-path", job.plugin_dirs, "extra folder to search for plugins first (repeatable)");
+  add_plugin_path_option(command, job.plugin_dirs);
 }
 
 int print_version() {
-  std::cout << "zhost " << "0.1.0" << "\n"
+  std::cout << "zhost "
+            << "0.1.0"
+            << "\n"
             << "plugin ABI " << ZHOST_ABI_MAJOR << "." << ZHOST_ABI_MINOR << "\n";
 #if ZHOST_HAS_ENGINE
   std::cout << zhost::engine::build_description() << "\n" << zhost::engine::runtime_description() << "\n";
@@ -40,22 +61,38 @@ int print_version() {
 int main(int argc, char** argv) {
   CLI::App app{"zhost: memory-efficient distributed training (ZeRO stages, offload, ZeRO++) with plugins"};
   app.require_subcommand(1);
+  app.fallthrough();  // --log-level may also follow the subcommand
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")->capture_default_str();
 
   zhost::cli::RunOptions run;
   CLI::App* run_cmd = app.add_subcommand("run", "train with a config, on this process or on --nproc local ranks");
   add_job_options(run_cmd, run.job);
-  run_cmd->add_option("--nproc", run.nproc, "start this many local ranks (one process each) and supervise them");
-  run_cmd->add_option("--nnodes", run.nnodes, "number of nodes (with --nproc)")->capture_default_str();
-  run_cmd->add_option("--node-rank", run.node_rank, "this node's index (with --nproc)")->capture_default_str();
-  run_cmd->add_option("--master-addr", run.master_addr, "address of rank 0's rendezvous")->capture_default_str();
-  run_cmd->add_option("--master-port", run.master_port, "port of rank 0's rendezvous (0: pick a free one)");
+  CLI::Option* nproc =
+      run_cmd->add_option("--nproc", run.nproc, "start this many local ranks (one process each) and supervise them")
+          ->check(CLI::Validator(
+              [](std::string& value) -> std::string {
+                int count = 0;
+                const bool number = CLI::detail::lexical_cast(value, count);
+                return number && count >= 1 ? "" : "must be a number of ranks, at least 1; got '" + value + "'";
+              },
+              "N"));
+  // The multi-node options configure the launcher: without --nproc nothing would read them.
+  run_cmd->add_option("--nnodes", run.nnodes, "number of nodes (with --nproc)")->capture_default_str()->needs(nproc);
+  run_cmd->add_option("--node-rank", run.node_rank, "this node's index (with --nproc)")
+      ->capture_default_str()
+      ->needs(nproc);
+  run_cmd->add_option("--master-addr", run.master_addr, "address of rank 0's rendezvous (with --nproc)")
+      ->capture_default_str()
+      ->needs(nproc);
+  run_cmd
+      ->add_option("--master-port", run.master_port, "port of rank 0's rendezvous (with --nproc; 0: pick a free one)")
+      ->needs(nproc);
 
   zhost::cli::PluginsOptions plugins;
   CLI::App* plugins_cmd = app.add_subcommand("plugins", "list the plugins found on the search path");
   plugins_cmd->add_flag("--json", plugins.json, "machine-readable output");
-  plugins_cmd->add_option("--plugin-path", plugins.plugin_dirs, "extra folder to search first (repeatable)");
+  add_plugin_path_option(plugins_cmd, plugins.plugin_dirs);
 
   zhost::JobSetupOptions check;
   CLI::App* config_cmd = app.add_subcommand("config", "work with config files");

@@ -18,6 +18,12 @@
 
 namespace zhost::cli {
 
+#if ZHOST_HAS_ENGINE
+namespace {
+constexpr double kStoppedRankSlack_s = 5;
+}
+#endif
+
 int run_command(const RunOptions& options) {
 #if ZHOST_HAS_ENGINE
   const bool is_launched_rank = std::getenv("ZHOST_LAUNCHED") != nullptr;
@@ -32,6 +38,8 @@ int run_command(const RunOptions& options) {
     engine::check_host_memory(*job.config, engine::read_settings(*job.config, world_size, 0, 0, options.nproc),
                               world_size, options.nproc);
     launch::LaunchOptions launch;
+    // The ranks notice a stopped peer after comm.timeout_s and name it; the launcher steps in a little later.
+    launch.stopped_rank_limit_s = job.config->get_float("comm.timeout_s") + kStoppedRankSlack_s;
     launch.nproc = options.nproc;
     launch.nnodes = options.nnodes;
     launch.node_rank = options.node_rank;
@@ -40,6 +48,7 @@ int run_command(const RunOptions& options) {
     return launch::launch_local_ranks(launch);
   }
   launch::RankEnv env = launch::detect_rank_env(launch::current_env());
+  if (env.world_size > 1) launch::check_address_resolves(env.master_addr, "MASTER_ADDR (from " + env.source + ")");
   // Ranks started by zhost's launcher already get a "[rank N]" prefix on every line.
   if (env.world_size > 1 && !is_launched_rank) log::set_rank(env.rank);
   JobSetup job = prepare_job(options.job);

@@ -16,6 +16,7 @@
 #endif
 
 #include <torch/version.h>
+
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -52,6 +53,12 @@ inline StorePtr make_tcp_store(const std::string& host, int port, bool is_server
   options.timeout = timeout;
   return c10::make_intrusive<c10d::TCPStore>(host, options);
 }
+
+// A TCPStore client waits for the server's reply without a deadline, except that wait() leaves its timeout on
+// the connection's socket (SO_RCVTIMEO) for every later reply. Waiting for no keys returns at once and sets
+// that deadline: afterwards a reply that does not come within `deadline` throws ("Socket Timeout") instead of
+// blocking while the process hosting the store is stopped or frozen (tests/comm/failure_test.cpp, StoppedRank...).
+inline void bound_replies(const StorePtr& store, std::chrono::milliseconds deadline) { store->wait({}, deadline); }
 
 inline StorePtr make_prefix_store(const std::string& prefix, const StorePtr& store) {
   return c10::make_intrusive<c10d::PrefixStore>(prefix, store);

@@ -29,9 +29,7 @@ std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 [[noreturn]] void fail_rank(const std::string& message) { throw Error(message, ExitCode::kRankFailed); }
 
@@ -55,10 +53,14 @@ bool cuda_usable() {
 
 c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
-    case ReduceOp::kAvg: return c10d::ReduceOp::AVG;
-    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
-    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    case ReduceOp::kSum:
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kAvg:
+      return c10d::ReduceOp::AVG;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
   }
   ZHOST_ASSERT(false);
 }
@@ -80,10 +82,18 @@ void reduce_chunks(const at::Tensor& chunks, const at::Tensor& output, ReduceOp 
   at::Tensor out = output;
   const int64_t rank_dim[] = {0};
   switch (op) {
-    case ReduceOp::kSum: at::sum_out(out, chunks, at::IntArrayRef(rank_dim)); break;
-    case ReduceOp::kAvg: at::sum_out(out, chunks, at::IntArrayRef(rank_dim)).div_(chunks.size(0)); break;
-    case ReduceOp::kMax: at::amax_out(out, chunks, at::IntArrayRef(rank_dim)); break;
-    case ReduceOp::kMin: at::amin_out(out, chunks, at::IntArrayRef(rank_dim)); break;
+    case ReduceOp::kSum:
+      at::sum_out(out, chunks, at::IntArrayRef(rank_dim));
+      break;
+    case ReduceOp::kAvg:
+      at::sum_out(out, chunks, at::IntArrayRef(rank_dim)).div_(chunks.size(0));
+      break;
+    case ReduceOp::kMax:
+      at::amax_out(out, chunks, at::IntArrayRef(rank_dim));
+      break;
+    case ReduceOp::kMin:
+      at::amin_out(out, chunks, at::IntArrayRef(rank_dim));
+      break;
   }
 }
 
@@ -105,9 +115,12 @@ Backend parse_backend(const std::string& name) {
 
 const char* to_string(Backend backend) {
   switch (backend) {
-    case Backend::kAuto: return "auto";
-    case Backend::kGloo: return "gloo";
-    case Backend::kNccl: return "nccl";
+    case Backend::kAuto:
+      return "auto";
+    case Backend::kGloo:
+      return "gloo";
+    case Backend::kNccl:
+      return "nccl";
   }
   return "?";
 }
@@ -118,6 +131,8 @@ namespace {
 
 constexpr std::chrono::milliseconds kLingerAtExit{10000};
 constexpr std::chrono::milliseconds kLingerAfterFailure{1500};
+// A collective still waiting after a quarter of comm.timeout_s, or after this long, warns.
+constexpr std::chrono::seconds kStragglerWarningAfter{30};
 
 // What the world group and all its sub-groups share: the store, the progress tracker, the step, the
 // first failure. Destroyed after the last group.
@@ -145,15 +160,19 @@ struct Job {
 
   // Rank 0 hosts the store: it waits (bounded) for the others to finish with it before taking it down, so
   // that their last store operations, and after a failure their report of who did not arrive, still work.
+  // The others say goodbye on the tracker's connection (replies bounded), unless the store stopped answering.
   void say_goodbye() {
+    if (!tracker) return;
+    const compat::StorePtr last_words = tracker->store();
+    const bool store_answers = tracker->store_error().empty();
     tracker.reset();
-    if (global_size == 1 || !joined) return;
+    if (global_size == 1 || !joined || !store_answers) return;
     try {
-      store->add("zhost/exit", 1);
+      last_words->add("zhost/exit", 1);
       if (global_rank != 0) return;
       const auto linger = failed ? kLingerAfterFailure : std::min(timeout, kLingerAtExit);
       const auto deadline = Clock::now() + linger;
-      while (store->add("zhost/exit", 0) < global_size && Clock::now() < deadline) {
+      while (last_words->add("zhost/exit", 0) < global_size && Clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     } catch (const std::exception& e) {
@@ -197,12 +216,24 @@ struct Comm::Group : std::enable_shared_from_this<Comm::Group> {
   CommCounters totals;
   CommCounters at_step_start;
 
+  // After a failure the backends are left behind, not destroyed: destroying one waits for every collective
+  // still queued in it, and with a stopped peer each of those runs into comm.timeout_s in turn. The process
+  // is on its way out; leaving now lets the launcher see the failure at once.
+  ~Group() {
+    if (!job || !job->failed) return;
+    for (compat::BackendPtr* backend : {&gloo, &nccl}) {
+      if (*backend) static_cast<void>(backend->release());  // deliberately leaked
+    }
+  }
+
   std::unique_ptr<Work::State> start(CollectiveKind kind, const Traffic& traffic, bool on_cuda);
   Work issue(std::unique_ptr<Work::State> state, const std::function<compat::WorkPtr()>& call);
   const compat::BackendPtr& backend_for(const at::Tensor& tensor, CollectiveKind kind) const;
   const compat::BackendPtr& barrier_backend() const { return gloo ? gloo : nccl; }
   [[noreturn]] void fail_collective(const Work::State& state, const std::string& cause);
-  std::string describe_peers(const detail::PeerReport& report, uint64_t seq) const;
+  void warn_waiting(const Work::State& state);
+  // Who did not arrive at collective `seq` and who stopped responding, in words.
+  std::string describe_peers(uint64_t seq) const;
 };
 
 struct Work::State {
@@ -211,6 +242,7 @@ struct Work::State {
   uint64_t seq = 0;
   int64_t step = -1;
   Clock::time_point started;
+  Clock::time_point warn_at;  // a wait still going on then is logged as a warning, naming the stragglers
   Clock::time_point deadline;
   bool poll = false;  // CUDA work: poll completion (NCCL's wait() does not block the CPU)
   std::vector<compat::WorkPtr> works;
@@ -227,6 +259,7 @@ std::unique_ptr<Work::State> Comm::Group::start(CollectiveKind kind, const Traff
   state->step = job->step.load();
   state->started = Clock::now();
   state->deadline = state->started + job->timeout;
+  state->warn_at = state->started + std::min<Clock::duration>(job->timeout / 4, kStragglerWarningAfter);
   state->poll = on_cuda;
   progress->last_kind = static_cast<int>(kind);
   progress->entered = state->seq;
@@ -259,22 +292,26 @@ const compat::BackendPtr& Comm::Group::backend_for(const at::Tensor& tensor, Col
   return gloo;
 }
 
-std::string Comm::Group::describe_peers(const detail::PeerReport& report, uint64_t seq) const {
+std::string Comm::Group::describe_peers(uint64_t seq) const {
+  if (size == 1) return "single-rank group";
+  const detail::PeerReport report = job->tracker->diagnose(*progress, global_ranks);
   if (!report.store_error.empty()) {
-    return fmt::format("could not ask the rendezvous store at {} which ranks arrived (rank 0 hosts it; is it gone?): {}",
-                       job->store_address, report.store_error);
+    return fmt::format(
+        "rank 0 does not answer: the rendezvous store it hosts at {} failed ({}); rank 0 is stopped, "
+        "frozen or gone",
+        job->store_address, report.store_error);
   }
   std::vector<std::string> problems;
   for (size_t member = 0; member < report.members.size(); ++member) {
     const detail::MemberProgress& peer = report.members[member];
     if (static_cast<int>(member) == rank) continue;
     if (!peer.responding) {
-      problems.push_back(fmt::format("rank {} stopped responding (its process is gone or frozen)", global_ranks[member]));
+      problems.push_back(
+          fmt::format("rank {} stopped responding (its process is gone or frozen)", global_ranks[member]));
     } else if (peer.last_seq < seq) {
-      problems.push_back(fmt::format("rank {} did not arrive (its last collective in this group: {})",
-                                     global_ranks[member],
-                                     peer.last_seq == 0 ? std::string("none")
-                                                        : fmt::format("#{} {}", peer.last_seq, peer.last_kind)));
+      problems.push_back(
+          fmt::format("rank {} did not arrive (its last collective in this group: {})", global_ranks[member],
+                      peer.last_seq == 0 ? std::string("none") : fmt::format("#{} {}", peer.last_seq, peer.last_kind)));
     }
   }
   return problems.empty() ? "every rank arrived" : text::join(problems, "; ");
@@ -282,12 +319,18 @@ std::string Comm::Group::describe_peers(const detail::PeerReport& report, uint64
 
 void Comm::Group::fail_collective(const Work::State& state, const std::string& cause) {
   const double elapsed = seconds_since(state.started);
-  const std::string peers = size > 1 ? describe_peers(job->tracker->diagnose(*progress, global_ranks), state.seq)
-                                     : "single-rank group";
+  const std::string peers = describe_peers(state.seq);
   const std::string step = state.step >= 0 ? fmt::format(", step {}", state.step) : "";
   job->record_failure_and_throw(fmt::format("{} #{} (group {}{}) failed on rank {} after {:.1f} s: {}; {}",
-                                            to_string(state.kind), state.seq, name, step, job->global_rank,
-                                            elapsed, peers, cause));
+                                            to_string(state.kind), state.seq, name, step, job->global_rank, elapsed,
+                                            peers, cause));
+}
+
+void Comm::Group::warn_waiting(const Work::State& state) {
+  const double waited = seconds_since(state.started);
+  const std::string step = state.step >= 0 ? fmt::format(", step {}", state.step) : "";
+  spdlog::warn("{} #{} (group {}{}) has waited {:.1f} s on rank {} (comm.timeout_s = {:g}): {}", to_string(state.kind),
+               state.seq, name, step, waited, job->global_rank, job->options.timeout_s, describe_peers(state.seq));
 }
 
 // ---- Work --------------------------------------------------------------------------------------------
@@ -328,13 +371,16 @@ void Work::wait() {
   for (const compat::WorkPtr& work : state.works) {
     bool in_time = false;
     try {
+      if (Clock::now() < state.warn_at && !wait_until(work, state.warn_at, state.poll)) {
+        state.group->warn_waiting(state);
+      }
       in_time = wait_until(work, state.deadline, state.poll);
     } catch (const std::exception& e) {
       state.group->fail_collective(state, "backend error: " + compat::describe_exception(e));
     }
     if (!in_time) {
-      state.group->fail_collective(state, fmt::format("its deadline of {:.1f} s (comm.timeout_s) passed",
-                                           state.group->job->options.timeout_s));
+      state.group->fail_collective(
+          state, fmt::format("its deadline of {:.1f} s (comm.timeout_s) passed", state.group->job->options.timeout_s));
     }
   }
   if (state.finish) state.finish();
@@ -362,19 +408,24 @@ std::shared_ptr<Comm::Group> make_group(const std::shared_ptr<Job>& job, const s
   const std::string prefix = fmt::format("zhost/g/{}/", name);
   group->store = compat::make_prefix_store(prefix, job->store);
   group->progress = std::make_shared<detail::GroupProgress>(prefix, rank);
+  const auto started = Clock::now();
   try {
     if (job->use_gloo) {
-      group->gloo = compat::make_gloo(compat::make_prefix_store("gloo/", group->store), rank, group->size,
-                                      job->timeout, job->gloo_device);
+      group->gloo = compat::make_gloo(compat::make_prefix_store("gloo/", group->store), rank, group->size, job->timeout,
+                                      job->gloo_device);
     }
 #ifdef ZHOST_WITH_CUDA
     if (job->use_nccl) {
-      group->nccl = compat::make_nccl(compat::make_prefix_store("nccl/", group->store), rank, group->size, job->timeout);
+      group->nccl =
+          compat::make_nccl(compat::make_prefix_store("nccl/", group->store), rank, group->size, job->timeout);
     }
 #endif
   } catch (const std::exception& e) {
-    fail_rank(fmt::format("could not connect the ranks of group {} ({}) within {:.1f} s: {}", name,
-                          join_ints(group->global_ranks), job->options.timeout_s, compat::describe_exception(e)));
+    fail_rank(
+        fmt::format("could not connect the ranks of group {} ({}), gave up after {:.1f} s "
+                    "(comm.timeout_s = {:g}): {}",
+                    name, join_ints(group->global_ranks), seconds_since(started), job->options.timeout_s,
+                    compat::describe_exception(e)));
   }
   job->tracker->add(group->progress);
   std::lock_guard<std::mutex> lock(job->mutex);
@@ -391,12 +442,14 @@ void choose_backends(Job& job) {
       break;
     case Backend::kNccl:
 #ifndef ZHOST_WITH_CUDA
-      fail_usage("comm.backend = \"nccl\" needs CUDA, but this zhost was built against a LibTorch without CUDA; "
-                 "use \"gloo\" or \"auto\"");
+      fail_usage(
+          "comm.backend = \"nccl\" needs CUDA, but this zhost was built against a LibTorch without CUDA; "
+          "use \"gloo\" or \"auto\"");
 #endif
       if (!cuda_usable()) {
-        fail_usage("comm.backend = \"nccl\" needs a CUDA device, but none is visible (check CUDA_VISIBLE_DEVICES); "
-                   "use \"gloo\" or \"auto\"");
+        fail_usage(
+            "comm.backend = \"nccl\" needs a CUDA device, but none is visible (check CUDA_VISIBLE_DEVICES); "
+            "use \"gloo\" or \"auto\"");
       }
       job.use_gloo = false;
       job.use_nccl = true;
@@ -419,7 +472,16 @@ void validate(const Rendezvous& rendezvous, const CommOptions& options) {
 // Every rank registers under its rank; waiting for all of them names the ranks that never came.
 void join(Job& job, const Rendezvous& rendezvous) {
   const auto join_key = [](int rank) { return fmt::format("zhost/join/{}", rank); };
-  if (job.store->add(join_key(rendezvous.rank), 1) > 1) {
+  int64_t joined_as = 0;
+  try {
+    joined_as = job.store->add(join_key(rendezvous.rank), 1);
+  } catch (const std::exception& e) {
+    fail_rank(
+        fmt::format("rendezvous at {}: the store did not answer rank {}'s join ({}); rank 0 hosts it: is it "
+                    "stopped or gone?",
+                    job.store_address, rendezvous.rank, compat::describe_exception(e)));
+  }
+  if (joined_as > 1) {
     fail_usage("two processes joined the rendezvous at {} as rank {}: check RANK in each process's environment",
                job.store_address, rendezvous.rank);
   }
@@ -459,23 +521,29 @@ std::unique_ptr<Comm> Comm::create(const Rendezvous& rendezvous, const CommOptio
   job->store_address = fmt::format("{}:{}", rendezvous.master_addr, rendezvous.master_port);
   choose_backends(*job);
 
-  compat::StorePtr tracker_store;
+  compat::StorePtr publish_store, ask_store;
+  const auto started = Clock::now();
   if (rendezvous.world_size == 1) {
     job->store = c10::make_intrusive<c10d::HashStore>();
-    tracker_store = job->store;
+    publish_store = ask_store = job->store;
   } else {
     try {
       job->store = connect_store(rendezvous, rendezvous.rank == 0);
-      tracker_store = connect_store(rendezvous, false);  // its own connection: never queued behind a wait
+      // Every reply, from the first (join's), within the rendezvous timeout: rank 0 may be stopped.
+      compat::bound_replies(job->store, to_ms(rendezvous.timeout_s));
+      publish_store = connect_store(rendezvous, false);  // the tracker's own: never queued behind a wait
+      ask_store = connect_store(rendezvous, false);
     } catch (const std::exception& e) {
-      fail_rank(fmt::format("rendezvous: rank {} could not {} the store at {} within {:.1f} s: {}", rendezvous.rank,
-                            rendezvous.rank == 0 ? "host" : "reach", job->store_address, rendezvous.timeout_s,
-                            compat::describe_exception(e)));
+      fail_rank(
+          fmt::format("rendezvous: rank {} could not {} the store at {}, gave up after {:.1f} s "
+                      "(comm.timeout_s = {:g}): {}",
+                      rendezvous.rank, rendezvous.rank == 0 ? "host" : "reach", job->store_address,
+                      seconds_since(started), rendezvous.timeout_s, compat::describe_exception(e)));
     }
   }
   join(*job, rendezvous);
   job->joined = true;
-  job->tracker = std::make_unique<detail::ProgressTracker>(tracker_store, rendezvous.rank);
+  job->tracker = std::make_unique<detail::ProgressTracker>(publish_store, ask_store, rendezvous.rank);
   if (job->use_gloo) job->gloo_device = choose_gloo_device(options, rendezvous.master_addr);
 
   std::vector<int> everyone(rendezvous.world_size);
@@ -549,7 +617,8 @@ void Comm::store_set(const std::string& key, const std::vector<uint8_t>& value) 
     group_->job->store->set("zhost/kv/" + key, value);
   } catch (const std::exception& e) {
     throw Error(fmt::format("key-value store at {}: set('{}') failed: {}", group_->job->store_address, key,
-                            compat::describe_exception(e)), ExitCode::kRankFailed);
+                            compat::describe_exception(e)),
+                ExitCode::kRankFailed);
   }
 }
 
@@ -565,7 +634,8 @@ std::optional<std::vector<uint8_t>> Comm::store_get(const std::string& key, doub
     return group_->job->store->get(full);
   } catch (const std::exception& e) {
     throw Error(fmt::format("key-value store at {}: get('{}') failed: {}", group_->job->store_address, key,
-                            compat::describe_exception(e)), ExitCode::kRankFailed);
+                            compat::describe_exception(e)),
+                ExitCode::kRankFailed);
   }
 }
 
@@ -680,8 +750,8 @@ Work Comm::reduce_scatter_async(const at::Tensor& input, const at::Tensor& outpu
 
 // Gloo has no reduce-scatter and NCCL none with uneven counts: an all-to-all sends each rank the pieces of
 // its shard (the same bytes a ring reduce-scatter moves), then every rank reduces its w pieces locally.
-Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& output,
-                                  const std::vector<int64_t>& counts, ReduceOp op) {
+Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& counts,
+                                  ReduceOp op) {
   constexpr auto kind = CollectiveKind::kReduceScatter;
   at::Tensor in = flat(input, kind, "input");
   at::Tensor out = flat(output, kind, "output");
@@ -719,8 +789,8 @@ Work Comm::all_gather_async(const at::Tensor& input, const at::Tensor& output) {
   options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
-  auto state = group_->start(
-      kind, all_gather_traffic(std::vector<uint64_t>(group_->size, bytes_of(in)), group_->rank), in.is_cuda());
+  auto state = group_->start(kind, all_gather_traffic(std::vector<uint64_t>(group_->size, bytes_of(in)), group_->rank),
+                             in.is_cuda());
   return group_->issue(std::move(state), [&] {
     if (backend == group_->nccl) return backend->_allgather_base(out, in, options);
     // Gloo (1.13) has no flat all-gather: gather into views of the flat output.

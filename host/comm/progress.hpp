@@ -1,5 +1,5 @@
-// host/comm/progress.hpp: private to host/comm. Tracks how far each rank got, so that a failed collective
-// can name the ranks that never arrived and the ranks that stopped responding.
+// host/comm/progress.hpp: private to host/comm. Tracks how far each rank got, so that a failed or slow
+// collective can name the ranks that never arrived and the ranks that stopped responding.
 //
 // Scheme (cheap on the hot path): starting a collective only bumps an atomic sequence number. A background
 // thread publishes each group's latest number to the store ("<prefix>progress/<group rank>") when it
@@ -8,16 +8,18 @@
 // failed collective's never arrived; members whose heartbeat does not move over a few intervals are gone.
 // A rank that arrived less than kPublishInterval before the deadline may be reported missing; deadlines
 // are seconds, the interval 100 ms.
+//
+// The store lives in rank 0's process. The tracker's connection to it gets a reply deadline
+// (kStoreAnswerDeadline): when rank 0 is stopped or frozen, diagnose() reports that rank 0 does not answer
+// instead of waiting for it, and the destructor leaves a publisher stuck on the frozen store behind rather
+// than waiting for it.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "host/comm/c10d_compat.hpp"
@@ -26,15 +28,17 @@ namespace zhost::comm::detail {
 
 inline constexpr std::chrono::milliseconds kPublishInterval{100};
 inline constexpr std::chrono::milliseconds kHeartbeatInterval{200};
+// How long a store operation of the tracker may wait for rank 0's answer.
+inline constexpr std::chrono::milliseconds kStoreAnswerDeadline{3000};
 
 struct GroupProgress {
   GroupProgress(std::string key_prefix_, int group_rank_)
       : key_prefix(std::move(key_prefix_)), group_rank(group_rank_) {}
-  const std::string key_prefix;          // "zhost/g/<group name>/"
+  const std::string key_prefix;  // "zhost/g/<group name>/"
   const int group_rank;
-  std::atomic<uint64_t> entered{0};      // sequence number of the last collective this rank started
-  std::atomic<int> last_kind{-1};        // its CollectiveKind
-  uint64_t published = 0;                // owned by the tracker
+  std::atomic<uint64_t> entered{0};  // sequence number of the last collective this rank started
+  std::atomic<int> last_kind{-1};    // its CollectiveKind
+  uint64_t published = 0;            // owned by the publisher thread
 };
 
 struct MemberProgress {
@@ -50,30 +54,28 @@ struct PeerReport {
 
 class ProgressTracker {
  public:
-  ProgressTracker(compat::StorePtr store, int global_rank);
+  // Two connections of its own to the rendezvous store, one to publish and one to ask (never queued behind
+  // another call, nor behind a publisher stuck on a frozen store); their replies get kStoreAnswerDeadline.
+  ProgressTracker(compat::StorePtr publish_store, compat::StorePtr ask_store, int global_rank);
   ~ProgressTracker();
   ProgressTracker(const ProgressTracker&) = delete;
   ProgressTracker& operator=(const ProgressTracker&) = delete;
 
   void add(std::shared_ptr<GroupProgress> group);
-  // Reads every member's progress and heartbeat (takes a few heartbeat intervals).
+  // Reads every member's progress and heartbeat (takes a few heartbeat intervals; at most about
+  // kStoreAnswerDeadline more when the store does not answer). Once the store failed to answer, later calls
+  // report that at once.
   PeerReport diagnose(const GroupProgress& group, const std::vector<int>& global_ranks);
+  // The store did not answer a call (empty while it answers).
+  std::string store_error() const;
+  // The connection it asks on, for the job's last words to the store (Job::say_goodbye).
+  const compat::StorePtr& store() const { return store_; }
 
  private:
-  void run();
-  void publish_changes();
-  void beat();
-  uint64_t read_counter(const std::string& key);
+  struct Publisher;  // the background thread's state, shared with it (see ~ProgressTracker)
 
   compat::StorePtr store_;
-  const std::string heartbeat_key_;
-  uint64_t heartbeats_ = 0;
-  std::mutex mutex_;  // guards groups_ and stop_ (the store is thread-safe)
-  std::condition_variable wake_;
-  std::vector<std::weak_ptr<GroupProgress>> groups_;
-  bool stop_ = false;
-  bool store_failed_logged_ = false;
-  std::thread thread_;
+  std::shared_ptr<Publisher> publisher_;
 };
 
 }  // namespace zhost::comm::detail

@@ -36,22 +36,24 @@ class MappedFile {
  public:
   // `what` names the file in messages ("token file", "text file").
   MappedFile(const std::string& path, const char* what) : path_(path) {
-    // A device (/dev/zero reports size 0 and never ends) or a pipe (open would wait for a writer) is no corpus.
-    struct stat kind {};
-    if (::stat(path.c_str(), &kind) != 0) {
+    // O_NONBLOCK: opening a FIFO for reading would wait for a writer; the type is checked right after.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
       if (errno == ENOENT) fail_usage("{} '{}' does not exist; check the data path", what, path);
       fail_usage("cannot open {} '{}': {}", what, path, std::strerror(errno));
     }
-    if (!S_ISREG(kind.st_mode)) {
-      fail_usage("{} '{}' is not a regular file (a device, pipe or socket); point the data path at a file", what, path);
-    }
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail_usage("cannot open {} '{}': {}", what, path, std::strerror(errno));
     struct stat info {};
     if (::fstat(fd, &info) != 0) {
       const int error = errno;
       ::close(fd);
       fail_usage("cannot stat {} '{}': {}", what, path, std::strerror(error));
+    }
+    if (!S_ISREG(info.st_mode)) {
+      ::close(fd);
+      fail_usage(
+          "{} '{}' is not a regular file (a FIFO, socket or device); zhost memory-maps its data: point the "
+          "data path at a regular file",
+          what, path);
     }
     size_ = static_cast<size_t>(info.st_size);
     if (size_ > 0) {

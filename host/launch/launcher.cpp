@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -173,6 +175,8 @@ class LineReader {
   std::string pending_;
 };
 
+constexpr std::string_view kErrorPrefix = "zhost: error: ";
+
 struct RankProcess {
   int local_rank = 0;
   int rank = 0;
@@ -181,23 +185,49 @@ struct RankProcess {
   RankExit exit;
   std::unique_ptr<LineReader> out;
   std::unique_ptr<LineReader> err;
+  std::string last_error;                          // its last "zhost: error: " line, without the prefix
+  std::optional<Clock::time_point> stopped_since;  // seen stopped (SIGSTOP, a debugger) since then
 };
 
-std::string describe_exit(const RankExit& exit) {
-  if (exit.signal != 0) {
-    return fmt::format("rank {} (pid {}) was killed by signal {} ({})", exit.rank, exit.pid, exit.signal,
-                       signal_name(exit.signal));
-  }
-  return fmt::format("rank {} (pid {}) exited with code {}", exit.rank, exit.pid, exit.exit_code);
+std::string describe_exit(const RankProcess& process) {
+  const RankExit& exit = process.exit;
+  std::string text = exit.signal != 0
+                         ? fmt::format("rank {} (pid {}) was killed by signal {} ({})", exit.rank, exit.pid,
+                                       exit.signal, signal_name(exit.signal))
+                         : fmt::format("rank {} (pid {}) exited with code {}", exit.rank, exit.pid, exit.exit_code);
+  if (!process.last_error.empty()) text += ": " + process.last_error;
+  return text;
+}
+
+// The launcher's exit code for a rank that failed: the documented codes pass through, anything else (a
+// signal, a crash, a code zhost does not use) counts as a failed rank.
+int exit_code_for(const RankExit& exit) {
+  const bool documented = exit.signal == 0 && exit.exit_code >= static_cast<int>(ExitCode::kRuntime) &&
+                          exit.exit_code <= static_cast<int>(ExitCode::kRankFailed);
+  return documented ? exit.exit_code : static_cast<int>(ExitCode::kRankFailed);
+}
+
+// True when the process is stopped (state T, or t under a debugger) according to /proc/PID/stat.
+bool is_stopped(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  const std::string line((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t name_end = line.rfind(')');  // the command name may hold spaces and parentheses
+  return name_end != std::string::npos && name_end + 2 < line.size() &&
+         (line[name_end + 2] == 'T' || line[name_end + 2] == 't');
 }
 
 void validate(const LaunchOptions& options) {
   if (options.nproc < 1) fail_usage("--nproc must be at least 1, got {}", options.nproc);
+  if (options.nproc > max_local_ranks()) {
+    fail_usage("--nproc {} is more than this node's limit of {} ranks ({} per CPU core); start fewer ranks",
+               options.nproc, max_local_ranks(), kMaxRanksPerCore);
+  }
   if (options.nnodes < 1) fail_usage("--nnodes must be at least 1, got {}", options.nnodes);
   if (options.node_rank < 0 || options.node_rank >= options.nnodes) {
     fail_usage("--node-rank {} is outside 0..{} (--nnodes {})", options.node_rank, options.nnodes - 1, options.nnodes);
   }
   if (options.master_addr.empty()) fail_usage("--master-addr is empty");
+  check_address_resolves(options.master_addr, "--master-addr");
   if (options.master_port < 0 || options.master_port > 65535) {
     fail_usage("--master-port {} is not a valid TCP port", options.master_port);
   }
@@ -205,7 +235,9 @@ void validate(const LaunchOptions& options) {
     fail_usage("--master-port is required with --nnodes {}: every node must use the same port", options.nnodes);
   }
   if (options.program.empty()) fail_usage("no program to launch");
-  if (options.grace_period_s < 0 || options.timeout_s < 0) fail_usage("grace period and timeout must not be negative");
+  if (options.grace_period_s < 0 || options.timeout_s < 0 || options.stopped_rank_limit_s < 0) {
+    fail_usage("grace period and time limits must not be negative");
+  }
 }
 
 // What exec needs, prepared before fork (the child may only make async-signal-safe calls).
@@ -244,7 +276,15 @@ struct ExecImage {
 class Supervisor {
  public:
   explicit Supervisor(const LaunchOptions& options) : options_(options) {
-    sink_ = options.on_output ? options.on_output : OutputSink(write_prefixed_line);
+    const OutputSink print = options.on_output ? options.on_output : OutputSink(write_prefixed_line);
+    sink_ = [this, print](int rank, OutputStream stream, std::string_view line) {
+      if (stream == OutputStream::kStderr && line.substr(0, kErrorPrefix.size()) == kErrorPrefix) {
+        for (RankProcess& process : ranks_) {
+          if (process.rank == rank) process.last_error = std::string(line.substr(kErrorPrefix.size()));
+        }
+      }
+      print(rank, stream, line);
+    };
     args_ = options.args ? *options.args : own_arguments();
     master_port_ = options.master_port != 0 ? options.master_port : pick_free_port();
   }
@@ -277,6 +317,9 @@ class Supervisor {
     env["MASTER_ADDR"] = options_.master_addr;
     env["MASTER_PORT"] = std::to_string(master_port_);
     env["ZHOST_LAUNCHED"] = "1";
+    // LibTorch's own log lines (glog: c10d's connection retries and the like) would come before zhost's error,
+    // which already says the cause. A GLOG_minloglevel of the user's wins.
+    env.emplace("GLOG_minloglevel", "3");
     for (const auto& [name, value] : options_.env) env[name] = value;
     return env;
   }
@@ -333,8 +376,10 @@ class Supervisor {
 
   void begin_stop(int signal) {
     signal_running(signal);
-    if (!kill_at_) kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                  std::chrono::duration<double>(options_.grace_period_s));
+    signal_running(SIGCONT);  // a stopped rank acts on the signal only once it runs
+    if (!kill_at_)
+      kill_at_ = Clock::now() +
+                 std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.grace_period_s));
   }
 
   void record_failure(int exit_code, std::string message) {
@@ -354,6 +399,7 @@ class Supervisor {
   }
 
   void reap() {
+    std::vector<const RankProcess*> failed;
     for (RankProcess& process : ranks_) {
       if (!process.running) continue;
       int status = 0;
@@ -368,11 +414,42 @@ class Supervisor {
       } else {
         process.exit.exit_code = WEXITSTATUS(status);
       }
-      if (process.exit.signal == 0 && process.exit.exit_code == 0) continue;
-      const bool others_running = any_running();
-      record_failure(process.exit.signal != 0 ? 128 + process.exit.signal : process.exit.exit_code,
-                     describe_exit(process.exit) + (others_running ? "; stopped the other ranks" : ""));
-      if (others_running) begin_stop(SIGTERM);
+      if (process.exit.signal != 0 || process.exit.exit_code != 0) failed.push_back(&process);
+    }
+    if (failed.empty()) return;
+    // Of ranks that ended together, one killed by a signal is the cause and the others' errors follow from it.
+    std::stable_partition(failed.begin(), failed.end(), [](const RankProcess* p) { return p->exit.signal != 0; });
+    // A rank that is stopped is the likely cause of the others' failure: name it first.
+    std::string stopped;
+    for (const RankProcess& other : ranks_) {
+      if (other.running && other.stopped_since) stopped += describe_stopped(other) + "; ";
+    }
+    const bool others_running = any_running();
+    record_failure(exit_code_for(failed.front()->exit),
+                   stopped + describe_exit(*failed.front()) + (others_running ? "; stopped the other ranks" : ""));
+    if (others_running) begin_stop(SIGTERM);
+  }
+
+  std::string describe_stopped(const RankProcess& process) const {
+    return fmt::format("rank {} (pid {}) is stopped (process state T) since {:.1f} s", process.rank, process.pid,
+                       std::chrono::duration<double>(Clock::now() - *process.stopped_since).count());
+  }
+
+  // Notes which ranks are stopped; one stopped longer than stopped_rank_limit_s stops the job.
+  void watch_stopped(Clock::time_point now) {
+    for (RankProcess& process : ranks_) {
+      if (!process.running || !is_stopped(process.pid)) {
+        process.stopped_since.reset();
+        continue;
+      }
+      if (!process.stopped_since) process.stopped_since = now;
+      if (options_.stopped_rank_limit_s > 0 && result_.error.empty() &&
+          now - *process.stopped_since >= std::chrono::duration<double>(options_.stopped_rank_limit_s)) {
+        record_failure(static_cast<int>(ExitCode::kRankFailed),
+                       fmt::format("{}, longer than the limit of {:.1f} s; stopped the ranks",
+                                   describe_stopped(process), options_.stopped_rank_limit_s));
+        begin_stop(SIGTERM);
+      }
     }
   }
 
@@ -409,6 +486,7 @@ class Supervisor {
       }
       reap();
       const auto now = Clock::now();
+      watch_stopped(now);
       if (options_.timeout_s > 0 && any_running() && result_.error.empty() &&
           now - started >= std::chrono::duration<double>(options_.timeout_s)) {
         record_failure(static_cast<int>(ExitCode::kRankFailed),
@@ -440,24 +518,42 @@ class Supervisor {
 
 std::string signal_name(int signal) {
   switch (signal) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    case SIGXCPU: return "SIGXCPU";
-    case SIGSYS: return "SIGSYS";
-    default: return fmt::format("signal {}", signal);
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGINT:
+      return "SIGINT";
+    case SIGQUIT:
+      return "SIGQUIT";
+    case SIGILL:
+      return "SIGILL";
+    case SIGTRAP:
+      return "SIGTRAP";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGUSR2:
+      return "SIGUSR2";
+    case SIGPIPE:
+      return "SIGPIPE";
+    case SIGALRM:
+      return "SIGALRM";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGXCPU:
+      return "SIGXCPU";
+    case SIGSYS:
+      return "SIGSYS";
+    default:
+      return fmt::format("signal {}", signal);
   }
 }
 
@@ -475,6 +571,24 @@ int pick_free_port() {
   ::close(fd);
   if (!ok) fail("cannot pick a free port: {}", errno_text(error));
   return ntohs(address.sin_port);
+}
+
+void check_address_resolves(const std::string& address, const std::string& what) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int status = ::getaddrinfo(address.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  if (status != 0) {
+    fail_usage("{} '{}' does not resolve ({}); give rank 0's host name or IP address", what, address,
+               ::gai_strerror(status));
+  }
+}
+
+int max_local_ranks() {
+  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return kMaxRanksPerCore * static_cast<int>(cores > 0 ? cores : 1);
 }
 
 LaunchResult run_local_ranks(const LaunchOptions& options) {

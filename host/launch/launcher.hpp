@@ -1,9 +1,11 @@
 // host/launch/launcher.hpp: `zhost run CONFIG --nproc N` starts N ranks of this node as child processes,
 // prefixes their output lines with "[rank N] ", and supervises them: when one fails, the others are stopped
-// (SIGTERM, then SIGKILL after a grace period) and the launcher reports that rank in one line.
+// (SIGTERM and SIGCONT, then SIGKILL after a grace period) and the launcher reports that rank in one line,
+// with the rank's own last error line and any rank found stopped (/proc/PID/stat state T), the likely cause.
 //
 // Each rank gets this process's environment plus RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT and ZHOST_LAUNCHED=1 (detect_rank_env() reads them back). By default a rank runs
+// MASTER_ADDR, MASTER_PORT and ZHOST_LAUNCHED=1 (detect_rank_env() reads them back), and GLOG_minloglevel=3
+// unless set (LibTorch's own log lines would come before zhost's error). By default a rank runs
 // /proc/self/exe with this process's own arguments: the CLI must then act as a rank, not launch again, when
 // ZHOST_LAUNCHED=1. Ranks die with the launcher (PR_SET_PDEATHSIG); SIGINT/SIGTERM to the launcher are
 // forwarded to them. Each rank runs in its own process group so that stopping it reaches its helpers too.
@@ -24,17 +26,20 @@ enum class OutputStream { kStdout, kStderr };
 using OutputSink = std::function<void(int rank, OutputStream stream, std::string_view line)>;
 
 struct LaunchOptions {
-  int nproc = 1;        // ranks on this node (--nproc)
-  int nnodes = 1;       // --nnodes
-  int node_rank = 0;    // --node-rank; global rank = node_rank * nproc + local rank
+  int nproc = 1;                          // ranks on this node (--nproc)
+  int nnodes = 1;                         // --nnodes
+  int node_rank = 0;                      // --node-rank; global rank = node_rank * nproc + local rank
   std::string master_addr = "127.0.0.1";  // --master-addr
-  int master_port = 0;  // --master-port; 0: a free port on this host (single node only)
+  int master_port = 0;                    // --master-port; 0: a free port on this host (single node only)
   std::string program = "/proc/self/exe";
-  std::optional<std::vector<std::string>> args;  // argv[1..]; default: this process's own arguments
+  std::optional<std::vector<std::string>> args;          // argv[1..]; default: this process's own arguments
   std::vector<std::pair<std::string, std::string>> env;  // extra variables for every rank
-  double grace_period_s = 5;  // between SIGTERM and SIGKILL when stopping ranks
-  double timeout_s = 0;       // stop the ranks after this long; 0: no limit
-  OutputSink on_output;       // default: "[rank N] line" to this process's stdout/stderr
+  double grace_period_s = 5;                             // between SIGTERM and SIGKILL when stopping ranks
+  double timeout_s = 0;                                  // stop the ranks after this long; 0: no limit
+  // A rank stopped (process state T: SIGSTOP, a debugger) this long stops the job; 0: no limit. The ranks
+  // notice a stopped peer themselves after comm.timeout_s; this limit is the launcher's own, a bit longer.
+  double stopped_rank_limit_s = 0;
+  OutputSink on_output;  // default: "[rank N] line" to this process's stdout/stderr
 };
 
 struct RankExit {
@@ -45,8 +50,10 @@ struct RankExit {
 };
 
 struct LaunchResult {
-  int exit_code = 0;   // 0; the failed rank's exit code; 128 + signal; kRankFailed on timeout
-  std::string error;   // one line (without "zhost: error: "), empty on success
+  // 0; the first failed rank's exit code when it is 1, 2 or 3, else kRankFailed (3: killed by a signal, stopped,
+  // another code, a time limit); 128 + signal when SIGINT/SIGTERM interrupted the launcher.
+  int exit_code = 0;
+  std::string error;            // one line (without "zhost: error: "), empty on success
   std::vector<RankExit> ranks;  // by local rank
 };
 
@@ -59,6 +66,14 @@ int launch_local_ranks(const LaunchOptions& options);
 
 // A TCP port that is free on this host right now.
 int pick_free_port();
+
+// Throws UsageError when `address` (a host name or IP address) does not resolve; `what` names where it came
+// from in the message ("--master-addr", "MASTER_ADDR (from torchrun)").
+void check_address_resolves(const std::string& address, const std::string& what);
+
+// The most ranks --nproc may start on this node: kMaxRanksPerCore per online CPU core.
+inline constexpr int kMaxRanksPerCore = 4;
+int max_local_ranks();
 
 // "SIGKILL", "SIGSEGV", ... ("signal 42" when unknown).
 std::string signal_name(int signal);

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "host/core/error.hpp"
+#include "host/plugins/probe.hpp"
 
 namespace zhost {
 namespace fs = std::filesystem;
@@ -44,7 +45,8 @@ std::vector<fs::path> plugin_search_path(const std::vector<std::string>& config_
   return unique;
 }
 
-Discovery discover_plugins(const std::vector<fs::path>& search_path, const PluginLoader& loader) {
+Discovery discover_plugins(const std::vector<fs::path>& search_path, const PluginLoader& loader,
+                           std::chrono::milliseconds probe_deadline) {
   Discovery discovery;
   discovery.searched = search_path;
   for (const auto& dir : search_path) {
@@ -58,12 +60,17 @@ Discovery discover_plugins(const std::vector<fs::path>& search_path, const Plugi
     std::sort(files.begin(), files.end());
     for (const auto& file : files) {
       try {
+        if (std::optional<std::string> failure = probe_plugin_file(file, loader, probe_deadline)) {
+          discovery.failures.push_back(std::move(*failure));
+          continue;
+        }
         LoadedPlugin plugin = loader.load(file);
         auto same = std::find_if(discovery.plugins.begin(), discovery.plugins.end(),
                                  [&](const LoadedPlugin& p) { return p.info.name == plugin.info.name; });
         if (same != discovery.plugins.end()) {
-          discovery.shadowed.push_back(fmt::format("plugin {}: '{}' is shadowed by {}, found earlier in the search path",
-                                                   file.string(), plugin.info.name, same->path.string()));
+          discovery.shadowed.push_back(
+              fmt::format("plugin {}: '{}' is shadowed by {}, found earlier in the search path", file.string(),
+                          plugin.info.name, same->path.string()));
           continue;
         }
         discovery.plugins.push_back(std::move(plugin));
@@ -88,9 +95,9 @@ Discovery discover_plugins(const std::vector<fs::path>& search_path, const Plugi
 
 void require_no_failures(const Discovery& discovery) {
   if (discovery.failures.empty()) return;
-  std::string more = discovery.failures.size() > 1
-                         ? fmt::format(" (and {} more failing plugins: see `zhost plugins`)", discovery.failures.size() - 1)
-                         : "";
+  std::string more = discovery.failures.size() > 1 ? fmt::format(" (and {} more failing plugins: see `zhost plugins`)",
+                                                                 discovery.failures.size() - 1)
+                                                   : "";
   throw UsageError(discovery.failures.front() + more);
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "host/plugins/loader.hpp"
+#include "host/plugins/probe.hpp"
 
 namespace zhost {
 
@@ -26,7 +27,10 @@ struct Discovery {
   std::vector<std::string> shadowed;            // one line each
 };
 
-Discovery discover_plugins(const std::vector<std::filesystem::path>& search_path, const PluginLoader& loader);
+// Each file is probed in a child process first (probe.hpp): one that crashes or hangs there is a failure
+// line, and discovery goes on with the others.
+Discovery discover_plugins(const std::vector<std::filesystem::path>& search_path, const PluginLoader& loader,
+                           std::chrono::milliseconds probe_deadline = kPluginProbeDeadline);
 
 // Throws UsageError naming the first failure (and how many more) when any plugin failed to load.
 void require_no_failures(const Discovery& discovery);

@@ -68,8 +68,10 @@ class DescriptorReader {
   PluginInfo read(const zhost_plugin_descriptor* d) const {
     if (d == nullptr) fail_usage("plugin {}: negotiation returned no descriptor", file_);
     if (d->struct_size < ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE)
-      malformed(fmt::format("struct_size {} is smaller than the {} bytes every zhost 0.x descriptor has "
-                            "(built against an incompatible SDK?)", d->struct_size, ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE));
+      malformed(
+          fmt::format("struct_size {} is smaller than the {} bytes every zhost 0.x descriptor has "
+                      "(built against an incompatible SDK?)",
+                      d->struct_size, ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE));
     PluginInfo info;
     if (!d->name || !valid_plugin_name(d->name)) malformed("name must be [a-z0-9_]+");
     info.name = d->name;
@@ -92,7 +94,8 @@ class DescriptorReader {
     for (const auto& cap : info.requires_caps)
       if (!valid_capability(cap)) malformed(fmt::format("required capability '{}' is not of the form area:item", cap));
     for (const auto& cap : info.conflicts)
-      if (!valid_capability(cap)) malformed(fmt::format("conflicting capability '{}' is not of the form area:item", cap));
+      if (!valid_capability(cap))
+        malformed(fmt::format("conflicting capability '{}' is not of the form area:item", cap));
     if (d->num_config_keys && !d->config_keys) malformed("num_config_keys > 0 but config_keys is NULL");
     for (size_t i = 0; i < d->num_config_keys; ++i) info.config_keys.push_back(read_key(info.name, d->config_keys[i]));
     info.flags = d->flags;
@@ -131,9 +134,9 @@ void check_api(const std::filesystem::path& file, const PluginInfo& info, const 
     fail_usage("plugin {}: '{}' returned no lifecycle table or an undersized one", file.string(), info.name);
   if (!api->create || !api->destroy)
     fail_usage("plugin {}: '{}' has no create or destroy function", file.string(), info.name);
-  const void* table = info.kind == ZHOST_KIND_PARTITION    ? static_cast<const void*>(api->partition)
-                      : info.kind == ZHOST_KIND_OFFLOAD    ? static_cast<const void*>(api->offload)
-                                                           : static_cast<const void*>(api->collective);
+  const void* table = info.kind == ZHOST_KIND_PARTITION ? static_cast<const void*>(api->partition)
+                      : info.kind == ZHOST_KIND_OFFLOAD ? static_cast<const void*>(api->offload)
+                                                        : static_cast<const void*>(api->collective);
   if (!table)
     fail_usage("plugin {}: '{}' is a {} plugin but has no {} table", file.string(), info.name, kind_name(info.kind),
                kind_name(info.kind));
@@ -146,11 +149,22 @@ void check_plugin_file_is_trusted(const std::filesystem::path& file) {
   if (::stat(file.c_str(), &st) != 0) fail_usage("plugin {}: file not found", file.string());
   if (!S_ISREG(st.st_mode)) fail_usage("plugin {}: not a regular file", file.string());
   if (st.st_mode & S_IWOTH)
-    fail_usage("plugin {}: refusing to load a world-writable plugin (anyone could replace its code); "
-               "run chmod o-w on it", file.string());
+    fail_usage(
+        "plugin {}: refusing to load a world-writable plugin (anyone could replace its code); "
+        "run chmod o-w on it",
+        file.string());
   if (st.st_uid != ::getuid() && st.st_uid != 0)
-    fail_usage("plugin {}: refusing to load a plugin owned by uid {}, neither you (uid {}) nor root",
-               file.string(), st.st_uid, ::getuid());
+    fail_usage("plugin {}: refusing to load a plugin owned by uid {}, neither you (uid {}) nor root", file.string(),
+               st.st_uid, ::getuid());
+  // Whoever may write the folder may replace the file; a sticky folder (/tmp) lets only the owner do that.
+  const std::filesystem::path folder = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+  struct stat dir {};
+  if (::stat(folder.c_str(), &dir) != 0) fail_usage("plugin {}: cannot stat its folder", file.string());
+  if ((dir.st_mode & S_IWOTH) && !(dir.st_mode & S_ISVTX))
+    fail_usage(
+        "plugin {}: refusing to load a plugin from the world-writable folder {} (anyone could replace its "
+        "code); run chmod o-w on the folder",
+        file.string(), folder.string());
 }
 
 LoadedPlugin PluginLoader::load(const std::filesystem::path& file) const {
@@ -165,8 +179,10 @@ LoadedPlugin PluginLoader::load(const std::filesystem::path& file) const {
   if (!library.has(ZHOST_ENTRY_SYMBOL_V0)) {
     for (uint32_t major = kNewestMajorProbed; major > ZHOST_ABI_MAJOR; --major)
       if (library.has("zhost_plugin_v" + std::to_string(major)))
-        fail_usage("plugin {}: speaks zhost ABI major {}, this zhost speaks major {}: use a plugin build for "
-                   "SDK {}.x", where, major, ZHOST_ABI_MAJOR, ZHOST_ABI_MAJOR);
+        fail_usage(
+            "plugin {}: speaks zhost ABI major {}, this zhost speaks major {}: use a plugin build for "
+            "SDK {}.x",
+            where, major, ZHOST_ABI_MAJOR, ZHOST_ABI_MAJOR);
     fail_usage("plugin {}: no entry symbol '{}' (not a zhost plugin, or the entry was not exported)", where,
                ZHOST_ENTRY_SYMBOL_V0);
   }
@@ -176,7 +192,9 @@ LoadedPlugin PluginLoader::load(const std::filesystem::path& file) const {
   return plugin;
 }
 
-LoadedPlugin PluginLoader::load_builtin(const BuiltinPlugin& builtin) const { return negotiate(builtin.entry, "<built-in>"); }
+LoadedPlugin PluginLoader::load_builtin(const BuiltinPlugin& builtin) const {
+  return negotiate(builtin.entry, "<built-in>");
+}
 
 LoadedPlugin PluginLoader::negotiate(zhost_plugin_entry_v0_fn entry, const std::filesystem::path& file) const {
   const std::string where = file.string();
@@ -200,9 +218,10 @@ LoadedPlugin PluginLoader::negotiate(zhost_plugin_entry_v0_fn entry, const std::
   plugin.min_host_minor = io.plugin_min_host_minor;
   plugin.info = DescriptorReader(file).read(io.descriptor);
   if (plugin.min_host_minor > services_.abi_minor())
-    fail_usage("plugin {}: '{}' needs zhost ABI {}.{} or newer, this host offers {}.{}: upgrade zhost or rebuild the "
-               "plugin against this SDK", where, plugin.info.name, ZHOST_ABI_MAJOR, plugin.min_host_minor,
-               ZHOST_ABI_MAJOR, services_.abi_minor());
+    fail_usage(
+        "plugin {}: '{}' needs zhost ABI {}.{} or newer, this host offers {}.{}: upgrade zhost or rebuild the "
+        "plugin against this SDK",
+        where, plugin.info.name, ZHOST_ABI_MAJOR, plugin.min_host_minor, ZHOST_ABI_MAJOR, services_.abi_minor());
   check_api(file, plugin.info, io.api);
   plugin.api = io.api;
   return plugin;

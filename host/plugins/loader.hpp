@@ -1,9 +1,10 @@
 // host/plugins/loader.hpp: loads one plugin file and negotiates with it.
 //
 // Refuses, each with one error line naming the file and the cause: files that are world-writable or not
-// owned by the user or root, files that are not loadable shared objects, files without a zhost entry
-// symbol, plugins of another ABI major, plugins needing a newer host minor, malformed descriptors or
-// lifecycle tables, and plugins that refuse negotiation themselves. Loaded libraries are never unloaded.
+// owned by the user or root, files in a world-writable folder without the sticky bit, files that are not loadable
+// shared objects, files without a zhost entry symbol, plugins of another ABI major, plugins needing a newer host minor,
+// malformed descriptors or lifecycle tables, and plugins that refuse negotiation themselves. Loaded libraries are never
+// unloaded.
 #pragma once
 
 #include <filesystem>

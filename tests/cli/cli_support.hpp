@@ -18,9 +18,10 @@ struct CliResult {
   std::string err;
 };
 
-// Runs zhost with `args` (shell words, already quoted where needed) in `dir`.
-inline CliResult run_zhost(const std::filesystem::path& dir, const std::string& args) {
-  std::string command = "cd " + dir.string() + " && " + ZHOST_EXE + " " + args + " >out.txt 2>err.txt";
+// Runs zhost with `args` (shell words, already quoted where needed) in `dir`; `prefix` comes before the
+// executable (e.g. "timeout 10 ").
+inline CliResult run_zhost(const std::filesystem::path& dir, const std::string& args, const std::string& prefix = "") {
+  std::string command = "cd " + dir.string() + " && " + prefix + ZHOST_EXE + " " + args + " >out.txt 2>err.txt";
   int status = std::system(command.c_str());
   CliResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -1,12 +1,15 @@
 // tests/cli/test_cli.cpp: runs the real zhost executable and checks its output, error lines and exit
 // codes for `version`, `plugins` and `config check`, with fixture plugins and with broken plugins.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "tests/cli/cli_support.hpp"
 #include "tests/support/scratch_dir.hpp"
@@ -28,8 +31,11 @@ class Cli : public ::testing::Test {
     return file;
   }
 
-  // Runs zhost with `args` (shell words, already quoted where needed) from the scratch folder.
-  Result zhost(const std::string& args) { return zhost::testing::run_zhost(dir_, args); }
+  // Runs zhost with `args` (shell words, already quoted where needed) from the scratch folder; `prefix` comes
+  // before the executable (e.g. "timeout 10 ").
+  Result zhost(const std::string& args, const std::string& prefix = "") {
+    return zhost::testing::run_zhost(dir_, args, prefix);
+  }
 
   std::string fixtures() const { return std::string(" --plugin-path ") + ZHOST_CLI_PLUGIN_DIR; }
 
@@ -152,4 +158,65 @@ TEST_F(Cli, MissingConfigFileIsAUsageError) {
   Result r = zhost("config check nowhere.toml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("nowhere.toml"), std::string::npos) << r.err;
+}
+
+// A FIFO as the config is refused at once (reading it would wait for a writer forever).
+TEST_F(Cli, FifoAsTheConfigIsRefusedAtOnce) {
+  ASSERT_EQ(mkfifo((dir_ / "fifo.toml").c_str(), 0600), 0);
+  for (const char* command : {"config check fifo.toml", "run fifo.toml"}) {
+    Result r = zhost(command, "timeout 10 ");  // 124 when it hangs
+    EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.err;
+    EXPECT_NE(r.err.find("'fifo.toml' is not a regular file (a FIFO, socket or device); give a TOML file"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
+// Process options that would be ignored or would do harm are refused, each with its reason.
+TEST_F(Cli, ProcessOptionsAreCheckedNotIgnored) {
+  write_config("steps = 1\n");
+  const std::string file = (dir_ / "train.toml").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"run train.toml --nproc 0", "--nproc: must be a number of ranks, at least 1; got '0'"},
+      {"run train.toml --nproc -1", "--nproc: must be a number of ranks, at least 1; got '-1'"},
+      {"run train.toml --master-port 29999", "--master-port requires --nproc"},
+      {"run train.toml --nnodes 2", "--nnodes requires --nproc"},
+      {"run train.toml --master-addr 10.0.0.1", "--master-addr requires --nproc"},
+      {"config check train.toml --plugin-path " + (dir_ / "missing").string(), "Directory does not exist"},
+      {"plugins --plugin-path " + file, "Directory is actually a file"},
+      {"run train.toml --nproc 100000", "--nproc 100000 is more than this node's limit of"},
+      {"run train.toml --nproc 2 --master-addr no-such-host.invalid",
+       "--master-addr 'no-such-host.invalid' does not resolve"},
+  };
+  for (const auto& [args, message] : cases) {
+    Result r = zhost(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    if (r.err.find("without the training engine") == std::string::npos)
+      EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
+// --log-level is a global option; it may also follow the subcommand.
+TEST_F(Cli, LogLevelMayFollowTheSubcommand) {
+  write_config("steps = 1\n");
+  EXPECT_EQ(zhost("config check train.toml --log-level warn").exit_code, 0);
+  EXPECT_EQ(zhost("version --log-level warn").exit_code, 0);
+  Result r = zhost("version --log-level loud");
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+// A plugin that crashes or hangs while loading does not take `zhost plugins` down: it is named, and the
+// others are listed.
+TEST_F(Cli, PluginsSurvivesCrashingPlugins) {
+  Result r = zhost(std::string("plugins --plugin-path ") + ZHOST_BINARY_DIR + "/test_plugins/hostile");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  for (const char* file : {"np_crashes", "np_ctor_crashes"}) {
+    EXPECT_NE(r.err.find(std::string("zhost: error: plugin ") + ZHOST_BINARY_DIR + "/test_plugins/hostile/zhost_" +
+                         file + ".so: crashed while loading (signal 11"),
+              std::string::npos)
+        << file << "\n"
+        << r.err;
+  }
+  EXPECT_NE(r.err.find("zhost_np_hangs.so: did not finish loading within"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("stage1"), std::string::npos) << r.out;
 }

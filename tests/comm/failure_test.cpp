@@ -59,6 +59,55 @@ const bool peer_dies_registered = register_scenario("peer_dies", [](RankContext&
   ctx.comm.all_reduce(data);
 });
 
+// Rank `stopped` stops itself (SIGSTOP) after a first all_reduce, while the others wait in the second one;
+// they ignore SIGTERM so that each reports before the launcher stops the job.
+Scenario stops(int stopped) {
+  return [stopped](RankContext& ctx) {
+    at::Tensor data = at::ones({16});
+    ctx.comm.all_reduce(data);
+    if (ctx.rank == stopped) {
+      ::raise(SIGSTOP);
+      return;
+    }
+    ::signal(SIGTERM, SIG_IGN);
+    ctx.comm.all_reduce(data);
+  };
+}
+const bool rank0_stops_registered = register_scenario("rank0_stops", stops(0));
+const bool rank1_stops_registered = register_scenario("rank1_stops", stops(1));
+
+// A stopped rank, rank 0 (whose process serves the rendezvous store) included, is warned about after a quarter
+// of comm.timeout_s and named when the collective fails after comm.timeout_s: no wait on the store hangs.
+TEST(FailureTest, StoppedRankIsWarnedAboutAndNamedWithinTheTimeout) {
+  for (int stopped : {0, 1}) {
+    ScenarioOptions options;
+    options.comm_timeout_s = 2;
+    options.grace_period_s = 10;  // longer than the bound below: the waiting ranks must end by themselves
+    const ScenarioRun run = run_scenario(fmt::format("rank{}_stops", stopped), 3, options);
+    ASSERT_EQ(run.result.ranks.size(), 3u);
+    const std::string named =
+        stopped == 0 ? "rank 0 does not answer" : fmt::format("rank {} stopped responding", stopped);
+    for (int waiting : {0, 1, 2}) {
+      if (waiting == stopped) continue;
+      EXPECT_EQ(run.result.ranks[waiting].exit_code, static_cast<int>(ExitCode::kRankFailed)) << run.all_output();
+      const std::string report = run.output_of(waiting);
+      const size_t warning = report.find("all_reduce #2 (group world) has waited 0.");
+      EXPECT_NE(warning, std::string::npos) << run.all_output();
+      EXPECT_NE(report.find(named, warning), std::string::npos) << run.all_output();
+      // After comm.timeout_s, or after the store's answer deadline (3 s) when the warning asked rank 0's store.
+      const size_t failure = report.find(fmt::format("all_reduce #2 (group world) failed on rank {} after ", waiting));
+      EXPECT_NE(failure, std::string::npos) << run.all_output();
+      EXPECT_NE(report.find(named, failure), std::string::npos) << run.all_output();
+    }
+    EXPECT_EQ(run.result.exit_code, static_cast<int>(ExitCode::kRankFailed)) << run.all_output();
+    EXPECT_EQ(
+        run.result.error.rfind(fmt::format("rank {} (pid {}) is stopped", stopped, run.result.ranks[stopped].pid), 0),
+        0u)
+        << run.result.error;
+    EXPECT_LT(run.seconds, 15.0) << run.all_output();  // from the launch: start-up, rendezvous, 2 s, 3 s
+  }
+}
+
 TEST(FailureTest, SkippedCollectiveFailsTheOthersWithinTheTimeoutNamingTheMissingRank) {
   ScenarioOptions options;
   options.comm_timeout_s = 2;
@@ -77,7 +126,8 @@ TEST(FailureTest, SkippedCollectiveFailsTheOthersWithinTheTimeoutNamingTheMissin
     EXPECT_EQ(report.find(fmt::format("rank {} did not arrive", 2 - waiting)), std::string::npos) << run.all_output();
   }
   EXPECT_EQ(run.result.exit_code, static_cast<int>(ExitCode::kRankFailed)) << run.all_output();
-  EXPECT_NE(run.result.error.find("exited with code 3; stopped the other ranks"), std::string::npos) << run.result.error;
+  EXPECT_NE(run.result.error.find("exited with code 3: all_reduce #2"), std::string::npos) << run.result.error;
+  EXPECT_NE(run.result.error.find("; stopped the other ranks"), std::string::npos) << run.result.error;
   EXPECT_LT(run.seconds, 10.0);
 }
 

@@ -1,18 +1,24 @@
 // tests/data/data_test.cpp: the data sources (synthetic, uint16/uint32 token files, text files and
 // folders): determinism, the rank / micro-batch / micro-step sample mapping, and the messages for bad
 // input.
+#include "host/data/data.hpp"
+
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/equal.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "host/core/error.hpp"
-#include "host/data/data.hpp"
 #include "tests/support/scratch_dir.hpp"
 
 namespace zhost::data {
@@ -109,8 +115,7 @@ TEST_P(EverySource, GradientAccumulationMicroStepsSeeWhatOneLargerMicroBatchSees
   expect_same_batch(concat({accumulating.next(7, 0), accumulating.next(7, 1)}), whole.next(7, 0));
   // 2 ranks x 2 micro-steps of 1 = 1 rank x 1 micro-step of 4, in the order micro-step, then rank
   const DataLoader rank0(spec(2, 0, 1)), rank1(spec(2, 1, 1));
-  expect_same_batch(concat({rank0.next(7, 0), rank1.next(7, 0), rank0.next(7, 1), rank1.next(7, 1)}),
-                    whole.next(7, 0));
+  expect_same_batch(concat({rank0.next(7, 0), rank1.next(7, 0), rank0.next(7, 1), rank1.next(7, 1)}), whole.next(7, 0));
   EXPECT_EQ(DataLoader::first_sample_index(3, 1, 4, 2), (3 * 4 + 1) * 2);
 }
 
@@ -251,6 +256,30 @@ TEST(DataErrors, BadFilesSayWhatToDo) {
   expect_usage_error(spec, {"is a folder"});
   spec.path = "";
   expect_usage_error(spec, {"needs a path"});
+}
+
+// A FIFO as the data path is refused at once; opening it plainly would wait for a writer. A writer opens it
+// after 3 s, so that the test ends either way.
+TEST(DataErrors, AFifoIsRefusedWithoutWaiting) {
+  const zhost::testing::ScratchDir folder;
+  const std::string fifo = (folder.path() / "data.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // fails when nobody reads: then no one waits
+    if (fd >= 0) ::close(fd);
+  });
+  for (const char* source : {"tokens", "text"}) {
+    DataSpec spec;
+    spec.source = source;
+    spec.seq_len = 8;
+    spec.vocab = 1000;
+    spec.path = fifo;
+    const auto started = std::chrono::steady_clock::now();
+    expect_usage_error(spec, {"data.fifo' is not a regular file", "point the data path at a regular file"});
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(2)) << source;
+  }
+  writer.join();
 }
 
 TEST(DataErrors, BadSpecsSayWhatToDo) {

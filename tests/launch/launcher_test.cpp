@@ -1,9 +1,9 @@
 // tests/launch/launcher_test.cpp: the local-rank supervisor with a stand-in rank program: a killed or
 // failing rank stops the others within the bound and is named in one line, no rank outlives the launcher,
 // output lines are prefixed, exit codes propagate, signals to the launcher are forwarded.
-#include <gtest/gtest.h>
+#include "host/launch/launcher.hpp"
 
-#include "tests/support/scratch_dir.hpp"
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -16,16 +16,14 @@
 #include <thread>
 
 #include "host/core/error.hpp"
-#include "host/launch/launcher.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace zhost::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 struct CapturedLine {
   int rank;
@@ -90,7 +88,7 @@ TEST(LauncherTest, KilledRankStopsTheOthersAndIsNamed) {
   const auto started = Clock::now();
   const LaunchResult result = run_local_ranks(launch.options);
   EXPECT_LT(seconds_since(started), 10.0);
-  EXPECT_EQ(result.exit_code, 128 + SIGKILL);
+  EXPECT_EQ(result.exit_code, static_cast<int>(ExitCode::kRankFailed));
   ASSERT_EQ(result.ranks.size(), 3u);
   EXPECT_EQ(result.error, fmt::format("rank 1 (pid {}) was killed by signal 9 (SIGKILL); stopped the other ranks",
                                       result.ranks[1].pid));
@@ -117,15 +115,65 @@ TEST(LauncherTest, ExitCodeOfTheFailedRankPropagates) {
   const LaunchResult result = run_local_ranks(launch.options);
   EXPECT_EQ(result.exit_code, 3);
   ASSERT_EQ(result.ranks.size(), 3u);
-  EXPECT_EQ(result.error,
-            fmt::format("rank 2 (pid {}) exited with code 3; stopped the other ranks", result.ranks[2].pid));
+  EXPECT_EQ(result.error, fmt::format("rank 2 (pid {}) exited with code 3: rank 2 fails on purpose; stopped the "
+                                      "other ranks",
+                                      result.ranks[2].pid));
 }
 
 TEST(LauncherTest, LastRankFailingStopsNobody) {
-  TestLaunch launch(1, {"--fail-rank", "0", "--fail-code", "4", "--fail-after-ms", "0"});
+  TestLaunch launch(1, {"--fail-rank", "0", "--fail-code", "1", "--fail-after-ms", "0"});
   const LaunchResult result = run_local_ranks(launch.options);
-  EXPECT_EQ(result.exit_code, 4);
-  EXPECT_EQ(result.error, fmt::format("rank 0 (pid {}) exited with code 4", result.ranks[0].pid));
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.error,
+            fmt::format("rank 0 (pid {}) exited with code 1: rank 0 fails on purpose", result.ranks[0].pid));
+}
+
+// zhost's exit codes 1-3 pass through; any other code, like a signal, counts as a failed rank (3).
+TEST(LauncherTest, UndocumentedExitCodeCountsAsAFailedRank) {
+  TestLaunch launch(2, {"--fail-rank", "1", "--fail-code", "42", "--sleep-s", "60"});
+  const LaunchResult result = run_local_ranks(launch.options);
+  EXPECT_EQ(result.exit_code, static_cast<int>(ExitCode::kRankFailed));
+  EXPECT_NE(result.error.find("exited with code 42"), std::string::npos) << result.error;
+}
+
+// A rank stopped (SIGSTOP) while another fails is named first, as the likely cause, and the SIGTERM that
+// stops the job reaches it (the launcher continues it).
+TEST(LauncherTest, StoppedRankIsNamedWhenAnotherFails) {
+  TestLaunch launch(
+      3, {"--stop-rank", "0", "--fail-rank", "2", "--fail-code", "3", "--fail-after-ms", "1000", "--sleep-s", "60"});
+  const auto started = Clock::now();
+  const LaunchResult result = run_local_ranks(launch.options);
+  EXPECT_LT(seconds_since(started), 4.0);
+  EXPECT_EQ(result.exit_code, static_cast<int>(ExitCode::kRankFailed));
+  ASSERT_EQ(result.ranks.size(), 3u);
+  EXPECT_EQ(
+      result.error.rfind(fmt::format("rank 0 (pid {}) is stopped (process state T) since ", result.ranks[0].pid), 0),
+      0u)
+      << result.error;
+  EXPECT_NE(result.error.find(fmt::format("; rank 2 (pid {}) exited with code 3: rank 2 fails on purpose; stopped the "
+                                          "other ranks",
+                                          result.ranks[2].pid)),
+            std::string::npos)
+      << result.error;
+  EXPECT_EQ(result.ranks[0].signal, SIGTERM);
+  for (const RankExit& rank : result.ranks) EXPECT_TRUE(process_gone(rank.pid)) << "rank " << rank.rank;
+}
+
+// A rank that stays stopped past stopped_rank_limit_s stops the job, even when no other rank notices.
+TEST(LauncherTest, RankStoppedPastTheLimitStopsTheJob) {
+  TestLaunch launch(2, {"--stop-rank", "1", "--sleep-s", "60"});
+  launch.options.stopped_rank_limit_s = 1;
+  const auto started = Clock::now();
+  const LaunchResult result = run_local_ranks(launch.options);
+  EXPECT_LT(seconds_since(started), 3.0);
+  EXPECT_EQ(result.exit_code, static_cast<int>(ExitCode::kRankFailed));
+  ASSERT_EQ(result.ranks.size(), 2u);
+  EXPECT_EQ(
+      result.error.rfind(fmt::format("rank 1 (pid {}) is stopped (process state T) since ", result.ranks[1].pid), 0),
+      0u)
+      << result.error;
+  EXPECT_NE(result.error.find("longer than the limit of 1.0 s; stopped the ranks"), std::string::npos) << result.error;
+  for (const RankExit& rank : result.ranks) EXPECT_TRUE(process_gone(rank.pid)) << "rank " << rank.rank;
 }
 
 TEST(LauncherTest, RanksGetTheirEnvironment) {
@@ -138,8 +186,9 @@ TEST(LauncherTest, RanksGetTheirEnvironment) {
   EXPECT_NE(port, "MASTER_PORT=0");
   for (int rank = 0; rank < 2; ++rank) {
     const std::vector<std::string> expected{
-        fmt::format("RANK={}", rank), "WORLD_SIZE=2", fmt::format("LOCAL_RANK={}", rank), "LOCAL_WORLD_SIZE=2",
-        "MASTER_ADDR=127.0.0.1",      port,           "ZHOST_LAUNCHED=1",                  "EXTRA=x"};
+        fmt::format("RANK={}", rank), "WORLD_SIZE=2",          fmt::format("LOCAL_RANK={}", rank),
+        "LOCAL_WORLD_SIZE=2",         "MASTER_ADDR=127.0.0.1", port,
+        "ZHOST_LAUNCHED=1",           "GLOG_minloglevel=3",    "EXTRA=x"};
     EXPECT_EQ(launch.lines_of(rank), expected);
   }
 }

@@ -9,13 +9,21 @@
  *   SMALL_DESC     its descriptor's struct_size is too small (refused: malformed descriptor)
  *   REFUSES        the entry returns a status (refused with the plugin's reason)
  *   INIT_FAILS     negotiates, but create() fails with a message
+ * Hostile variants (built into a folder of their own; a listing of it must survive them):
+ *   CRASHES        the entry function writes through a null pointer (SIGSEGV)
+ *   CTOR_CRASHES   a constructor of the library raises SIGSEGV as it is loaded, before any entry is looked up
+ *   HANGS          the entry function never returns
  */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "zhost/zhost.h"
 
 static const zhost_host_services *g_host;
+#ifdef VARIANT_CRASHES
+static int *volatile g_nowhere = NULL; /* a null pointer the compiler cannot see through */
+#endif
 
 typedef struct test_instance { int created; } test_instance;
 
@@ -77,6 +85,15 @@ static zhost_status *negotiate(zhost_negotiation *io) {
     (void)&k_api;
     if (io == NULL || io->struct_size < ZHOST_NEGOTIATION_SIZE || io->host_abi_major != 0) return NULL;
     g_host = io->host;
+#if defined(VARIANT_CRASHES)
+    *g_nowhere = 1;
+#elif defined(VARIANT_HANGS)
+    {
+        volatile int spin = 1;
+        while (spin) {
+        }
+    }
+#endif
 #ifdef VARIANT_REFUSES
     return io->host->status_create(ZHOST_ERR_UNSUPPORTED, "this test plugin refuses every host");
 #else
@@ -97,6 +114,10 @@ static zhost_status *negotiate(zhost_negotiation *io) {
     return NULL;
 #endif
 }
+
+#ifdef VARIANT_CTOR_CRASHES
+__attribute__((constructor)) static void crash_on_load(void) { raise(SIGSEGV); }
+#endif
 
 #if defined(VARIANT_WRONG_MAJOR)
 ZHOST_EXPORT zhost_status *zhost_plugin_v1(zhost_negotiation *io) { return negotiate(io); }

@@ -3,15 +3,16 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
 #include "host/core/error.hpp"
-#include "tests/support/scratch_dir.hpp"
 #include "host/plugins/discovery.hpp"
 #include "host/plugins/instances.hpp"
 #include "host/plugins/loader.hpp"
 #include "host/plugins/resolver.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace zhost;
@@ -63,7 +64,8 @@ TEST(Negotiation, NewerHostMinorServesOlderPlugin) {
 TEST(Negotiation, OlderHostMinorRefusesPluginNeedingNewer) {
   HostServices old_host(0);
   std::string error = load_error(old_host, "current");
-  EXPECT_NE(error.find("needs zhost ABI 0." + std::to_string(ZHOST_ABI_MINOR) + " or newer"), std::string::npos) << error;
+  EXPECT_NE(error.find("needs zhost ABI 0." + std::to_string(ZHOST_ABI_MINOR) + " or newer"), std::string::npos)
+      << error;
   EXPECT_NE(error.find("this host offers 0.0"), std::string::npos) << error;
   EXPECT_NE(error.find("zhost_np_current.so"), std::string::npos) << error;
   // ...while a plugin that asks only for 0.0 loads on the old host.
@@ -73,7 +75,8 @@ TEST(Negotiation, OlderHostMinorRefusesPluginNeedingNewer) {
 TEST(Negotiation, PluginNeedingFutureMinorIsRefused) {
   HostServices host;
   std::string error = load_error(host, "needs_newer");
-  EXPECT_NE(error.find("needs zhost ABI 0." + std::to_string(ZHOST_ABI_MINOR + 1) + " or newer"), std::string::npos) << error;
+  EXPECT_NE(error.find("needs zhost ABI 0." + std::to_string(ZHOST_ABI_MINOR + 1) + " or newer"), std::string::npos)
+      << error;
 }
 
 TEST(Negotiation, WrongMajorIsRefusedNamingBothMajors) {
@@ -111,7 +114,8 @@ TEST(Negotiation, InitFailureNamesPluginAndCause) {
   } catch (const Error& e) {
     std::string error = e.what();
     EXPECT_NE(error.find("plugin 'np_init_fails'"), std::string::npos) << error;
-    EXPECT_NE(error.find("failed to initialise: this test plugin always fails to initialise"), std::string::npos) << error;
+    EXPECT_NE(error.find("failed to initialise: this test plugin always fails to initialise"), std::string::npos)
+        << error;
   }
   EXPECT_TRUE(instances.all().empty());
 }
@@ -142,6 +146,24 @@ TEST(Trust, WorldWritablePluginIsRefused) {
   }
 }
 
+TEST(Trust, PluginInAWorldWritableFolderIsRefused) {
+  TempDir dir;
+  fs::path copy = dir.path() / "zhost_np_current.so";
+  fs::copy_file(plugin_file("current"), copy);
+  ASSERT_EQ(chmod(dir.path().c_str(), 0777), 0);
+  HostServices host;
+  try {
+    PluginLoader(host).load(copy);
+    FAIL() << "a plugin in a world-writable folder must not load";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("refusing to load a plugin from the world-writable folder"), std::string::npos)
+        << e.what();
+  }
+  // With the sticky bit (like /tmp) only the file's owner can replace it: the file's own checks suffice.
+  ASSERT_EQ(chmod(dir.path().c_str(), 01777), 0);
+  EXPECT_EQ(PluginLoader(host).load(copy).info.name, "np_current");
+}
+
 TEST(Trust, GarbageFileIsRefused) {
   TempDir dir;
   fs::path garbage = dir.path() / "zhost_garbage.so";
@@ -153,6 +175,34 @@ TEST(Trust, GarbageFileIsRefused) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("cannot load shared object"), std::string::npos) << e.what();
   }
+}
+
+// Plugins that crash (in the entry function or a constructor) or hang while loading are reported by name,
+// and discovery goes on with the others: each file is loaded in a child process first.
+TEST(Discovery, CrashingAndHangingPluginsAreReportedAndTheOthersLoad) {
+  HostServices host;
+  const auto started = std::chrono::steady_clock::now();
+  Discovery discovery = discover_plugins({ZHOST_HOSTILE_PLUGIN_DIR, ZHOST_NEGOTIATION_PLUGIN_DIR}, PluginLoader(host),
+                                         std::chrono::milliseconds(1000));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  std::vector<std::string> names;
+  for (const auto& p : discovery.plugins) names.push_back(p.info.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"np_current", "np_init_fails", "np_old_minor"}));
+  const auto failure_of = [&](const std::string& file) {
+    for (const auto& failure : discovery.failures)
+      if (failure.find("/" + file + ":") != std::string::npos) return failure;
+    return std::string("no failure for " + file);
+  };
+  EXPECT_NE(failure_of("zhost_np_crashes.so").find(": crashed while loading (signal 11, "), std::string::npos)
+      << failure_of("zhost_np_crashes.so");
+  EXPECT_NE(failure_of("zhost_np_ctor_crashes.so").find(": crashed while loading (signal 11, "), std::string::npos)
+      << failure_of("zhost_np_ctor_crashes.so");
+  EXPECT_NE(failure_of("zhost_np_hangs.so").find(": did not finish loading within 1.0 s"), std::string::npos)
+      << failure_of("zhost_np_hangs.so");
+  // The probe passes on the loader's own reasons.
+  EXPECT_NE(failure_of("zhost_np_no_entry.so").find("no entry symbol"), std::string::npos)
+      << failure_of("zhost_np_no_entry.so");
 }
 
 TEST(Discovery, ScansDirectoryReportingEachFailureWithItsFile) {

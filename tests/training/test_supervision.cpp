@@ -1,14 +1,20 @@
-// tests/training/test_supervision.cpp: a rank killed in the middle of training stops the whole job
-// within seconds, and zhost names the rank and its cause: with the host's stage 0, with the stage 2
-// plugin (whose collectives are in flight in its buckets when the peer dies), and with the stage 3 plugin
-// (gathers and reductions in flight).
+// tests/training/test_supervision.cpp: supervision of real training jobs (`zhost run --nproc N`): a rank
+// killed in the middle of training stops the whole job within seconds, and zhost names the rank and its
+// cause (stage 0, the stage 2 plugin with collectives in flight in its buckets, the stage 3 plugin with
+// gathers and reductions in flight); a rank that is stopped (SIGSTOP), whichever it is, rank 0 (the store's
+// host) included, is warned about, then named, and the job ends within comm.timeout_s and a few seconds.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -20,68 +26,149 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<pid_t> children_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
-  std::vector<pid_t> pids;
-  for (pid_t child; in >> child;) pids.push_back(child);
-  return pids;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// A TCP port nobody listens on right now.
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  socklen_t length = sizeof address;
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
 }
 
+int exit_code_of(const std::string& command) {
+  const int status = std::system((command + " >/dev/null 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The first cells of the exit-code table in docs/architecture.md.
+std::set<std::string> documented_exit_codes() {
+  std::istringstream doc(read_text_file(fs::path(ZHOST_SOURCE_DIR) / "docs" / "architecture.md"));
+  std::set<std::string> codes;
+  bool in_table = false;
+  for (std::string line; std::getline(doc, line);) {
+    if (line == "| code | meaning |") {
+      in_table = true;
+    } else if (in_table && line.rfind("|---", 0) != 0) {
+      if (line.rfind("| ", 0) != 0) break;
+      codes.insert(line.substr(2, line.find(" |", 2) - 2));
+    }
+  }
+  return codes;
+}
 
 }  // namespace
 
 class Supervision : public ::testing::TestWithParam<int> {};
 
 INSTANTIATE_TEST_SUITE_P(Stages, Supervision, ::testing::Values(0, 2, 3),
-                         [](const ::testing::TestParamInfo<int>& stage) { return "Stage" + std::to_string(stage.param); });
+                         [](const ::testing::TestParamInfo<int>& stage) {
+                           return "Stage" + std::to_string(stage.param);
+                         });
 
 TEST_P(Supervision, KilledRankStopsTheJobWithinTenSeconds) {
   ScratchDir dir;
-  const std::string stage = "zero.stage=" + std::to_string(GetParam());
-  const std::string run_dir = (dir.path() / "runs").string();
-  const std::string run_dir_setting = "run.dir=" + run_dir;
-  fs::path config = dir.path() / "long.toml";
-  std::ofstream(config) << small_job_config();
-  fs::path err = dir.path() / "err.txt";
-  pid_t launcher = fork();
-  if (launcher == 0) {
-    if (!freopen(err.c_str(), "w", stderr) || !freopen((dir.path() / "out.txt").c_str(), "w", stdout)) _exit(126);
-    std::vector<const char*> argv = {ZHOST_EXE, "run", config.c_str(), "--nproc", "2", "--set", "steps=100000",
-                                     "--set", run_dir_setting.c_str(), "--set", "run.name=long", "--set",
-                                     "train_micro_batch_size_per_gpu=1", "--set", stage.c_str()};
-    if (GetParam() == 3)  // small enough units that blocks are gathered and released every micro-batch
-      for (const char* arg : {"--set", "zero.stage3_param_persistence_threshold=40"}) argv.push_back(arg);
-    argv.push_back(nullptr);
-    execv(ZHOST_EXE, const_cast<char* const*>(argv.data()));
-    _exit(127);
-  }
-  // Wait until training runs (the first metrics record), then kill rank 1.
-  fs::path metrics = dir.path() / "runs" / "long" / "metrics.jsonl";
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (!(fs::exists(metrics) && fs::file_size(metrics) > 0) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_TRUE(fs::exists(metrics)) << "training never started:\n" << zhost::testing::read_text_file(err);
-  std::vector<pid_t> ranks = children_of(launcher);
-  ASSERT_EQ(ranks.size(), 2u);
-  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
-  auto killed_at = std::chrono::steady_clock::now();
+  std::vector<std::string> sets = {"zero.stage=" + std::to_string(GetParam())};
+  if (GetParam() == 3)  // small enough units that blocks are gathered and released every micro-batch
+    sets.push_back("zero.stage3_param_persistence_threshold=40");
+  BackgroundJob job(dir, 2, sets);
+  ASSERT_TRUE(job.wait_for_training()) << "training never started:\n" << job.err();
+  ASSERT_EQ(kill(job.pid_of(1), SIGKILL), 0);
+  const auto killed_at = Clock::now();
+  const std::optional<int> status = job.wait_for_exit(30);
+  ASSERT_TRUE(status) << "the launcher did not stop within 30 s";
+  EXPECT_LT(seconds_since(killed_at), 10.0);
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 3);  // a failed rank (docs/architecture.md, exit codes)
+  EXPECT_EQ(job.summary().rfind("zhost: error: rank 1", 0), 0u) << job.err();
+  EXPECT_NE(job.summary().find("SIGKILL"), std::string::npos) << job.err();
+  EXPECT_TRUE(job.all_ranks_gone()) << "a rank still runs";
+}
 
-  int status = 0;
-  pid_t done = 0;
-  while ((done = waitpid(launcher, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(30))
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
-  if (done == 0) {
-    kill(launcher, SIGKILL);
-    waitpid(launcher, &status, 0);
-    FAIL() << "the launcher did not stop within 30 s";
+struct StopCase {
+  int nproc;
+  int stopped;
+};
+
+class StoppedRank : public ::testing::TestWithParam<StopCase> {};
+
+INSTANTIATE_TEST_SUITE_P(EachRank, StoppedRank,
+                         ::testing::Values(StopCase{2, 0}, StopCase{2, 1}, StopCase{3, 0}, StopCase{3, 1},
+                                           StopCase{3, 2}),
+                         [](const ::testing::TestParamInfo<StopCase>& c) {
+                           return "Rank" + std::to_string(c.param.stopped) + "Of" + std::to_string(c.param.nproc);
+                         });
+
+// comm.timeout_s = 4: the others warn after a quarter of it, naming the stopped rank, fail after it, naming
+// it again, and the launcher names it first in its summary; then it stops every rank, the stopped one too.
+TEST_P(StoppedRank, IsWarnedAboutThenNamedAndTheJobEnds) {
+  constexpr double kTimeout = 4;
+  const auto [nproc, stopped] = GetParam();
+  ScratchDir dir;
+  BackgroundJob job(dir, nproc, {"comm.timeout_s=4"});
+  ASSERT_TRUE(job.wait_for_training()) << "training never started:\n" << job.err();
+  const pid_t pid = job.pid_of(stopped);
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  const auto stopped_at = Clock::now();
+  const std::optional<int> status = job.wait_for_exit(kTimeout + 30);
+  ASSERT_TRUE(status) << "the job did not end within comm.timeout_s + 30 s:\n" << job.err();
+  EXPECT_LT(seconds_since(stopped_at), kTimeout + 8);
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 3);
+
+  const std::string err = job.err();
+  // How the other ranks name it: rank 0 hosts the rendezvous store, which stops answering with it.
+  const std::string named =
+      stopped == 0 ? "rank 0 does not answer" : "rank " + std::to_string(stopped) + " stopped responding";
+  EXPECT_NE(err.find("has waited"), std::string::npos) << "no straggler warning:\n" << err;
+  const size_t warning = err.find("has waited");
+  EXPECT_NE(err.find(named, warning), std::string::npos) << "the warning does not name the stopped rank:\n" << err;
+  bool rank_reported = false;
+  std::istringstream lines(err);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("] zhost: error: ") != std::string::npos && line.find(named) != std::string::npos)
+      rank_reported = true;
   }
-  EXPECT_LT(seconds, 10.0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_NE(WEXITSTATUS(status), 0);
-  std::string errors = zhost::testing::read_text_file(err);
-  EXPECT_NE(errors.find("zhost: error: rank 1"), std::string::npos) << errors;
-  EXPECT_NE(errors.find("SIGKILL"), std::string::npos) << errors;
-  EXPECT_EQ(kill(ranks[0], 0), -1) << "rank 0 still running";  // no orphans
+  EXPECT_TRUE(rank_reported) << "no rank's error names rank " << stopped << ":\n" << err;
+  const std::string summary_start = "zhost: error: rank " + std::to_string(stopped) + " (pid " + std::to_string(pid) +
+                                    ") is stopped (process state T)";
+  EXPECT_EQ(job.summary().rfind(summary_start, 0), 0u) << err;
+  EXPECT_TRUE(job.all_ranks_gone()) << "a rank still runs";
+}
+
+// Every exit code that docs/architecture.md documents is what the binary returns in that situation.
+TEST(ExitCodes, EveryDocumentedCodeIsWhatTheBinaryReturns) {
+  ASSERT_EQ(documented_exit_codes(), (std::set<std::string>{"0", "1", "2", "3", "128 + N"}))
+      << "the table changed: give each new code a case here";
+  ScratchDir dir;
+  const std::string zhost = ZHOST_EXE;
+  const fs::path config = dir.path() / "job.toml";
+  std::ofstream(config) << small_job_config();
+  const std::string run = zhost + " run " + config.string() + " --set run.dir=" + (dir.path() / "runs").string();
+
+  EXPECT_EQ(exit_code_of(zhost + " version"), 0);
+  EXPECT_EQ(exit_code_of(zhost + " run " + (dir.path() / "missing.toml").string()), 2);  // nothing ran
+  // A runtime failure: the run directory cannot take metrics.jsonl.
+  fs::create_directories(dir.path() / "runs" / "blocked" / "metrics.jsonl");
+  EXPECT_EQ(exit_code_of(run + " --set run.name=blocked"), 1);
+  // A failed rank: rank 0 of 2, whose peer never joins.
+  EXPECT_EQ(exit_code_of("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) + " " +
+                         run + " --set run.name=alone --set comm.timeout_s=1"),
+            3);
+  // (a killed rank under --nproc: Supervision.KilledRankStopsTheJobWithinTenSeconds, a stopped one: StoppedRank)
+  // 128 + N: Ctrl-C to the launcher.
+  BackgroundJob job(dir, 2, {});
+  ASSERT_TRUE(job.wait_for_training()) << "training never started:\n" << job.err();
+  ASSERT_EQ(kill(job.launcher(), SIGINT), 0);
+  const std::optional<int> status = job.wait_for_exit(20);
+  ASSERT_TRUE(status) << job.err();
+  ASSERT_TRUE(WIFEXITED(*status)) << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), 128 + SIGINT) << job.err();
+  EXPECT_TRUE(job.all_ranks_gone());
 }

@@ -2,21 +2,124 @@
 #include "training_test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 namespace fs = std::filesystem;
 
 namespace zhost::testing {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> pids;
+  for (pid_t child; in >> child;) pids.push_back(child);
+  return pids;
+}
+
+// RANK from the process's environment; -1 when it cannot be read.
+int rank_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  for (std::string entry; std::getline(in, entry, '\0');) {
+    if (entry.rfind("RANK=", 0) == 0) return std::stoi(entry.substr(5));
+  }
+  return -1;
+}
 
 }  // namespace
+
+BackgroundJob::BackgroundJob(const ScratchDir& dir, int nproc, const std::vector<std::string>& sets)
+    : dir_(dir.path()), nproc_(nproc) {
+  const fs::path config = dir_ / "long.toml";
+  std::ofstream(config) << small_job_config();
+  std::vector<std::string> args = {ZHOST_EXE,
+                                   "run",
+                                   config.string(),
+                                   "--nproc",
+                                   std::to_string(nproc),
+                                   "--set",
+                                   "steps=100000",
+                                   "--set",
+                                   "run.dir=" + (dir_ / "runs").string(),
+                                   "--set",
+                                   "run.name=long",
+                                   "--set",
+                                   "train_micro_batch_size_per_gpu=1"};
+  for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+  launcher_ = fork();
+  if (launcher_ == 0) {
+    if (!freopen((dir_ / "err.txt").c_str(), "w", stderr) || !freopen((dir_ / "out.txt").c_str(), "w", stdout))
+      _exit(126);
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(ZHOST_EXE, argv.data());
+    _exit(127);
+  }
+}
+
+BackgroundJob::~BackgroundJob() {
+  if (exit_status_) return;
+  for (pid_t pid : children_of(launcher_)) kill(pid, SIGKILL);
+  kill(launcher_, SIGKILL);
+  waitpid(launcher_, nullptr, 0);
+}
+
+bool BackgroundJob::wait_for_ranks(double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    ranks_.clear();
+    for (pid_t pid : children_of(launcher_)) ranks_[rank_of(pid)] = pid;
+    if (static_cast<int>(ranks_.size()) == nproc_ && !ranks_.count(-1)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+bool BackgroundJob::wait_for_training() {
+  const fs::path metrics = dir_ / "runs" / "long" / "metrics.jsonl";
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (!(fs::exists(metrics) && fs::file_size(metrics) > 0) && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return fs::exists(metrics) && wait_for_ranks(5);
+}
+
+bool BackgroundJob::all_ranks_gone() const {
+  for (const auto& [rank, pid] : ranks_)
+    if (kill(pid, 0) == 0) return false;
+  return true;
+}
+
+std::optional<int> BackgroundJob::wait_for_exit(double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (waitpid(launcher_, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  exit_status_ = status;
+  return status;
+}
+
+std::string BackgroundJob::err() const { return read_text_file(dir_ / "err.txt"); }
+
+std::string BackgroundJob::summary() const {
+  std::istringstream lines(err());
+  std::string summary;
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("zhost: error: ", 0) == 0) summary = line;
+  return summary;
+}
 
 std::string small_job_config() {
   return R"(steps = 6
@@ -48,7 +151,6 @@ device = "cpu"
 timeout_s = 60
 )";
 }
-
 
 RunOutput run_zhost(const fs::path& dir, const std::string& config_text, const std::string& name,
                     const std::string& args, const std::string& shell_prefix) {

@@ -1,10 +1,14 @@
-// tests/training/training_test_support.hpp: running `zhost run` from tests and reading what a run left
-// in its run directory (metrics.jsonl, weights.bin + weights.json).
+// tests/training/training_test_support.hpp: running `zhost run` from tests (to the end, or in the
+// background to be disturbed) and reading what a run left in its run directory (metrics.jsonl, weights.bin
+// + weights.json).
 #pragma once
+
+#include <sys/types.h>
 
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,8 +20,8 @@ struct RunOutput {
   int exit_code = -1;
   std::string out, err;
   std::filesystem::path run_dir;
-  std::vector<double> losses;                        // per printed step
-  std::map<std::string, std::vector<float>> weights;  // name -> final fp32 values (when saved)
+  std::vector<double> losses;                          // per printed step
+  std::map<std::string, std::vector<float>> weights;   // name -> final fp32 values (when saved)
   std::vector<std::map<std::string, double>> metrics;  // metrics.jsonl records (numeric fields)
 };
 
@@ -25,6 +29,41 @@ struct RunOutput {
 // Vary it with --set in run_zhost's `args`.
 std::string small_job_config();
 
+// `zhost run --nproc N` of small_job_config() with `sets` (KEY=VALUE) running in the background; the run
+// never ends by itself (steps = 100000). Its stdout and stderr go to files of `dir`. The destructor kills
+// what is still running.
+class BackgroundJob {
+ public:
+  BackgroundJob(const ScratchDir& dir, int nproc, const std::vector<std::string>& sets);
+  ~BackgroundJob();
+  BackgroundJob(const BackgroundJob&) = delete;
+  BackgroundJob& operator=(const BackgroundJob&) = delete;
+
+  // Waits until the launcher started its `nproc` ranks (known by RANK in their environment).
+  bool wait_for_ranks(double seconds);
+  // Waits until training runs: the first metrics record, and the ranks known.
+  bool wait_for_training();
+
+  pid_t pid_of(int rank) const { return ranks_.at(rank); }
+  pid_t launcher() const { return launcher_; }
+  const std::map<int, pid_t>& ranks() const { return ranks_; }
+  // True when no rank process is left.
+  bool all_ranks_gone() const;
+
+  // The launcher's exit status, or nullopt when it did not end within `seconds`.
+  std::optional<int> wait_for_exit(double seconds);
+
+  std::string err() const;
+  // The launcher's own error line (ranks' lines carry a "[rank N] " prefix); "" when there is none.
+  std::string summary() const;
+
+ private:
+  std::filesystem::path dir_;
+  int nproc_;
+  pid_t launcher_ = -1;
+  std::map<int, pid_t> ranks_;
+  std::optional<int> exit_status_;
+};
 
 // Runs `zhost run CONFIG ARGS` in `dir` with run.dir = dir/runs and run.name = name. `shell_prefix` runs in
 // the same shell first, e.g. "ulimit -d 800000 && " to limit every rank's memory.
