@@ -28,8 +28,15 @@ int run_command(const RunOptions& options) {
 #if ZHOST_HAS_ENGINE
   const bool is_launched_rank = std::getenv("ZHOST_LAUNCHED") != nullptr;
   if (options.nproc > 0 && !is_launched_rank) {
-    // Check the job once here, so that a bad config, missing data or a model too large for this machine fails
-    // before any rank starts.
+    launch::LaunchOptions launch;
+    launch.nproc = options.nproc;
+    launch.nnodes = options.nnodes;
+    launch.node_rank = options.node_rank;
+    launch.master_addr = options.master_addr;
+    launch.master_port = options.master_port;
+    // The options first, then the job once here, so that bad options, a bad config, missing data or a model
+    // too large for this machine fail before any rank starts.
+    launch::check_launch_options(launch);
     JobSetup job = prepare_job(options.job);
     engine::check_data(*job.config);
     engine::check_precision(*job.config);
@@ -37,14 +44,8 @@ int run_command(const RunOptions& options) {
     const int world_size = options.nproc * options.nnodes;
     engine::check_host_memory(*job.config, engine::read_settings(*job.config, world_size, 0, 0, options.nproc),
                               world_size, options.nproc);
-    launch::LaunchOptions launch;
     // The ranks notice a stopped peer after comm.timeout_s and name it; the launcher steps in a little later.
     launch.stopped_rank_limit_s = job.config->get_float("comm.timeout_s") + kStoppedRankSlack_s;
-    launch.nproc = options.nproc;
-    launch.nnodes = options.nnodes;
-    launch.node_rank = options.node_rank;
-    launch.master_addr = options.master_addr;
-    launch.master_port = options.master_port;
     return launch::launch_local_ranks(launch);
   }
   launch::RankEnv env = launch::detect_rank_env(launch::current_env());

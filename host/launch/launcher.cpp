@@ -216,29 +216,6 @@ bool is_stopped(pid_t pid) {
          (line[name_end + 2] == 'T' || line[name_end + 2] == 't');
 }
 
-void validate(const LaunchOptions& options) {
-  if (options.nproc < 1) fail_usage("--nproc must be at least 1, got {}", options.nproc);
-  if (options.nproc > max_local_ranks()) {
-    fail_usage("--nproc {} is more than this node's limit of {} ranks ({} per CPU core); start fewer ranks",
-               options.nproc, max_local_ranks(), kMaxRanksPerCore);
-  }
-  if (options.nnodes < 1) fail_usage("--nnodes must be at least 1, got {}", options.nnodes);
-  if (options.node_rank < 0 || options.node_rank >= options.nnodes) {
-    fail_usage("--node-rank {} is outside 0..{} (--nnodes {})", options.node_rank, options.nnodes - 1, options.nnodes);
-  }
-  if (options.master_addr.empty()) fail_usage("--master-addr is empty");
-  check_address_resolves(options.master_addr, "--master-addr");
-  if (options.master_port < 0 || options.master_port > 65535) {
-    fail_usage("--master-port {} is not a valid TCP port", options.master_port);
-  }
-  if (options.nnodes > 1 && options.master_port == 0) {
-    fail_usage("--master-port is required with --nnodes {}: every node must use the same port", options.nnodes);
-  }
-  if (options.program.empty()) fail_usage("no program to launch");
-  if (options.grace_period_s < 0 || options.timeout_s < 0 || options.stopped_rank_limit_s < 0) {
-    fail_usage("grace period and time limits must not be negative");
-  }
-}
 
 // What exec needs, prepared before fork (the child may only make async-signal-safe calls).
 struct ExecImage {
@@ -591,8 +568,32 @@ int max_local_ranks() {
   return kMaxRanksPerCore * static_cast<int>(cores > 0 ? cores : 1);
 }
 
+void check_launch_options(const LaunchOptions& options) {
+  if (options.nproc < 1) fail_usage("--nproc must be at least 1, got {}", options.nproc);
+  if (options.nproc > max_local_ranks()) {
+    fail_usage("--nproc {} is more than this node's limit of {} ranks ({} per CPU core); start fewer ranks",
+               options.nproc, max_local_ranks(), kMaxRanksPerCore);
+  }
+  if (options.nnodes < 1) fail_usage("--nnodes must be at least 1, got {}", options.nnodes);
+  if (options.node_rank < 0 || options.node_rank >= options.nnodes) {
+    fail_usage("--node-rank {} is outside 0..{} (--nnodes {})", options.node_rank, options.nnodes - 1, options.nnodes);
+  }
+  if (options.master_addr.empty()) fail_usage("--master-addr is empty");
+  check_address_resolves(options.master_addr, "--master-addr");
+  if (options.master_port < 0 || options.master_port > 65535) {
+    fail_usage("--master-port {} is not a valid TCP port", options.master_port);
+  }
+  if (options.nnodes > 1 && options.master_port == 0) {
+    fail_usage("--master-port is required with --nnodes {}: every node must use the same port", options.nnodes);
+  }
+  if (options.program.empty()) fail_usage("no program to launch");
+  if (options.grace_period_s < 0 || options.timeout_s < 0 || options.stopped_rank_limit_s < 0) {
+    fail_usage("grace period and time limits must not be negative");
+  }
+}
+
 LaunchResult run_local_ranks(const LaunchOptions& options) {
-  validate(options);
+  check_launch_options(options);
   return Supervisor(options).run();
 }
 

@@ -57,6 +57,9 @@ struct LaunchResult {
   std::vector<RankExit> ranks;  // by local rank
 };
 
+// Throws UsageError for options no launch could honour (rank counts, addresses, ports), before anything starts.
+void check_launch_options(const LaunchOptions& options);
+
 // Starts the ranks and supervises them until all have ended. Throws UsageError for bad options and
 // zhost::Error when a rank cannot be started.
 LaunchResult run_local_ranks(const LaunchOptions& options);
