@@ -13,11 +13,11 @@
 #include "host/engine/device_copies.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/engine/native_libs.hpp"
-#include "host/model/model.hpp"
 #include "host/engine/preflight.hpp"
 #include "host/engine/stage0_partition.hpp"
 #include "host/engine/trainer.hpp"
 #include "host/launch/launcher.hpp"
+#include "host/model/model.hpp"
 
 namespace zhost::engine {
 
@@ -44,8 +44,8 @@ std::string runtime_description() {
   const ThreadPlan plan = plan_threads(budget, ThreadRequest{0, omp_num_threads(), false, 0, 1});
   return fmt::format("CPU: {}; {} usable CPU(s) ({}{}); a single rank runs {} intra-op thread(s) ({})",
                      native_libs_summary(), budget.usable_cpus.size(), cpu_list_text(budget.usable_cpus),
-                     budget.quota_cpus ? fmt::format(", cgroup quota {:.2f}", *budget.quota_cpus) : "",
-                     plan.threads, plan.origin);
+                     budget.quota_cpus ? fmt::format(", cgroup quota {:.2f}", *budget.quota_cpus) : "", plan.threads,
+                     plan.origin);
 }
 
 namespace {
@@ -102,13 +102,15 @@ void set_up_cpu_threads(const TrainSettings& settings, const launch::RankEnv& en
                pinning);
   const BlasInfo blas = blas_in_use();
   if (blas.reference)
-    spdlog::warn("LibTorch's matrix products run on the reference BLAS ({}), about 20x slower than an optimised "
-                 "one; install libopenblas0-openmp and select it for libblas.so.3 (scripts/setup-deps does both)",
-                 blas.path);
+    spdlog::warn(
+        "LibTorch's matrix products run on the reference BLAS ({}), about 20x slower than an optimised "
+        "one; install libopenblas0-openmp and select it for libblas.so.3 (scripts/setup-deps does both)",
+        blas.path);
   if (plan.oversubscribed)
-    spdlog::warn("{} thread(s) per rank x {} local rank(s) exceed the {} usable CPU(s): threads will wait on each "
-                 "other; lower {} or leave it to zhost",
-                 plan.threads, env.local_world_size, budget.usable_cpus.size(), plan.origin);
+    spdlog::warn(
+        "{} thread(s) per rank x {} local rank(s) exceed the {} usable CPU(s): threads will wait on each "
+        "other; lower {} or leave it to zhost",
+        plan.threads, env.local_world_size, budget.usable_cpus.size(), plan.origin);
 }
 
 // Hands the offload tiers the config chose to the host services (tier_for), for the partition plugin,

@@ -8,9 +8,8 @@
 #include <c10/core/Storage.h>
 #include <fmt/format.h>
 
-#include <utility>
-
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "host/engine/dlpack_bridge.hpp"
@@ -104,7 +103,8 @@ zhost_status* group_create(zhost_host_context*, const uint32_t* ids, const int64
 
 zhost_status* materialize(zhost_host_context*, zhost_param_group* group, DLTensor* flat) {
   return serve("materialize", [&](ParamStore::State& s) -> zhost_status* {
-    if (!group || !flat) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "params->materialize: needs a group and a DLTensor");
+    if (!group || !flat)
+      return service_error(ZHOST_ERR_INVALID_ARGUMENT, "params->materialize: needs a group and a DLTensor");
     c10::StorageImpl* impl = group->storage.unsafeGetStorageImpl();
     if (!group->live) {
       impl->set_data_ptr_noswap(impl->allocator()->allocate(group->nbytes));
@@ -141,11 +141,12 @@ zhost_status* initial_values(zhost_host_context*, uint32_t id, int64_t offset, D
   return serve("initial_values", [&](ParamStore::State& s) -> zhost_status* {
     if (!dst || id >= s.model->parameters().size() || offset < 0)
       return service_error(ZHOST_ERR_INVALID_ARGUMENT,
-                   fmt::format("params->initial_values: bad arguments (parameter {}, offset {})", id, offset));
+                           fmt::format("params->initial_values: bad arguments (parameter {}, offset {})", id, offset));
     at::Tensor target = tensor_view(*dst);
     if (!target.is_contiguous())
-      return service_error(ZHOST_ERR_INVALID_ARGUMENT,
-                           fmt::format("params->initial_values: the destination for parameter {} is not contiguous", id));
+      return service_error(
+          ZHOST_ERR_INVALID_ARGUMENT,
+          fmt::format("params->initial_values: the destination for parameter {} is not contiguous", id));
     s.model->init_parameter_shard(id, offset, target);
     return nullptr;
   });

@@ -49,8 +49,8 @@ struct TrainSettings {
   int64_t zero_stage = 0;
   bool optimizer_offloaded = false;  // zero.offload_optimizer.device names a tier
   bool params_offloaded = false;     // zero.offload_param.device names a tier (stage 3)
-  int local_rank = 0;        // picks the CUDA device
-  int local_world_size = 1;  // ranks on this node
+  int local_rank = 0;                // picks the CUDA device
+  int local_world_size = 1;          // ranks on this node
 };
 
 // The inputs of ZeRO's model-state formula (model_states.hpp) for this job on `world_size` ranks with

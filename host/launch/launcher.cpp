@@ -216,7 +216,6 @@ bool is_stopped(pid_t pid) {
          (line[name_end + 2] == 'T' || line[name_end + 2] == 't');
 }
 
-
 // What exec needs, prepared before fork (the child may only make async-signal-safe calls).
 struct ExecImage {
   std::vector<std::string> strings;

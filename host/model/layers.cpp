@@ -36,8 +36,9 @@ at::Tensor merge_heads(const at::Tensor& x) {
 static at::Tensor repeat_kv(const at::Tensor& k, int64_t repeats) {
   if (repeats == 1) return k;
   const int64_t batch = k.size(0), kv_heads = k.size(1), time = k.size(2), head_dim = k.size(3);
-  return k.unsqueeze(2).expand({batch, kv_heads, repeats, time, head_dim}).reshape(
-      {batch, kv_heads * repeats, time, head_dim});
+  return k.unsqueeze(2)
+      .expand({batch, kv_heads, repeats, time, head_dim})
+      .reshape({batch, kv_heads * repeats, time, head_dim});
 }
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
@@ -59,10 +60,10 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 Rotary rotary_tables(int64_t seq_len, int64_t head_dim, double theta, const at::Tensor& like) {
   const auto f32 = like.options().dtype(at::kFloat);
-  const at::Tensor inv_freq = at::pow(theta, at::arange(0, head_dim, 2, f32) / static_cast<double>(head_dim))
-                                  .reciprocal();                              // [D/2]
-  const at::Tensor angles = at::outer(at::arange(seq_len, f32), inv_freq);    // [T, D/2]
-  const at::Tensor both_halves = at::cat({angles, angles}, -1);               // [T, D]
+  const at::Tensor inv_freq =
+      at::pow(theta, at::arange(0, head_dim, 2, f32) / static_cast<double>(head_dim)).reciprocal();  // [D/2]
+  const at::Tensor angles = at::outer(at::arange(seq_len, f32), inv_freq);                           // [T, D/2]
+  const at::Tensor both_halves = at::cat({angles, angles}, -1);                                      // [T, D]
   return {both_halves.cos().to(like.scalar_type()), both_halves.sin().to(like.scalar_type())};
 }
 
@@ -90,8 +91,12 @@ at::Tensor feed_forward(const at::Tensor& x, const at::Tensor& fc_weight, const 
                         Activation activation, const at::Tensor& proj_weight, const at::Tensor& proj_bias) {
   at::Tensor hidden = at::linear(x, fc_weight, fc_bias);  // [..., F]
   switch (activation) {
-    case Activation::kRelu: hidden = at::relu(hidden); break;
-    case Activation::kGeluTanh: hidden = at::gelu(hidden, "tanh"); break;
+    case Activation::kRelu:
+      hidden = at::relu(hidden);
+      break;
+    case Activation::kGeluTanh:
+      hidden = at::gelu(hidden, "tanh");
+      break;
   }
   return at::linear(hidden, proj_weight, proj_bias);  // [..., C]
 }

@@ -3,8 +3,8 @@
 #include "host/engine/cpu_threads.hpp"
 
 #include <ATen/Parallel.h>
-#include <gtest/gtest.h>
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 
 #include <numeric>

@@ -1,6 +1,8 @@
 // tests/engine/param_store_test.cpp: the host side of partitioned parameters (zhost_param_services): a model
 // built without storage, parameters bound to one flat storage that is materialised and released, initial
 // values computed for any element range, and autograd's saved views following the storage.
+#include "host/engine/param_store.hpp"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,7 +11,6 @@
 
 #include "host/core/error.hpp"
 #include "host/engine/dlpack_bridge.hpp"
-#include "host/engine/param_store.hpp"
 #include "host/model/model.hpp"
 #include "host/services/host_services.hpp"
 
