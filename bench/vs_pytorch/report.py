@@ -25,11 +25,10 @@ def zhost_side(folder, stage):
     measured = [r for r in records if r["step"] > warmup]
     tokens = statistics.median(r["tokens_per_s"] for r in measured)
     flops_per_token = statistics.median(r["tflops"] * 1e12 / r["tokens_per_s"] for r in measured)
-    peak = max(r["peak_rss_mb"] for r in records)
-    return tokens, flops_per_token, peak
+    return tokens, flops_per_token
 
 
-def pytorch_side(folder, size_ranks):
+def pytorch_side(folder):
     data = json.load(open(os.path.join(folder, "pytorch.json")))
     return data["tokens_per_step"] / statistics.median(data["step_ms"]) * 1000.0, data["params"]
 
@@ -52,10 +51,10 @@ for config in sorted(os.listdir(results)):
     params = 0
     for name in rounds:
         round_dir = os.path.join(folder, name)
-        py_tokens, params = pytorch_side(round_dir, config)
+        py_tokens, params = pytorch_side(round_dir)
         py.append(py_tokens)
         for stage in stages:
-            tokens, per_token, _ = zhost_side(round_dir, stage)
+            tokens, per_token = zhost_side(round_dir, stage)
             z[stage].append(tokens)
             flops.append(per_token)
         ratio0.append(z["0"][-1] / py_tokens)

@@ -40,7 +40,7 @@ int run_command(const RunOptions& options) {
     JobSetup job = prepare_job(options.job);
     engine::check_data(*job.config);
     engine::check_precision(*job.config);
-    engine::check_cpu_threads(job, options.nproc);
+    engine::check_cpu_threads(*job.config, options.nproc);
     const int world_size = options.nproc * options.nnodes;
     engine::check_host_memory(*job.config, engine::read_settings(*job.config, world_size, 0, 0, options.nproc),
                               world_size, options.nproc);

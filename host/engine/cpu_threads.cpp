@@ -64,6 +64,10 @@ CpuBudget read_cpu_budget() {
   return budget;
 }
 
+ThreadRequest thread_request(int requested_threads, bool pin, int local_rank, int local_world_size) {
+  return ThreadRequest{requested_threads, omp_num_threads(), pin, local_rank, local_world_size};
+}
+
 ThreadPlan plan_threads(const CpuBudget& budget, const ThreadRequest& request) {
   ZHOST_ASSERT(!budget.usable_cpus.empty() && request.local_world_size >= 1 && request.local_rank >= 0 &&
                request.local_rank < request.local_world_size);

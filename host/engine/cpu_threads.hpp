@@ -30,6 +30,9 @@ struct ThreadRequest {
   int local_world_size = 1;
 };
 
+// The request of local rank `local_rank` of `local_world_size`, with OMP_NUM_THREADS read from the environment.
+ThreadRequest thread_request(int requested_threads, bool pin, int local_rank, int local_world_size);
+
 struct ThreadPlan {
   int threads = 1;
   std::vector<int> cpus;        // the CPUs to bind this rank to; empty = leave the affinity alone

@@ -32,16 +32,9 @@ std::string build_description() {
   return fmt::format("training engine: LibTorch {} ({})", TORCH_VERSION, cuda);
 }
 
-void check_cpu_threads(const JobSetup& job, int local_world_size) {
-  const CpuBudget budget = read_cpu_budget();
-  for (int local = 0; local < local_world_size; ++local)
-    plan_threads(budget, ThreadRequest{static_cast<int>(job.config->get_int("run.intra_op_threads")), omp_num_threads(),
-                                       job.config->get_bool("run.pin_ranks"), local, local_world_size});
-}
-
 std::string runtime_description() {
   const CpuBudget budget = read_cpu_budget();
-  const ThreadPlan plan = plan_threads(budget, ThreadRequest{0, omp_num_threads(), false, 0, 1});
+  const ThreadPlan plan = plan_threads(budget, thread_request(0, false, 0, 1));
   return fmt::format("CPU: {}; {} usable CPU(s) ({}{}); a single rank runs {} intra-op thread(s) ({})",
                      native_libs_summary(), budget.usable_cpus.size(), cpu_list_text(budget.usable_cpus),
                      budget.quota_cpus ? fmt::format(", cgroup quota {:.2f}", *budget.quota_cpus) : "", plan.threads,
@@ -83,8 +76,7 @@ int run_job(JobSetup& job, const launch::RankEnv& env);
 void set_up_cpu_threads(const TrainSettings& settings, const launch::RankEnv& env) {
   const CpuBudget budget = read_cpu_budget();
   auto request_for = [&](int local_rank) {
-    return ThreadRequest{settings.intra_op_threads, omp_num_threads(), settings.pin_ranks, local_rank,
-                         env.local_world_size};
+    return thread_request(settings.intra_op_threads, settings.pin_ranks, local_rank, env.local_world_size);
   };
   const ThreadPlan plan = plan_threads(budget, request_for(env.local_rank));
   apply_thread_plan(plan);

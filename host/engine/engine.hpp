@@ -15,10 +15,6 @@ int run_training(JobSetup& job, const launch::RankEnv& env);
 // "LibTorch 1.13.1 (CPU)" and the like, for `zhost version`.
 std::string build_description();
 
-// Refuses (UsageError) thread settings that no local rank of `local_world_size` could honour, e.g.
-// run.pin_ranks with more local ranks than CPUs: the launcher calls it before starting any rank.
-void check_cpu_threads(const JobSetup& job, int local_world_size);
-
 // The BLAS, malloc and CPUs this process runs with, and the threads one rank would get, for `zhost version`.
 std::string runtime_description();
 

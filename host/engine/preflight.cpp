@@ -12,6 +12,7 @@
 
 #include "host/core/error.hpp"
 #include "host/data/data.hpp"
+#include "host/engine/cpu_threads.hpp"
 #include "host/engine/device.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/model/model.hpp"
@@ -71,6 +72,13 @@ void check_precision(const config::ResolvedConfig& config) {
   } catch (const UsageError& e) {
     fail_usage("{} {}", config.location("fp16.enabled"), e.what());
   }
+}
+
+void check_cpu_threads(const config::ResolvedConfig& config, int local_world_size) {
+  const CpuBudget budget = read_cpu_budget();
+  for (int local = 0; local < local_world_size; ++local)
+    plan_threads(budget, thread_request(static_cast<int>(config.get_int("run.intra_op_threads")),
+                                        config.get_bool("run.pin_ranks"), local, local_world_size));
 }
 
 int64_t parameter_count(const TrainSettings& settings) {

@@ -39,6 +39,10 @@ double host_model_state_bytes(const TrainSettings& settings, int world_size, int
 // MemAvailable from /proc/meminfo, in bytes; nullopt when it cannot be read.
 std::optional<double> available_host_memory();
 
+// Refuses (UsageError) thread settings that no local rank of `local_world_size` could honour, e.g.
+// run.pin_ranks with more local ranks than CPUs (Note [CPU threads per rank]).
+void check_cpu_threads(const config::ResolvedConfig& config, int local_world_size);
+
 // Refuses the job when host_model_state_bytes exceeds available_host_memory(), naming both and what to
 // set; run.memory_check = false skips it.
 void check_host_memory(const config::ResolvedConfig& config, const TrainSettings& settings, int world_size,
