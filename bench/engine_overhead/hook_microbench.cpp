@@ -11,8 +11,8 @@
 #include <benchmark/benchmark.h>
 
 #include "host/core/error.hpp"
-#include "host/engine/dlpack_bridge.hpp"
 #include "host/plugins/instances.hpp"
+#include "zhost/kit/dlpack_views.hpp"
 #include "zhost/partition.h"
 
 namespace zhost::bench {
@@ -38,7 +38,7 @@ void register_cases(const PartitionUnderTest& partition, const at::Tensor& grad)
   benchmark::RegisterBenchmark("grad_ready_no_reduce", [partition, grad](benchmark::State& state) {
     zhost_micro_batch_args accumulating{sizeof(zhost_micro_batch_args), nullptr, 1, 0, 0};
     check_ok(partition.api->begin_micro_batch(partition.instance, &accumulating), "begin_micro_batch");
-    DLTensor view = engine::dl_view(grad);
+    DLTensor view = kit::dl_view(grad);
     for (auto _ : state) {
       zhost_status* status = partition.api->grad_ready(partition.instance, 0, &view);
       benchmark::DoNotOptimize(status);
@@ -47,14 +47,14 @@ void register_cases(const PartitionUnderTest& partition, const at::Tensor& grad)
   });
   benchmark::RegisterBenchmark("dl_view", [grad](benchmark::State& state) {
     for (auto _ : state) {
-      DLTensor view = engine::dl_view(grad);
+      DLTensor view = kit::dl_view(grad);
       benchmark::DoNotOptimize(view);
     }
   });
   benchmark::RegisterBenchmark("tensor_view", [grad](benchmark::State& state) {
-    DLTensor view = engine::dl_view(grad);
+    DLTensor view = kit::dl_view(grad);
     for (auto _ : state) {
-      at::Tensor tensor = engine::tensor_view(view);
+      at::Tensor tensor = kit::tensor_view(view);
       benchmark::DoNotOptimize(tensor);
     }
   });

@@ -11,9 +11,9 @@
 #include "host/core/error.hpp"
 #include "host/data/data.hpp"
 #include "host/model/model.hpp"
-#include "host/optim/optimizer.hpp"
 #include "host/optim/schedule.hpp"
-#include "host/optim/tensor_numerics.hpp"
+#include "zhost/kit/grad_numerics.hpp"
+#include "zhost/kit/optimizer.hpp"
 
 namespace zhost::bench {
 namespace {
@@ -65,13 +65,13 @@ ReferenceResult run_reference_loop(const engine::TrainSettings& settings, comm::
                warmup_steps, window_steps);
   std::unique_ptr<model::Model> model = model::make_model(settings.model, at::kCPU, at::kFloat);
   data::DataLoader loader(settings.data);
-  std::unique_ptr<optim::Optimizer> optimizer = optim::make_optimizer(settings.optimizer);
+  std::unique_ptr<kit::Optimizer> optimizer = kit::make_optimizer(settings.optimizer);
   std::unique_ptr<optim::LrSchedule> schedule = optim::make_schedule(settings.schedule, settings.optimizer.lr);
 
   const auto& params = model->parameters();
   std::vector<at::Tensor> weights;  // the parameters' storage without autograd, for the optimizer
   for (const auto& p : params) weights.push_back(p.tensor.detach());
-  std::vector<optim::OptimizerState> states(params.size());
+  std::vector<kit::OptimizerState> states(params.size());
 
   const int64_t gas = settings.batch.gradient_accumulation_steps;
   const int world_size = world ? world->world_size() : 1;
@@ -99,15 +99,16 @@ ReferenceResult run_reference_loop(const engine::TrainSettings& settings, comm::
     auto reduction_start = Clock::now();
     std::vector<at::Tensor> grads;
     grads.reserve(params.size());
-    for (const auto& p : params) grads.push_back(p.tensor.grad().defined() ? p.tensor.grad() : at::zeros_like(p.tensor));
+    for (const auto& p : params)
+      grads.push_back(p.tensor.grad().defined() ? p.tensor.grad() : at::zeros_like(p.tensor));
     if (world_size > 1) grads = all_reduce_gradients(grads, *world);
     auto step_start = Clock::now();
     window.reduction += ms_between(reduction_start, step_start);
 
-    double norm = optim::global_grad_norm(grads);
+    double norm = kit::global_grad_norm(grads);
     if (std::isfinite(norm)) {
-      double coefficient = optim::clip_coefficient(norm, settings.gradient_clipping);
-      if (coefficient < 1) optim::scale_in_place(grads, coefficient);
+      double coefficient = kit::clip_coefficient(norm, settings.gradient_clipping);
+      if (coefficient < 1) kit::scale_in_place(grads, coefficient);
       double lr = schedule->lr_for_step(applied + 1);
       ++applied;
       for (size_t i = 0; i < params.size(); ++i) optimizer->step(weights[i], grads[i], states[i], applied, lr);

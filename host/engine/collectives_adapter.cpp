@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "host/core/error.hpp"
-#include "host/engine/dlpack_bridge.hpp"
+#include "zhost/kit/dlpack_views.hpp"
 #include "host/services/host_services.hpp"
 
 struct zhost_work {
@@ -47,7 +47,7 @@ comm::ReduceOp reduce_op(zhost_reduce_op op) {
 
 at::Tensor required(const DLTensor* view, const char* what) {
   if (!view) throw Error(fmt::format("collective called without its {} tensor", what), ExitCode::kUsage);
-  return tensor_view(*view);
+  return kit::tensor_view(*view);
 }
 
 std::vector<int64_t> counts(const int64_t* values, comm::Comm& group) {

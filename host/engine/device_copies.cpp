@@ -11,7 +11,7 @@
 #include <string>
 
 #include "host/core/error.hpp"
-#include "host/engine/dlpack_bridge.hpp"
+#include "zhost/kit/dlpack_views.hpp"
 #include "host/engine/service_call.hpp"
 #include "host/services/host_services.hpp"
 
@@ -68,8 +68,8 @@ zhost_status* start(zhost_host_context*, const DLTensor* src, DLTensor* dst, zho
     if (!src || !dst || !out) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->start: needs src, dst and out");
     *out = nullptr;
     auto copy = std::make_unique<zhost_copy>();
-    copy->src = tensor_view(*src);
-    copy->dst = tensor_view(*dst);
+    copy->src = kit::tensor_view(*src);
+    copy->dst = kit::tensor_view(*dst);
     if (copy->src.scalar_type() != copy->dst.scalar_type() || copy->src.numel() != copy->dst.numel())
       return service_error(ZHOST_ERR_INVALID_ARGUMENT,
                    fmt::format("copies->start: source ({} elements of {}) and destination ({} of {}) differ",

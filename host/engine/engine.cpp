@@ -14,14 +14,15 @@
 #include "host/engine/model_states.hpp"
 #include "host/engine/native_libs.hpp"
 #include "host/engine/preflight.hpp"
-#include "host/engine/stage0_partition.hpp"
 #include "host/engine/trainer.hpp"
 #include "host/launch/launcher.hpp"
 #include "host/model/model.hpp"
+#include "host/plugins/loader.hpp"
+#include "plugins/stage0/stage0.h"
 
 namespace zhost::engine {
 
-void register_builtin_plugins() { register_stage0_plugin(); }
+void register_builtin_plugins() { register_builtin_plugin("stage0", zhost_stage0_plugin_v0); }
 
 std::string build_description() {
 #if ZHOST_WITH_CUDA

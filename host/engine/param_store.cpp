@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "host/engine/dlpack_bridge.hpp"
 #include "host/engine/page_allocator.hpp"
 #include "host/engine/service_call.hpp"
 #include "host/model/model.hpp"
 #include "host/services/host_services.hpp"
+#include "zhost/kit/dlpack_views.hpp"
 
 struct zhost_param_group {
   std::vector<uint32_t> ids;
@@ -115,9 +115,9 @@ zhost_status* materialize(zhost_host_context*, zhost_param_group* group, DLTenso
     }
     *flat = DLTensor{};
     flat->data = group->storage.data_ptr().get();
-    flat->device = dl_device(group->storage.device());
+    flat->device = kit::dl_device(group->storage.device());
     flat->ndim = 1;
-    flat->dtype = dl_dtype(group->dtype);
+    flat->dtype = kit::dl_dtype(group->dtype);
     flat->shape = group->shape;
     flat->strides = nullptr;
     return nullptr;
@@ -142,7 +142,7 @@ zhost_status* initial_values(zhost_host_context*, uint32_t id, int64_t offset, D
     if (!dst || id >= s.model->parameters().size() || offset < 0)
       return service_error(ZHOST_ERR_INVALID_ARGUMENT,
                            fmt::format("params->initial_values: bad arguments (parameter {}, offset {})", id, offset));
-    at::Tensor target = tensor_view(*dst);
+    at::Tensor target = kit::tensor_view(*dst);
     if (!target.is_contiguous())
       return service_error(
           ZHOST_ERR_INVALID_ARGUMENT,

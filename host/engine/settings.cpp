@@ -1,6 +1,8 @@
 // host/engine/settings.cpp: config keys -> TrainSettings.
 #include "host/engine/settings.hpp"
 
+#include "host/optim/optimizer_type.hpp"
+
 namespace zhost::engine {
 
 const char* precision_name(Precision precision) {
@@ -98,7 +100,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.data.rank = rank;
   s.data.seed = s.seed;
 
-  s.optimizer = optim::OptimizerSpec::defaults(
+  s.optimizer = kit::OptimizerSpec::defaults(
       optim::parse_optimizer_kind(c.get_string("optimizer.type"), c.get_bool("optimizer.adam_w_mode")));
   s.optimizer.lr = c.get_float("optimizer.lr");
   // Unset betas keep the optimizer's own defaults (Lion: 0.9, 0.99; Adam kinds: 0.9, 0.999). Validation
@@ -111,6 +113,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.optimizer.eps = c.get_float("optimizer.eps");
   s.optimizer.weight_decay = c.get_float("optimizer.weight_decay");
   s.optimizer.momentum = c.get_float("optimizer.momentum");
+  optim::check_optimizer_spec(s.optimizer);
   s.schedule = read_schedule(c, s.steps);
 
   if (c.get_bool("bf16.enabled")) s.precision = Precision::kBf16;
@@ -142,8 +145,7 @@ ModelStateShape model_state_shape(const TrainSettings& settings, int world_size,
   shape.world_size = world_size;
   shape.num_params = num_params;
   shape.compute_bytes = settings.precision == Precision::kFp32 ? 4 : 2;
-  shape.optimizer_bytes_per_param =
-      static_cast<int>(optim::make_optimizer(settings.optimizer)->state_bytes_per_param());
+  shape.optimizer_bytes_per_param = static_cast<int>(kit::make_optimizer(settings.optimizer)->state_bytes_per_param());
   shape.optimizer_offloaded = settings.optimizer_offloaded;
   shape.params_offloaded = settings.params_offloaded;
   return shape;

@@ -12,8 +12,8 @@
 #include "host/engine/model_states.hpp"
 #include "host/model/model.hpp"
 #include "host/optim/loss_scaler.hpp"
-#include "host/optim/optimizer.hpp"
 #include "host/optim/schedule.hpp"
+#include "zhost/kit/optimizer.hpp"
 
 namespace zhost::engine {
 
@@ -35,7 +35,7 @@ struct TrainSettings {
   int rank = 0;
   model::ModelSpec model;
   data::DataSpec data;
-  optim::OptimizerSpec optimizer;
+  kit::OptimizerSpec optimizer;
   optim::ScheduleSpec schedule;
   Precision precision = Precision::kFp32;
   optim::LossScaleSpec loss_scale;  // fp16 only

@@ -20,12 +20,12 @@
 
 #include "host/core/error.hpp"
 #include "host/engine/device.hpp"
-#include "host/engine/dlpack_bridge.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/engine/param_store.hpp"
 #include "host/engine/preflight.hpp"
-#include "host/optim/optimizer_abi.hpp"
 #include "host/services/host_services.hpp"
+#include "zhost/kit/dlpack_views.hpp"
+#include "zhost/kit/optimizer.hpp"
 #include "zhost/partition.h"
 
 #if ZHOST_WITH_CUDA
@@ -63,9 +63,9 @@ uint64_t mix64(uint64_t x) {
 DLTensor dl_shape_only(const at::Tensor& tensor) {
   DLTensor view{};
   view.data = nullptr;
-  view.device = dl_device(tensor.device());
+  view.device = kit::dl_device(tensor.device());
   view.ndim = static_cast<int32_t>(tensor.dim());
-  view.dtype = dl_dtype(tensor.scalar_type());
+  view.dtype = kit::dl_dtype(tensor.scalar_type());
   view.shape = const_cast<int64_t*>(tensor.sizes().data());
   view.strides = const_cast<int64_t*>(tensor.strides().data());
   return view;
@@ -250,7 +250,7 @@ struct Trainer::Impl {
       infos[i].id = static_cast<uint32_t>(i);
       infos[i].name = params[i].name.c_str();
       infos[i].block = params[i].block;
-      infos[i].tensor = param_store ? dl_shape_only(params[i].tensor) : dl_view(params[i].tensor);
+      infos[i].tensor = param_store ? dl_shape_only(params[i].tensor) : kit::dl_view(params[i].tensor);
     }
     const auto& used = model->params_used_by_block();
     std::vector<uint32_t> ids;
@@ -270,8 +270,8 @@ struct Trainer::Impl {
     setup.num_blocks = static_cast<int32_t>(used.size());
     setup.block_param_ids = ids.data();
     setup.block_param_offsets = offsets.data();
-    setup.optimizer = optim::optimizer_desc_to_abi(settings.optimizer);
-    setup.master_dtype = dl_dtype(at::kFloat);
+    setup.optimizer = kit::optimizer_desc_to_abi(settings.optimizer);
+    setup.master_dtype = kit::dl_dtype(at::kFloat);
     setup.gradient_accumulation_steps = static_cast<int32_t>(settings.batch.gradient_accumulation_steps);
     call(api.setup(partition.instance, &setup), "setup");
   }
@@ -301,7 +301,7 @@ struct Trainer::Impl {
     if (!hook_error.empty()) return;
     grad_reported[id] = 1;
     const at::Tensor& grad = model->parameters()[id].tensor.grad();
-    DLTensor view = dl_view(grad);
+    DLTensor view = kit::dl_view(grad);
     call_in_hook(api.grad_ready(partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
     if (partition_takes_grads) model->parameters()[id].tensor.mutable_grad() = at::Tensor();
     for (int32_t block : blocks_using_param[id])
@@ -316,7 +316,7 @@ struct Trainer::Impl {
     const auto& params = model->parameters();
     for (size_t id = 0; id < params.size() && hook_error.empty(); ++id) {
       if (grad_reported[id] || !params[id].tensor.grad().defined()) continue;
-      DLTensor view = dl_view(params[id].tensor.grad());
+      DLTensor view = kit::dl_view(params[id].tensor.grad());
       call_in_hook(api.grad_ready(partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
     }
   }
@@ -517,7 +517,7 @@ void Trainer::save_weights(const std::string& dir) const {
     at::Tensor values;
     if (gathered) {
       values = at::empty(p.tensor.sizes(), at::TensorOptions().dtype(at::kFloat));
-      DLTensor out = dl_view(values);
+      DLTensor out = kit::dl_view(values);
       HostServices::throw_if_error(t.api.gather_param(t.partition.instance, static_cast<uint32_t>(id), &out),
                                    fmt::format("partition plugin '{}' gather_param", t.partition.plugin->info.name));
       if (t.world.rank() != 0) continue;

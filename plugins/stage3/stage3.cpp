@@ -1,10 +1,9 @@
 // plugins/stage3/stage3.cpp: the ZeRO stage 3 plugin: descriptor (DeepSpeed's
 // stage 3 keys with DeepSpeed's defaults), config reading and the partition
 // table around Stage3Partition.
-#include <fmt/format.h>
-
 #include "plugins/stage3/stage3_partition.hpp"
 #include "zhost/cpp/plugin.hpp"
+#include "zhost/kit/format.hpp"
 
 namespace zhost::stage3 {
 namespace {

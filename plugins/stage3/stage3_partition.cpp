@@ -6,21 +6,21 @@
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
-#include "host/engine/dlpack_bridge.hpp"
-#include "host/optim/optimizer_abi.hpp"
-#include "host/optim/tensor_numerics.hpp"
+#include "zhost/kit/dlpack_views.hpp"
+#include "zhost/kit/format.hpp"
+#include "zhost/kit/grad_numerics.hpp"
+#include "zhost/kit/optimizer.hpp"
 #include "zhost/offload.h"
 
 namespace zhost::stage3 {
 
-using engine::dl_view;
-using engine::tensor_view;
+using kit::dl_view;
+using kit::tensor_view;
 using sdk::PluginError;
 using zero::abandon;
 using zero::all_reduce_sum;
@@ -65,12 +65,12 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   host_.check(host_.services()->tier_for(host_.context(), ZHOST_TIER_FOR_PARAMS, &params_tier_));
   if (params_tier_.instance && !tier_.active())
     throw PluginError(ZHOST_ERR_UNSUPPORTED,
-                      fmt::format("zero.offload_param names tier '{}' but zero.offload_optimizer names none: stage 3 "
+                      kit::format("zero.offload_param names tier '{}' but zero.offload_optimizer names none: stage 3 "
                                   "offloads parameters together with the optimizer; offload both",
                                   params_tier_.name));
   if (params_tier_.instance && (!params_tier_.api || !params_tier_.api->store || !params_tier_.api->load))
     throw PluginError(ZHOST_ERR_UNSUPPORTED,
-                      fmt::format("offload tier '{}' cannot store parameters; set zero.offload_param.device = \"cpu\"",
+                      kit::format("offload tier '{}' cannot store parameters; set zero.offload_param.device = \"cpu\"",
                                   params_tier_.name));
 
   std::vector<int32_t> owners;
@@ -83,7 +83,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
     owners.push_back(setup.params[i].block);
   }
   const DLTensor& first = setup.params[0].tensor;
-  compute_dtype_ = engine::scalar_type(first.dtype);
+  compute_dtype_ = kit::scalar_type(first.dtype);
   on_device_ = at::TensorOptions().dtype(compute_dtype_);
   if (first.device.device_type == kDLCUDA)
     on_device_ = on_device_.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(first.device.device_id)));
@@ -99,7 +99,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   // Sub-group buffers; each unit's shard, master and gradient are views into its sub-group's. In fp32
   // runs the shard is the master, unless a tier keeps the master.
   const bool offloaded = tier_.active();
-  if (!offloaded) optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
+  if (!offloaded) optimizer_ = kit::make_optimizer(kit::optimizer_spec_from_abi(setup.optimizer));
   for (const SubGroup& g : layout_.sub_groups()) {
     SubGroupState s;
     // With a tier the master only passes through here on its way to host memory: keep it off the device.
@@ -163,17 +163,17 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   int64_t largest = 0;
   for (const FetchUnit& unit : layout_.units()) largest = std::max(largest, unit.padded());
   host_.info(
-      fmt::format("stage 3: {} parameters in {} fetch units{} ({} elements per rank, largest unit {} elements "
+      kit::format("stage 3: {} parameters in {} fetch units{} ({} elements per rank, largest unit {} elements "
                   "gathered), {} optimizer sub-group(s); prefetch {} / live {} / reuse distance {} elements{}",
                   setup.num_params, units_.size(),
                   layout_.persistent_unit() >= 0
-                      ? fmt::format(", {} of them persistent (at most {} elements each)",
+                      ? kit::format(", {} of them persistent (at most {} elements each)",
                                     layout_.units()[static_cast<size_t>(layout_.persistent_unit())].params.size(),
                                     options_.persistence_threshold)
                       : "",
                   layout_.shard_elements(), largest, layout_.sub_groups().size(), options_.prefetch_bucket_size,
                   options_.max_live_parameters, options_.max_reuse_distance,
-                  tier_.active() ? fmt::format("; optimizer offloaded to tier '{}'", tier_.name()) : ""));
+                  tier_.active() ? kit::format("; optimizer offloaded to tier '{}'", tier_.name()) : ""));
 }
 
 // The tier named by zero.offload_optimizer.device takes each sub-group's master and optimizer states (key =
@@ -193,7 +193,7 @@ void Stage3Partition::offload_parameter_shards() {
   for (const FetchUnit& unit : layout_.units()) largest = std::max(largest, unit.shard);
   if (largest > options_.offload_buffer_size)
     throw PluginError(ZHOST_ERR_CONFIG,
-                      fmt::format("zero.offload_param.buffer_size = {} elements is smaller than the largest parameter "
+                      kit::format("zero.offload_param.buffer_size = {} elements is smaller than the largest parameter "
                                   "shard ({} elements, one block's parameters / ranks): set it to at least {}",
                                   options_.offload_buffer_size, largest, largest));
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -210,8 +210,8 @@ void Stage3Partition::offload_parameter_shards() {
 std::string Stage3Partition::unit_name(int unit) const {
   const FetchUnit& u = layout_.units()[static_cast<size_t>(unit)];
   if (u.persistent) return "the persistent parameters";
-  return fmt::format("unit {} ('{}'{})", unit, param_names_[u.params.front()],
-                     u.params.size() > 1 ? fmt::format(" and {} more", u.params.size() - 1) : "");
+  return kit::format("unit {} ('{}'{})", unit, param_names_[u.params.front()],
+                     u.params.size() > 1 ? kit::format(" and {} more", u.params.size() - 1) : "");
 }
 
 // Every rank's `mine` (the same count on each), rank after rank; on the training device, since NCCL moves
@@ -242,11 +242,11 @@ void Stage3Partition::agree_on(int64_t kind, int unit) {
                        (other_kind == kTagGather || other_kind == kTagReduce);
     throw PluginError(
         ZHOST_ERR_INVALID_ARGUMENT,
-        fmt::format("stage3: ranks walk the blocks in different orders: in step {} rank {} is about to {} {} while "
+        kit::format("stage3: ranks walk the blocks in different orders: in step {} rank {} is about to {} {} while "
                     "rank {} is about to {}; with ZeRO stage 3 every rank must run the same blocks in the same order "
                     "(rank-dependent control flow, e.g. layer drop with per-rank randomness, breaks this)",
                     step_, rank_, tag_kind_name(kind), unit_name(unit), r,
-                    valid ? fmt::format("{} {}", tag_kind_name(other_kind), unit_name(static_cast<int>(other_unit)))
+                    valid ? kit::format("{} {}", tag_kind_name(other_kind), unit_name(static_cast<int>(other_unit)))
                           : std::string("do something else")));
   }
 }
@@ -462,7 +462,7 @@ void Stage3Partition::maybe_release(int unit) {
 void Stage3Partition::grad_ready(uint32_t id, const DLTensor& grad_view) {
   if (arrived_.at(id))
     throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                      fmt::format("stage3: parameter {} produced a gradient twice in one backward; ZeRO reduces each "
+                      kit::format("stage3: parameter {} produced a gradient twice in one backward; ZeRO reduces each "
                                   "gradient once per micro-batch",
                                   param_names_[id]));
   arrived_[id] = 1;
@@ -572,7 +572,7 @@ void Stage3Partition::backward_end() {
       if (arrived_[id]) continue;
       if (!options_.ignore_unused_parameters)
         throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                          fmt::format("stage3: parameter {} received no gradient in this backward (unused by the "
+                          kit::format("stage3: parameter {} received no gradient in this backward (unused by the "
                                       "loss); set zero.ignore_unused_parameters = true to treat it as zero",
                                       param_names_[id]));
       if (!u.grad_staging.defined()) {
@@ -591,7 +591,7 @@ void Stage3Partition::backward_end() {
   }
   check_block_order_across_ranks();
   if (trace_->end_micro_batch() && ++order_changes_ == 1)
-    host_.warn(fmt::format(
+    host_.warn(kit::format(
         "stage3: the block order changed in step {} (micro-batch {}), the same on every rank: re-recorded ({} events); "
         "prefetching follows the latest order (later changes are re-recorded without a message)",
         step_, micro_step_, trace_->recorded().size()));
@@ -607,7 +607,7 @@ void Stage3Partition::check_block_order_across_ranks() {
     if (hashes[r] != hash)
       throw PluginError(
           ZHOST_ERR_INVALID_ARGUMENT,
-          fmt::format(
+          kit::format(
               "stage3: rank {} ran its blocks in another order than rank {} in step {} (micro-batch {}; rank {} ran {} "
               "block events); with ZeRO stage 3 every rank must run the same blocks in the same order",
               r, rank_, step_, micro_step_, rank_, trace_->current().size()));
@@ -623,30 +623,30 @@ void Stage3Partition::step(zhost_step_args& args) {
   // most one sub-group's fp32 copy exists at a time (sub_group_size bounds it).
   auto fp32_gradients = [&](SubGroupState& g, bool first_use) {
     if (g.grad.scalar_type() == at::kFloat) {
-      if (first_use && !offloaded) optim::scale_in_place({g.grad}, unscale);
+      if (first_use && !offloaded) kit::scale_in_place({g.grad}, unscale);
       return g.grad;
     }
     at::Tensor grad = g.grad.to(at::kFloat);
-    optim::scale_in_place({grad}, unscale);
+    kit::scale_in_place({grad}, unscale);
     return grad;
   };
   at::Tensor squares = at::zeros({1}, on_device_.dtype(at::kDouble));
   for (SubGroupState& g : sub_groups_)  // a tier's accumulator is in host memory: the sum is on the device
-    squares += optim::squared_norm({fp32_gradients(g, true)}).reshape({1}).to(on_device_.device());
+    squares += kit::squared_norm({fp32_gradients(g, true)}).reshape({1}).to(on_device_.device());
   all_reduce_sum(host_, squares);  // inf/nan anywhere reaches every rank: all skip the step alike
   const double norm = std::sqrt(squares.item<double>()) * (offloaded ? unscale : 1.0);
   args.grad_norm = norm;
   args.overflow = std::isfinite(norm) ? 0 : 1;
   if (!args.overflow) {
-    const double coefficient = optim::clip_coefficient(norm, args.clip_norm);
+    const double coefficient = kit::clip_coefficient(norm, args.clip_norm);
     if (offloaded) {
       step_offloaded(unscale * coefficient, args.applied_steps + 1, args.lr);
     } else {
       for (SubGroupState& g : sub_groups_) {  // one sub-group at a time
         at::Tensor grad = fp32_gradients(g, false);
-        if (coefficient < 1) optim::scale_in_place({grad}, coefficient);
+        if (coefficient < 1) kit::scale_in_place({grad}, coefficient);
         optimizer_->step(g.master, grad, g.state, args.applied_steps + 1, args.lr);
-        if (g.shard.defined()) optim::copy_master_to_model(g.shard, g.master);
+        if (g.shard.defined()) kit::copy_master_to_model(g.shard, g.master);
       }
     }
   }
@@ -706,7 +706,7 @@ void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {
   if (in_micro_batch_)
     throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "stage3: gather_param called inside a micro-batch");
   if (id >= param_numels_.size())
-    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("stage3: no parameter {}", id));
+    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, kit::format("stage3: no parameter {}", id));
   const int unit = layout_.unit_of(id);
   if (saving_unit_ != unit && saving_unit_ >= 0 && !layout_.units()[static_cast<size_t>(saving_unit_)].persistent)
     release(saving_unit_);
@@ -715,7 +715,7 @@ void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {
   at::Tensor target = tensor_view(out);
   if (target.numel() != param_numels_[id])
     throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                      fmt::format("stage3: gather_param: parameter {} has {} elements, the output {}", param_names_[id],
+                      kit::format("stage3: gather_param: parameter {} has {} elements, the output {}", param_names_[id],
                                   param_numels_[id], target.numel()));
   target.view({-1}).copy_(units_[static_cast<size_t>(unit)].flat.narrow(0, layout_.offset_of(id), param_numels_[id]));
 }

@@ -46,7 +46,7 @@
 #include <string>
 #include <vector>
 
-#include "host/optim/optimizer.hpp"
+#include "zhost/kit/optimizer.hpp"
 #include "plugins/stage3/block_trace.hpp"
 #include "plugins/stage3/fetch_units.hpp"
 #include "plugins/zero_common/plugin_calls.hpp"
@@ -119,7 +119,7 @@ class Stage3Partition : public sdk::PartitionHooks {
     at::Tensor master;  // [G] fp32 (none with a tier: it keeps the masters)
     at::Tensor shard;   // [G] compute dtype (16-bit runs; fp32 runs use master)
     at::Tensor grad;    // [G] compute dtype (with a tier: its fp32 accumulator)
-    optim::OptimizerState state;
+    kit::OptimizerState state;
   };
 
   void enter(const BlockEvent& event);
@@ -179,7 +179,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   std::vector<uint8_t> tied_closed_;  // per block, this micro-batch
   int32_t last_backward_block_ = -1;
   std::unique_ptr<BlockTrace> trace_;
-  std::unique_ptr<optim::Optimizer> optimizer_;  // none when a tier runs the optimizer
+  std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
   zero::OptimizerTier tier_;                     // zero.offload_optimizer's tier (inactive without one)
   zhost_tier_ref params_tier_{};                 // zero.offload_param's tier (with parameter offload)
   std::vector<Staging> staging_;                 // parameter offload: buffers the shards are gathered from

@@ -2,15 +2,15 @@
 #include "plugins/zero_common/plugin_calls.hpp"
 
 #include <ATen/ops/empty.h>
-#include <fmt/format.h>
 
 #include <algorithm>
 
-#include "host/engine/dlpack_bridge.hpp"
+#include "zhost/kit/dlpack_views.hpp"
+#include "zhost/kit/format.hpp"
 
 namespace zhost::zero {
 
-using engine::dl_view;
+using kit::dl_view;
 
 zhost_collective_args collective_args(zhost_collective_intent intent, int32_t block) {
   zhost_collective_args args{};
@@ -54,7 +54,7 @@ OptimizerTier OptimizerTier::find(const sdk::Host& host) {
   if (!api || !ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_step) || !api->optimizer_setup ||
       !api->optimizer_grad || !api->optimizer_step)
     throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED,
-                           fmt::format("offload tier '{}' stores buffers but cannot run the optimizer; use "
+                           kit::format("offload tier '{}' stores buffers but cannot run the optimizer; use "
                                        "zero.offload_optimizer.device = \"cpu\"",
                                        ref.name));
   return tier;
@@ -72,7 +72,7 @@ at::Tensor OptimizerTier::add_group(uint64_t key, const zhost_optimizer_desc& op
   host_.check(ref_.api->optimizer_setup(ref_.instance, &setup));
   DLTensor grad{};
   host_.check(ref_.api->optimizer_grad(ref_.instance, key, &grad));
-  return engine::tensor_view(grad);
+  return kit::tensor_view(grad);
 }
 
 zhost_tier_step_args OptimizerTier::step_args(uint64_t key, int64_t step, double lr, double grad_scale) const {

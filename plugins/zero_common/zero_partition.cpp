@@ -3,20 +3,20 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "host/engine/dlpack_bridge.hpp"
-#include "host/optim/optimizer_abi.hpp"
-#include "host/optim/tensor_numerics.hpp"
 #include "plugins/zero_common/plugin_calls.hpp"
+#include "zhost/kit/dlpack_views.hpp"
+#include "zhost/kit/format.hpp"
+#include "zhost/kit/grad_numerics.hpp"
+#include "zhost/kit/optimizer.hpp"
 
 namespace zhost::zero {
 
-using engine::dl_view;
-using engine::tensor_view;
+using kit::dl_view;
+using kit::tensor_view;
 using sdk::PluginError;
 
 ZeroPartition::ZeroPartition(const sdk::Host& host, const ZeroOptions& options) : host_(host), options_(options) {}
@@ -34,8 +34,8 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   for (size_t i = 0; i < setup.num_params; ++i) {
     Param p{setup.params[i].name, tensor_view(setup.params[i].tensor)};
     if (!p.model.is_contiguous())
-      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, fmt::format("stage{}: parameter {} is not contiguous",
-                                                                options_.stage, p.name));
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                        kit::format("stage{}: parameter {} is not contiguous", options_.stage, p.name));
     numels.push_back(p.model.numel());
     params_.push_back(std::move(p));
   }
@@ -59,7 +59,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
     copies_ = HostCopies::find(host_, on_device.device());
     if (staged()) staged_step_ = StagedStep(tier_, copies_, options_.step_chunk, compute_dtype_);
   } else {
-    optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
+    optimizer_ = kit::make_optimizer(kit::optimizer_spec_from_abi(setup.optimizer));
     optimizer_->allocate_state(state_, master_);
     if (options_.stage == 2) ensure_grad_partition();
   }
@@ -71,13 +71,14 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   if (compute_dtype_ != at::kFloat && !tier_.active())  // the fp32 master is cast chunk by chunk to send
     gather_send_ = at::empty({gather_chunk_}, on_device.dtype(compute_dtype_));
   arrived_.assign(params_.size(), 0);
-  host_.info(fmt::format("stage {}: {} parameters padded to {} = {} partitions of {} elements; this rank owns "
-                         "flat [{}, {}); gradient buckets of {} elements ({}{}), parameter all-gather in chunks of {} "
-                         "elements per rank{}",
-                         options_.stage, layout_.total(), layout_.padded(), world_size_, partition, begin,
-                         begin + partition, bucket_capacity_, options_.reduce_scatter ? "reduce-scatter" : "all-reduce",
-                         options_.overlap_comm ? ", two overlapping with backward" : "", gather_chunk_,
-                         tier_.active() ? fmt::format("; optimizer offloaded to tier '{}'", tier_.name()) : ""));
+  host_.info(
+      kit::format("stage {}: {} parameters padded to {} = {} partitions of {} elements; this rank owns "
+                  "flat [{}, {}); gradient buckets of {} elements ({}{}), parameter all-gather in chunks of {} "
+                  "elements per rank{}",
+                  options_.stage, layout_.total(), layout_.padded(), world_size_, partition, begin, begin + partition,
+                  bucket_capacity_, options_.reduce_scatter ? "reduce-scatter" : "all-reduce",
+                  options_.overlap_comm ? ", two overlapping with backward" : "", gather_chunk_,
+                  tier_.active() ? kit::format("; optimizer offloaded to tier '{}'", tier_.name()) : ""));
 }
 
 // The tier named by zero.offload_optimizer.device, if any, takes the master partition and the optimizer;
@@ -116,15 +117,17 @@ void ZeroPartition::grad_ready(uint32_t id, const DLTensor& grad_view) {
   if (!reduces_now()) return;  // stage 1 outside the boundary: the host accumulates .grad
   if (arrived_[id])
     throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                      fmt::format("stage{}: parameter {} produced a gradient twice in one backward; ZeRO reduces each "
-                                  "gradient once per micro-batch", options_.stage, params_[id].name));
+                      kit::format("stage{}: parameter {} produced a gradient twice in one backward; ZeRO reduces each "
+                                  "gradient once per micro-batch",
+                                  options_.stage, params_[id].name));
   arrived_[id] = 1;
   at::Tensor grad = tensor_view(grad_view).reshape({-1});
   const int64_t n = grad.numel();
   Bucket& bucket = bucket_with_room(n);
   bucket.staging.narrow(0, bucket.used, n).copy_(grad);
   for (const Segment& s : layout_.split_by_owner(id))
-    bucket.pieces.push_back(Piece{layout_.owner_of(s.flat_offset), bucket.used + s.param_offset, s.flat_offset, s.length});
+    bucket.pieces.push_back(
+        Piece{layout_.owner_of(s.flat_offset), bucket.used + s.param_offset, s.flat_offset, s.length});
   bucket.used += n;
 }
 
@@ -223,7 +226,7 @@ void ZeroPartition::check_all_gradients_arrived() {
   for (size_t i = 0; i < arrived_.size(); ++i)
     if (!arrived_[i])
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                        fmt::format("stage{}: parameter {} received no gradient in this backward (unused by the loss); "
+                        kit::format("stage{}: parameter {} received no gradient in this backward (unused by the loss); "
                                     "set zero.ignore_unused_parameters = true to treat it as zero",
                                     options_.stage, params_[i].name));
 }
@@ -250,9 +253,9 @@ void ZeroPartition::step(zhost_step_args& args) {
   // The partition holds sums over ranks of scaled gradients: average and unscale in one multiply. A tier
   // folds it into its optimizer pass instead (the norm scales by the same factor).
   const double unscale = 1.0 / (world_size_ * args.loss_scale);
-  if (!offloaded) optim::scale_in_place({grad}, unscale);
+  if (!offloaded) kit::scale_in_place({grad}, unscale);
   // On the training device: a tier's accumulator is in host memory, and NCCL reduces device tensors only.
-  at::Tensor squares = optim::squared_norm({grad}).reshape({1}).to(params_.front().model.device());
+  at::Tensor squares = kit::squared_norm({grad}).reshape({1}).to(params_.front().model.device());
   all_reduce_sum(host_, squares);  // inf/nan anywhere reaches every rank: all skip the step alike
   const double norm = std::sqrt(squares.item<double>()) * (offloaded ? unscale : 1.0);
   args.grad_norm = norm;
@@ -261,8 +264,8 @@ void ZeroPartition::step(zhost_step_args& args) {
     release_gradients();
     return;
   }
-  const double coefficient = optim::clip_coefficient(norm, args.clip_norm);
-  if (offloaded) {  // the tier applies unscale and clipping in its one pass, and zeroes its accumulator
+  const double coefficient = kit::clip_coefficient(norm, args.clip_norm);
+  if (offloaded) {   // the tier applies unscale and clipping in its one pass, and zeroes its accumulator
     if (staged()) {  // chunk by chunk, each chunk's copy to the device running while the next steps
       staged_step_.step(0, args.applied_steps + 1, args.lr, unscale * coefficient, updated_);
       staged_step_.finish();
@@ -272,7 +275,7 @@ void ZeroPartition::step(zhost_step_args& args) {
     gather_updated_partitions(updated_);
     return;
   }
-  if (coefficient < 1) optim::scale_in_place({grad}, coefficient);
+  if (coefficient < 1) kit::scale_in_place({grad}, coefficient);
   optimizer_->step(master_, grad, state_, args.applied_steps + 1, args.lr);
   gather_updated_partitions(master_);
   release_gradients();
@@ -303,7 +306,9 @@ void ZeroPartition::gather_updated_partitions(const at::Tensor& updated) {
     for (int owner = 0; owner < world_size_; ++owner) {
       const int64_t flat = owner * partition + start;
       for (const Segment& s : layout_.segments(flat, flat + length))
-        params_[s.param].model.view({-1}).narrow(0, s.param_offset, s.length)
+        params_[s.param]
+            .model.view({-1})
+            .narrow(0, s.param_offset, s.length)
             .copy_(recv.narrow(0, owner * length + (s.flat_offset - flat), s.length));
     }
   }
@@ -311,9 +316,10 @@ void ZeroPartition::gather_updated_partitions(const at::Tensor& updated) {
 
 void ZeroPartition::memory(zhost_model_state_bytes& out) const {
   const uint64_t element = c10::elementSize(compute_dtype_);
-  out.buffers = (buckets_.size() * 2 * static_cast<uint64_t>(bucket_capacity_) +
-                 static_cast<uint64_t>(gather_buffer_.numel())) * element +
-                (gather_send_.defined() ? gather_send_.nbytes() : 0);
+  out.buffers =
+      (buckets_.size() * 2 * static_cast<uint64_t>(bucket_capacity_) + static_cast<uint64_t>(gather_buffer_.numel())) *
+          element +
+      (gather_send_.defined() ? gather_send_.nbytes() : 0);
   if (tier_.active()) {  // master, states and gradient partition are the tier's
     out.offloaded = tier_.bytes();
     out.buffers += updated_.nbytes();

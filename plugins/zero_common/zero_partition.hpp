@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "host/optim/optimizer.hpp"
+#include "zhost/kit/optimizer.hpp"
 #include "plugins/zero_common/flat_layout.hpp"
 #include "plugins/zero_common/plugin_calls.hpp"
 #include "zhost/cpp/partition.hpp"
@@ -110,9 +110,9 @@ class ZeroPartition : public sdk::PartitionHooks {
   FlatLayout layout_;
   std::vector<Param> params_;
   at::ScalarType compute_dtype_ = at::kFloat;
-  std::unique_ptr<optim::Optimizer> optimizer_;  // none when a tier runs the optimizer
+  std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
   at::Tensor master_;          // [S] fp32: this rank's partition of the parameters
-  optim::OptimizerState state_;
+  kit::OptimizerState state_;
   at::Tensor grad_partition_;  // [S] compute dtype: this rank's reduced gradients (stage 1: boundary to step)
   std::vector<Bucket> buckets_;  // 1, or 2 with overlap_comm
   size_t current_ = 0;

@@ -2,9 +2,8 @@
 // plugins around ZeroPartition.
 #include "plugins/zero_common/zero_plugin.hpp"
 
-#include <fmt/format.h>
-
 #include "plugins/zero_common/zero_partition.hpp"
+#include "zhost/kit/format.hpp"
 
 namespace zhost::zero {
 namespace {

@@ -1,5 +1,7 @@
 # zhost_add_plugin(NAME SOURCES ...): builds a zhost plugin as a MODULE library named zhost_<NAME>.so
-# that exports only its entry symbol (hidden visibility), links the SDK, and lands in
+# that exports only its entry symbols zhost_plugin_v<major> (hidden visibility, and a linker version
+# script that also keeps the C++ standard library's and LibTorch's template instantiations local, so
+# plugins never interpose on each other or on the host), links the SDK, and lands in
 # ZHOST_PLUGIN_OUTPUT_DIR when that is set. Used in-tree and by out-of-tree plugins alike.
 function(zhost_add_plugin name)
   cmake_parse_arguments(ARG "" "OUTPUT_DIR" "SOURCES" ${ARGN})
@@ -16,4 +18,9 @@ function(zhost_add_plugin name)
   endif()
   # Refuse undefined symbols at link time: a plugin must not depend on symbols from the host binary.
   target_link_options(${name} PRIVATE "LINKER:--no-undefined")
+  set(exports "${CMAKE_BINARY_DIR}/zhost_plugin_exports.map")
+  if(NOT EXISTS "${exports}")
+    file(WRITE "${exports}" "{\n  global: zhost_plugin_v*;\n  local: *;\n};\n")
+  endif()
+  target_link_options(${name} PRIVATE "LINKER:--version-script=${exports}")
 endfunction()

@@ -17,9 +17,9 @@
 #include <string>
 
 #include "host/core/error.hpp"
-#include "host/engine/dlpack_bridge.hpp"
 #include "host/services/host_services.hpp"
 #include "tests/support/scoped_env.hpp"
+#include "zhost/kit/dlpack_views.hpp"
 
 namespace zhost::engine {
 namespace {
@@ -40,7 +40,7 @@ TEST(DeviceCopies, ImmediateOnACpuJob) {
   ASSERT_NE(f.copies(), nullptr);
   EXPECT_EQ(f.copies()->device_memory_is_separate(f.ctx), 0);
   at::Tensor src = at::arange(10, at::kFloat), dst = at::zeros({10});
-  DLTensor s = dl_view(src), d = dl_view(dst);
+  DLTensor s = kit::dl_view(src), d = kit::dl_view(dst);
   zhost_copy* copy = reinterpret_cast<zhost_copy*>(1);
   ASSERT_EQ(f.copies()->start(f.ctx, &s, &d, &copy), nullptr);
   EXPECT_EQ(copy, nullptr);  // done already
@@ -54,7 +54,7 @@ TEST(DeviceCopies, DeferredCopiesRunAtTheLatestAllowedPoint) {
   EXPECT_EQ(f.copies()->device_memory_is_separate(f.ctx), 1);
   at::Tensor src = at::arange(7, at::kBFloat16), dst = at::zeros({7}, at::kBFloat16);
   const at::Tensor expected = src.clone();
-  DLTensor s = dl_view(src), d = dl_view(dst);
+  DLTensor s = kit::dl_view(src), d = kit::dl_view(dst);
 
   zhost_copy* copy = nullptr;
   ASSERT_EQ(f.copies()->start(f.ctx, &s, &d, &copy), nullptr);
@@ -82,7 +82,7 @@ TEST(DeviceCopies, RefusesCopiesItCannotMake) {
   at::Tensor strided = at::zeros({4, 2}).t();
   zhost_copy* copy = nullptr;
   auto message = [&](const at::Tensor& src, const at::Tensor& dst) {
-    DLTensor s = dl_view(src), d = dl_view(dst);
+    DLTensor s = kit::dl_view(src), d = kit::dl_view(dst);
     try {
       HostServices::throw_if_error(f.copies()->start(f.ctx, &s, &d, &copy), "start");
     } catch (const Error& e) {

@@ -10,9 +10,9 @@
 #include <fstream>
 
 #include "host/core/error.hpp"
-#include "host/engine/dlpack_bridge.hpp"
 #include "host/model/model.hpp"
 #include "host/services/host_services.hpp"
+#include "zhost/kit/dlpack_views.hpp"
 
 namespace zhost::engine {
 namespace {
@@ -79,11 +79,11 @@ TEST(ParamStore, AGroupSharesOneStorageThatIsMaterialisedAndReleased) {
   check(params->materialize(nullptr, group, &flat));
   EXPECT_TRUE(store.has_storage(ids[0]));
   EXPECT_EQ(store.live_bytes(), static_cast<uint64_t>(numel * 4));
-  at::Tensor storage = tensor_view(flat);
+  at::Tensor storage = kit::tensor_view(flat);
   ASSERT_EQ(storage.numel(), numel);
   for (size_t i = 0; i < ids.size(); ++i) {  // fill each parameter's place with its initial values
     at::Tensor place = storage.narrow(0, offsets[i], bare->parameters()[ids[i]].tensor.numel());
-    DLTensor dst = dl_view(place);
+    DLTensor dst = kit::dl_view(place);
     check(params->initial_values(nullptr, ids[i], 0, &dst));
   }
   for (uint32_t id : ids)  // the parameters are views of it: the unpartitioned model's values
@@ -134,7 +134,7 @@ TEST(ParamStore, ReleasedStorageLeavesTheProcess) {
     const double before = resident_mb();
     DLTensor flat{};
     check(params->materialize(nullptr, group, &flat));
-    tensor_view(flat).fill_(1.0f);
+    kit::tensor_view(flat).fill_(1.0f);
     EXPECT_GT(resident_mb() - before, 60.0) << "round " << round;
     const double materialised = resident_mb();
     check(params->release(nullptr, group));
@@ -157,13 +157,13 @@ TEST(ParamStore, AutogradSavedViewsFollowTheStorage) {
   check(params->group_create(nullptr, &id, &offset, 1, weight.numel(), &group));
   DLTensor flat{};
   check(params->materialize(nullptr, group, &flat));
-  tensor_view(flat).normal_();
+  kit::tensor_view(flat).normal_();
 
   at::Tensor x = at::randn({3, weight.size(1)}).requires_grad_(true);
   at::Tensor y = at::linear(x, weight);  // [3, V]
   check(params->release(nullptr, group));
   check(params->materialize(nullptr, group, &flat));
-  at::Tensor later = tensor_view(flat).view(weight.sizes());
+  at::Tensor later = kit::tensor_view(flat).view(weight.sizes());
   later.uniform_();
   y.sum().backward();
   // d(sum(x W^T))/dx = ones[3, V] @ W: each row is the column sums of the weight now in storage.

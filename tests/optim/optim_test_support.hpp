@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "host/optim/optimizer.hpp"
+#include "zhost/kit/optimizer.hpp"
 
 namespace zhost::optim::testing {
+
+using namespace ::zhost::kit;  // the optimizers under test are the plugin kit's
 
 // n samples of N(0, scale^2) as float32, reproducible from `seed` (independent of LibTorch's RNG).
 inline std::vector<float> random_normal(int64_t n, uint32_t seed, float scale = 1.0f) {
@@ -78,9 +80,9 @@ inline void expect_close(const std::vector<double>& actual, const std::vector<do
       if (std::isnan(error)) break;
     }
   }
-  EXPECT_LE(worst_error, rtol * largest) << what << ": worst at element " << worst << " of " << expected.size()
-                                         << ": " << actual[worst] << " vs " << expected[worst]
-                                         << "; max-norm relative error " << worst_error / largest;
+  EXPECT_LE(worst_error, rtol * largest) << what << ": worst at element " << worst << " of " << expected.size() << ": "
+                                         << actual[worst] << " vs " << expected[worst] << "; max-norm relative error "
+                                         << worst_error / largest;
 }
 
 // The float64 reference of one optimizer's state for one tensor: `first` is exp_avg or momentum_buffer,
@@ -139,8 +141,6 @@ inline void reference_step(const OptimizerSpec& spec, std::vector<double>& param
 }
 
 // The lr of step k in the tests: varies per step so that a step using a stale lr is caught.
-inline double test_lr(double base_lr, int64_t step) {
-  return base_lr * (1.0 + 0.25 * static_cast<double>(step % 4));
-}
+inline double test_lr(double base_lr, int64_t step) { return base_lr * (1.0 + 0.25 * static_cast<double>(step % 4)); }
 
 }  // namespace zhost::optim::testing

@@ -12,11 +12,15 @@
 #include <vector>
 
 #include "host/core/error.hpp"
-#include "host/optim/optimizer.hpp"
+#include "host/optim/optimizer_type.hpp"
 #include "tests/optim/optim_test_support.hpp"
+#include "zhost/cpp/error.hpp"
+#include "zhost/kit/optimizer.hpp"
 
 namespace zhost::optim {
 namespace {
+
+using namespace ::zhost::kit;  // the optimizers and numerics under test are the plugin kit's
 
 using testing::ReferenceState;
 
@@ -155,12 +159,13 @@ TEST_P(OptimizerTest, StateIsAllocatedOnFirstStepAndSurvivesExportImport) {
   EXPECT_TRUE(testing::bitwise_equal(param, resumed_param));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllKinds, OptimizerTest,
-    ::testing::Combine(::testing::ValuesIn(optimizer_cases()), ::testing::Values(at::kCPU, at::kCUDA)),
-    [](const ::testing::TestParamInfo<std::tuple<OptimizerCase, at::DeviceType>>& param_info) {
-      return std::get<0>(param_info.param).name + testing::device_suffix(std::get<1>(param_info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(AllKinds, OptimizerTest,
+                         ::testing::Combine(::testing::ValuesIn(optimizer_cases()),
+                                            ::testing::Values(at::kCPU, at::kCUDA)),
+                         [](const ::testing::TestParamInfo<std::tuple<OptimizerCase, at::DeviceType>>& param_info) {
+                           return std::get<0>(param_info.param).name +
+                                  testing::device_suffix(std::get<1>(param_info.param));
+                         });
 
 TEST(OptimizerStateBytes, MatchZeroAccounting) {
   EXPECT_EQ(make_optimizer(OptimizerSpec::defaults(OptimizerKind::kAdamW))->state_bytes_per_param(), 8);
@@ -200,16 +205,29 @@ TEST(ParseOptimizerKind, FollowsDeepSpeedsAdamWMode) {
   }
 }
 
+// The kit refuses a setting out of range with ZHOST_ERR_CONFIG; the host reports it as a usage error.
+void expect_config_error(const OptimizerSpec& spec, const std::string& setting) {
+  try {
+    make_optimizer(spec);
+    FAIL() << setting << " out of range was accepted";
+  } catch (const sdk::PluginError& error) {
+    EXPECT_EQ(error.code(), ZHOST_ERR_CONFIG);
+    EXPECT_NE(std::string(error.what()).find(setting), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(check_optimizer_spec(spec), UsageError);
+}
+
 TEST(MakeOptimizer, RejectsOutOfRangeSettings) {
   OptimizerSpec spec = OptimizerSpec::defaults(OptimizerKind::kAdamW);
   spec.beta2 = 1.0;
-  EXPECT_THROW(make_optimizer(spec), UsageError);
+  expect_config_error(spec, "betas[1]");
   spec = OptimizerSpec::defaults(OptimizerKind::kAdam);
   spec.lr = -1;
-  EXPECT_THROW(make_optimizer(spec), UsageError);
+  expect_config_error(spec, "lr");
   spec = OptimizerSpec::defaults(OptimizerKind::kSgd);
   spec.momentum = -0.5;
-  EXPECT_THROW(make_optimizer(spec), UsageError);
+  expect_config_error(spec, "momentum");
+  EXPECT_NO_THROW(check_optimizer_spec(OptimizerSpec::defaults(OptimizerKind::kLion)));
 }
 
 TEST(OptimizerStep, RejectsBadArguments) {
@@ -217,19 +235,19 @@ TEST(OptimizerStep, RejectsBadArguments) {
   const at::Tensor param = testing::to_tensor(testing::random_normal(9, 1));
   const at::Tensor grad = testing::to_tensor(testing::random_normal(9, 2));
   OptimizerState state;
-  EXPECT_THROW(optimizer->step(param, grad, state, 0, 1e-3), Error);                 // steps count from 1
-  EXPECT_THROW(optimizer->step(param, grad.narrow(0, 0, 8), state, 1, 1e-3), Error);  // shape
-  EXPECT_THROW(optimizer->step(param.to(at::kHalf), grad, state, 1, 1e-3), Error);    // not fp32
-  EXPECT_THROW(optimizer->step(param, grad, state, 1, -1.0), Error);                  // negative lr
+  EXPECT_THROW(optimizer->step(param, grad, state, 0, 1e-3), sdk::PluginError);                  // steps count from 1
+  EXPECT_THROW(optimizer->step(param, grad.narrow(0, 0, 8), state, 1, 1e-3), sdk::PluginError);  // shape
+  EXPECT_THROW(optimizer->step(param.to(at::kHalf), grad, state, 1, 1e-3), sdk::PluginError);    // not fp32
+  EXPECT_THROW(optimizer->step(param, grad, state, 1, -1.0), sdk::PluginError);                  // negative lr
   EXPECT_TRUE(state.empty());
 
   optimizer->step(param, grad, state, 1, 1e-3);
   const at::Tensor other_param = testing::to_tensor(testing::random_normal(11, 3));
   const at::Tensor other_grad = testing::to_tensor(testing::random_normal(11, 4));
-  EXPECT_THROW(optimizer->step(other_param, other_grad, state, 2, 1e-3), Error);  // state of another shape
-  EXPECT_THROW(state.get("momentum_buffer"), Error);
-  EXPECT_THROW(optimizer->import_state(state, "momentum_buffer", param, param), Error);
-  EXPECT_THROW(optimizer->import_state(state, "exp_avg", other_param, param), Error);
+  EXPECT_THROW(optimizer->step(other_param, other_grad, state, 2, 1e-3), sdk::PluginError);  // state of another shape
+  EXPECT_THROW(state.get("momentum_buffer"), sdk::PluginError);
+  EXPECT_THROW(optimizer->import_state(state, "momentum_buffer", param, param), sdk::PluginError);
+  EXPECT_THROW(optimizer->import_state(state, "exp_avg", other_param, param), sdk::PluginError);
 }
 
 }  // namespace

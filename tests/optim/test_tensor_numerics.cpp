@@ -11,11 +11,14 @@
 #include <vector>
 
 #include "host/core/error.hpp"
-#include "host/optim/tensor_numerics.hpp"
 #include "tests/optim/optim_test_support.hpp"
+#include "zhost/cpp/error.hpp"
+#include "zhost/kit/grad_numerics.hpp"
 
 namespace zhost::optim {
 namespace {
+
+using namespace ::zhost::kit;  // the optimizers and numerics under test are the plugin kit's
 
 double float64_norm(const std::vector<at::Tensor>& tensors) {
   double sum_of_squares = 0;
@@ -44,9 +47,7 @@ class TensorNumericsTest : public ::testing::TestWithParam<at::DeviceType> {
     if (!testing::device_available(device())) GTEST_SKIP() << "no CUDA device";
   }
   at::DeviceType device() const { return GetParam(); }
-  at::TensorOptions options(at::ScalarType dtype) const {
-    return at::TensorOptions().dtype(dtype).device(device());
-  }
+  at::TensorOptions options(at::ScalarType dtype) const { return at::TensorOptions().dtype(dtype).device(device()); }
 };
 
 TEST_P(TensorNumericsTest, GlobalNormMatchesFloat64SumOfSquares) {
@@ -109,8 +110,8 @@ TEST_P(TensorNumericsTest, ClipGradNormScalesAboveMaxNormAndLeavesOthersAlone) {
 TEST_P(TensorNumericsTest, CopyMasterToModelRoundsToNearestEvenIntoAViewOfAFlatBuffer) {
   // bf16 keeps 8 significant bits: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 (ties to even: 1),
   // 1 + 3*2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6 (ties to even: 1 + 2^-6).
-  const std::vector<float> master_values = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f,
-                                            1.0f + 0x1p-7f + 0x1p-10f, 0.0f, 1e-3f};
+  const std::vector<float> master_values = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, 1.0f + 0x1p-7f + 0x1p-10f, 0.0f,
+                                            1e-3f};
   const at::Tensor master = testing::to_tensor(master_values, device());
   for (const at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
     at::Tensor flat_model = at::full({10}, 7.0, options(dtype));
@@ -128,7 +129,7 @@ TEST_P(TensorNumericsTest, CopyMasterToModelRoundsToNearestEvenIntoAViewOfAFlatB
     }
   }
   const at::Tensor wrong_size = at::empty({5}, options(at::kBFloat16));
-  EXPECT_THROW(copy_master_to_model(wrong_size, master), Error);
+  EXPECT_THROW(copy_master_to_model(wrong_size, master), sdk::PluginError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, TensorNumericsTest, ::testing::Values(at::kCPU, at::kCUDA),
@@ -147,8 +148,8 @@ TEST(ClipCoefficient, IsPyTorchs) {
 TEST(TensorNumerics, MixedDevicesAreRejected) {
   if (!testing::device_available(at::kCUDA)) GTEST_SKIP() << "no CUDA device";
   const std::vector<at::Tensor> mixed = {testing::to_tensor({1.0f}), testing::to_tensor({2.0f}, at::kCUDA)};
-  EXPECT_THROW(global_grad_norm(mixed), Error);
-  EXPECT_THROW(has_inf_or_nan(mixed), Error);
+  EXPECT_THROW(global_grad_norm(mixed), sdk::PluginError);
+  EXPECT_THROW(has_inf_or_nan(mixed), sdk::PluginError);
 }
 
 }  // namespace

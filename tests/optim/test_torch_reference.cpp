@@ -14,11 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "host/optim/optimizer.hpp"
 #include "tests/optim/optim_test_support.hpp"
+#include "zhost/kit/optimizer.hpp"
 
 namespace zhost::optim {
 namespace {
+
+using namespace ::zhost::kit;  // the optimizers and numerics under test are the plugin kit's
 
 constexpr int64_t kNumel = 1001;
 constexpr int64_t kSteps = 10;
@@ -45,7 +47,9 @@ std::vector<TorchCase> torch_cases() {
   sgd_momentum.weight_decay = 0.01;
   OptimizerSpec sgd_plain = OptimizerSpec::defaults(OptimizerKind::kSgd);
   sgd_plain.lr = 0.1;
-  return {{"AdamW", "adamw", adamw}, {"Adam", "adam", adam}, {"SgdMomentum", "sgd", sgd_momentum},
+  return {{"AdamW", "adamw", adamw},
+          {"Adam", "adam", adam},
+          {"SgdMomentum", "sgd", sgd_momentum},
           {"SgdPlain", "sgd", sgd_plain}};
 }
 
@@ -62,8 +66,7 @@ std::string shell_quoted(const std::string& text) { return "'" + text + "'"; }
 
 void write_floats(const std::string& path, const std::vector<float>& values) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(values.data()),
-            static_cast<std::streamsize>(values.size() * sizeof(float)));
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
   ASSERT_TRUE(out.good()) << "cannot write " << path;
 }
 
@@ -135,8 +138,7 @@ TEST_P(TorchReferenceTest, MatchesTorchOptimOverTenSteps) {
   const std::string script = std::string(ZHOST_SOURCE_DIR) + "/tests/optim/torch_reference.py";
   std::string output;
   const std::string command = shell_quoted(python_) + " " + shell_quoted(script) + " " + shell_quoted(directory_);
-  ASSERT_EQ(run_command(command, output), 0)
-      << output;
+  ASSERT_EQ(run_command(command, output), 0) << output;
 
   testing::expect_close(testing::to_doubles(param), read_floats(file("param_out.bin")), 1e-6,
                         test_case.name + " param");
@@ -147,9 +149,7 @@ TEST_P(TorchReferenceTest, MatchesTorchOptimOverTenSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TorchOptim, TorchReferenceTest, ::testing::ValuesIn(torch_cases()),
-                         [](const ::testing::TestParamInfo<TorchCase>& param_info) {
-                           return param_info.param.name;
-                         });
+                         [](const ::testing::TestParamInfo<TorchCase>& param_info) { return param_info.param.name; });
 
 }  // namespace
 }  // namespace zhost::optim

@@ -1,7 +1,7 @@
 // zhost/cpp/plugin.hpp: header-only C++17 helpers for writing zhost plugins against the C ABI.
 //
 //   - Status:            RAII owner of a zhost_status received from the host.
-//   - PluginError:       the exception plugin code throws; guard() turns it into a status at the boundary.
+//   - PluginError:       (zhost/cpp/error.hpp) the exception plugin code throws; guard() turns it into a status.
 //   - guard():           runs a lambda, converting any exception into a status (no exception may cross).
 //   - Host:              the host-services table bound to one instance's context, with throwing helpers
 //                        (log, config lookups, buffers, kv store).
@@ -21,19 +21,10 @@
 #include <utility>
 #include <vector>
 
+#include "zhost/cpp/error.hpp"
 #include "zhost/zhost.h"
 
 namespace zhost::sdk {
-
-// An error raised inside a plugin, with the status code it should carry across the ABI.
-class PluginError : public std::runtime_error {
- public:
-  PluginError(zhost_status_code code, const std::string& message) : std::runtime_error(message), code_(code) {}
-  zhost_status_code code() const { return code_; }
-
- private:
-  zhost_status_code code_;
-};
 
 // Owns a status returned by a host call; destroys it through the host when it goes out of scope.
 class Status {

@@ -1,4 +1,5 @@
-// host/optim/optimizer.hpp: the optimizers that step fp32 master weights (AdamW, Adam, SGD, Lion).
+// zhost/kit/optimizer.hpp: the optimizers that step fp32 master weights (AdamW, Adam, SGD, Lion), for the
+// host's stage 0 and every plugin that steps an optimizer on flat fp32 shards.
 //
 // One Optimizer steps one fp32 tensor at a time: a model parameter, or a flat 1-D shard of a flattened
 // parameter group (ZeRO stage 1/2 partitions, stage 3 shards, offload sub-groups). Its moments live in an
@@ -7,9 +8,12 @@
 // every tensor of a run, from any thread. Pure in-place ATen ops, no autograd: CPU and CUDA alike.
 //
 // The caller hands over gradients that are final: averaged over the data-parallel world, unscaled by the
-// loss scale, clipped (see tensor_numerics.hpp), and checked for overflow. A skipped step (overflow) must
+// loss scale, clipped (see grad_numerics.hpp), and checked for overflow. A skipped step (overflow) must
 // not call step() at all, and does not count: `step` is the 1-based count of applied optimizer steps,
 // which is what DeepSpeed's optimizers use for bias correction.
+//
+// Errors: sdk::PluginError (zhost/cpp/error.hpp), ZHOST_ERR_CONFIG for a setting out of range,
+// ZHOST_ERR_INVALID_ARGUMENT for tensors or counts that do not fit the call.
 #pragma once
 
 #include <ATen/core/ATen_fwd.h>  // at::Tensor, forward-declared: no torch internals in this header
@@ -20,7 +24,9 @@
 #include <string_view>
 #include <vector>
 
-namespace zhost::optim {
+#include "zhost/partition.h"  // zhost_optimizer_desc
+
+namespace zhost::kit {
 
 enum class OptimizerKind {
   kAdamW,  // torch.optim.AdamW: decoupled weight decay, p *= 1 - lr*wd
@@ -31,24 +37,24 @@ enum class OptimizerKind {
 
 std::string_view optimizer_kind_name(OptimizerKind kind);
 
-// DeepSpeed's optimizer "type" (case-insensitive, as DeepSpeed reads it) to a kind. DeepSpeed's "Adam"
-// is AdamW unless adam_w_mode is false (its default is true); "AdamW" is AdamW whatever adam_w_mode says.
-// Throws UsageError for other names (Adagrad and the 1-bit/0-1 optimizers are not implemented).
-OptimizerKind parse_optimizer_kind(std::string_view deepspeed_type, bool adam_w_mode = true);
-
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::kAdamW;
-  double lr = 1e-3;            // base lr; the lr of each step comes from the schedule (schedule.hpp)
-  double beta1 = 0.9;          // Adam*: first-moment decay; Lion: interpolation for the update
-  double beta2 = 0.999;        // Adam*: second-moment decay; Lion: momentum decay (DeepSpeed: 0.99)
-  double eps = 1e-8;           // Adam*
-  double weight_decay = 0.0;   // DeepSpeed's FusedAdam/FusedLion default 0 (torch's AdamW says 0.01)
-  double momentum = 0.0;       // SGD; 0 keeps no state
-  bool bias_correction = true; // Adam*: DeepSpeed's FusedAdam bias_correction
+  double lr = 1e-3;             // base lr; the lr of each step comes from the host's schedule
+  double beta1 = 0.9;           // Adam*: first-moment decay; Lion: interpolation for the update
+  double beta2 = 0.999;         // Adam*: second-moment decay; Lion: momentum decay (DeepSpeed: 0.99)
+  double eps = 1e-8;            // Adam*
+  double weight_decay = 0.0;    // DeepSpeed's FusedAdam/FusedLion default 0 (torch's AdamW says 0.01)
+  double momentum = 0.0;        // SGD; 0 keeps no state
+  bool bias_correction = true;  // Adam*: DeepSpeed's FusedAdam bias_correction
 
   // DeepSpeed's defaults for `kind` (Lion: betas 0.9, 0.99).
   static OptimizerSpec defaults(OptimizerKind kind);
 };
+
+// The ABI's optimizer description (zhost_optimizer_desc) to and from a spec. from_abi throws
+// ZHOST_ERR_INVALID_ARGUMENT for a kind this kit does not know.
+OptimizerSpec optimizer_spec_from_abi(const zhost_optimizer_desc& desc);
+zhost_optimizer_desc optimizer_desc_to_abi(const OptimizerSpec& spec);
 
 // The state tensors of one stepped tensor, by name. Names follow torch.optim's state dicts so that
 // checkpoints read the same: AdamW/Adam: exp_avg, exp_avg_sq; SGD: momentum_buffer; Lion: exp_avg.
@@ -65,7 +71,7 @@ class OptimizerState {
   bool empty() const { return names_.empty(); }
   const std::vector<std::string>& names() const { return names_; }
   bool contains(std::string_view name) const;
-  // Throws zhost::Error when the state has no tensor of that name (not stepped yet, or another kind).
+  // Throws ZHOST_ERR_INVALID_ARGUMENT when the state has no tensor of that name.
   const at::Tensor& get(std::string_view name) const;
   int64_t bytes() const;
   void clear();
@@ -87,8 +93,8 @@ class Optimizer {
   // One optimizer step on `param` in place (shape S, fp32, any device; a view into a flat buffer is
   // fine). `grad`: shape S, fp32, same device, final (see the top of this file). `state`: this param's
   // state, empty before its first step. `step` >= 1 counts applied steps; `lr` is this step's lr.
-  virtual void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state,
-                    int64_t step, double lr) const = 0;
+  virtual void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step,
+                    double lr) const = 0;
 
   // The names of the state tensors this optimizer keeps per stepped tensor (may be none: plain SGD).
   virtual std::vector<std::string> state_names() const = 0;
@@ -101,7 +107,7 @@ class Optimizer {
   // accounted for from the start (ZeRO's model-state report).
   void allocate_state(OptimizerState& state, const at::Tensor& param) const;
   // Checkpoint import: copies `value` (any device, fp32, param's shape) into `state` under `name`, which
-  // must be one of state_names(); the copy lives on param's device. Throws zhost::Error on a mismatch.
+  // must be one of state_names(); the copy lives on param's device.
   void import_state(OptimizerState& state, std::string_view name, const at::Tensor& value,
                     const at::Tensor& param) const;
 
@@ -109,16 +115,15 @@ class Optimizer {
   // The state tensor `name` for `param` (a handle sharing storage): zeros like param on first use,
   // checked against param after.
   static at::Tensor state_tensor(OptimizerState& state, std::string_view name, const at::Tensor& param);
-  // Throws zhost::Error unless param and grad are defined fp32 tensors of one shape on one device,
-  // step >= 1 and lr is finite and >= 0.
-  static void check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step,
-                                   double lr);
+  // Throws unless param and grad are defined fp32 tensors of one shape on one device, step >= 1 and lr
+  // is finite and >= 0.
+  static void check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step, double lr);
 
  private:
   OptimizerSpec spec_;
 };
 
-// Validates the spec (UsageError naming the bad setting) and builds the optimizer.
+// Validates the spec (ZHOST_ERR_CONFIG naming the bad setting) and builds the optimizer.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);
 
-}  // namespace zhost::optim
+}  // namespace zhost::kit

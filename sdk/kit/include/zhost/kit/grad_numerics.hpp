@@ -1,4 +1,4 @@
-// host/optim/tensor_numerics.hpp: the numerics around an optimizer step: overflow check, global gradient
+// zhost/kit/grad_numerics.hpp: the numerics around an optimizer step: overflow check, global gradient
 // norm and clipping (PyTorch's clip_grad_norm_), and writing fp32 masters back into 16-bit model tensors.
 //
 // Tensors may be of any shape and floating dtype, on one device (CPU or CUDA). Functions returning a
@@ -8,7 +8,7 @@
 
 #include <ATen/core/ATen_fwd.h>  // at::Tensor, at::TensorList, forward-declared
 
-namespace zhost::optim {
+namespace zhost::kit {
 
 // True when any element of any tensor is inf or NaN.
 bool has_inf_or_nan(at::TensorList tensors);
@@ -37,4 +37,4 @@ double clip_grad_norm(at::TensorList tensors, double max_norm);
 // `model` may be a view (e.g. a partition of a flat 16-bit buffer); `master` is reshaped to it.
 void copy_master_to_model(const at::Tensor& model, const at::Tensor& master);
 
-}  // namespace zhost::optim
+}  // namespace zhost::kit

@@ -1,29 +1,40 @@
-// host/engine/dlpack_bridge.cpp: dtype/device mapping and zero-copy views between ATen and DLPack.
-#include "host/engine/dlpack_bridge.hpp"
+// sdk/kit/src/dlpack_views.cpp: dtype/device mapping and zero-copy views between ATen and DLPack.
+#include "zhost/kit/dlpack_views.hpp"
 
 #include <ATen/ops/from_blob.h>
 
-#include "host/core/error.hpp"
+#include "kit_error.hpp"
 
-namespace zhost::engine {
+namespace zhost::kit {
 
 DLDataType dl_dtype(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return {kDLFloat, 32, 1};
-    case at::kDouble: return {kDLFloat, 64, 1};
-    case at::kHalf: return {kDLFloat, 16, 1};
-    case at::kBFloat16: return {kDLBfloat, 16, 1};
-    case at::kLong: return {kDLInt, 64, 1};
-    case at::kInt: return {kDLInt, 32, 1};
-    case at::kChar: return {kDLInt, 8, 1};
-    case at::kByte: return {kDLUInt, 8, 1};
-    case at::kBool: return {kDLUInt, 8, 1};
-    default: fail("dtype {} has no DLPack mapping in zhost", c10::toString(type));
+    case at::kFloat:
+      return {kDLFloat, 32, 1};
+    case at::kDouble:
+      return {kDLFloat, 64, 1};
+    case at::kHalf:
+      return {kDLFloat, 16, 1};
+    case at::kBFloat16:
+      return {kDLBfloat, 16, 1};
+    case at::kLong:
+      return {kDLInt, 64, 1};
+    case at::kInt:
+      return {kDLInt, 32, 1};
+    case at::kChar:
+      return {kDLInt, 8, 1};
+    case at::kByte:
+      return {kDLUInt, 8, 1};
+    case at::kBool:
+      return {kDLUInt, 8, 1};
+    default:
+      detail::fail(ZHOST_ERR_UNSUPPORTED, "dtype {} has no DLPack mapping in zhost", c10::toString(type));
   }
 }
 
 at::ScalarType scalar_type(DLDataType type) {
-  if (type.lanes != 1) fail("DLPack tensors with {} lanes are not supported", type.lanes);
+  if (type.lanes != 1)
+    detail::fail(ZHOST_ERR_UNSUPPORTED, "DLPack tensors with {} lanes are not supported", type.lanes);
   switch (type.code) {
     case kDLFloat:
       if (type.bits == 32) return at::kFloat;
@@ -41,9 +52,11 @@ at::ScalarType scalar_type(DLDataType type) {
     case kDLUInt:
       if (type.bits == 8) return at::kByte;
       break;
-    default: break;
+    default:
+      break;
   }
-  fail("DLPack dtype (code {}, {} bits) is not supported", static_cast<int>(type.code), static_cast<int>(type.bits));
+  detail::fail(ZHOST_ERR_UNSUPPORTED, "DLPack dtype (code {}, {} bits) is not supported", static_cast<int>(type.code),
+               static_cast<int>(type.bits));
 }
 
 DLDevice dl_device(at::Device device) {
@@ -68,7 +81,8 @@ at::Tensor tensor_view(const DLTensor& view) {
   if (view.device.device_type == kDLCUDA)
     options = options.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(view.device.device_id)));
   else if (view.device.device_type != kDLCPU)
-    fail("DLPack device type {} is not supported", static_cast<int>(view.device.device_type));
+    detail::fail(ZHOST_ERR_UNSUPPORTED, "DLPack device type {} is not supported",
+                 static_cast<int>(view.device.device_type));
   void* data = static_cast<char*>(view.data) + view.byte_offset;
   if (view.strides) {
     std::vector<int64_t> strides(view.strides, view.strides + view.ndim);
@@ -77,4 +91,4 @@ at::Tensor tensor_view(const DLTensor& view) {
   return at::from_blob(data, shape, options);
 }
 
-}  // namespace zhost::engine
+}  // namespace zhost::kit

@@ -1,5 +1,5 @@
-// host/optim/tensor_numerics.cpp: overflow check, global norm, clipping and the master-to-model copy.
-#include "host/optim/tensor_numerics.hpp"
+// sdk/kit/src/grad_numerics.cpp: overflow check, global norm, clipping and the master-to-model copy.
+#include "zhost/kit/grad_numerics.hpp"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
@@ -12,17 +12,17 @@
 #include <cmath>
 #include <vector>
 
-#include "host/core/error.hpp"
+#include "kit_error.hpp"
 
-namespace zhost::optim {
+namespace zhost::kit {
 namespace {
 
 void require_one_device(at::TensorList tensors, std::string_view what) {
   for (const at::Tensor& tensor : tensors) {
-    if (!tensor.defined()) fail("{}: a tensor in the list is undefined", what);
+    if (!tensor.defined()) detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "{}: a tensor in the list is undefined", what);
     if (tensor.device() != tensors.front().device()) {
-      fail("{}: tensors must be on one device, got {} and {}", what, tensors.front().device().str(),
-           tensor.device().str());
+      detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "{}: tensors must be on one device, got {} and {}", what,
+                   tensors.front().device().str(), tensor.device().str());
     }
   }
 }
@@ -35,7 +35,8 @@ void append_chunk_norms(const at::Tensor& tensor, std::vector<at::Tensor>& norms
   constexpr int64_t kChunk = int64_t{1} << 24;
   const at::Tensor flat = tensor.reshape({-1});
   for (int64_t start = 0; start < flat.numel(); start += kChunk)
-    norms.push_back(at::norm(flat.narrow(0, start, std::min(kChunk, flat.numel() - start)), at::Scalar(2), at::kDouble));
+    norms.push_back(
+        at::norm(flat.narrow(0, start, std::min(kChunk, flat.numel() - start)), at::Scalar(2), at::kDouble));
 }
 
 }  // namespace
@@ -62,9 +63,7 @@ at::Tensor squared_norm(at::TensorList tensors) {
   return stacked.mul(stacked).sum();
 }
 
-double global_grad_norm(at::TensorList tensors) {
-  return std::sqrt(squared_norm(tensors).item<double>());
-}
+double global_grad_norm(at::TensorList tensors) { return std::sqrt(squared_norm(tensors).item<double>()); }
 
 double clip_coefficient(double total_norm, double max_norm) {
   if (max_norm <= 0) return 1.0;
@@ -88,13 +87,14 @@ double clip_grad_norm(at::TensorList tensors, double max_norm) {
 void copy_master_to_model(const at::Tensor& model, const at::Tensor& master) {
   if (master.scalar_type() != at::kFloat || !c10::isFloatingType(model.scalar_type()) ||
       master.numel() != model.numel()) {
-    fail("copy_master_to_model needs an fp32 master and a floating model tensor of as many elements, "
-         "got {} ({} elements) and {} ({} elements)",
-         c10::toString(master.scalar_type()), master.numel(), c10::toString(model.scalar_type()),
-         model.numel());
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT,
+                 "copy_master_to_model needs an fp32 master and a floating model tensor of as many elements, "
+                 "got {} ({} elements) and {} ({} elements)",
+                 c10::toString(master.scalar_type()), master.numel(), c10::toString(model.scalar_type()),
+                 model.numel());
   }
   at::NoGradGuard no_grad;
   model.copy_(master.reshape(model.sizes()));
 }
 
-}  // namespace zhost::optim
+}  // namespace zhost::kit

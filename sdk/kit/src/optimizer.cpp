@@ -1,54 +1,43 @@
-// host/optim/optimizer.cpp: AdamW, Adam, SGD and Lion as in-place ATen updates of fp32 tensors.
+// sdk/kit/src/optimizer.cpp: AdamW, Adam, SGD and Lion as in-place ATen updates of fp32 tensors.
 //
 // Every update below is elementwise, so stepping a flat buffer in slices gives the same bits as stepping
 // it whole. Scalars (lr, betas, bias corrections) are computed on the host in double.
-#include "host/optim/optimizer.hpp"
+#include "zhost/kit/optimizer.hpp"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <limits>
 
-#include "host/core/error.hpp"
-#include "host/core/text.hpp"
+#include "kit_error.hpp"
 
-namespace zhost::optim {
+namespace zhost::kit {
 namespace {
 
 // "fp32 [3, 5] on cpu", for error messages.
 std::string describe(const at::Tensor& tensor) {
   std::string shape;
   for (const int64_t size : tensor.sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(size);
-  return fmt::format("{} [{}] on {}", c10::toString(tensor.scalar_type()), shape, tensor.device().str());
+  return std::string(c10::toString(tensor.scalar_type())) + " [" + shape + "] on " + tensor.device().str();
 }
 
 }  // namespace
 
 std::string_view optimizer_kind_name(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::kAdamW: return "AdamW";
-    case OptimizerKind::kAdam: return "Adam";
-    case OptimizerKind::kSgd: return "SGD";
-    case OptimizerKind::kLion: return "Lion";
+    case OptimizerKind::kAdamW:
+      return "AdamW";
+    case OptimizerKind::kAdam:
+      return "Adam";
+    case OptimizerKind::kSgd:
+      return "SGD";
+    case OptimizerKind::kLion:
+      return "Lion";
   }
   return "unknown";
-}
-
-OptimizerKind parse_optimizer_kind(std::string_view deepspeed_type, bool adam_w_mode) {
-  std::string lowered(deepspeed_type);
-  std::transform(lowered.begin(), lowered.end(), lowered.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (lowered == "adam") return adam_w_mode ? OptimizerKind::kAdamW : OptimizerKind::kAdam;
-  if (lowered == "adamw") return OptimizerKind::kAdamW;
-  if (lowered == "sgd") return OptimizerKind::kSgd;
-  if (lowered == "lion") return OptimizerKind::kLion;
-  const std::vector<std::string> known = {"Adam", "AdamW", "SGD", "Lion"};
-  fail_usage("optimizer type '{}' is not supported; zhost has {}{}", deepspeed_type, text::join(known),
-             text::did_you_mean(deepspeed_type, known));
 }
 
 OptimizerSpec OptimizerSpec::defaults(OptimizerKind kind) {
@@ -72,7 +61,8 @@ bool OptimizerState::contains(std::string_view name) const {
 const at::Tensor& OptimizerState::get(std::string_view name) const {
   const auto it = std::find(names_.begin(), names_.end(), name);
   if (it == names_.end()) {
-    fail("optimizer state has no tensor '{}' (it has: {})", name, text::join(names_));
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer state has no tensor '{}' (it has: {})", name,
+                 detail::join(names_));
   }
   return tensors_[static_cast<size_t>(it - names_.begin())];
 }
@@ -92,18 +82,16 @@ void OptimizerState::clear() {
 
 Optimizer::~Optimizer() = default;
 
-int64_t Optimizer::state_bytes_per_param() const {
-  return static_cast<int64_t>(state_names().size() * sizeof(float));
-}
+int64_t Optimizer::state_bytes_per_param() const { return static_cast<int64_t>(state_names().size() * sizeof(float)); }
 
 namespace {
 
-void check_state_tensor_matches(std::string_view name, const at::Tensor& tensor,
-                                const at::Tensor& param) {
-  if (tensor.scalar_type() != at::kFloat || tensor.sizes() != param.sizes() ||
-      tensor.device() != param.device()) {
-    fail("optimizer state '{}' is {} but its parameter is {}: they must match (was the state made for "
-         "another partitioning?)", name, describe(tensor), describe(param));
+void check_state_tensor_matches(std::string_view name, const at::Tensor& tensor, const at::Tensor& param) {
+  if (tensor.scalar_type() != at::kFloat || tensor.sizes() != param.sizes() || tensor.device() != param.device()) {
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT,
+                 "optimizer state '{}' is {} but its parameter is {}: they must match (was the state made for "
+                 "another partitioning?)",
+                 name, describe(tensor), describe(param));
   }
 }
 
@@ -121,16 +109,19 @@ at::Tensor Optimizer::state_tensor(OptimizerState& state, std::string_view name,
   return tensor;
 }
 
-void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step,
-                                     double lr) {
-  if (!param.defined() || !grad.defined()) fail("optimizer step needs a parameter and its gradient");
-  if (param.scalar_type() != at::kFloat || grad.scalar_type() != at::kFloat ||
-      param.sizes() != grad.sizes() || param.device() != grad.device()) {
-    fail("optimizer step needs an fp32 parameter and an fp32 gradient of one shape on one device, got "
-         "parameter {} and gradient {}", describe(param), describe(grad));
+void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step, double lr) {
+  if (!param.defined() || !grad.defined())
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step needs a parameter and its gradient");
+  if (param.scalar_type() != at::kFloat || grad.scalar_type() != at::kFloat || param.sizes() != grad.sizes() ||
+      param.device() != grad.device()) {
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT,
+                 "optimizer step needs an fp32 parameter and an fp32 gradient of one shape on one device, got "
+                 "parameter {} and gradient {}",
+                 describe(param), describe(grad));
   }
-  if (step < 1) fail("optimizer step count must start at 1, got {}", step);
-  if (!std::isfinite(lr) || lr < 0) fail("optimizer step: learning rate must be finite and >= 0, got {}", lr);
+  if (step < 1) detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step count must start at 1, got {}", step);
+  if (!std::isfinite(lr) || lr < 0)
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step: learning rate must be finite and >= 0, got {}", lr);
 }
 
 void Optimizer::allocate_state(OptimizerState& state, const at::Tensor& param) const {
@@ -141,12 +132,12 @@ void Optimizer::import_state(OptimizerState& state, std::string_view name, const
                              const at::Tensor& param) const {
   const std::vector<std::string> expected = state_names();
   if (std::find(expected.begin(), expected.end(), name) == expected.end()) {
-    fail("{} keeps no state named '{}' (it keeps: {})", optimizer_kind_name(kind()), name,
-         text::join(expected));
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "{} keeps no state named '{}' (it keeps: {})", optimizer_kind_name(kind()),
+                 name, detail::join(expected));
   }
   if (value.scalar_type() != at::kFloat || value.sizes() != param.sizes()) {
-    fail("optimizer state '{}' to import is {} but its parameter is {}", name, describe(value),
-         describe(param));
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer state '{}' to import is {} but its parameter is {}", name,
+                 describe(value), describe(param));
   }
   at::NoGradGuard no_grad;
   state_tensor(state, name, param).copy_(value);
@@ -231,8 +222,8 @@ class Lion final : public Optimizer {
 void check_in_range(std::string_view name, double value, double low, double high, bool high_inclusive) {
   const bool ok = std::isfinite(value) && value >= low && (high_inclusive ? value <= high : value < high);
   if (!ok) {
-    fail_usage("optimizer setting {} = {} is out of range: it must be in [{}, {}{}", name, value, low,
-               high, high_inclusive ? "]" : ")");
+    detail::fail(ZHOST_ERR_CONFIG, "optimizer setting {} = {} is out of range: it must be in [{}, {}{}", name, value,
+                 low, high, high_inclusive ? "]" : ")");
   }
 }
 
@@ -255,11 +246,14 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec) {
   validate(spec);
   switch (spec.kind) {
     case OptimizerKind::kAdamW:
-    case OptimizerKind::kAdam: return std::make_unique<Adam>(spec);
-    case OptimizerKind::kSgd: return std::make_unique<Sgd>(spec);
-    case OptimizerKind::kLion: return std::make_unique<Lion>(spec);
+    case OptimizerKind::kAdam:
+      return std::make_unique<Adam>(spec);
+    case OptimizerKind::kSgd:
+      return std::make_unique<Sgd>(spec);
+    case OptimizerKind::kLion:
+      return std::make_unique<Lion>(spec);
   }
-  fail("unknown optimizer kind {}", static_cast<int>(spec.kind));
+  detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "unknown optimizer kind {}", static_cast<int>(spec.kind));
 }
 
-}  // namespace zhost::optim
+}  // namespace zhost::kit

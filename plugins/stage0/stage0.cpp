@@ -1,11 +1,11 @@
-// host/engine/stage0_partition.cpp: data-parallel stage 0 behind the partition ABI.
+// plugins/stage0/stage0.cpp: data-parallel stage 0 behind the partition ABI (see stage0.h).
 //
 // Every rank holds the whole model, fp32 master weights (the parameters themselves in fp32 training) and
 // the optimizer state: 16Ψ bytes in mixed precision, as the ZeRO paper's baseline. Gradients are
 // all-reduced in fp32 buckets of zero.reduce_bucket_size elements, each launched as soon as it fills
 // during the boundary micro-batch's backward (overlapping the rest of backward); backward_end() waits
 // for them. Buckets are filled in gradient-ready order, which autograd makes identical on every rank.
-#include "host/engine/stage0_partition.hpp"
+#include "plugins/stage0/stage0.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros_like.h>
@@ -13,14 +13,12 @@
 #include <cmath>
 #include <vector>
 
-#include "host/engine/dlpack_bridge.hpp"
-#include "host/optim/optimizer.hpp"
-#include "host/optim/optimizer_abi.hpp"
-#include "host/optim/tensor_numerics.hpp"
-#include "host/plugins/loader.hpp"
 #include "zhost/cpp/partition.hpp"
+#include "zhost/kit/dlpack_views.hpp"
+#include "zhost/kit/grad_numerics.hpp"
+#include "zhost/kit/optimizer.hpp"
 
-namespace zhost::engine {
+namespace zhost::stage0 {
 namespace {
 
 class DataParallel : public sdk::PartitionHooks {
@@ -40,11 +38,11 @@ class DataParallel : public sdk::PartitionHooks {
     params_.clear();
     for (size_t i = 0; i < setup.num_params; ++i) {
       Param p;
-      p.model = tensor_view(setup.params[i].tensor);
+      p.model = kit::tensor_view(setup.params[i].tensor);
       p.master = p.model.scalar_type() == at::kFloat ? p.model : p.model.to(at::kFloat).clone();
       params_.push_back(std::move(p));
     }
-    optimizer_ = optim::make_optimizer(optim::optimizer_spec_from_abi(setup.optimizer));
+    optimizer_ = kit::make_optimizer(kit::optimizer_spec_from_abi(setup.optimizer));
     for (auto& p : params_) optimizer_->allocate_state(p.state, p.master);
     total_elements_ = 0;
     for (const auto& p : params_) total_elements_ += p.model.numel();
@@ -67,11 +65,12 @@ class DataParallel : public sdk::PartitionHooks {
   // Outside the boundary micro-batch, gradients just accumulate in the parameters' .grad.
   void grad_ready(uint32_t id, const DLTensor& grad_view) {
     if (!boundary_) return;
-    at::Tensor grad = tensor_view(grad_view);
+    at::Tensor grad = kit::tensor_view(grad_view);
     int64_t n = grad.numel();
     if (buckets_.empty() || buckets_.back().used + n > buckets_.back().flat.numel()) {
       if (!buckets_.empty()) launch(buckets_.back());
-      buckets_.push_back(Bucket{at::empty({std::max(bucket_elements_, n)}, grad.options().dtype(at::kFloat)), 0, nullptr});
+      buckets_.push_back(
+          Bucket{at::empty({std::max(bucket_elements_, n)}, grad.options().dtype(at::kFloat)), 0, nullptr});
     }
     Bucket& bucket = buckets_.back();
     at::Tensor slot = bucket.flat.narrow(0, bucket.used, n);
@@ -98,16 +97,16 @@ class DataParallel : public sdk::PartitionHooks {
       grads.push_back(p.reduced_grad);
     }
     // The buckets hold sums over ranks of scaled gradients: average and unscale in one multiply.
-    optim::scale_in_place(grads, 1.0 / (world_size_ * args.loss_scale));
-    double norm = optim::global_grad_norm(grads);  // identical on every rank: the gradients are
-    args.grad_norm = norm;                          // all-reduced, so the overflow decision is too
+    kit::scale_in_place(grads, 1.0 / (world_size_ * args.loss_scale));
+    double norm = kit::global_grad_norm(grads);  // identical on every rank: the gradients are
+    args.grad_norm = norm;                       // all-reduced, so the overflow decision is too
     args.overflow = std::isfinite(norm) ? 0 : 1;
     if (!args.overflow) {
-      double coefficient = optim::clip_coefficient(norm, args.clip_norm);
-      if (coefficient < 1) optim::scale_in_place(grads, coefficient);
+      double coefficient = kit::clip_coefficient(norm, args.clip_norm);
+      if (coefficient < 1) kit::scale_in_place(grads, coefficient);
       for (auto& p : params_) {
         optimizer_->step(p.master, p.reduced_grad, p.state, args.applied_steps + 1, args.lr);
-        if (!p.master.is_same(p.model)) optim::copy_master_to_model(p.model, p.master);
+        if (!p.master.is_same(p.model)) kit::copy_master_to_model(p.model, p.master);
       }
     }
     for (auto& p : params_) p.reduced_grad = at::Tensor();
@@ -119,7 +118,7 @@ class DataParallel : public sdk::PartitionHooks {
     at::Tensor model;         // the parameter (compute dtype), a view of the host's storage
     at::Tensor master;        // fp32 master (== model in fp32 training)
     at::Tensor reduced_grad;  // fp32 view into a bucket, valid from backward_end to step
-    optim::OptimizerState state;
+    kit::OptimizerState state;
   };
   struct Bucket {
     at::Tensor flat;
@@ -129,7 +128,7 @@ class DataParallel : public sdk::PartitionHooks {
 
   void launch(Bucket& bucket) {
     at::Tensor filled = bucket.flat.narrow(0, 0, bucket.used);
-    DLTensor view = dl_view(filled);
+    DLTensor view = kit::dl_view(filled);
     zhost_collective_args args{};
     args.struct_size = sizeof(args);
     args.recv = &view;
@@ -148,13 +147,19 @@ class DataParallel : public sdk::PartitionHooks {
   bool boundary_ = true;
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<kit::Optimizer> optimizer_;
 };
 
 using Instance = sdk::InstanceOf<DataParallel>;
 
-const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr, Instance::create, Instance::destroy,
-                               &sdk::PartitionTableOf<DataParallel>::table, nullptr, nullptr};
+const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
+                               nullptr,
+                               nullptr,
+                               Instance::create,
+                               Instance::destroy,
+                               &sdk::PartitionTableOf<DataParallel>::table,
+                               nullptr,
+                               nullptr};
 
 const zhost_plugin_descriptor* describe() {
   static sdk::DescriptorBuilder builder("stage0", "0.1.0", ZHOST_KIND_PARTITION);
@@ -164,13 +169,10 @@ const zhost_plugin_descriptor* describe() {
   return builder.build();
 }
 
-zhost_status* entry(zhost_negotiation* io) {
-  static const zhost_plugin_descriptor* descriptor = describe();
-  return sdk::negotiate_v0(io, descriptor, &kApi);
-}
-
 }  // namespace
+}  // namespace zhost::stage0
 
-void register_stage0_plugin() { register_builtin_plugin("stage0", entry); }
-
-}  // namespace zhost::engine
+extern "C" zhost_status* zhost_stage0_plugin_v0(zhost_negotiation* io) {
+  static const zhost_plugin_descriptor* descriptor = zhost::stage0::describe();
+  return zhost::sdk::negotiate_v0(io, descriptor, &zhost::stage0::kApi);
+}
