@@ -1,5 +1,6 @@
 // host/cli/config_command.cpp: `zhost config check CONFIG`: validates a config as `zhost run` would and
-// prints it resolved (defaults included, each key's origin), then which plugin serves each need. With the
+// prints it resolved (defaults included, each key's origin), then which plugin serves each need, and each
+// tier's roles (optimizer-compute, optimizer-storage, params). With the
 // training engine built, it also opens the data source and checks fp16 kernels as `zhost run` would.
 #include <iostream>
 
@@ -22,9 +23,12 @@ int config_check_command(const JobSetupOptions& options) {
             << " is valid\n\n";
   std::cout << job.config->to_toml() << "\n";
   std::cout << "# plugins serving this config\n";
-  for (const auto* plugin : job.resolution.plugins)
-    std::cout << "#   " << plugin->info.name << " " << plugin->info.version << " (" << plugin->path.string() << ") for "
+  for (const auto* plugin : job.resolution.plugins) {
+    const std::vector<std::string> roles = job.resolution.roles_of(plugin);
+    std::cout << "#   " << plugin->info.name << " " << plugin->info.version << " (" << plugin->path.string() << ")"
+              << (roles.empty() ? "" : " as " + text::join(roles, " and ")) << " for "
               << text::join(job.resolution.chosen_for.at(plugin), "; ") << "\n";
+  }
   return 0;
 }
 

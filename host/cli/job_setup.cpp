@@ -35,6 +35,7 @@ ZeroSelection zero_selection(const config::ResolvedConfig& config) {
   ZeroSelection zero;
   zero.stage = config.get_int("zero.stage");
   zero.offload_optimizer = config.get_string("zero.offload_optimizer.device");
+  zero.offload_optimizer_storage = config.get_string("zero.offload_optimizer.storage");
   zero.offload_param = config.get_string("zero.offload_param.device");
   zero.quantized_weights = config.get_bool("zero.zero_quantized_weights");
   zero.quantized_gradients = config.get_bool("zero.zero_quantized_gradients");

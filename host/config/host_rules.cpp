@@ -194,7 +194,8 @@ void add_data_rules(Schema& schema) {
 
 void add_zero_rules(Schema& schema) {
   // A tier's name becomes the capability "offload:NAME" that its plugin provides.
-  for (const char* key : {"zero.offload_optimizer.device", "zero.offload_param.device"}) {
+  for (const char* key :
+       {"zero.offload_optimizer.device", "zero.offload_optimizer.storage", "zero.offload_param.device"}) {
     rule(schema, {key}, [key = std::string(key)](const ResolvedConfig& config) -> Problem {
       const std::string& device = config.get_string(key);
       if (device.empty()) {

@@ -174,6 +174,11 @@ void add_zero_keys(HostKeys& keys) {
   // provides "offload:NAME" is selected with device = "NAME". Resolution reports a name no plugin serves.
   keys.text("zero.offload_optimizer.device", "none",
             "offload tier for optimizer states: none, cpu, nvme, or a third-party tier's name");
+  // zhost's own key (DeepSpeed has none): a storage tier keeping the optimizer's states between steps while
+  // the tier of zero.offload_optimizer.device runs the optimizer (docs/abi.md "Tier composition").
+  keys.text("zero.offload_optimizer.storage", "none",
+            "storage tier keeping the optimizer's master weights and states between steps, under the computing "
+            "tier of zero.offload_optimizer.device: none, or a storage tier's name (device = \"nvme\" implies it)");
   keys.text("zero.offload_param.device", "none",
             "offload tier for parameters (stage 3): none, cpu, nvme, or a third-party tier's name");
   keys.flag("zero.zero_quantized_weights", false, "ZeRO++ qwZ: all-gather weights as int8");

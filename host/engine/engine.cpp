@@ -106,32 +106,29 @@ void set_up_cpu_threads(const TrainSettings& settings, const launch::RankEnv& en
         plan.threads, env.local_world_size, budget.usable_cpus.size(), plan.origin);
 }
 
-// Hands the offload tiers the config chose to the host services (tier_for), for the partition plugin,
-// and takes them back before the instances go.
+// Hands the offload tiers of the resolution (role -> tier, checked at config check) to the host services
+// (tier_for), for the partition plugin and a computing tier's storage, and takes them back before the
+// instances go. The instances themselves were created tiers first (docs/abi.md "Tier lifetimes").
 class TierInstallation {
  public:
   TierInstallation(const JobSetup& job, const PluginInstances& instances, HostServices& services)
       : services_(services) {
-    install(job, instances, ZHOST_TIER_FOR_OPTIMIZER, "zero.offload_optimizer.device");
-    install(job, instances, ZHOST_TIER_FOR_PARAMS, "zero.offload_param.device");
+    for (const auto& [role, provider] : job.resolution.tiers) {
+      roles_.push_back(role);
+      for (const auto& live : instances.all())
+        if (live.plugin == provider)
+          services_.set_tier(role, TierRef{live.instance, live.plugin->api->offload, live.plugin->info.name});
+    }
   }
   ~TierInstallation() {
-    services_.set_tier(ZHOST_TIER_FOR_OPTIMIZER, std::nullopt);
-    services_.set_tier(ZHOST_TIER_FOR_PARAMS, std::nullopt);
+    for (zhost_tier_role role : roles_) services_.set_tier(role, std::nullopt);
   }
   TierInstallation(const TierInstallation&) = delete;
   TierInstallation& operator=(const TierInstallation&) = delete;
 
  private:
-  void install(const JobSetup& job, const PluginInstances& instances, zhost_tier_role role, const char* key) {
-    const std::string device = job.config->get_string(key);
-    if (device == "none") return;
-    const LoadedPlugin* provider = job.resolution.provider.at("offload:" + device);
-    for (const auto& live : instances.all())
-      if (live.plugin == provider)
-        services_.set_tier(role, TierRef{live.instance, live.plugin->api->offload, live.plugin->info.name});
-  }
   HostServices& services_;
+  std::vector<zhost_tier_role> roles_;
 };
 
 // What a failed allocation means for this job, in one line: what ran out, and what to change.

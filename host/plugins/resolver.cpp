@@ -7,19 +7,75 @@
 
 #include "host/core/error.hpp"
 #include "host/core/text.hpp"
+#include "zhost/offload.h"
 
 namespace zhost {
+
+const char* tier_role_name(zhost_tier_role role) {
+  switch (role) {
+    case ZHOST_TIER_FOR_OPTIMIZER:
+      return "optimizer-compute";
+    case ZHOST_TIER_FOR_OPTIMIZER_STORAGE:
+      return "optimizer-storage";
+    case ZHOST_TIER_FOR_PARAMS:
+      return "params";
+  }
+  return "unknown";
+}
+
+uint64_t tier_flags(const LoadedPlugin& plugin) {
+  constexpr uint64_t kTierBits =
+      ZHOST_PLUGIN_FLAG_TIER_STORES | ZHOST_PLUGIN_FLAG_TIER_COMPUTES | ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE;
+  if (plugin.info.kind != ZHOST_KIND_OFFLOAD) return 0;
+  if (plugin.abi_minor >= 4) return plugin.info.flags & kTierBits;
+  // Built against 0.3 or older: no declaration; infer from the table (docs/abi.md "Tier roles").
+  const zhost_offload_api* table = plugin.api ? plugin.api->offload : nullptr;
+  if (!table) return plugin.info.flags & kTierBits;
+  uint64_t flags = 0;
+  if (table->store && table->load) flags |= ZHOST_PLUGIN_FLAG_TIER_STORES;
+  if (ZHOST_HAS_FIELD(table, zhost_offload_api, optimizer_setup) && table->optimizer_setup)
+    flags |= ZHOST_PLUGIN_FLAG_TIER_COMPUTES;
+  return flags;
+}
+
+std::vector<std::string> Resolution::roles_of(const LoadedPlugin* plugin) const {
+  std::vector<std::string> roles;
+  for (const auto& [role, tier] : tiers)
+    if (tier == plugin) roles.push_back(tier_role_name(role));
+  return roles;
+}
 
 std::vector<Need> needs_for(const ZeroSelection& zero) {
   std::vector<Need> needs;
   // Stage 0 is a need too: the host's built-in data-parallel engine serves it, unless a plugin file
   // providing partition:stage0 is found first on the search path.
   needs.push_back({fmt::format("partition:stage{}", zero.stage), fmt::format("zero.stage = {}", zero.stage)});
-  if (zero.offload_optimizer != "none")
-    needs.push_back({"offload:" + zero.offload_optimizer,
-                     fmt::format("zero.offload_optimizer.device = \"{}\"", zero.offload_optimizer)});
+  const std::string device_reason = fmt::format("zero.offload_optimizer.device = \"{}\"", zero.offload_optimizer);
+  const bool storage_named = zero.offload_optimizer_storage != "none";
+  if (storage_named && zero.offload_optimizer == "none")
+    fail_usage(
+        "zero.offload_optimizer.storage = \"{}\" keeps the optimizer's states in a storage tier, but no tier "
+        "runs the optimizer; set zero.offload_optimizer.device = \"cpu\"",
+        zero.offload_optimizer_storage);
+  if (zero.offload_optimizer == "nvme") {
+    // DeepSpeed's meaning: the states live on NVMe and the CPU tier steps them (docs/abi.md "Tier composition").
+    if (storage_named)
+      fail_usage(
+          "zero.offload_optimizer.device = \"nvme\" keeps the states on NVMe already; remove "
+          "zero.offload_optimizer.storage = \"{}\"",
+          zero.offload_optimizer_storage);
+    needs.push_back({"offload:nvme", device_reason, ZHOST_TIER_FOR_OPTIMIZER_STORAGE});
+    needs.push_back({"offload:cpu", device_reason + " (the CPU tier steps the states)", ZHOST_TIER_FOR_OPTIMIZER});
+  } else if (zero.offload_optimizer != "none") {
+    needs.push_back({"offload:" + zero.offload_optimizer, device_reason, ZHOST_TIER_FOR_OPTIMIZER});
+    if (storage_named)
+      needs.push_back({"offload:" + zero.offload_optimizer_storage,
+                       fmt::format("zero.offload_optimizer.storage = \"{}\"", zero.offload_optimizer_storage),
+                       ZHOST_TIER_FOR_OPTIMIZER_STORAGE});
+  }
   if (zero.offload_param != "none")
-    needs.push_back({"offload:" + zero.offload_param, fmt::format("zero.offload_param.device = \"{}\"", zero.offload_param)});
+    needs.push_back({"offload:" + zero.offload_param,
+                     fmt::format("zero.offload_param.device = \"{}\"", zero.offload_param), ZHOST_TIER_FOR_PARAMS});
   if (zero.quantized_weights) needs.push_back({"collective:qwz", "zero.zero_quantized_weights = true"});
   if (zero.quantized_gradients) needs.push_back({"collective:qgz", "zero.zero_quantized_gradients = true"});
   if (zero.hpz_partition_size > 1)
@@ -39,6 +95,62 @@ const LoadedPlugin* first_provider(const std::vector<LoadedPlugin>& found, const
   for (const auto& p : found)
     if (std::count(p.info.provides.begin(), p.info.provides.end(), capability)) return &p;
   return nullptr;
+}
+
+std::string declared_roles(uint64_t flags) {
+  std::vector<std::string> can;
+  if (flags & ZHOST_PLUGIN_FLAG_TIER_STORES) can.push_back("storing buffers");
+  if (flags & ZHOST_PLUGIN_FLAG_TIER_COMPUTES) can.push_back("running the optimizer");
+  return can.empty() ? "no tier role" : text::join(can, " and ");
+}
+
+// The tier name a config writes for a capability: "offload:hello" -> "hello".
+std::string tier_name(const std::string& capability) { return capability.substr(capability.find(':') + 1); }
+
+// Each tier serves the roles its needs ask for (declared or inferred, see tier_flags), and a composed pair
+// fits together: the computing tier keeps states in another tier, and that tier is nobody else's.
+void check_tier_roles(const std::vector<Need>& needs, Resolution& resolution) {
+  for (const auto& need : needs) {
+    if (!need.role) continue;
+    const LoadedPlugin* tier = resolution.provider.at(need.capability);
+    const uint64_t flags = tier_flags(*tier);
+    const std::string who = fmt::format("plugin '{}' ({})", tier->info.name, tier->path.string());
+    if (tier->info.kind != ZHOST_KIND_OFFLOAD)
+      fail_usage("{} asks {} to serve as an offload tier (role {}), but it is a {} plugin", need.reason, who,
+                 tier_role_name(*need.role), kind_name(tier->info.kind));
+    if (*need.role == ZHOST_TIER_FOR_OPTIMIZER && !(flags & ZHOST_PLUGIN_FLAG_TIER_COMPUTES)) {
+      if (flags & ZHOST_PLUGIN_FLAG_TIER_STORES)
+        fail_usage(
+            "{} asks {} to run the optimizer (role optimizer-compute), but it declares only storing "
+            "buffers; let the CPU tier step the states kept there: zero.offload_optimizer.device = \"cpu\" "
+            "and zero.offload_optimizer.storage = \"{}\"",
+            need.reason, who, tier_name(need.capability));
+      fail_usage("{} asks {} to run the optimizer (role optimizer-compute), but it declares {}", need.reason, who,
+                 declared_roles(flags));
+    }
+    if (*need.role != ZHOST_TIER_FOR_OPTIMIZER && !(flags & ZHOST_PLUGIN_FLAG_TIER_STORES))
+      fail_usage("{} asks {} to store buffers (role {}), but it declares {}", need.reason, who,
+                 tier_role_name(*need.role), declared_roles(flags));
+    resolution.tiers[*need.role] = tier;
+  }
+  auto storage = resolution.tiers.find(ZHOST_TIER_FOR_OPTIMIZER_STORAGE);
+  if (storage == resolution.tiers.end()) return;
+  const LoadedPlugin* compute = resolution.tiers.at(ZHOST_TIER_FOR_OPTIMIZER);
+  if (!(tier_flags(*compute) & ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE))
+    fail_usage(
+        "plugin '{}' ({}) runs the optimizer but cannot keep its states in another tier (it does not declare "
+        "ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE); remove zero.offload_optimizer.storage or use "
+        "zero.offload_optimizer.device = \"cpu\"",
+        compute->info.name, compute->path.string());
+  if (storage->second == compute)
+    fail_usage("plugin '{}' would store the optimizer states it steps itself; remove zero.offload_optimizer.storage",
+               compute->info.name);
+  auto params = resolution.tiers.find(ZHOST_TIER_FOR_PARAMS);
+  if (params != resolution.tiers.end() && params->second == storage->second)
+    fail_usage(
+        "plugin '{}' would store both the optimizer states and the parameters, whose buffer keys share one "
+        "namespace; choose different tiers for zero.offload_optimizer.storage and zero.offload_param.device",
+        storage->second->info.name);
 }
 
 }  // namespace
@@ -76,7 +188,9 @@ Resolution resolve_plugins(const std::vector<Need>& needs, const std::vector<Loa
           fail_usage("plugins '{}' ({}) and '{}' ({}) conflict: '{}' declares it cannot run with '{}'; change the config "
                      "so that only one of them is needed", plugin->info.name, plugin->path.string(), other->info.name,
                      other->path.string(), plugin->info.name, conflict);
-  // 3. Initialisation order: dependencies first, cycles reported with their path.
+  check_tier_roles(needs, resolution);
+  // 3. Initialisation order: dependencies first, cycles reported with their path; tiers before the plugins
+  // that use them (storage, compute, params), so they are created before and destroyed after them.
   enum class Mark { kNone, kVisiting, kDone };
   std::map<const LoadedPlugin*, Mark> marks;
   std::vector<const LoadedPlugin*> stack;
@@ -98,6 +212,8 @@ Resolution resolve_plugins(const std::vector<Need>& needs, const std::vector<Loa
     marks[plugin] = Mark::kDone;
     resolution.plugins.push_back(plugin);
   };
+  for (zhost_tier_role role : {ZHOST_TIER_FOR_OPTIMIZER_STORAGE, ZHOST_TIER_FOR_OPTIMIZER, ZHOST_TIER_FOR_PARAMS})
+    if (auto tier = resolution.tiers.find(role); tier != resolution.tiers.end()) visit(tier->second);
   for (const auto* plugin : chosen) visit(plugin);
   return resolution;
 }

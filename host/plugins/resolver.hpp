@@ -5,9 +5,15 @@
 // plugins' own requirements are served the same way, transitively. Reported before anything runs, each
 // as one line: a need nobody provides (listing what was found), a requirement nobody provides, two chosen
 // plugins that conflict, and dependency cycles. The result is in initialisation order (dependencies first).
+//
+// Offload tiers also serve roles (docs/abi.md "Tier roles"): a need that asks a tier to run the optimizer,
+// to store its states or to store parameters carries the role, and the resolver checks that the chosen
+// tier declares it; the resolution maps each role to its tier, and orders tiers before the plugins that
+// use them (storage before compute before the rest), so they are created before and destroyed after them.
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,24 +24,38 @@ namespace zhost {
 struct Need {
   std::string capability;  // e.g. "offload:nvme"
   std::string reason;      // e.g. "zero.offload_optimizer.device = \"nvme\""
+  std::optional<zhost_tier_role> role = std::nullopt;  // for a tier: the role it must serve
 };
+
+// "optimizer-compute", "optimizer-storage", "params": how config check and errors name a role.
+const char* tier_role_name(zhost_tier_role role);
+// The ZHOST_PLUGIN_FLAG_TIER_* bits a plugin serves: declared in its descriptor, or for a tier built against
+// headers older than 0.4 (which declare nothing) inferred from its offload table: stores when store and
+// load are set, computes when optimizer_setup is set (docs/abi.md "Tier roles").
+uint64_t tier_flags(const LoadedPlugin& plugin);
 
 // The ZeRO selectors of a config, from which needs derive.
 struct ZeroSelection {
   int64_t stage = 0;
   std::string offload_optimizer = "none";
+  std::string offload_optimizer_storage = "none";
   std::string offload_param = "none";
   bool quantized_weights = false;
   bool quantized_gradients = false;
   int64_t hpz_partition_size = 1;
 };
 
+// Throws UsageError for a selection no plugin set could serve (a storage tier without a computing one).
 std::vector<Need> needs_for(const ZeroSelection& zero);
 
 struct Resolution {
   std::vector<const LoadedPlugin*> plugins;                       // initialisation order
   std::map<std::string, const LoadedPlugin*> provider;            // capability -> chosen plugin
   std::map<const LoadedPlugin*, std::vector<std::string>> chosen_for;  // plugin -> reasons it was chosen
+  std::map<zhost_tier_role, const LoadedPlugin*> tiers;                // role -> the tier serving it
+
+  // The roles `plugin` serves, by name ("optimizer-compute"); empty for a plugin that is no tier.
+  std::vector<std::string> roles_of(const LoadedPlugin* plugin) const;
 };
 
 // Throws UsageError on the first problem. `found` is in search order.

@@ -6,6 +6,11 @@
 // plain buffers by key (the tier interface the NVMe tier builds on), and exports/imports its whole state
 // as a byte stream, which makes it hot-swappable.
 //
+// Composition (docs/abi.md "Tier composition"): with a storage tier under it (zero.offload_optimizer.storage,
+// served by tier_for(ZHOST_TIER_FOR_OPTIMIZER_STORAGE)), a group's master and states live there between
+// steps and come into a bounded staging area chunk by chunk for each step (group_states.hpp); gradient
+// accumulators stay in host memory. Buffer keys and optimizer-group keys are separate namespaces.
+//
 // Memory is host memory from the host's buffer service (accounted for by the host). Buffers move to and
 // from device memory (CUDA) through the host's copy services: store and load then hand back the copy as
 // their event, so a caller can overlap it. The optimizer reads and writes host memory only: partition
@@ -16,13 +21,13 @@
 #include <map>
 #include <memory>
 #include <stdexcept>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "plugins/offload_cpu/cpu_optimizer.hpp"
-#include "zhost/cpp/plugin.hpp"
-#include "zhost/offload.h"
+#include "plugins/offload_cpu/group_states.hpp"
+#include "zhost/cpp/offload.hpp"
 
 // A store or load still moving data: the host's copy behind it.
 struct zhost_tier_event {
@@ -31,46 +36,12 @@ struct zhost_tier_event {
 
 namespace {
 
+using zhost::cpu_tier::GroupStates;
+using zhost::cpu_tier::HostBuffer;
+using zhost::cpu_tier::StateStorage;
 using zhost::sdk::Host;
 using zhost::sdk::PluginError;
 namespace cpu_optim = zhost::cpu_optim;
-
-// A host buffer from the host's buffer service, released with this object.
-class HostBuffer {
- public:
-  enum class Fill { kZeros, kUninitialized };  // kUninitialized: the caller overwrites every byte at once
-  HostBuffer(const Host& host, uint64_t bytes, bool pinned, const std::string& label, Fill fill = Fill::kZeros)
-      : host_(&host) {
-    zhost_buffer_alloc_args args{};
-    args.struct_size = sizeof(args);
-    args.memory = pinned ? ZHOST_MEMORY_PINNED : ZHOST_MEMORY_HOST;
-    args.size_bytes = bytes ? bytes : 1;
-    args.label = label.c_str();
-    host.check(host.services()->buffer_alloc(host.context(), &args));
-    handle_ = args.handle;
-    data_ = args.data;
-    bytes_ = bytes;
-    if (fill == Fill::kZeros) std::memset(data_, 0, args.size_bytes);
-  }
-  ~HostBuffer() {
-    if (handle_) host_->services()->buffer_release(host_->context(), handle_);
-  }
-  HostBuffer(HostBuffer&& other) noexcept
-      : host_(other.host_), handle_(std::exchange(other.handle_, 0)), data_(other.data_), bytes_(other.bytes_) {}
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  HostBuffer& operator=(HostBuffer&&) = delete;
-
-  float* floats() const { return static_cast<float*>(data_); }
-  void* data() const { return data_; }
-  uint64_t bytes() const { return bytes_; }
-
- private:
-  const Host* host_;
-  zhost_buffer_handle handle_ = 0;
-  void* data_ = nullptr;
-  uint64_t bytes_ = 0;
-};
 
 int64_t numel(const DLTensor& t) {
   int64_t n = 1;
@@ -124,64 +95,75 @@ cpu_optim::Isa optimizer_isa() {
   }
 }
 
-class CpuTier {
+class CpuTier : public zhost::sdk::TierDefaults {
  public:
+  static constexpr uint64_t kTierFlags =
+      ZHOST_PLUGIN_FLAG_TIER_STORES | ZHOST_PLUGIN_FLAG_TIER_COMPUTES | ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE;
+
   explicit CpuTier(const Host& host) : host_(host), pinned_(host.config_bool("zero.offload_optimizer.pin_memory")) {
     kernel_.isa = optimizer_isa();
     kernel_.threads = optimizer_threads(host.config_int("offload_cpu.threads"));
+    storage_.chunk = host.config_int("offload_cpu.storage_chunk_elements");
     host_.info(std::string("host-memory tier ready; optimizer kernel ") + cpu_optim::isa_name(*kernel_.isa) + ", " +
                std::to_string(kernel_.threads) + " thread(s)" + (pinned_ ? ", pinned buffers" : ""));
   }
+  ~CpuTier() { groups_.clear(); }  // before storage_: groups drop their buffers from the storage tier
 
-  // ---- storage ----
+  // ---- storage (the buffer key namespace) ----
   // Host tensors are copied at once while training in host memory; device tensors (and, under the deferred
   // test copies, host ones too) go through the host's copy services, and the copy is the event.
-  zhost_tier_event* store(const zhost_tier_io_args& args) {
-    const size_t bytes = static_cast<size_t>(numel(*args.data)) * element_bytes(*args.data);
-    auto it = buffers_.find(args.key);
+  zhost_tier_event* store(uint64_t key, const DLTensor& data) {
+    const size_t bytes = static_cast<size_t>(numel(data)) * element_bytes(data);
+    auto it = buffers_.find(key);
     if (it == buffers_.end() || it->second.bytes() != bytes) {
-      buffers_.erase(args.key);
-      it = buffers_.emplace(args.key, HostBuffer(host_, bytes, pinned_, "offload_cpu buffer",
-                                                 HostBuffer::Fill::kUninitialized)).first;
+      buffers_.erase(key);
+      it = buffers_
+               .emplace(key, HostBuffer(host_, bytes, pinned_, "offload_cpu buffer", HostBuffer::Fill::kUninitialized))
+               .first;
     }
-    if (!by_copy(*args.data)) {
-      std::memcpy(it->second.data(), host_data(*args.data, "the stored tensor"), bytes);
+    if (!by_copy(data)) {
+      std::memcpy(it->second.data(), host_data(data, "the stored tensor"), bytes);
       return nullptr;
     }
-    DLTensor buffer = host_view(*args.data, it->second.data());
-    return start_copy(*args.data, buffer);
+    DLTensor buffer = host_view(data, it->second.data());
+    return start_copy(data, buffer);
   }
 
-  zhost_tier_event* load(const zhost_tier_io_args& args) const {
-    auto it = buffers_.find(args.key);
+  zhost_tier_event* load(uint64_t key, DLTensor& data) const {
+    auto it = buffers_.find(key);
     if (it == buffers_.end())
-      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: no buffer stored under key " + std::to_string(args.key));
-    const size_t bytes = static_cast<size_t>(numel(*args.data)) * element_bytes(*args.data);
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: no buffer stored under key " + std::to_string(key));
+    const size_t bytes = static_cast<size_t>(numel(data)) * element_bytes(data);
     if (bytes != it->second.bytes())
-      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: load of key " + std::to_string(args.key) + " into " +
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: load of key " + std::to_string(key) + " into " +
                                                         std::to_string(bytes) + " bytes, but " +
                                                         std::to_string(it->second.bytes()) + " are stored");
-    if (!by_copy(*args.data)) {
-      std::memcpy(host_data(*args.data, "the load destination"), it->second.data(), bytes);
+    if (!by_copy(data)) {
+      std::memcpy(host_data(data, "the load destination"), it->second.data(), bytes);
       return nullptr;
     }
-    DLTensor buffer = host_view(*args.data, it->second.data());
-    return start_copy(buffer, *args.data);
+    DLTensor buffer = host_view(data, it->second.data());
+    return start_copy(buffer, data);
   }
 
   void order_compute_after(zhost_tier_event* event) const {
     if (event && event->copy) host_.check(host_.copies()->order_compute_after(host_.context(), event->copy));
   }
 
-  void wait(zhost_tier_event* event) const {
+  void wait_event(zhost_tier_event* event) const {
     std::unique_ptr<zhost_tier_event> owned(event);
     if (owned && owned->copy) host_.check(host_.copies()->wait(host_.context(), owned->copy));
   }
 
-  void drop(uint64_t key) {
-    buffers_.erase(key);
-    groups_.erase(key);
+  // The host's copy services cannot be asked without blocking: a pending copy is reported as not done
+  // (zhost/offload.h allows it); an event without a copy is done.
+  bool test_event(zhost_tier_event* event) const {
+    if (event && event->copy) return false;
+    delete event;
+    return true;
   }
+
+  void drop(uint64_t key) { buffers_.erase(key); }
 
   // ---- copies to and from the training device ----
   bool by_copy(const DLTensor& t) const {
@@ -209,7 +191,7 @@ class CpuTier {
     return copy ? new zhost_tier_event{copy} : nullptr;
   }
 
-  // ---- the optimizer ----
+  // ---- the optimizer (the group key namespace) ----
   void optimizer_setup(const zhost_tier_optimizer_setup& setup) {
     const zhost_optimizer_desc& opt = *setup.optimizer;
     if (opt.kind != ZHOST_OPTIMIZER_ADAMW && opt.kind != ZHOST_OPTIMIZER_ADAM && opt.kind != ZHOST_OPTIMIZER_LION)
@@ -218,9 +200,13 @@ class CpuTier {
     if (!is_float(*setup.initial_master, 32))
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: the initial master weights must be fp32");
     const int64_t n = numel(*setup.initial_master);
+    const float* initial = reinterpret_cast<const float*>(host_data(*setup.initial_master, "the initial master"));
     groups_.erase(setup.key);
-    Group& g = groups_.emplace(setup.key, Group(host_, opt, n, pinned_)).first->second;
-    std::memcpy(g.master.data(), host_data(*setup.initial_master, "the initial master"), static_cast<size_t>(n) * 4);
+    Group& g = add_group(groups_, generation_, setup.key, opt, n);
+    g.states.visit(0, n, 0, GroupStates::kAll, [&](float* const* states, int64_t begin, int64_t count) {
+      std::memcpy(states[GroupStates::kMaster], initial + begin, static_cast<size_t>(count) * 4);
+      for (int s = 1; s < g.states.num_states(); ++s) std::memset(states[s], 0, static_cast<size_t>(count) * 4);
+    });
   }
 
   void optimizer_grad(uint64_t key, DLTensor& out) {
@@ -233,69 +219,37 @@ class CpuTier {
     out.shape = &g.numel;
   }
 
-  // One optimizer step of elements [offset, offset + count) of the group (the whole group by default).
-  void optimizer_step(const zhost_tier_step_args& args, int64_t offset = 0, bool range = false) {
-    Group& g = group(args.key);
-    int64_t count = g.numel;
-    if (range) {
-      if (!args.params_out)
-        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: a range step needs params_out (the range's length)");
-      count = numel(*args.params_out);
-      if (offset < 0 || count < 0 || offset + count > g.numel)
-        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: range [" + std::to_string(offset) + ", " +
-                                                          std::to_string(offset + count) + ") is outside group " +
-                                                          std::to_string(args.key) + " of " +
-                                                          std::to_string(g.numel) + " elements");
-    }
-    float* master = g.master.floats() + offset;
-    float* grad = g.grad.floats() + offset;
-    float* exp_avg = g.exp_avg.floats() + offset;
-    cpu_optim::Copy16 copy = cpu_optim::Copy16::kNone;
-    void* out = nullptr;
-    if (args.params_out) {
-      const DLTensor& t = *args.params_out;
-      if (numel(t) != count)
-        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: params_out has " + std::to_string(numel(t)) +
-                                                          " elements, the group " + std::to_string(count));
-      out = host_data(t, "params_out");
-      if (is_bf16(t)) copy = cpu_optim::Copy16::kBf16;
-      else if (is_float(t, 16)) copy = cpu_optim::Copy16::kF16;
-      else if (!is_float(t, 32)) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: params_out must be fp32, bf16 or fp16");
-    }
-    const zhost_optimizer_desc& o = g.optimizer;
-    if (o.kind == ZHOST_OPTIMIZER_LION) {
-      cpu_optim::LionHyper h{args.lr, o.beta1, o.beta2, o.weight_decay, args.grad_scale};
-      cpu_optim::lion_step(h, master, grad, cpu_optim::GradType::kF32, exp_avg, out, copy, count, kernel_);
-    } else {
-      cpu_optim::AdamHyper h{args.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.kind == ZHOST_OPTIMIZER_ADAMW,
-                             o.bias_correction != 0, args.step, args.grad_scale};
-      cpu_optim::adam_step(h, master, grad, cpu_optim::GradType::kF32, exp_avg, g.exp_avg_sq.floats() + offset, out,
-                           copy, count, kernel_);
-    }
-    if (out && copy == cpu_optim::Copy16::kNone) std::memcpy(out, master, static_cast<size_t>(count) * 4);
-    std::memset(grad, 0, static_cast<size_t>(count) * 4);
-  }
+  void optimizer_step(const zhost_tier_step_args& args) { step(args, 0, false); }
+  void optimizer_step_range(const zhost_tier_step_args& args, int64_t offset) { step(args, offset, true); }
+  void optimizer_drop(uint64_t key) { groups_.erase(key); }
 
   void memory(zhost_tier_memory& out) const {
-    uint64_t bytes = 0;
-    for (const auto& [key, buffer] : buffers_) bytes += buffer.bytes();
-    for (const auto& [key, g] : groups_) bytes += g.bytes();
-    out.host_bytes = bytes;
-    out.storage_bytes = 0;
+    uint64_t host = storage_.staging.bytes(), stored = 0;
+    for (const auto& [key, buffer] : buffers_) host += buffer.bytes();
+    for (const auto& [key, g] : groups_) {
+      host += g.grad.bytes() + g.states.host_bytes();
+      stored += g.states.storage_bytes();
+    }
+    out.host_bytes = host;
+    out.storage_bytes = stored;
   }
 
   // ---- hot swap: the whole state as a byte stream ----
   // "ZHCPU001", u64 groups, per group: u64 key, zhost_optimizer_desc fields, i64 n, master, exp_avg,
-  // exp_avg_sq (n floats each); u64 buffers, per buffer: u64 key, u64 bytes, bytes.
-  void export_state(zhost_state_writer write, void* user) const {
+  // exp_avg_sq (n floats each; none of exp_avg_sq for Lion); u64 buffers, per buffer: u64 key, u64 bytes,
+  // bytes. The same stream whether the states are resident or in a storage tier.
+  void export_state(zhost_state_writer write, void* user) {
     Writer w{write, user};
     w.bytes(kMagic, sizeof(kMagic));
     w.u64(groups_.size());
-    for (const auto& [key, g] : groups_) {
+    for (auto& [key, g] : groups_) {
       w.u64(key);
       w.desc(g.optimizer);
       w.u64(static_cast<uint64_t>(g.numel));
-      for (const HostBuffer* b : {&g.master, &g.exp_avg, &g.exp_avg_sq}) w.bytes(b->data(), b->bytes());
+      for (int s = 0; s < g.states.num_states(); ++s)
+        g.states.visit(0, g.numel, 1u << s, 0, [&](float* const* states, int64_t, int64_t count) {
+          w.bytes(states[s], static_cast<size_t>(count) * 4);
+        });
     }
     w.u64(buffers_.size());
     for (const auto& [key, buffer] : buffers_) {
@@ -311,15 +265,21 @@ class CpuTier {
     r.bytes(magic, sizeof(magic));
     if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0)
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: the imported state is not an offload_cpu export");
+    // Into new maps (stored groups under the next generation of storage keys), swapped in only when the
+    // whole stream was read: a failed import leaves the instance as it was.
+    const uint32_t generation = (generation_ + 1) % 4;
     std::map<uint64_t, Group> groups;
+    std::map<uint64_t, HostBuffer> buffers;
     for (uint64_t i = 0, count = r.u64(); i < count; ++i) {
       const uint64_t key = r.u64();
       const zhost_optimizer_desc desc = r.desc();
       const auto n = static_cast<int64_t>(r.u64());
-      Group& g = groups.emplace(key, Group(host_, desc, n, pinned_)).first->second;
-      for (const HostBuffer* b : {&g.master, &g.exp_avg, &g.exp_avg_sq}) r.bytes(b->data(), b->bytes());
+      Group& g = add_group(groups, generation, key, desc, n);
+      for (int s = 0; s < g.states.num_states(); ++s)
+        g.states.visit(0, n, 0, 1u << s, [&](float* const* states, int64_t, int64_t piece) {
+          r.bytes(states[s], static_cast<size_t>(piece) * 4);
+        });
     }
-    std::map<uint64_t, HostBuffer> buffers;
     for (uint64_t i = 0, count = r.u64(); i < count; ++i) {
       const uint64_t key = r.u64();
       HostBuffer& b = buffers.emplace(key, HostBuffer(host_, r.u64(), pinned_, "offload_cpu buffer",
@@ -328,27 +288,106 @@ class CpuTier {
     }
     groups_ = std::move(groups);
     buffers_ = std::move(buffers);
+    generation_ = generation;
   }
 
  private:
   static constexpr char kMagic[8] = {'Z', 'H', 'C', 'P', 'U', '0', '0', '1'};
 
   struct Group {
-    Group(const Host& host, const zhost_optimizer_desc& desc, int64_t n, bool pinned)
+    Group(const Host& host, uint64_t key, uint32_t generation, const zhost_optimizer_desc& desc, int64_t n, bool pinned,
+          StateStorage* storage)
         : optimizer(desc),
           numel(n),
-          master(host, static_cast<uint64_t>(n) * 4, pinned, "offload_cpu master", HostBuffer::Fill::kUninitialized),
-          exp_avg(host, static_cast<uint64_t>(n) * 4, pinned, "offload_cpu exp_avg"),
-          exp_avg_sq(host, desc.kind == ZHOST_OPTIMIZER_LION ? 0 : static_cast<uint64_t>(n) * 4, pinned,
-                     "offload_cpu exp_avg_sq"),
+          states(host, key, generation, n, desc.kind == ZHOST_OPTIMIZER_LION ? 2 : 3, pinned, storage),
           grad(host, static_cast<uint64_t>(n) * 4, pinned, "offload_cpu gradients") {
       optimizer.ext = nullptr;
     }
-    uint64_t bytes() const { return master.bytes() + exp_avg.bytes() + exp_avg_sq.bytes() + grad.bytes(); }
     zhost_optimizer_desc optimizer;
     int64_t numel;
-    HostBuffer master, exp_avg, exp_avg_sq, grad;
+    GroupStates states;  // master, exp_avg, exp_avg_sq: resident, or in the storage tier
+    HostBuffer grad;     // the accumulator stays in host memory: the partition adds into it
   };
+
+  // A new group in `into`, its states in the storage tier (under `generation`'s keys) when the job composes
+  // one under this tier. The storage tier is asked for here, on first use: tier_for is answered once every
+  // instance exists.
+  Group& add_group(std::map<uint64_t, Group>& into, uint32_t generation, uint64_t key, const zhost_optimizer_desc& desc,
+                   int64_t n) {
+    if (!storage_looked_up_) {
+      storage_.tier = zhost::sdk::TierClient::find(host_, ZHOST_TIER_FOR_OPTIMIZER_STORAGE);
+      storage_looked_up_ = true;
+      if (storage_.tier.active())
+        host_.info(std::string("optimizer states kept in storage tier '") + storage_.tier.name() + "', " +
+                   std::to_string(storage_.chunk) + " elements at a time");
+    }
+    return into
+        .emplace(std::piecewise_construct, std::forward_as_tuple(key),
+                 std::forward_as_tuple(host_, key, generation, desc, n, pinned_, &storage_))
+        .first->second;
+  }
+
+  // One optimizer step of elements [offset, offset + count) of the group (the whole group unless `range`),
+  // over the group's states piece by piece (one piece when resident).
+  void step(const zhost_tier_step_args& args, int64_t offset, bool range) {
+    Group& g = group(args.key);
+    int64_t count = g.numel;
+    if (range) {
+      if (!args.params_out)
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                          "offload_cpu: a range step needs params_out (the range's length)");
+      count = numel(*args.params_out);
+      if (offset < 0 || count < 0 || offset + count > g.numel)
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: range [" + std::to_string(offset) + ", " +
+                                                          std::to_string(offset + count) + ") is outside group " +
+                                                          std::to_string(args.key) + " of " + std::to_string(g.numel) +
+                                                          " elements");
+    }
+    cpu_optim::Copy16 copy = cpu_optim::Copy16::kNone;
+    char* out = nullptr;
+    size_t out_element = 4;
+    if (args.params_out) {
+      const DLTensor& t = *args.params_out;
+      if (numel(t) != count)
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: params_out has " + std::to_string(numel(t)) +
+                                                          " elements, the group " + std::to_string(count));
+      out = host_data(t, "params_out");
+      if (is_bf16(t))
+        copy = cpu_optim::Copy16::kBf16;
+      else if (is_float(t, 16))
+        copy = cpu_optim::Copy16::kF16;
+      else if (!is_float(t, 32))
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: params_out must be fp32, bf16 or fp16");
+      out_element = element_bytes(t);
+    }
+    const zhost_optimizer_desc& o = g.optimizer;
+    g.states.visit(offset, offset + count, GroupStates::kAll, GroupStates::kAll,
+                   [&](float* const* states, int64_t begin, int64_t n) {
+                     float* master = states[GroupStates::kMaster];
+                     float* grad = g.grad.floats() + begin;
+                     void* piece_out = out ? out + static_cast<size_t>(begin - offset) * out_element : nullptr;
+                     if (o.kind == ZHOST_OPTIMIZER_LION) {
+                       cpu_optim::LionHyper h{args.lr, o.beta1, o.beta2, o.weight_decay, args.grad_scale};
+                       cpu_optim::lion_step(h, master, grad, cpu_optim::GradType::kF32, states[GroupStates::kExpAvg],
+                                            piece_out, copy, n, kernel_);
+                     } else {
+                       cpu_optim::AdamHyper h{args.lr,
+                                              o.beta1,
+                                              o.beta2,
+                                              o.eps,
+                                              o.weight_decay,
+                                              o.kind == ZHOST_OPTIMIZER_ADAMW,
+                                              o.bias_correction != 0,
+                                              args.step,
+                                              args.grad_scale};
+                       cpu_optim::adam_step(h, master, grad, cpu_optim::GradType::kF32, states[GroupStates::kExpAvg],
+                                            states[GroupStates::kExpAvgSq], piece_out, copy, n, kernel_);
+                     }
+                     if (piece_out && copy == cpu_optim::Copy16::kNone)
+                       std::memcpy(piece_out, master, static_cast<size_t>(n) * 4);
+                     std::memset(grad, 0, static_cast<size_t>(n) * 4);
+                   });
+  }
 
   struct Writer {
     zhost_state_writer write;
@@ -407,43 +446,28 @@ class CpuTier {
   Host host_;
   bool pinned_;
   cpu_optim::StepOptions kernel_;  // the instruction set and threads, fixed at creation
-  std::map<uint64_t, HostBuffer> buffers_;
-  std::map<uint64_t, Group> groups_;
+  StateStorage storage_;           // the storage tier under this one, if the job composes one
+  bool storage_looked_up_ = false;
+  uint32_t generation_ = 0;                 // of the live groups' storage keys (see GroupStates)
+  std::map<uint64_t, HostBuffer> buffers_;  // buffer keys
+  std::map<uint64_t, Group> groups_;        // optimizer-group keys
 };
 
-using Instance = zhost::sdk::InstanceOf<CpuTier>;
-using zhost::sdk::guard;
-CpuTier& self(zhost_plugin_instance* s) { return Instance::self(s); }
-
-const zhost_offload_api kOffload = {
-    sizeof(zhost_offload_api),
-    nullptr,
-    [](zhost_plugin_instance* s, zhost_tier_io_args* a) { return guard([&] { a->event = self(s).store(*a); }); },
-    [](zhost_plugin_instance* s, zhost_tier_io_args* a) { return guard([&] { a->event = self(s).load(*a); }); },
-    [](zhost_plugin_instance* s, zhost_tier_event* e) { return guard([&] { self(s).wait(e); }); },
-    [](zhost_plugin_instance* s, uint64_t key) { return guard([&] { self(s).drop(key); }); },
-    [](zhost_plugin_instance* s, zhost_state_writer w, void* u) { return guard([&] { self(s).export_state(w, u); }); },
-    [](zhost_plugin_instance* s, zhost_state_reader r, void* u) { return guard([&] { self(s).import_state(r, u); }); },
-    [](zhost_plugin_instance* s, const zhost_tier_optimizer_setup* a) { return guard([&] { self(s).optimizer_setup(*a); }); },
-    [](zhost_plugin_instance* s, uint64_t key, DLTensor* out) { return guard([&] { self(s).optimizer_grad(key, *out); }); },
-    [](zhost_plugin_instance* s, const zhost_tier_step_args* a) { return guard([&] { self(s).optimizer_step(*a); }); },
-    [](zhost_plugin_instance* s, zhost_tier_memory* out) { return guard([&] { self(s).memory(*out); }); },
-    [](zhost_plugin_instance* s, const zhost_tier_step_args* a, int64_t offset) {
-      return guard([&] { self(s).optimizer_step(*a, offset, true); });
-    },
-    [](zhost_plugin_instance* s, zhost_tier_event* e) { return guard([&] { self(s).order_compute_after(e); }); },
-};
-
-const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr, Instance::create, Instance::destroy,
-                               nullptr, &kOffload, nullptr};
+const zhost_plugin_api kApi = zhost::sdk::tier_api<CpuTier>();
 
 const zhost_plugin_descriptor* describe() {
   static zhost::sdk::DescriptorBuilder builder("offload_cpu", "0.1.0", ZHOST_KIND_OFFLOAD);
-  builder.summary("host-memory tier: ZeRO-Offload's CPU side, with a fused SIMD Adam/AdamW/Lion (AVX-512, AVX2, scalar)")
+  builder
+      .summary("host-memory tier: ZeRO-Offload's CPU side, with a fused SIMD Adam/AdamW/Lion (AVX-512, AVX2, scalar)")
       .provides({"offload:cpu"})
-      .flags(ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE)
+      .flags(ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE | CpuTier::kTierFlags)
       .config_bool("zero.offload_optimizer.pin_memory", false, "page-locked host buffers (faster device copies)")
-      .config_int("offload_cpu.threads", 0, "threads of the CPU optimizer; 0 = hardware threads / ranks on this machine", 0, 4096);
+      .config_int("offload_cpu.threads", 0,
+                  "threads of the CPU optimizer; 0 = hardware threads / ranks on this machine", 0, 4096)
+      .config_int("offload_cpu.storage_chunk_elements", 1 << 20,
+                  "with zero.offload_optimizer.storage: elements of a group's states loaded from the storage tier at "
+                  "a time (host staging: 12 bytes each)",
+                  1, 1e12);
   return builder.build();
 }
 

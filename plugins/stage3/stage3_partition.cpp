@@ -42,7 +42,9 @@ Stage3Partition::~Stage3Partition() {
     abandon(host_, u.gather_work);
     abandon(host_, u.reduce_work);
   }
-  for (Staging& slot : staging_)  // never leave a load in flight; its failure was or will be reported
+  // Never leave a load in flight; its failure was or will be reported. The tier is still alive: the host
+  // destroys tiers after the partition plugin (docs/abi.md "Tier lifetimes").
+  for (Staging& slot : staging_)
     if (slot.load)
       if (zhost_status* status = params_tier_.api->wait_event(params_tier_.instance, slot.load))
         host_.services()->status_destroy(status);

@@ -102,6 +102,7 @@ void OptimizerTier::step_range(uint64_t key, int64_t offset, int64_t step, doubl
   zhost_tier_step_args args = step_args(key, step, lr, grad_scale);
   DLTensor out = dl_view(params_out);
   args.params_out = &out;
+  args.offset = offset;  // 0.4 tiers read it here, 0.3 tiers from the argument
   const ScopedSpan span(host_, "tier_step");
   host_.check(ref_.api->optimizer_step_range(ref_.instance, &args, offset));
 }

@@ -84,6 +84,7 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
                                      "zero_quantized_weights = false  # default (host)\n"
                                      "\n[zero.offload_optimizer]\n"
                                      "device = \"cpu\"  # --set (host)\n"
+                                     "storage = \"none\"  # default (host)\n"
                                      "\n[zero.offload_param]\n"
                                      "device = \"none\"  # default (host)\n"))
       << toml;

@@ -51,7 +51,8 @@ struct Tier {
   Tier(HostServices& host, const Resolution& resolution) : host(host), instances(host) {
     instances.create_all(resolution, [](const LoadedPlugin&) {
       return std::map<std::string, ConfigValue>{{"zero.offload_optimizer.pin_memory", false},
-                                                {"offload_cpu.threads", int64_t{1}}};
+                                                {"offload_cpu.threads", int64_t{1}},
+                                                {"offload_cpu.storage_chunk_elements", int64_t{1} << 20}};
     });
     const PluginInstance* live = instances.of_kind(ZHOST_KIND_OFFLOAD);
     instance = live->instance;
@@ -67,8 +68,10 @@ struct Tier {
     check(host, api->optimizer_step(instance, &args));
     return out;
   }
-  // The same step as step(), taken as range steps of `piece` elements (how a stage pipelines copies).
-  std::vector<float> step_in_pieces(const std::vector<float>& grad, int64_t step_number, int64_t piece) {
+  // The same step as step(), taken as range steps of `piece` elements (how a stage pipelines copies). The
+  // offset travels in the step args (ABI 0.4), or, from a caller built for 0.3, as the argument alone.
+  std::vector<float> step_in_pieces(const std::vector<float>& grad, int64_t step_number, int64_t piece,
+                                    bool caller_0_3 = false) {
     add_to_accumulator(grad);
     std::vector<float> out(kElements);
     int64_t shape = 0;
@@ -77,7 +80,11 @@ struct Tier {
       shape = std::min<int64_t>(piece, kElements - offset);
       part.data = out.data() + offset;
       zhost_tier_step_args args = step_args(step_number, part);
-      check(host, api->optimizer_step_range(instance, &args, offset));
+      if (caller_0_3)
+        args.struct_size = ZHOST_TIER_STEP_ARGS_SIZE_0_3;
+      else
+        args.offset = offset;
+      check(host, api->optimizer_step_range(instance, &args, caller_0_3 ? offset : -1));
     }
     return out;
   }
@@ -186,7 +193,7 @@ TEST(CpuTier, StoresStepsAndHotSwapsBitForBit) {
   ASSERT_TRUE(ZHOST_HAS_FIELD(second.api, zhost_offload_api, optimizer_step_range) && second.api->optimizer_step_range);
   for (int64_t s = 7; s <= 8; ++s) {
     const std::vector<float> g = random_values(30 + s, 1.0f);
-    EXPECT_EQ(first.step(g, s), second.step_in_pieces(g, s, 97)) << "step " << s;
+    EXPECT_EQ(first.step(g, s), second.step_in_pieces(g, s, 97, /*caller_0_3=*/s == 8)) << "step " << s;
   }
   const std::vector<float> g = random_values(40, 1.0f);
   EXPECT_EQ(first.step(g, 9), second.step(g, 9));
@@ -196,6 +203,7 @@ TEST(CpuTier, StoresStepsAndHotSwapsBitForBit) {
   int64_t out_shape = 0;
   DLTensor out_view = view(out, out_shape);
   zhost_tier_step_args args = Tier::step_args(10, out_view);
+  args.offset = kElements - 5;
   zhost_status* outside = second.api->optimizer_step_range(second.instance, &args, kElements - 5);
   ASSERT_NE(outside, nullptr);
   EXPECT_NE(std::string(host.table()->status_message(outside)).find("is outside group 7"), std::string::npos);

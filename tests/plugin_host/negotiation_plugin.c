@@ -42,7 +42,7 @@ static zhost_status *tier_import(zhost_plugin_instance *self, zhost_state_reader
 
 static const zhost_offload_api k_offload = {
     sizeof(zhost_offload_api), NULL, tier_store, tier_store, tier_wait, tier_drop, tier_export, tier_import,
-    NULL, NULL, NULL, NULL, NULL, NULL}; /* not a computing tier */
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL}; /* not a computing tier */
 
 static zhost_status *create(zhost_plugin_create_args *args) {
 #ifdef VARIANT_INIT_FAILS

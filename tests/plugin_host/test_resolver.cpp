@@ -1,9 +1,11 @@
 // tests/plugin_host/test_resolver.cpp: requirement resolution on descriptor data alone: satisfied sets
-// and their order, missing needs and requirements, conflicts, cycles, and the keys of unused plugins.
+// and their order, missing needs and requirements, conflicts, cycles, the keys of unused plugins, and
+// tier roles (declared or inferred, checked, composed, ordered before the plugins that use them).
 #include <gtest/gtest.h>
 
 #include "host/core/error.hpp"
 #include "host/plugins/resolver.hpp"
+#include "zhost/offload.h"
 
 using namespace zhost;
 
@@ -20,6 +22,17 @@ LoadedPlugin plugin(const std::string& name, zhost_capability_kind kind, std::ve
   p.info.requires_caps = std::move(requires_caps);
   p.info.conflicts = std::move(conflicts);
   for (auto& k : keys) p.info.config_keys.push_back(ConfigKeyInfo{k, ZHOST_CONFIG_INT, "1", "doc", {}, {}, {}});
+  p.abi_minor = ZHOST_ABI_MINOR;
+  return p;
+}
+
+constexpr uint64_t kStores = ZHOST_PLUGIN_FLAG_TIER_STORES;
+constexpr uint64_t kComputes = ZHOST_PLUGIN_FLAG_TIER_STORES | ZHOST_PLUGIN_FLAG_TIER_COMPUTES;
+constexpr uint64_t kComposes = kComputes | ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE;
+
+LoadedPlugin tier(const std::string& name, const std::string& capability, uint64_t flags) {
+  LoadedPlugin p = plugin(name, ZHOST_KIND_OFFLOAD, {capability});
+  p.info.flags = flags;
   return p;
 }
 
@@ -49,26 +62,120 @@ TEST(Needs, DerivedFromZeroSelectors) {
   zero.offload_param = "cpu";
   zero.quantized_weights = true;
   auto needs = needs_for(zero);
-  ASSERT_EQ(needs.size(), 4u);
+  ASSERT_EQ(needs.size(), 5u);
   EXPECT_EQ(needs[0].capability, "partition:stage3");
   EXPECT_EQ(needs[0].reason, "zero.stage = 3");
+  // DeepSpeed's device = "nvme": the states are stored on NVMe, the CPU tier steps them.
   EXPECT_EQ(needs[1].capability, "offload:nvme");
+  EXPECT_EQ(needs[1].role, ZHOST_TIER_FOR_OPTIMIZER_STORAGE);
   EXPECT_EQ(needs[2].capability, "offload:cpu");
-  EXPECT_EQ(needs[3].capability, "collective:qwz");
+  EXPECT_EQ(needs[2].role, ZHOST_TIER_FOR_OPTIMIZER);
+  EXPECT_EQ(needs[3].capability, "offload:cpu");
+  EXPECT_EQ(needs[3].role, ZHOST_TIER_FOR_PARAMS);
+  EXPECT_EQ(needs[4].capability, "collective:qwz");
+  EXPECT_FALSE(needs[4].role.has_value());
 }
 
 TEST(Resolver, SatisfiedWithDependenciesFirst) {
   std::vector<LoadedPlugin> found{
-      plugin("stage3", ZHOST_KIND_PARTITION, {"partition:stage3"}),
-      plugin("offload_nvme", ZHOST_KIND_OFFLOAD, {"offload:nvme"}, {"offload:cpu"}),
-      plugin("offload_cpu", ZHOST_KIND_OFFLOAD, {"offload:cpu"}),
+      plugin("stage3", ZHOST_KIND_PARTITION, {"partition:stage3"}, {"collective:x"}),
+      plugin("xform", ZHOST_KIND_COLLECTIVE, {"collective:x"}),
   };
+  Resolution r = resolve_plugins({{"partition:stage3", "zero.stage = 3"}}, found);
+  EXPECT_EQ(names(r), (std::vector<std::string>{"xform", "stage3"}));
+}
+
+// Tiers are created before the plugins that use them and destroyed after them (instances go in reverse
+// order): storage, then compute, then the partition plugin, whatever the order of the needs.
+TEST(TierRoles, TiersComeFirstStorageBeforeCompute) {
+  std::vector<LoadedPlugin> found{plugin("stage3", ZHOST_KIND_PARTITION, {"partition:stage3"}),
+                                  tier("offload_nvme", "offload:nvme", kStores),
+                                  tier("offload_cpu", "offload:cpu", kComposes)};
   ZeroSelection zero;
   zero.stage = 3;
   zero.offload_optimizer = "nvme";
   Resolution r = resolve_plugins(needs_for(zero), found);
-  EXPECT_EQ(names(r), (std::vector<std::string>{"stage3", "offload_cpu", "offload_nvme"}));
-  EXPECT_EQ(r.provider.at("offload:cpu")->info.name, "offload_cpu");
+  EXPECT_EQ(names(r), (std::vector<std::string>{"offload_nvme", "offload_cpu", "stage3"}));
+  EXPECT_EQ(r.tiers.at(ZHOST_TIER_FOR_OPTIMIZER)->info.name, "offload_cpu");
+  EXPECT_EQ(r.tiers.at(ZHOST_TIER_FOR_OPTIMIZER_STORAGE)->info.name, "offload_nvme");
+  EXPECT_EQ(r.roles_of(&found[2]), std::vector<std::string>{"optimizer-compute"});
+  EXPECT_EQ(r.roles_of(&found[1]), std::vector<std::string>{"optimizer-storage"});
+  EXPECT_TRUE(r.roles_of(&found[0]).empty());
+}
+
+TEST(TierRoles, StorageOnlyTierAsOptimizerIsRefusedNamingTierAndRole) {
+  std::vector<LoadedPlugin> found{plugin("stage1", ZHOST_KIND_PARTITION, {"partition:stage1"}),
+                                  tier("hello_tier", "offload:hello", kStores)};
+  ZeroSelection zero;
+  zero.stage = 1;
+  zero.offload_optimizer = "hello";
+  std::string error = resolve_error(needs_for(zero), found);
+  EXPECT_NE(error.find("zero.offload_optimizer.device = \"hello\" asks plugin 'hello_tier' "
+                       "(/plugins/zhost_hello_tier.so) to run the optimizer (role optimizer-compute), but it declares "
+                       "only storing buffers"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("zero.offload_optimizer.storage = \"hello\""), std::string::npos) << error;
+}
+
+TEST(TierRoles, ComposedPairIsAccepted) {
+  std::vector<LoadedPlugin> found{plugin("stage2", ZHOST_KIND_PARTITION, {"partition:stage2"}),
+                                  tier("offload_cpu", "offload:cpu", kComposes),
+                                  tier("hello_tier", "offload:hello", kStores)};
+  ZeroSelection zero;
+  zero.stage = 2;
+  zero.offload_optimizer = "cpu";
+  zero.offload_optimizer_storage = "hello";
+  Resolution r = resolve_plugins(needs_for(zero), found);
+  EXPECT_EQ(names(r), (std::vector<std::string>{"hello_tier", "offload_cpu", "stage2"}));
+  EXPECT_EQ(r.roles_of(&found[2]), std::vector<std::string>{"optimizer-storage"});
+}
+
+TEST(TierRoles, CompositionNeedsAComputingTierThatUsesStorage) {
+  std::vector<LoadedPlugin> found{plugin("stage2", ZHOST_KIND_PARTITION, {"partition:stage2"}),
+                                  tier("offload_cpu", "offload:cpu", kComputes),
+                                  tier("hello_tier", "offload:hello", kStores)};
+  ZeroSelection zero;
+  zero.stage = 2;
+  zero.offload_optimizer = "cpu";
+  zero.offload_optimizer_storage = "hello";
+  EXPECT_NE(resolve_error(needs_for(zero), found).find("cannot keep its states in another tier"), std::string::npos);
+  zero.offload_optimizer = "none";
+  try {
+    needs_for(zero);
+    ADD_FAILURE() << "a storage tier without a computing one was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no tier runs the optimizer"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TierRoles, ParamsRoleNeedsAStoringTier) {
+  std::vector<LoadedPlugin> found{plugin("stage3", ZHOST_KIND_PARTITION, {"partition:stage3"}),
+                                  tier("offload_cpu", "offload:cpu", kComposes),
+                                  tier("compute_only", "offload:co", ZHOST_PLUGIN_FLAG_TIER_COMPUTES)};
+  ZeroSelection zero;
+  zero.stage = 3;
+  zero.offload_optimizer = "cpu";
+  zero.offload_param = "co";
+  EXPECT_NE(resolve_error(needs_for(zero), found)
+                .find("to store buffers (role params), but it declares running the optimizer"),
+            std::string::npos);
+}
+
+// A tier built against 0.3 headers declares nothing: its roles come from its table.
+TEST(TierRoles, OldTiersAreInferredFromTheirTable) {
+  static const zhost_offload_api storing = {
+      ZHOST_OFFLOAD_API_SIZE_0_3, nullptr,
+      [](zhost_plugin_instance*, zhost_tier_io_args*) -> zhost_status* { return nullptr; },
+      [](zhost_plugin_instance*, zhost_tier_io_args*) -> zhost_status* { return nullptr; }};
+  static const zhost_plugin_api api = {
+      sizeof(zhost_plugin_api), nullptr, nullptr, nullptr, nullptr, nullptr, &storing, nullptr};
+  LoadedPlugin old = tier("old", "offload:old", 0);
+  old.abi_minor = 3;
+  old.api = &api;
+  EXPECT_EQ(tier_flags(old), ZHOST_PLUGIN_FLAG_TIER_STORES);
+  old.abi_minor = 4;  // a 0.4 tier is taken at its word
+  EXPECT_EQ(tier_flags(old), 0u);
 }
 
 TEST(Resolver, FirstProviderInSearchOrderWins) {

@@ -1,14 +1,18 @@
 // examples/plugins/hello_tier/hello_tier.cpp: a third-party offload tier, written the way an outside
-// plugin author would: only the installed SDK, the C++ helpers, and the host's services.
+// plugin author would: only the installed SDK, the C++ helpers (zhost/cpp/offload.hpp builds its table),
+// and the host's services.
 //
-// It keeps buffers in host memory obtained from the host (so the host accounts for them), keyed by the
-// caller's 64-bit key. Transfers complete synchronously (events are NULL). It exports and imports its
-// whole state as a byte stream, which makes it hot-swappable.
+// A storage tier (ZHOST_PLUGIN_FLAG_TIER_STORES, docs/abi.md "Tier roles"): it keeps buffers in host memory
+// obtained from the host (so the host accounts for them), keyed by the caller's 64-bit buffer key, and
+// runs no optimizer. A job uses it as the storage under the CPU tier's optimizer:
+//     [zero] offload_optimizer.device = "cpu"   offload_optimizer.storage = "hello"
+// Transfers complete synchronously (events are NULL). It exports and imports its whole state as a byte
+// stream, which makes it hot-swappable.
 #include <cstring>
 #include <map>
 #include <vector>
 
-#include "zhost/cpp/plugin.hpp"
+#include "zhost/cpp/offload.hpp"
 
 namespace {
 
@@ -21,8 +25,10 @@ size_t dl_bytes(const DLTensor& t) {
   return n;
 }
 
-class HelloTier {
+class HelloTier : public zhost::sdk::TierDefaults {
  public:
+  static constexpr uint64_t kTierFlags = ZHOST_PLUGIN_FLAG_TIER_STORES;
+
   explicit HelloTier(const Host& host) : host_(host), capacity_(host.config_int("hello_tier.capacity_mb") << 20) {
     host_.info("hello_tier ready, capacity " + std::to_string(capacity_ >> 20) + " MiB");
   }
@@ -30,18 +36,30 @@ class HelloTier {
     for (auto& [key, slot] : slots_) host_.services()->buffer_release(host_.context(), slot.handle);
   }
 
-  void store(uint64_t key, const DLTensor& data) {
+  zhost_tier_event* store(uint64_t key, const DLTensor& data) {
     if (data.device.device_type != kDLCPU) throw PluginError(ZHOST_ERR_UNSUPPORTED, "hello_tier stores host tensors only");
     size_t bytes = dl_bytes(data);
     Slot& slot = slot_for(key, bytes);
     std::memcpy(slot.data, static_cast<const char*>(data.data) + data.byte_offset, bytes);
+    return nullptr;
   }
 
-  void load(uint64_t key, DLTensor& data) const {
+  zhost_tier_event* load(uint64_t key, DLTensor& data) const {
+    if (data.device.device_type != kDLCPU)
+      throw PluginError(ZHOST_ERR_UNSUPPORTED, "hello_tier loads into host tensors only");
     auto it = slots_.find(key);
     if (it == slots_.end()) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "hello_tier has no buffer " + std::to_string(key));
-    if (dl_bytes(data) != it->second.bytes) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "hello_tier: size mismatch on load");
+    if (dl_bytes(data) != it->second.bytes)
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "hello_tier: load of " + std::to_string(dl_bytes(data)) +
+                                                        " bytes from buffer " + std::to_string(key) + " of " +
+                                                        std::to_string(it->second.bytes));
     std::memcpy(static_cast<char*>(data.data) + data.byte_offset, it->second.data, it->second.bytes);
+    return nullptr;
+  }
+
+  void memory(zhost_tier_memory& out) const {
+    out.host_bytes = 0;
+    out.storage_bytes = used_;
   }
 
   void drop(uint64_t key) {
@@ -113,35 +131,13 @@ class HelloTier {
   std::map<uint64_t, Slot> slots_;
 };
 
-using Instance = zhost::sdk::InstanceOf<HelloTier>;
-
-zhost_status* store(zhost_plugin_instance* self, zhost_tier_io_args* args) {
-  return zhost::sdk::guard([&] { Instance::self(self).store(args->key, *args->data); args->event = nullptr; });
-}
-zhost_status* load(zhost_plugin_instance* self, zhost_tier_io_args* args) {
-  return zhost::sdk::guard([&] { Instance::self(self).load(args->key, *args->data); args->event = nullptr; });
-}
-zhost_status* wait_event(zhost_plugin_instance*, zhost_tier_event*) { return nullptr; }
-zhost_status* drop(zhost_plugin_instance* self, uint64_t key) {
-  return zhost::sdk::guard([&] { Instance::self(self).drop(key); });
-}
-zhost_status* export_state(zhost_plugin_instance* self, zhost_state_writer write, void* user) {
-  return zhost::sdk::guard([&] { Instance::self(self).export_state(write, user); });
-}
-zhost_status* import_state(zhost_plugin_instance* self, zhost_state_reader read, void* user) {
-  return zhost::sdk::guard([&] { Instance::self(self).import_state(read, user); });
-}
-
-const zhost_offload_api kOffload = {sizeof(zhost_offload_api), nullptr, store, load, wait_event, drop, export_state,
-                                    import_state};
-const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr, Instance::create, Instance::destroy,
-                               nullptr, &kOffload, nullptr};
+const zhost_plugin_api kApi = zhost::sdk::tier_api<HelloTier>();
 
 const zhost_plugin_descriptor* describe() {
   static zhost::sdk::DescriptorBuilder builder("hello_tier", "0.1.0", ZHOST_KIND_OFFLOAD);
-  builder.summary("example third-party tier: buffers in host memory, synchronous, hot-swappable")
+  builder.summary("example third-party storage tier: buffers in host memory, synchronous, hot-swappable")
       .provides({"offload:hello"})
-      .flags(ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE)
+      .flags(ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE | HelloTier::kTierFlags)
       .config_int("hello_tier.capacity_mb", 1024, "most MiB this tier holds", 1, 1 << 20);
   return builder.build();
 }

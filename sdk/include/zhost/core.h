@@ -32,8 +32,12 @@ extern "C" {
  *                1 = host services gain collectives, kv-store timeouts, trace spans and tier_for;
  *                2 = host services gain `params` (parameter storage for partitioned parameters, ZeRO stage 3);
  *                    the partition table gains gather_params;
- *                3 = host services gain `copies` (copies between host memory and the training device). */
-#define ZHOST_ABI_MINOR 3
+ *                3 = host services gain `copies` (copies between host memory and the training device);
+ *                4 = the tier contract: descriptor flags TIER_STORES/TIER_COMPUTES/TIER_USES_STORAGE, tier
+ *                    role ZHOST_TIER_FOR_OPTIMIZER_STORAGE, the offload table gains test_event and
+ *                    optimizer_drop, zhost_tier_step_args gains offset, zhost_optimizer_desc moves to
+ *                    zhost/optimizer.h. */
+#define ZHOST_ABI_MINOR 4
 
 /* The exported entry symbol for a major version. Hosts probe the newest major they know first. */
 #define ZHOST_ENTRY_SYMBOL_V0 "zhost_plugin_v0"

@@ -63,6 +63,14 @@ ZHOST_ASSERT_STRUCT_COMPLETE(zhost_config_key, ZHOST_CONFIG_KEY_SIZE);
  * plugin fills its shards from params->initial_values, and materialises a block's parameters before the
  * block runs (pre_forward, pre_backward). */
 #define ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS (1u << 4)
+/* Offload tiers, 0.4: what the tier can do (docs/abi.md "Tier roles"). The host serves a role only with a
+ * tier that declares it, and refuses a config that asks otherwise at `zhost config check`. A tier built
+ * against older headers sets none of them; the host then infers them from its offload table. */
+#define ZHOST_PLUGIN_FLAG_TIER_STORES (1u << 5)   /* stores buffers: store, load, drop (optimizer storage, params) */
+#define ZHOST_PLUGIN_FLAG_TIER_COMPUTES (1u << 6) /* runs the optimizer over groups: the optimizer_* functions */
+/* computing: can keep its groups' master weights and optimizer states in a storage tier
+ * (tier_for(ZHOST_TIER_FOR_OPTIMIZER_STORAGE)), loading them for each step */
+#define ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE (1u << 7)
 
 typedef struct zhost_plugin_descriptor {
     size_t struct_size;

@@ -117,8 +117,16 @@ typedef struct zhost_collectives {
 #define ZHOST_COLLECTIVES_SIZE ZHOST_STRUCT_SIZE(zhost_collectives, new_group)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_collectives, ZHOST_COLLECTIVES_SIZE);
 
-/* ---- offload tiers chosen by the config (zero.offload_optimizer.device, zero.offload_param.device) ---- */
-typedef enum zhost_tier_role { ZHOST_TIER_FOR_OPTIMIZER = 1, ZHOST_TIER_FOR_PARAMS = 2 } zhost_tier_role;
+/* ---- offload tiers chosen by the config (docs/abi.md "Tier roles") ----------------------------------- */
+typedef enum zhost_tier_role {
+    /* the computing tier that runs the optimizer (zero.offload_optimizer.device); asked by partition plugins */
+    ZHOST_TIER_FOR_OPTIMIZER = 1,
+    /* the tier storing parameter shards (zero.offload_param.device); asked by partition plugins */
+    ZHOST_TIER_FOR_PARAMS = 2,
+    /* 0.4: the storage tier holding the optimizer's master weights and states between steps
+     * (zero.offload_optimizer.storage, or device = "nvme"); asked by the computing tier */
+    ZHOST_TIER_FOR_OPTIMIZER_STORAGE = 3
+} zhost_tier_role;
 
 struct zhost_offload_api;
 typedef struct zhost_tier_ref {
@@ -242,8 +250,12 @@ typedef struct zhost_host_services {
     /* collectives on the job's process group; NULL while no process group exists (e.g. `zhost plugins`) */
     const zhost_collectives *collectives;
 
-    /* the offload tier serving `role` in this job, for a partition plugin to call directly (the tier's
-     * calls then run on the caller's thread); instances exist before any partition setup() */
+    /* the offload tier serving `role` in this job, for a partition plugin (or, for
+     * ZHOST_TIER_FOR_OPTIMIZER_STORAGE, the computing tier) to call directly; the tier's calls then run on
+     * the caller's thread. Answered from the first capability-table call after every instance was created
+     * (not inside create()); instance and api stay valid until the caller's destroy() returns, since tiers
+     * are created before the plugins that use them and destroyed after them (docs/abi.md "Tier lifetimes").
+     * instance NULL: the config names no tier for the role. */
     zhost_status *(*tier_for)(zhost_host_context *ctx, zhost_tier_role role, zhost_tier_ref *out);
 
     /* parameter storage for a partition plugin with ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS; NULL otherwise

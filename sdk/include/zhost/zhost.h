@@ -5,6 +5,7 @@
 #include "zhost/descriptor.h"
 #include "zhost/host.h"
 #include "zhost/plugin.h"
+#include "zhost/optimizer.h"
 #include "zhost/partition.h"
 #include "zhost/offload.h"
 #include "zhost/collective.h"

@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "zhost/partition.h"  // zhost_optimizer_desc
+#include "zhost/optimizer.h"
 
 namespace zhost::kit {
 

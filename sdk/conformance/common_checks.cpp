@@ -1,0 +1,111 @@
+// sdk/conformance/common_checks.cpp: checks every plugin kind must pass: negotiation, the descriptor's
+// shape, probe, and create/destroy.
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "checks.hpp"
+
+namespace zhost::conformance {
+namespace {
+
+const char* kind_area(zhost_capability_kind kind) {
+  switch (kind) {
+    case ZHOST_KIND_PARTITION:
+      return "partition";
+    case ZHOST_KIND_OFFLOAD:
+      return "offload";
+    case ZHOST_KIND_COLLECTIVE:
+      return "collective";
+  }
+  return "";
+}
+
+bool is_name(const char* text) {
+  if (!text || !*text) return false;
+  for (const char* c = text; *c; ++c)
+    if (!(std::islower(static_cast<unsigned char>(*c)) || std::isdigit(static_cast<unsigned char>(*c)) || *c == '_'))
+      return false;
+  return true;
+}
+
+// A default literal that reads as the key's type.
+bool literal_fits(const zhost_config_key& key) {
+  if (!key.default_value) return true;  // required key
+  const std::string v = key.default_value;
+  char* end = nullptr;
+  switch (key.type) {
+    case ZHOST_CONFIG_BOOL:
+      return v == "true" || v == "false";
+    case ZHOST_CONFIG_INT:
+    case ZHOST_CONFIG_FLOAT:
+      std::strtod(v.c_str(), &end);
+      return !v.empty() && *end == '\0';
+    case ZHOST_CONFIG_STRING:
+      return v.size() >= 2 && v.front() == '"' && v.back() == '"';
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_common(const CheckRun& run) {
+  const zhost_negotiation& n = run.plugin.negotiation();
+  const zhost_plugin_descriptor& d = run.plugin.descriptor();
+  const zhost_plugin_api& api = run.plugin.api();
+
+  run.check("negotiation: versions and table sizes", [&] {
+    expect(n.plugin_min_host_minor <= n.plugin_abi_minor,
+           "plugin_min_host_minor " + std::to_string(n.plugin_min_host_minor) + " exceeds the minor it was built with");
+    if (n.plugin_min_host_minor > ZHOST_ABI_MINOR)
+      throw Skipped("the plugin needs host ABI 0." + std::to_string(n.plugin_min_host_minor) + ", this kit is 0." +
+                    std::to_string(ZHOST_ABI_MINOR));
+    expect(d.struct_size >= ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE, "descriptor struct_size below the minimum");
+    expect(api.struct_size >= ZHOST_PLUGIN_API_SIZE, "lifecycle table struct_size below the minimum");
+    expect(api.create && api.destroy, "create or destroy is NULL");
+  });
+
+  run.check("descriptor: names, capabilities, kind table, config keys", [&] {
+    expect(is_name(d.name), std::string("name '") + (d.name ? d.name : "") + "' is not [a-z0-9_]+");
+    expect(d.version && *d.version, "no version");
+    expect(d.provides && d.provides[0], "provides no capability");
+    for (const char* const* cap = d.provides; cap && *cap; ++cap) {
+      const std::string c = *cap, area = kind_area(d.kind);
+      expect(c.rfind(area + ":", 0) == 0 && is_name(c.c_str() + area.size() + 1),
+             "capability '" + c + "' is not '" + area + ":<name>' for this kind");
+    }
+    const bool tables[3] = {api.partition != nullptr, api.offload != nullptr, api.collective != nullptr};
+    for (int k = 0; k < 3; ++k)
+      expect(tables[k] == (d.kind == static_cast<zhost_capability_kind>(k + 1)),
+             "the table present does not match the descriptor's kind (exactly that kind's table must be set)");
+    for (size_t i = 0; i < d.num_config_keys; ++i) {
+      const zhost_config_key& key = d.config_keys[i];
+      expect(key.struct_size >= ZHOST_CONFIG_KEY_SIZE && key.key && *key.key,
+             "config key " + std::to_string(i) + " is malformed");
+      expect(literal_fits(key), std::string("config key '") + key.key + "' has a default that is not of its type");
+      expect(!key.choices || key.type == ZHOST_CONFIG_STRING,
+             std::string("config key '") + key.key + "' has choices but is no string");
+    }
+  });
+
+  run.check("probe: answers here or says why not", [&] {
+    if (!api.probe) throw Skipped("no probe function (optional)");
+    auto host = run.host();
+    zhost_status_code code = ZHOST_OK;
+    const std::string message = host->take_message(api.probe(host->table(), host->context()), &code);
+    if (code == ZHOST_ERR_UNSUPPORTED) throw Skipped("cannot run on this machine: " + message);
+    expect(code == ZHOST_OK,
+           "probe failed with code " + std::to_string(code) + " (only UNSUPPORTED may refuse): " + message);
+  });
+
+  run.check("lifecycle: create and destroy, twice", [&] {
+    auto host = run.host();
+    for (int round = 0; round < 2; ++round) {
+      Instance instance(run.plugin, *host);
+      expect(instance.get() != nullptr, "create failed: " + instance.error());
+    }
+  });
+}
+
+}  // namespace zhost::conformance

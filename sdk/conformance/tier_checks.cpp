@@ -1,0 +1,554 @@
+// sdk/conformance/tier_checks.cpp: the checks of an offload tier (zhost/offload.h, docs/abi.md "Tier
+// contract"): declared roles against the table, store/load round trips of odd sizes and alignments, drop,
+// events (test and wait), export/import into a fresh instance, error statuses for bad calls and calls
+// after failures, the two key namespaces, and for computing tiers the optimizer (whole and range steps,
+// 0.4 and 0.3 callers) against the kit's reference, alone and over the kit's storage tier.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checks.hpp"
+#include "kit_storage.hpp"
+#include "reference_optimizer.hpp"
+
+namespace zhost::conformance {
+namespace {
+
+// A tier instance with throwing helpers over its table.
+class Tier {
+ public:
+  explicit Tier(const CheckRun& run, KitStorage* storage = nullptr)
+      : host_(with_storage(run, storage)),
+        instance_(run.plugin, *host_),
+        api_(run.plugin.offload()),
+        minor_(run.plugin.negotiation().plugin_abi_minor) {
+    expect(instance_.get() != nullptr, "create failed: " + instance_.error());
+  }
+  uint32_t minor() const { return minor_; }
+
+  const zhost_offload_api& api() const { return *api_; }
+  zhost_plugin_instance* self() const { return instance_.get(); }
+  bool has(size_t field_end) const { return api_->struct_size >= field_end; }
+
+  // NULL status, else a CheckFailed naming `what`.
+  void ok(zhost_status* status, const std::string& what) const {
+    zhost_status_code code = ZHOST_OK;
+    const std::string message = host_->take_message(status, &code);
+    expect(code == ZHOST_OK, what + " failed (code " + std::to_string(code) + "): " + message);
+  }
+  // A non-NULL status of `expected` code (any error code when ZHOST_OK), else a CheckFailed.
+  void refused(zhost_status* status, zhost_status_code expected, const std::string& what) const {
+    zhost_status_code code = ZHOST_OK;
+    const std::string message = host_->take_message(status, &code);
+    expect(code != ZHOST_OK, what + " was accepted; it must return an error status");
+    expect(expected == ZHOST_OK || code == expected,
+           what + " returned code " + std::to_string(code) + ", expected " + std::to_string(expected) + ": " + message);
+    expect(!message.empty(), what + " returned an error status without a message");
+  }
+
+  // Completes an operation's event: test_event until done (bounded), then wait_event.
+  void complete(zhost_tier_event* event, const std::string& what) const {
+    if (has(ZHOST_STRUCT_SIZE(zhost_offload_api, test_event)) && api_->test_event) {
+      for (int poll = 0; poll < 1000; ++poll) {
+        int32_t done = -1;
+        ok(api_->test_event(self(), event, &done), what + ": test_event");
+        expect(done == 0 || done == 1, what + ": test_event set *done to neither 0 nor 1");
+        if (done) return;  // completed and freed
+      }
+    }
+    if (event) ok(api_->wait_event(self(), event), what + ": wait_event");
+  }
+
+  zhost_status* io(bool store, uint64_t key, DLTensor& data, zhost_tier_event** event) const {
+    zhost_tier_io_args args{};
+    args.struct_size = sizeof(args);
+    args.key = key;
+    args.data = &data;
+    zhost_status* status = (store ? api_->store : api_->load)(self(), &args);
+    *event = args.event;
+    return status;
+  }
+  void store(uint64_t key, DLTensor data) const {
+    zhost_tier_event* event = nullptr;
+    ok(io(true, key, data, &event), "store of key " + std::to_string(key));
+    complete(event, "store of key " + std::to_string(key));
+  }
+  void load(uint64_t key, DLTensor data) const {
+    zhost_tier_event* event = nullptr;
+    ok(io(false, key, data, &event), "load of key " + std::to_string(key));
+    complete(event, "load of key " + std::to_string(key));
+  }
+  zhost_status* try_load(uint64_t key, DLTensor data) const {
+    zhost_tier_event* event = nullptr;
+    zhost_status* status = io(false, key, data, &event);
+    if (!status && event) complete(event, "load");
+    return status;
+  }
+  std::vector<char> export_state() const {
+    std::vector<char> bytes;
+    ok(api_->export_state(self(), write_bytes, &bytes), "export_state");
+    return bytes;
+  }
+  zhost_status* import_state(const std::vector<char>& bytes) const {
+    Reader reader{&bytes, 0};
+    return api_->import_state(self(), read_bytes, &reader);
+  }
+
+ private:
+  struct Reader {
+    const std::vector<char>* bytes;
+    size_t at;
+  };
+  static int32_t write_bytes(void* user, const void* data, size_t len) {
+    auto* out = static_cast<std::vector<char>*>(user);
+    out->insert(out->end(), static_cast<const char*>(data), static_cast<const char*>(data) + len);
+    return 0;
+  }
+  static int64_t read_bytes(void* user, void* data, size_t capacity) {
+    auto* r = static_cast<Reader*>(user);
+    const size_t n = std::min(capacity, r->bytes->size() - r->at);
+    std::memcpy(data, r->bytes->data() + r->at, n);
+    r->at += n;
+    return static_cast<int64_t>(n);
+  }
+  // A host; with `storage` installed for tier_for(ZHOST_TIER_FOR_OPTIMIZER_STORAGE) before the instance exists.
+  static std::unique_ptr<KitHost> with_storage(const CheckRun& run, KitStorage* storage) {
+    auto host = run.host();
+    if (storage) host->set_tier(ZHOST_TIER_FOR_OPTIMIZER_STORAGE, storage->ref());
+    return host;
+  }
+
+  std::unique_ptr<KitHost> host_;
+  Instance instance_;
+  const zhost_offload_api* api_;
+  uint32_t minor_;
+};
+
+// A 1-D host tensor over `bytes` of dtype uint8 or float32.
+struct Buffer {
+  std::vector<char> storage;
+  int64_t shape = 0;
+  size_t offset = 0;  // misalignment of data within storage
+  DLTensor view(DLDataType dtype) {
+    DLTensor t{};
+    t.data = storage.data() + offset;
+    t.device = DLDevice{kDLCPU, 0};
+    t.ndim = 1;
+    t.dtype = dtype;
+    t.shape = &shape;
+    return t;
+  }
+};
+
+constexpr DLDataType kU8{kDLUInt, 8, 1};
+constexpr DLDataType kF32{kDLFloat, 32, 1};
+
+Buffer random_bytes(size_t bytes, size_t misalign, uint32_t seed) {
+  Buffer b;
+  b.storage.resize(bytes + misalign);
+  b.offset = misalign;
+  b.shape = static_cast<int64_t>(bytes);
+  std::mt19937 rng(seed);
+  for (auto& c : b.storage) c = static_cast<char>(rng());
+  return b;
+}
+
+Buffer zeros_like(const Buffer& other, size_t misalign) {
+  Buffer b;
+  b.storage.assign(other.shape + misalign, 0);
+  b.offset = misalign;
+  b.shape = other.shape;
+  return b;
+}
+
+bool same_bytes(const Buffer& a, const Buffer& b) {
+  return a.shape == b.shape && std::memcmp(a.storage.data() + a.offset, b.storage.data() + b.offset, a.shape) == 0;
+}
+
+std::vector<float> random_floats(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+DLTensor float_view(std::vector<float>& v, int64_t& shape, int64_t offset = 0, int64_t count = -1) {
+  shape = count < 0 ? static_cast<int64_t>(v.size()) - offset : count;
+  DLTensor t{};
+  t.data = v.data() + offset;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = kF32;
+  t.shape = &shape;
+  return t;
+}
+
+uint64_t declared_or_inferred_flags(const CheckRun& run) {
+  const zhost_offload_api& api = *run.plugin.offload();
+  if (run.plugin.negotiation().plugin_abi_minor >= 4) return run.plugin.descriptor().flags;
+  uint64_t flags = 0;
+  if (api.store && api.load) flags |= ZHOST_PLUGIN_FLAG_TIER_STORES;
+  if (api.struct_size >= ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_setup) && api.optimizer_setup)
+    flags |= ZHOST_PLUGIN_FLAG_TIER_COMPUTES;
+  return flags;
+}
+
+// ---- the optimizer of a computing tier against the reference ----------------------------------------
+
+constexpr int64_t kGroup = 1001;  // not a multiple of any vector width
+constexpr uint64_t kKey = 5;
+
+zhost_optimizer_desc optimizer(zhost_optimizer_kind kind) {
+  zhost_optimizer_desc d{};
+  d.struct_size = sizeof(d);
+  d.kind = kind;
+  d.beta1 = kind == ZHOST_OPTIMIZER_LION ? 0.9 : 0.9;
+  d.beta2 = kind == ZHOST_OPTIMIZER_LION ? 0.99 : 0.999;
+  d.eps = 1e-8;
+  d.weight_decay = 0.01;
+  d.momentum = kind == ZHOST_OPTIMIZER_SGD ? 0.9 : 0.0;
+  d.bias_correction = 1;
+  return d;
+}
+
+const char* kind_name(zhost_optimizer_kind kind) {
+  switch (kind) {
+    case ZHOST_OPTIMIZER_ADAMW:
+      return "AdamW";
+    case ZHOST_OPTIMIZER_ADAM:
+      return "Adam";
+    case ZHOST_OPTIMIZER_SGD:
+      return "SGD";
+    case ZHOST_OPTIMIZER_LION:
+      return "Lion";
+  }
+  return "?";
+}
+
+// Differences beyond the tolerance (0: bit for bit), as one line, or "".
+std::string mismatch(const std::vector<float>& got, const std::vector<float>& want, double rtol) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool equal = rtol == 0 ? std::memcmp(&got[i], &want[i], 4) == 0
+                                 : std::fabs(got[i] - want[i]) <= rtol * std::max(1e-30, std::fabs(double(want[i])));
+    if (!equal)
+      return "element " + std::to_string(i) + ": tier " + std::to_string(got[i]) + ", reference " +
+             std::to_string(want[i]) + (rtol == 0 ? " (bit for bit)" : " (rtol " + std::to_string(rtol) + ")");
+  }
+  return "";
+}
+
+// Drives one group of a computing tier beside the reference.
+class OptimizerRun {
+ public:
+  OptimizerRun(const Tier& tier, zhost_optimizer_kind kind, double rtol) : tier_(tier), rtol_(rtol) {
+    ref_.optimizer = optimizer(kind);
+    ref_.master = random_floats(kGroup, 0.1f, 2);
+    ref_.exp_avg.assign(kGroup, 0.0f);
+    ref_.exp_avg_sq.assign(kGroup, 0.0f);
+  }
+
+  // false when the tier refuses this optimizer kind with a clean CONFIG/UNSUPPORTED status.
+  bool setup(std::string* refusal) {
+    std::vector<float> initial = ref_.master;
+    int64_t shape = 0;
+    DLTensor view = float_view(initial, shape);
+    zhost_tier_optimizer_setup setup{};
+    setup.struct_size = sizeof(setup);
+    setup.key = kKey;
+    setup.optimizer = &ref_.optimizer;
+    setup.initial_master = &view;
+    zhost_status* status = tier_.api().optimizer_setup(tier_.self(), &setup);
+    if (!status) return true;
+    tier_.refused(status, ZHOST_OK, "optimizer_setup");  // an error status with a message
+    *refusal = "refused";
+    return false;
+  }
+
+  // One step: whole, or as range steps of `piece` elements (0.4 callers: offset in the args; 0.3 callers:
+  // the 0.3 struct size and the argument). Compares the tier's params_out with the reference.
+  void step(int64_t step, uint32_t seed, int64_t piece = 0, bool caller_0_3 = false) {
+    const std::vector<float> grad = random_floats(kGroup, 1.0f, seed);
+    DLTensor acc{};
+    tier_.ok(tier_.api().optimizer_grad(tier_.self(), kKey, &acc), "optimizer_grad");
+    expect(acc.ndim == 1 && acc.shape[0] == kGroup && acc.dtype.code == kDLFloat && acc.dtype.bits == 32 &&
+               (acc.device.device_type == kDLCPU || acc.device.device_type == kDLCUDAHost),
+           "optimizer_grad is not a 1-D fp32 host view of the group's length");
+    float* accumulator = reinterpret_cast<float*>(static_cast<char*>(acc.data) + acc.byte_offset);
+    for (int64_t i = 0; i < kGroup; ++i)
+      expect(accumulator[i] == 0.0f, "the accumulator is not zero after setup or the previous step");
+    std::memcpy(accumulator, grad.data(), grad.size() * 4);
+    std::vector<float> out(kGroup, -1.0f);
+    const double lr = 1e-2, grad_scale = 0.5;
+    const int64_t chunk = piece > 0 ? piece : kGroup;
+    for (int64_t offset = 0; offset < kGroup; offset += chunk) {
+      const int64_t count = std::min(chunk, kGroup - offset);
+      int64_t shape = 0;
+      DLTensor out_view = float_view(out, shape, offset, count);
+      zhost_tier_step_args args{};
+      args.struct_size = caller_0_3 ? ZHOST_TIER_STEP_ARGS_SIZE_0_3 : sizeof(args);
+      args.key = kKey;
+      args.step = step;
+      args.lr = lr;
+      args.grad_scale = grad_scale;
+      args.params_out = &out_view;
+      if (piece > 0) {
+        if (!caller_0_3) args.offset = offset;
+        // A 0.4 tier must read the args' offset: the argument is off by one to show it if it does not.
+        const bool argument_read = caller_0_3 || tier_.minor() < 4;
+        tier_.ok(tier_.api().optimizer_step_range(tier_.self(), &args, argument_read ? offset : offset + 1),
+                 "optimizer_step_range");
+      } else {
+        tier_.ok(tier_.api().optimizer_step(tier_.self(), &args), "optimizer_step");
+      }
+    }
+    reference_step(ref_, grad, 0, kGroup, step, lr, grad_scale);
+    ref_.momentum_started = true;
+    const std::string diff = mismatch(out, ref_.master, rtol_);
+    expect(diff.empty(), std::string(kind_name(ref_.optimizer.kind)) + " step " + std::to_string(step) +
+                             (piece ? " in ranges" : "") + (caller_0_3 ? " (0.3 caller)" : "") + ": " + diff);
+    for (int64_t i = 0; i < kGroup; ++i) expect(accumulator[i] == 0.0f, "the step did not zero the accumulator");
+  }
+
+  const ReferenceGroup& reference() const { return ref_; }
+  ReferenceGroup& reference() { return ref_; }
+
+ private:
+  const Tier& tier_;
+  double rtol_;
+  ReferenceGroup ref_;
+};
+
+// Each optimizer kind against the reference; `over_storage`: with the kit's storage tier under the tier.
+void check_optimizer_kinds(const CheckRun& run, bool over_storage) {
+  for (zhost_optimizer_kind kind :
+       {ZHOST_OPTIMIZER_ADAMW, ZHOST_OPTIMIZER_ADAM, ZHOST_OPTIMIZER_SGD, ZHOST_OPTIMIZER_LION}) {
+    const std::string name = std::string("optimizer: ") + kind_name(kind) + " equals the reference" +
+                             (over_storage ? ", states in the kit's storage tier" : "");
+    run.check(name, [&] {
+      KitStorage kit_storage;
+      KitStorage* storage = over_storage ? &kit_storage : nullptr;
+      const Tier tier(run, storage);
+      OptimizerRun group(tier, kind, run.options.rtol);
+      std::string refusal;
+      if (!group.setup(&refusal))
+        throw Skipped(std::string("the tier refuses ") + kind_name(kind) + " with a clean status");
+      if (storage) expect(storage->bytes() > 0, "optimizer_setup put nothing into the storage tier");
+      group.step(1, 11);
+      group.step(2, 12);
+      if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_step_range)) && tier.api().optimizer_step_range) {
+        group.step(3, 13, 97);
+        group.step(4, 14, 97, /*caller_0_3=*/true);
+      }
+      group.step(5, 15);
+      if (storage) expect(storage->loads() > 0, "the steps loaded nothing from the storage tier");
+      if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_drop)) && tier.api().optimizer_drop) {
+        tier.ok(tier.api().optimizer_drop(tier.self(), kKey), "optimizer_drop");
+        if (storage) expect(storage->buffers() == 0, "optimizer_drop left the group's buffers in the storage tier");
+      }
+    });
+  }
+}
+
+void check_computing(const CheckRun& run, uint64_t flags) {
+  const zhost_offload_api& api = *run.plugin.offload();
+  run.check("computing: the optimizer functions are set", [&] {
+    expect(api.optimizer_setup && api.optimizer_grad && api.optimizer_step,
+           "declares ZHOST_PLUGIN_FLAG_TIER_COMPUTES but optimizer_setup/grad/step are not all set");
+  });
+  if (!(api.optimizer_setup && api.optimizer_grad && api.optimizer_step)) return;
+  check_optimizer_kinds(run, /*over_storage=*/false);
+
+  run.check("optimizer: bad calls fail cleanly, the group still steps after", [&] {
+    Tier tier(run);
+    OptimizerRun group(tier, ZHOST_OPTIMIZER_ADAMW, run.options.rtol);
+    std::string refusal;
+    if (!group.setup(&refusal)) throw Skipped("the tier refuses AdamW");
+    zhost_tier_step_args args{};
+    args.struct_size = sizeof(args);
+    args.key = kKey + 100;
+    args.step = 1;
+    args.lr = 1e-2;
+    args.grad_scale = 1;
+    tier.refused(api.optimizer_step(tier.self(), &args), ZHOST_ERR_INVALID_ARGUMENT, "a step of an unknown group");
+    std::vector<float> small(10);
+    int64_t shape = 0;
+    DLTensor wrong = float_view(small, shape);
+    args.key = kKey;
+    args.params_out = &wrong;
+    tier.refused(api.optimizer_step(tier.self(), &args), ZHOST_ERR_INVALID_ARGUMENT,
+                 "a step with params_out of the wrong size");
+    if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_step_range)) && api.optimizer_step_range) {
+      args.offset = kGroup - 5;
+      tier.refused(api.optimizer_step_range(tier.self(), &args, kGroup - 5), ZHOST_ERR_INVALID_ARGUMENT,
+                   "a range step past the group's end");
+    }
+    DLTensor acc{};
+    tier.refused(api.optimizer_grad(tier.self(), kKey + 100, &acc), ZHOST_ERR_INVALID_ARGUMENT,
+                 "optimizer_grad of an unknown group");
+    group.step(1, 21);  // the refused calls changed nothing
+  });
+
+  run.check("key namespaces: buffer keys and group keys are apart", [&] {
+    Tier tier(run);
+    OptimizerRun group(tier, ZHOST_OPTIMIZER_ADAMW, run.options.rtol);
+    std::string refusal;
+    if (!group.setup(&refusal)) throw Skipped("the tier refuses AdamW");
+    Buffer b = random_bytes(64, 0, 7), back = zeros_like(b, 0);
+    tier.store(kKey, b.view(kU8));  // buffer 5 beside group 5
+    group.step(1, 31);
+    tier.load(kKey, back.view(kU8));
+    expect(same_bytes(b, back), "a step of group 5 changed buffer 5");
+    tier.ok(api.drop(tier.self(), kKey), "drop of buffer 5");
+    group.step(2, 32);  // drop() touched the buffer only: the group's states are intact
+    if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_drop)) && api.optimizer_drop) {
+      tier.ok(api.optimizer_drop(tier.self(), kKey), "optimizer_drop");
+      DLTensor acc{};
+      tier.refused(api.optimizer_grad(tier.self(), kKey, &acc), ZHOST_ERR_INVALID_ARGUMENT,
+                   "optimizer_grad of a dropped group");
+      tier.ok(api.optimizer_drop(tier.self(), kKey), "optimizer_drop of an unknown group");
+    }
+  });
+
+  run.check("export/import: a fresh instance continues the groups bit for bit", [&] {
+    Tier first(run), second(run);
+    OptimizerRun a(first, ZHOST_OPTIMIZER_ADAMW, 0);
+    std::string refusal;
+    if (!a.setup(&refusal)) throw Skipped("the tier refuses AdamW");
+    a.step(1, 41);
+    a.step(2, 42);
+    first.ok(second.import_state(first.export_state()), "import_state");
+    OptimizerRun b(second, ZHOST_OPTIMIZER_ADAMW, 0);
+    b.reference() = a.reference();  // the imported group continues from the exported one
+    a.step(3, 43);
+    b.step(3, 43);
+  });
+
+  if (!(flags & ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE)) {
+    run.report.not_covered.push_back("composition: the tier does not declare ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE");
+    return;
+  }
+  check_optimizer_kinds(run, /*over_storage=*/true);
+}
+
+}  // namespace
+
+void check_tier(const CheckRun& run) {
+  const zhost_offload_api* table = run.plugin.offload();
+  if (!table) return;  // reported by the descriptor check
+  const uint64_t flags = declared_or_inferred_flags(run);
+  const bool stores = flags & ZHOST_PLUGIN_FLAG_TIER_STORES, computes = flags & ZHOST_PLUGIN_FLAG_TIER_COMPUTES;
+
+  run.check("roles: declared, and matching the table", [&] {
+    expect(table->struct_size >= ZHOST_OFFLOAD_API_SIZE_0_2, "offload table struct_size below the 0.2 table");
+    expect(table->wait_event && table->export_state && table->import_state && table->drop,
+           "wait_event, drop, export_state and import_state are required");
+    expect(stores || computes, "the tier declares no role (ZHOST_PLUGIN_FLAG_TIER_STORES / _COMPUTES)");
+    expect(!stores || (table->store && table->load), "declares TIER_STORES but store or load is NULL");
+    const bool has_optimizer =
+        table->struct_size >= ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_setup) && table->optimizer_setup;
+    expect(computes == has_optimizer, computes ? "declares TIER_COMPUTES but optimizer_setup is NULL"
+                                               : "sets optimizer_setup but does not declare TIER_COMPUTES");
+    expect(!(flags & ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE) || computes,
+           "declares TIER_USES_STORAGE without TIER_COMPUTES");
+  });
+
+  if (stores) {
+    run.check("storage: round trips of odd sizes and alignments", [&] {
+      Tier tier(run);
+      uint64_t key = 1;
+      for (size_t bytes : {size_t{1}, size_t{3}, size_t{7}, size_t{64}, size_t{1001}, size_t{4097}, size_t{65537}})
+        for (size_t misalign : {size_t{0}, size_t{1}, size_t{3}}) {
+          Buffer b = random_bytes(bytes, misalign, static_cast<uint32_t>(key)),
+                 back = zeros_like(b, (misalign + 2) % 4);
+          tier.store(key, b.view(kU8));
+          tier.load(key, back.view(kU8));
+          expect(same_bytes(b, back),
+                 std::to_string(bytes) + " bytes at misalignment " + std::to_string(misalign) + " came back different");
+          ++key;
+        }
+      std::vector<float> floats = random_floats(333, 1.0f, 9), back(333);
+      int64_t s1 = 0, s2 = 0;
+      tier.store(1ull << 62, float_view(floats, s1));  // keys are 64-bit
+      tier.load(1ull << 62, float_view(back, s2));
+      expect(std::memcmp(floats.data(), back.data(), floats.size() * 4) == 0,
+             "fp32 buffer under a high key came back different");
+    });
+
+    run.check("storage: overwrite, drop, and errors for bad calls", [&] {
+      Tier tier(run);
+      Buffer small = random_bytes(10, 0, 1), large = random_bytes(100, 0, 2);
+      tier.store(9, small.view(kU8));
+      tier.store(9, large.view(kU8));  // a store replaces the buffer, size included
+      Buffer back = zeros_like(large, 0), wrong = zeros_like(small, 0);
+      tier.load(9, back.view(kU8));
+      expect(same_bytes(large, back), "an overwritten buffer came back different");
+      tier.refused(tier.try_load(9, wrong.view(kU8)), ZHOST_ERR_INVALID_ARGUMENT, "a load of the wrong size");
+      tier.refused(tier.try_load(12345, back.view(kU8)), ZHOST_ERR_INVALID_ARGUMENT, "a load of an unknown key");
+      tier.load(9, back.view(kU8));  // calls after failures work
+      expect(same_bytes(large, back), "a buffer changed after refused calls");
+      tier.ok(table->drop(tier.self(), 9), "drop");
+      tier.refused(tier.try_load(9, back.view(kU8)), ZHOST_ERR_INVALID_ARGUMENT, "a load of a dropped key");
+      tier.ok(table->drop(tier.self(), 9), "drop of an unknown key");
+      tier.store(9, small.view(kU8));  // the key is usable again
+    });
+
+    run.check("events: test_event and wait_event", [&] {
+      Tier tier(run);
+      if (!(tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, test_event)) && table->test_event))
+        throw Skipped("no test_event (a table older than 0.4)");
+      int32_t done = -1;
+      tier.ok(table->test_event(tier.self(), nullptr, &done), "test_event of a NULL event");
+      expect(done == 1, "test_event of a NULL event must report done");
+      Buffer b = random_bytes(4096, 0, 3), back = zeros_like(b, 0);
+      for (int round = 0; round < 4; ++round) {  // alternate: completion by test_event, by wait_event
+        zhost_tier_event* event = nullptr;
+        DLTensor view = b.view(kU8);  // borrowed until the event completes
+        tier.ok(tier.io(true, 77, view, &event), "store");
+        if (round % 2)
+          tier.complete(event, "store");
+        else if (event)
+          tier.ok(table->wait_event(tier.self(), event), "wait_event");
+        tier.load(77, back.view(kU8));
+        expect(same_bytes(b, back), "data stored under an event came back different");
+      }
+    });
+
+    run.check("export/import: a fresh instance holds the same buffers", [&] {
+      Tier first(run), second(run);
+      std::vector<Buffer> stored;
+      for (uint64_t key = 0; key < 5; ++key) {
+        stored.push_back(random_bytes(17 * (key + 1), 0, static_cast<uint32_t>(key + 100)));
+        first.store(key * 1000003, stored.back().view(kU8));
+      }
+      const std::vector<char> state = first.export_state();
+      std::vector<char> truncated(state.begin(), state.begin() + static_cast<long>(state.size() / 2));
+      Tier broken(run);
+      broken.refused(broken.import_state(truncated), ZHOST_OK, "import of a truncated state");
+      second.ok(second.import_state(state), "import_state");
+      for (uint64_t key = 0; key < 5; ++key) {
+        Buffer back = zeros_like(stored[key], 0);
+        second.load(key * 1000003, back.view(kU8));
+        expect(same_bytes(stored[key], back), "buffer " + std::to_string(key) + " differs after import");
+      }
+      Buffer b = random_bytes(8, 0, 1);
+      broken.store(1, b.view(kU8));  // an instance whose import failed still serves calls
+    });
+  }
+
+  run.check("memory: reports without error", [&] {
+    Tier tier(run);
+    if (!(tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, memory)) && table->memory)) throw Skipped("no memory function");
+    zhost_tier_memory memory{};
+    memory.struct_size = sizeof(memory);
+    tier.ok(table->memory(tier.self(), &memory), "memory");
+  });
+
+  if (computes) check_computing(run, flags);
+  run.report.not_covered.push_back("device tensors and the host's copy services (the kit has no device)");
+}
+
+}  // namespace zhost::conformance
