@@ -10,6 +10,7 @@
 #include "host/core/error.hpp"
 #include "host/engine/dlpack_bridge.hpp"
 #include "host/services/host_services.hpp"
+#include "host/services/plugin_struct.hpp"
 
 struct zhost_work {
   zhost::comm::Work work;
@@ -56,10 +57,11 @@ std::vector<int64_t> counts(const int64_t* values, comm::Comm& group) {
 
 // Runs `start` (which returns a comm::Work) and either waits or hands the work back, as args->flags say.
 template <typename Start>
-zhost_status* run(zhost_collective_args* args, Start&& start) {
+zhost_status* run(const char* call, zhost_collective_args* args, Start&& start) {
   try {
-    if (!args || args->struct_size < ZHOST_STRUCT_SIZE(zhost_collective_args, work))
-      return HostServices::make_status(ZHOST_ERR_INVALID_ARGUMENT, "collective args missing or undersized");
+    if (zhost_status* refused =
+            check_plugin_struct(args, ZHOST_COLLECTIVE_ARGS_MIN_SIZE, "zhost_collective_args", call))
+      return refused;
     comm::Work work = start(group_of(args->group));
     if (args->flags & ZHOST_COLLECTIVE_ASYNC) {
       args->work = new zhost_work{std::move(work)};
@@ -80,27 +82,29 @@ int32_t rank(zhost_host_context*, zhost_group* group) { return group_of(group).r
 int32_t world_size(zhost_host_context*, zhost_group* group) { return group_of(group).world_size(); }
 
 zhost_status* all_reduce(zhost_host_context*, zhost_collective_args* a) {
-  return run(a, [&](comm::Comm& g) { return g.all_reduce_async(required(a->recv, "recv"), reduce_op(a->op)); });
+  return run("collectives->all_reduce", a,
+             [&](comm::Comm& g) { return g.all_reduce_async(required(a->recv, "recv"), reduce_op(a->op)); });
 }
 zhost_status* reduce_scatter(zhost_host_context*, zhost_collective_args* a) {
-  return run(a, [&](comm::Comm& g) {
+  return run("collectives->reduce_scatter", a, [&](comm::Comm& g) {
     at::Tensor send = required(a->send, "send"), recv = required(a->recv, "recv");
     if (a->recv_counts) return g.reduce_scatter_v_async(send, recv, counts(a->recv_counts, g), reduce_op(a->op));
     return g.reduce_scatter_async(send, recv, reduce_op(a->op));
   });
 }
 zhost_status* all_gather(zhost_host_context*, zhost_collective_args* a) {
-  return run(a, [&](comm::Comm& g) {
+  return run("collectives->all_gather", a, [&](comm::Comm& g) {
     at::Tensor send = required(a->send, "send"), recv = required(a->recv, "recv");
     if (a->send_counts) return g.all_gather_v_async(send, recv, counts(a->send_counts, g));
     return g.all_gather_async(send, recv);
   });
 }
 zhost_status* broadcast(zhost_host_context*, zhost_collective_args* a) {
-  return run(a, [&](comm::Comm& g) { return g.broadcast_async(required(a->recv, "recv"), a->root); });
+  return run("collectives->broadcast", a,
+             [&](comm::Comm& g) { return g.broadcast_async(required(a->recv, "recv"), a->root); });
 }
 zhost_status* all_to_all(zhost_host_context*, zhost_collective_args* a) {
-  return run(a, [&](comm::Comm& g) {
+  return run("collectives->all_to_all", a, [&](comm::Comm& g) {
     return g.all_to_all_async(required(a->send, "send"), required(a->recv, "recv"), counts(a->send_counts, g),
                               counts(a->recv_counts, g));
   });
@@ -109,7 +113,7 @@ zhost_status* barrier(zhost_host_context*, zhost_group* group) {
   zhost_collective_args args{};
   args.struct_size = sizeof(args);
   args.group = group;
-  return run(&args, [](comm::Comm& g) { return g.barrier_async(); });
+  return run("collectives->barrier", &args, [](comm::Comm& g) { return g.barrier_async(); });
 }
 zhost_status* wait(zhost_host_context*, zhost_work* work) {
   std::unique_ptr<zhost_work> owned(work);
