@@ -62,6 +62,7 @@ struct HostServices::State {
   std::map<uint64_t, TraceSpan> open_spans;
   std::map<std::string, SpanTotal> span_totals;  // "plugin/name" -> time, for the wall-clock breakdown
   uint64_t next_span = 1;
+  std::array<std::atomic<void*>, static_cast<size_t>(JobService::kCount)> job_states{};
 };
 
 namespace {
@@ -361,6 +362,14 @@ void HostServices::destroy_context(zhost_host_context* ctx) {
     state_->buffers.erase(it);
   }
   delete ctx;
+}
+
+void HostServices::set_job_state(JobService service, void* state) {
+  state_->job_states[static_cast<size_t>(service)].store(state);
+}
+
+void* HostServices::job_state(zhost_host_context* ctx, JobService service) {
+  return ctx ? ctx->state->job_states[static_cast<size_t>(service)].load() : nullptr;
 }
 
 void HostServices::set_collectives(const zhost_collectives* collectives) {
