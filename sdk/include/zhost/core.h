@@ -3,11 +3,11 @@
  * What lives here: the ABI version numbers, the export/visibility macros, the rules every ABI struct
  * follows (size first, then an extension chain), and status objects (NULL means success).
  *
- * Versioning: the rules (majors in the entry symbol's name, minors that only append, struct_size first,
- * each struct's ZHOST_<NAME>_MIN_SIZE, ZHOST_HAS_FIELD for every field appended after it, and the tests
- * that build plugins against frozen copies of older headers) are written down once, in docs/abi.md,
- * section "Versioning rule". Every struct has two size macros: ZHOST_<NAME>_SIZE (its full size in these
- * headers) and ZHOST_<NAME>_MIN_SIZE (its size in the minor that introduced it: the smallest a reader accepts).
+ * Versioning (majors in the entry symbol's name, minors that only append, struct_size first): docs/abi.md,
+ * section 1. Every struct has ZHOST_<NAME>_SIZE, its full size in these headers, and ZHOST_<NAME>_MIN_SIZE,
+ * its size in the minor that introduced it: a reader accepts a struct from its minimum and reads fields
+ * appended after it only through ZHOST_HAS_FIELD. That rule, and the tests that build plugins against frozen
+ * copies of older headers, are written down once: docs/abi.md, "Versioning rule".
  *
  * Threading: nothing in this header holds state; status functions live in the host-services table and
  * are thread-safe.

@@ -35,6 +35,7 @@ typedef enum zhost_config_type {
 /* One configuration key a plugin accepts. Keys are dotted paths relative to the root of the TOML file,
  * e.g. "zero.reduce_bucket_size" or "zero.offload_optimizer.pin_memory". Several plugins may declare the
  * same key (stage1 and stage2 both take zero.reduce_bucket_size): they must agree on type and default. */
+/* An element of the descriptor's config_keys array: it never grows (docs/abi.md, "Versioning rule"). */
 typedef struct zhost_config_key {
     size_t struct_size;
     const zhost_ext_header *ext;

@@ -39,6 +39,7 @@
 extern "C" {
 #endif
 
+/* An element of zhost_partition_setup.params: it never grows (docs/abi.md, "Versioning rule"). */
 typedef struct zhost_param_info {
     size_t struct_size;
     const zhost_ext_header *ext;
