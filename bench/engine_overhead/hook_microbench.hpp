@@ -3,7 +3,7 @@
 // `zhost run` uses), and the DLPack views made around every gradient hand-over.
 #pragma once
 
-#include "host/cli/job_setup.hpp"
+#include "host/job/job_setup.hpp"
 
 namespace zhost::bench {
 

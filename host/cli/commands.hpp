@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "host/cli/job_setup.hpp"
+#include "host/job/job_setup.hpp"
 
 namespace zhost::cli {
 

@@ -43,11 +43,9 @@ struct zhost_copy {
 namespace zhost::engine {
 namespace {
 
-DeviceCopies::State* current = nullptr;  // one job per process
-
 template <typename Body>
-zhost_status* serve(const char* what, Body&& body) {
-  return serve_call(current, "copies", what, std::forward<Body>(body));
+zhost_status* serve(zhost_host_context* ctx, const char* what, Body&& body) {
+  return serve_call<DeviceCopies::State>(ctx, JobService::kCopies, "copies", what, std::forward<Body>(body));
 }
 
 // Host memory, or the training device's: what a copy may read and write.
@@ -59,12 +57,13 @@ void run_on_host(zhost_copy& copy) {
   copy.done = true;
 }
 
-int32_t device_memory_is_separate(zhost_host_context*) {
-  return current && current->mode != CopyMode::kImmediate ? 1 : 0;
+int32_t device_memory_is_separate(zhost_host_context* ctx) {
+  const auto* state = static_cast<const DeviceCopies::State*>(HostServices::job_state(ctx, JobService::kCopies));
+  return state && state->mode != CopyMode::kImmediate ? 1 : 0;
 }
 
-zhost_status* start(zhost_host_context*, const DLTensor* src, DLTensor* dst, zhost_copy** out) {
-  return serve("start", [&](DeviceCopies::State& s) -> zhost_status* {
+zhost_status* start(zhost_host_context* ctx, const DLTensor* src, DLTensor* dst, zhost_copy** out) {
+  return serve(ctx, "start", [&](DeviceCopies::State& s) -> zhost_status* {
     if (!src || !dst || !out) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->start: needs src, dst and out");
     *out = nullptr;
     auto copy = std::make_unique<zhost_copy>();
@@ -104,8 +103,8 @@ zhost_status* start(zhost_host_context*, const DLTensor* src, DLTensor* dst, zho
   });
 }
 
-zhost_status* order_compute_after(zhost_host_context*, zhost_copy* copy) {
-  return serve("order_compute_after", [&](DeviceCopies::State& s) -> zhost_status* {
+zhost_status* order_compute_after(zhost_host_context* ctx, zhost_copy* copy) {
+  return serve(ctx, "order_compute_after", [&](DeviceCopies::State& s) -> zhost_status* {
     if (!copy) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->order_compute_after: no copy");
 #if ZHOST_WITH_CUDA
     if (copy->transfer) {
@@ -119,8 +118,8 @@ zhost_status* order_compute_after(zhost_host_context*, zhost_copy* copy) {
   });
 }
 
-zhost_status* wait(zhost_host_context*, zhost_copy* copy) {
-  return serve("wait", [&](DeviceCopies::State& s) -> zhost_status* {
+zhost_status* wait(zhost_host_context* ctx, zhost_copy* copy) {
+  return serve(ctx, "wait", [&](DeviceCopies::State& s) -> zhost_status* {
     if (!copy) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->wait: no copy");
     std::unique_ptr<zhost_copy> owned(copy);
     --s.pending;
@@ -164,7 +163,7 @@ DeviceCopies::DeviceCopies(const at::Device& device, HostServices& services)
   t.start = start;
   t.order_compute_after = order_compute_after;
   t.wait = wait;
-  current = state_.get();
+  services_.set_job_state(JobService::kCopies, state_.get());
   services_.set_copy_services(&state_->table);
 #if ZHOST_WITH_CUDA
   if (state_->mode == CopyMode::kCuda) services_.set_pinned_allocator(cuda::pinned_allocate);
@@ -181,7 +180,7 @@ DeviceCopies::~DeviceCopies() {
                   state_->pending.load(), state_->pending == 1 ? "y was" : "ies were");
   services_.set_copy_services(nullptr);
   services_.set_pinned_allocator(nullptr);
-  current = nullptr;
+  services_.set_job_state(JobService::kCopies, nullptr);
 }
 
 }  // namespace zhost::engine

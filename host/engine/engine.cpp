@@ -195,7 +195,7 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
   options.backend = settings.backend;
   options.timeout_s = settings.comm_timeout_s;
   std::unique_ptr<comm::Comm> world = comm::Comm::create(rendezvous, options);
-  job.services->set_collectives(install_collectives(*world));
+  auto collectives = std::make_unique<CollectivesAdapter>(*world, *job.services);
   job.services->set_kv_store(std::make_shared<CommKvStore>(*world));
   job.services->set_default_timeout(std::chrono::milliseconds(static_cast<int64_t>(settings.comm_timeout_s * 1000)));
 
@@ -228,9 +228,8 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
                    result.final_loss);
   }
   world->barrier();
-  job.services->set_collectives(nullptr);
+  collectives.reset();
   job.services->set_kv_store(std::make_shared<LocalKvStore>());
-  uninstall_collectives();
   return exit_code;
 }
 

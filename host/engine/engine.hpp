@@ -1,7 +1,7 @@
 // host/engine/engine.hpp: one rank's whole job: process group, plugin instances, run directory, trainer.
 #pragma once
 
-#include "host/cli/job_setup.hpp"
+#include "host/job/job_setup.hpp"
 #include "host/launch/rank_env.hpp"
 
 namespace zhost::engine {

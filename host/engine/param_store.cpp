@@ -40,16 +40,14 @@ struct ParamStore::State {
 
 namespace {
 
-ParamStore::State* current = nullptr;  // one job per process: the trainer's store
-
 template <typename Body>
-zhost_status* serve(const char* what, Body&& body) {
-  return serve_call(current, "params", what, std::forward<Body>(body));
+zhost_status* serve(zhost_host_context* ctx, const char* what, Body&& body) {
+  return serve_call<ParamStore::State>(ctx, JobService::kParams, "params", what, std::forward<Body>(body));
 }
 
-zhost_status* group_create(zhost_host_context*, const uint32_t* ids, const int64_t* offsets, size_t count,
+zhost_status* group_create(zhost_host_context* ctx, const uint32_t* ids, const int64_t* offsets, size_t count,
                            int64_t numel, zhost_param_group** out) {
-  return serve("group_create", [&](ParamStore::State& s) -> zhost_status* {
+  return serve(ctx, "group_create", [&](ParamStore::State& s) -> zhost_status* {
     if (!ids || !offsets || !out || count == 0 || numel <= 0)
       return service_error(ZHOST_ERR_INVALID_ARGUMENT,
                            "params->group_create: needs ids, offsets, out, count > 0 and numel > 0");
@@ -101,8 +99,8 @@ zhost_status* group_create(zhost_host_context*, const uint32_t* ids, const int64
   });
 }
 
-zhost_status* materialize(zhost_host_context*, zhost_param_group* group, DLTensor* flat) {
-  return serve("materialize", [&](ParamStore::State& s) -> zhost_status* {
+zhost_status* materialize(zhost_host_context* ctx, zhost_param_group* group, DLTensor* flat) {
+  return serve(ctx, "materialize", [&](ParamStore::State& s) -> zhost_status* {
     if (!group || !flat)
       return service_error(ZHOST_ERR_INVALID_ARGUMENT, "params->materialize: needs a group and a DLTensor");
     c10::StorageImpl* impl = group->storage.unsafeGetStorageImpl();
@@ -124,8 +122,8 @@ zhost_status* materialize(zhost_host_context*, zhost_param_group* group, DLTenso
   });
 }
 
-zhost_status* release(zhost_host_context*, zhost_param_group* group) {
-  return serve("release", [&](ParamStore::State& s) -> zhost_status* {
+zhost_status* release(zhost_host_context* ctx, zhost_param_group* group) {
+  return serve(ctx, "release", [&](ParamStore::State& s) -> zhost_status* {
     if (!group) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "params->release: needs a group");
     if (!group->live) return nullptr;
     c10::StorageImpl* impl = group->storage.unsafeGetStorageImpl();
@@ -137,8 +135,8 @@ zhost_status* release(zhost_host_context*, zhost_param_group* group) {
   });
 }
 
-zhost_status* initial_values(zhost_host_context*, uint32_t id, int64_t offset, DLTensor* dst) {
-  return serve("initial_values", [&](ParamStore::State& s) -> zhost_status* {
+zhost_status* initial_values(zhost_host_context* ctx, uint32_t id, int64_t offset, DLTensor* dst) {
+  return serve(ctx, "initial_values", [&](ParamStore::State& s) -> zhost_status* {
     if (!dst || id >= s.model->parameters().size() || offset < 0)
       return service_error(ZHOST_ERR_INVALID_ARGUMENT,
                            fmt::format("params->initial_values: bad arguments (parameter {}, offset {})", id, offset));
@@ -164,13 +162,13 @@ ParamStore::ParamStore(model::Model& model, HostServices& services)
   t.materialize = materialize;
   t.release = release;
   t.initial_values = initial_values;
-  current = state_.get();
+  services_.set_job_state(JobService::kParams, state_.get());
   services_.set_param_services(&state_->table);
 }
 
 ParamStore::~ParamStore() {
   services_.set_param_services(nullptr);
-  current = nullptr;
+  services_.set_job_state(JobService::kParams, nullptr);
 }
 
 bool ParamStore::has_storage(size_t id) const {

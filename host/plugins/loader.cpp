@@ -12,6 +12,10 @@
 
 #include "host/core/error.hpp"
 #include "host/core/text.hpp"
+#include "host/services/plugin_struct.hpp"
+#include "zhost/collective.h"
+#include "zhost/offload.h"
+#include "zhost/partition.h"
 
 namespace zhost {
 namespace {
@@ -67,11 +71,7 @@ class DescriptorReader {
 
   PluginInfo read(const zhost_plugin_descriptor* d) const {
     if (d == nullptr) fail_usage("plugin {}: negotiation returned no descriptor", file_);
-    if (d->struct_size < ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE)
-      malformed(
-          fmt::format("struct_size {} is smaller than the {} bytes every zhost 0.x descriptor has "
-                      "(built against an incompatible SDK?)",
-                      d->struct_size, ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE));
+    accept_plugin_struct(d, ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE, "zhost_plugin_descriptor", "plugin " + file_);
     PluginInfo info;
     if (!d->name || !valid_plugin_name(d->name)) malformed("name must be [a-z0-9_]+");
     info.name = d->name;
@@ -104,9 +104,8 @@ class DescriptorReader {
 
  private:
   ConfigKeyInfo read_key(const std::string& plugin, const zhost_config_key& k) const {
-    if (k.struct_size < ZHOST_CONFIG_KEY_SIZE)
-      malformed(fmt::format("config key entry of plugin '{}' has struct_size {} < {}", plugin, k.struct_size,
-                            ZHOST_CONFIG_KEY_SIZE));
+    accept_plugin_struct(&k, ZHOST_CONFIG_KEY_MIN_SIZE, "zhost_config_key",
+                         fmt::format("plugin {}: config key entry of '{}'", file_, plugin));
     if (!k.key || !*k.key) malformed(fmt::format("plugin '{}' declares a config key without a name", plugin));
     ConfigKeyInfo key;
     key.key = k.key;
@@ -129,17 +128,23 @@ class DescriptorReader {
   std::string file_;
 };
 
+// The lifecycle table and the capability table of the plugin's kind, each accepted from its minimum size
+// (plugin_struct.hpp): what the host reads of them later is either within the minimum or under ZHOST_HAS_FIELD.
 void check_api(const std::filesystem::path& file, const PluginInfo& info, const zhost_plugin_api* api) {
-  if (!api || api->struct_size < ZHOST_PLUGIN_API_SIZE)
-    fail_usage("plugin {}: '{}' returned no lifecycle table or an undersized one", file.string(), info.name);
-  if (!api->create || !api->destroy)
-    fail_usage("plugin {}: '{}' has no create or destroy function", file.string(), info.name);
-  const void* table = info.kind == ZHOST_KIND_PARTITION ? static_cast<const void*>(api->partition)
-                      : info.kind == ZHOST_KIND_OFFLOAD ? static_cast<const void*>(api->offload)
-                                                        : static_cast<const void*>(api->collective);
-  if (!table)
-    fail_usage("plugin {}: '{}' is a {} plugin but has no {} table", file.string(), info.name, kind_name(info.kind),
-               kind_name(info.kind));
+  const std::string where = fmt::format("plugin {}: '{}'", file.string(), info.name);
+  accept_plugin_struct(api, ZHOST_PLUGIN_API_MIN_SIZE, "zhost_plugin_api", where);
+  if (!api->create || !api->destroy) fail_usage("{} has no create or destroy function", where);
+  const bool has_table = info.kind == ZHOST_KIND_PARTITION ? api->partition != nullptr
+                         : info.kind == ZHOST_KIND_OFFLOAD ? api->offload != nullptr
+                                                           : api->collective != nullptr;
+  if (!has_table)
+    fail_usage("{} is a {} plugin but has no {} table", where, kind_name(info.kind), kind_name(info.kind));
+  if (info.kind == ZHOST_KIND_PARTITION)
+    accept_plugin_struct(api->partition, ZHOST_PARTITION_API_MIN_SIZE, "zhost_partition_api", where);
+  else if (info.kind == ZHOST_KIND_OFFLOAD)
+    accept_plugin_struct(api->offload, ZHOST_OFFLOAD_API_MIN_SIZE, "zhost_offload_api", where);
+  else
+    accept_plugin_struct(api->collective, ZHOST_COLLECTIVE_API_MIN_SIZE, "zhost_collective_api", where);
 }
 
 }  // namespace

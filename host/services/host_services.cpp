@@ -11,6 +11,7 @@
 #include <set>
 
 #include "host/core/error.hpp"
+#include "host/services/plugin_struct.hpp"
 
 struct zhost_status {
   zhost_status_code code;
@@ -61,6 +62,7 @@ struct HostServices::State {
   std::map<uint64_t, TraceSpan> open_spans;
   std::map<std::string, SpanTotal> span_totals;  // "plugin/name" -> time, for the wall-clock breakdown
   uint64_t next_span = 1;
+  std::array<std::atomic<void*>, static_cast<size_t>(JobService::kCount)> job_states{};
 };
 
 namespace {
@@ -140,8 +142,10 @@ zhost_status* config_get_string(zhost_host_context* ctx, const char* key, const 
 }
 
 zhost_status* buffer_alloc(zhost_host_context* ctx, zhost_buffer_alloc_args* args) {
-  if (!ctx || !args || args->struct_size < ZHOST_STRUCT_SIZE(zhost_buffer_alloc_args, data))
-    return status_create(ZHOST_ERR_INVALID_ARGUMENT, "buffer_alloc: missing or undersized args");
+  if (!ctx) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "buffer_alloc without context");
+  if (zhost_status* refused =
+          check_plugin_struct(args, ZHOST_BUFFER_ALLOC_ARGS_MIN_SIZE, "zhost_buffer_alloc_args", "buffer_alloc"))
+    return refused;
   if (args->memory == ZHOST_MEMORY_DEVICE)
     return status_create(ZHOST_ERR_UNSUPPORTED, "buffer_alloc: device memory is served by the training engine's "
                                                 "allocator, which is not available in this process");
@@ -281,8 +285,9 @@ void request_abort_cb(zhost_host_context* ctx, const char* reason) {
 }
 
 zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier_ref* out) {
-  if (!ctx || !out || out->struct_size < ZHOST_TIER_REF_SIZE)
-    return status_create(ZHOST_ERR_INVALID_ARGUMENT, "tier_for: needs a context and a zhost_tier_ref with struct_size set");
+  if (!ctx) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "tier_for without context");
+  if (zhost_status* refused = check_plugin_struct(out, ZHOST_TIER_REF_MIN_SIZE, "zhost_tier_ref", "tier_for"))
+    return refused;
   out->instance = nullptr;
   out->api = nullptr;
   out->name = nullptr;
@@ -357,6 +362,14 @@ void HostServices::destroy_context(zhost_host_context* ctx) {
     state_->buffers.erase(it);
   }
   delete ctx;
+}
+
+void HostServices::set_job_state(JobService service, void* state) {
+  state_->job_states[static_cast<size_t>(service)].store(state);
+}
+
+void* HostServices::job_state(zhost_host_context* ctx, JobService service) {
+  return ctx ? ctx->state->job_states[static_cast<size_t>(service)].load() : nullptr;
 }
 
 void HostServices::set_collectives(const zhost_collectives* collectives) {

@@ -1,14 +1,19 @@
 // host/services/host_services.hpp: the host's implementation of zhost_host_services.
 //
-// One HostServices object per process owns the C table handed to plugins and one context per plugin
-// instance. A context knows the plugin's name (log attribution), the config values the plugin declared
-// (validated, defaults applied), and the buffers the instance allocated (released with the context).
-// The engine installs collectives and a job-wide key-value store once a process group exists.
+// One HostServices object per job owns the C table handed to plugins and one context per plugin instance.
+// A context knows the plugin's name (log attribution), the config values the plugin declared (validated,
+// defaults applied), the buffers the instance allocated (released with the context), and its job: the
+// services the engine installs for the job (collectives, parameter storage, copies) find their state
+// through the context a plugin passes in, never through process globals, so that two jobs (two
+// HostServices) in one process share nothing. The engine also installs a job-wide key-value store once a
+// process group exists.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <chrono>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -42,6 +47,9 @@ struct TierRef {
   std::string name;
 };
 
+// The services whose C callbacks the engine serves from per-job state (see job_state()).
+enum class JobService { kCollectives, kParams, kCopies, kCount };
+
 class HostServices {
  public:
   // `abi_minor` is the minor this host presents to plugins; tests use an older one to act as an old host.
@@ -55,6 +63,12 @@ class HostServices {
 
   zhost_host_context* create_context(PluginContextSpec spec);
   void destroy_context(zhost_host_context* ctx);  // releases the buffers the instance still holds
+
+  // The state behind `service`'s callbacks in this job (owned by the engine object that serves it), or
+  // nullptr once it stops; a callback finds it from its context with job_state().
+  void set_job_state(JobService service, void* state);
+  // The state set for `service` in the job `ctx` belongs to; nullptr without a context or a state.
+  static void* job_state(zhost_host_context* ctx, JobService service);
 
   void set_collectives(const zhost_collectives* collectives);
   // Parameter storage for a partition plugin that partitions parameters (the trainer's), or nullptr.

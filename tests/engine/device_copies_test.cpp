@@ -131,6 +131,46 @@ TEST(DeviceCopies, PinnedBuffersComeFromTheInstalledAllocator) {
   EXPECT_EQ(allocated, 1);
 }
 
+// Two jobs in one process (two HostServices, as two JobSetups hold): each call finds its own job's copies
+// through the context it passes, and one job ending leaves the other's untouched.
+TEST(DeviceCopies, TwoJobsInOneProcessDoNotShareTheirCopies) {
+  std::optional<ScopedEnv> env;
+  env.emplace("ZHOST_DEVICE_COPIES", "deferred");
+  Fixture deferred_job;
+  DeviceCopies deferred(at::kCPU, deferred_job.services);
+  env.emplace("ZHOST_DEVICE_COPIES", "");
+  Fixture immediate_job;
+  auto immediate = std::make_unique<DeviceCopies>(at::kCPU, immediate_job.services);
+  EXPECT_EQ(deferred_job.copies()->device_memory_is_separate(deferred_job.ctx), 1);
+  EXPECT_EQ(immediate_job.copies()->device_memory_is_separate(immediate_job.ctx), 0);
+
+  at::Tensor src = at::arange(6, at::kFloat), dst = at::zeros({6});
+  DLTensor s = dl_view(src), d = dl_view(dst);
+  zhost_copy* copy = nullptr;
+  ASSERT_EQ(deferred_job.copies()->start(deferred_job.ctx, &s, &d, &copy), nullptr);
+  ASSERT_NE(copy, nullptr);  // deferred: pending until waited for
+  immediate.reset();         // the other job ends
+  EXPECT_EQ(immediate_job.copies(), nullptr);
+  EXPECT_EQ(deferred_job.copies()->device_memory_is_separate(deferred_job.ctx), 1);
+  ASSERT_EQ(deferred_job.copies()->wait(deferred_job.ctx, copy), nullptr);
+  EXPECT_TRUE(at::equal(src, dst));
+}
+
+TEST(DeviceCopies, ACallWithoutAContextIsRefused) {
+  ScopedEnv env("ZHOST_DEVICE_COPIES", "");
+  Fixture f;
+  DeviceCopies copies(at::kCPU, f.services);
+  at::Tensor src = at::arange(3, at::kFloat), dst = at::zeros({3});
+  DLTensor s = dl_view(src), d = dl_view(dst);
+  zhost_copy* copy = nullptr;
+  try {
+    HostServices::throw_if_error(f.copies()->start(nullptr, &s, &d, &copy), "start");
+    FAIL() << "a copy without a context ran";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("copies->start: no host context"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DeviceCopies, DeferredCopiesAreRefusedOnCuda) {
   ScopedEnv env("ZHOST_DEVICE_COPIES", "deferred");
   Fixture f;

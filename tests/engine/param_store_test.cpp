@@ -58,6 +58,7 @@ TEST(ParamStore, AGroupSharesOneStorageThatIsMaterialisedAndReleased) {
   auto bare = unmaterialised();
   auto full = model::make_model(spec());
   HostServices services;
+  zhost_host_context* ctx = services.create_context(PluginContextSpec{"stage3", {}});
   ParamStore store(*bare, services);
   const zhost_param_services* params = services.table()->params;
   ASSERT_NE(params, nullptr);
@@ -71,12 +72,12 @@ TEST(ParamStore, AGroupSharesOneStorageThatIsMaterialisedAndReleased) {
     numel += bare->parameters()[id].tensor.numel() + 3;
   }
   zhost_param_group* group = nullptr;
-  check(params->group_create(nullptr, ids.data(), offsets.data(), ids.size(), numel, &group));
+  check(params->group_create(ctx, ids.data(), offsets.data(), ids.size(), numel, &group));
   EXPECT_FALSE(store.has_storage(ids[0]));
   EXPECT_EQ(store.live_bytes(), 0u);
 
   DLTensor flat{};
-  check(params->materialize(nullptr, group, &flat));
+  check(params->materialize(ctx, group, &flat));
   EXPECT_TRUE(store.has_storage(ids[0]));
   EXPECT_EQ(store.live_bytes(), static_cast<uint64_t>(numel * 4));
   at::Tensor storage = kit::tensor_view(flat);
@@ -84,13 +85,13 @@ TEST(ParamStore, AGroupSharesOneStorageThatIsMaterialisedAndReleased) {
   for (size_t i = 0; i < ids.size(); ++i) {  // fill each parameter's place with its initial values
     at::Tensor place = storage.narrow(0, offsets[i], bare->parameters()[ids[i]].tensor.numel());
     DLTensor dst = kit::dl_view(place);
-    check(params->initial_values(nullptr, ids[i], 0, &dst));
+    check(params->initial_values(ctx, ids[i], 0, &dst));
   }
   for (uint32_t id : ids)  // the parameters are views of it: the unpartitioned model's values
     EXPECT_TRUE(at::equal(bare->parameters()[id].tensor.detach(), full->parameters()[id].tensor.detach()))
         << bare->parameters()[id].name;
 
-  check(params->release(nullptr, group));
+  check(params->release(ctx, group));
   EXPECT_FALSE(store.has_storage(ids[0]));
   EXPECT_EQ(bare->parameters()[ids[0]].tensor.storage().nbytes(), 0u);
   EXPECT_EQ(store.live_bytes(), 0u);
@@ -98,17 +99,17 @@ TEST(ParamStore, AGroupSharesOneStorageThatIsMaterialisedAndReleased) {
 
   // A parameter joins one group only; offsets must fit.
   zhost_param_group* other = nullptr;
-  EXPECT_THROW(check(params->group_create(nullptr, ids.data(), offsets.data(), 1, numel, &other)), Error);
+  EXPECT_THROW(check(params->group_create(ctx, ids.data(), offsets.data(), 1, numel, &other)), Error);
   const uint32_t head = static_cast<uint32_t>(bare->params_used_by_block().back().back());
   const int64_t too_far = 10;
-  EXPECT_THROW(check(params->group_create(nullptr, &head, &too_far, 1, 4, &other)), Error);
+  EXPECT_THROW(check(params->group_create(ctx, &head, &too_far, 1, 4, &other)), Error);
   // A call refused at its second parameter binds none: the first stays free for a later group.
   const uint32_t pair[] = {head, 100000};
   const int64_t pair_offsets[] = {0, 0};
-  EXPECT_THROW(check(params->group_create(nullptr, pair, pair_offsets, 2, 1 << 20, &other)), Error);
+  EXPECT_THROW(check(params->group_create(ctx, pair, pair_offsets, 2, 1 << 20, &other)), Error);
   EXPECT_FALSE(store.has_storage(head));
   const int64_t at_start = 0;
-  check(params->group_create(nullptr, &head, &at_start, 1, bare->parameters()[head].tensor.numel(), &other));
+  check(params->group_create(ctx, &head, &at_start, 1, bare->parameters()[head].tensor.numel(), &other));
 }
 
 // Resident bytes of this process, from /proc/self/statm.
@@ -124,20 +125,21 @@ double resident_mb() {
 TEST(ParamStore, ReleasedStorageLeavesTheProcess) {
   auto bare = unmaterialised();
   HostServices services;
+  zhost_host_context* ctx = services.create_context(PluginContextSpec{"stage3", {}});
   ParamStore store(*bare, services);
   const zhost_param_services* params = services.table()->params;
   const uint32_t id = 0;
   const int64_t offset = 0, numel = int64_t{64} << 18;  // 64 MiB of fp32
   zhost_param_group* group = nullptr;
-  check(params->group_create(nullptr, &id, &offset, 1, numel, &group));
+  check(params->group_create(ctx, &id, &offset, 1, numel, &group));
   for (int round = 0; round < 3; ++round) {
     const double before = resident_mb();
     DLTensor flat{};
-    check(params->materialize(nullptr, group, &flat));
+    check(params->materialize(ctx, group, &flat));
     kit::tensor_view(flat).fill_(1.0f);
     EXPECT_GT(resident_mb() - before, 60.0) << "round " << round;
     const double materialised = resident_mb();
-    check(params->release(nullptr, group));
+    check(params->release(ctx, group));
     EXPECT_GT(materialised - resident_mb(), 60.0) << "round " << round;
   }
 }
@@ -148,21 +150,22 @@ TEST(ParamStore, ReleasedStorageLeavesTheProcess) {
 TEST(ParamStore, AutogradSavedViewsFollowTheStorage) {
   auto bare = unmaterialised();
   HostServices services;
+  zhost_host_context* ctx = services.create_context(PluginContextSpec{"stage3", {}});
   ParamStore store(*bare, services);
   const zhost_param_services* params = services.table()->params;
   const at::Tensor& weight = bare->parameters()[0].tensor;  // the token embedding [V, C], used as a matrix here
   const uint32_t id = 0;
   const int64_t offset = 0;
   zhost_param_group* group = nullptr;
-  check(params->group_create(nullptr, &id, &offset, 1, weight.numel(), &group));
+  check(params->group_create(ctx, &id, &offset, 1, weight.numel(), &group));
   DLTensor flat{};
-  check(params->materialize(nullptr, group, &flat));
+  check(params->materialize(ctx, group, &flat));
   kit::tensor_view(flat).normal_();
 
   at::Tensor x = at::randn({3, weight.size(1)}).requires_grad_(true);
   at::Tensor y = at::linear(x, weight);  // [3, V]
-  check(params->release(nullptr, group));
-  check(params->materialize(nullptr, group, &flat));
+  check(params->release(ctx, group));
+  check(params->materialize(ctx, group, &flat));
   at::Tensor later = kit::tensor_view(flat).view(weight.sizes());
   later.uniform_();
   y.sum().backward();

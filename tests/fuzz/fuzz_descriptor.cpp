@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "host/cli/job_setup.hpp"
+#include "host/job/job_setup.hpp"
 #include "host/config/host_schema.hpp"
 #include "host/config/validate.hpp"
 #include "host/plugins/loader.hpp"

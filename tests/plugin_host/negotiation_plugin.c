@@ -6,7 +6,7 @@
  *   NEEDS_NEWER    requires a host minor newer than any that exists (refused with both versions named)
  *   WRONG_MAJOR    exports only zhost_plugin_v1 (refused: other major)
  *   NO_ENTRY       exports no entry at all (refused: not a zhost plugin)
- *   SMALL_DESC     its descriptor's struct_size is too small (refused: malformed descriptor)
+ *   SMALL_DESC     its descriptor's struct_size is below the minimum (refused, naming the sizes)
  *   REFUSES        the entry returns a status (refused with the plugin's reason)
  *   INIT_FAILS     negotiates, but create() fails with a message
  * Hostile variants (built into a folder of their own; a listing of it must survive them):

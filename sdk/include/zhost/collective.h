@@ -35,6 +35,7 @@ typedef struct zhost_collective_api {
                                int32_t *handled);
 } zhost_collective_api;
 #define ZHOST_COLLECTIVE_API_SIZE ZHOST_STRUCT_SIZE(zhost_collective_api, interpose)
+#define ZHOST_COLLECTIVE_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_collective_api, interpose) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_collective_api, ZHOST_COLLECTIVE_API_SIZE);
 
 #ifdef __cplusplus

@@ -3,15 +3,11 @@
  * What lives here: the ABI version numbers, the export/visibility macros, the rules every ABI struct
  * follows (size first, then an extension chain), and status objects (NULL means success).
  *
- * Versioning rules (see docs/abi.md):
- *   - The major version is part of the exported entry symbol's name (zhost_plugin_v0, zhost_plugin_v1...),
- *     so a host can load plugins of several majors side by side through adapters, and a plugin of an
- *     unknown major is recognised and refused with a precise message.
- *   - A minor version only appends: new fields at the end of size-prefixed structs, new function pointers
- *     at the end of tables, new extension types. Older readers see only the prefix they know.
- *   - Every struct starts with `size_t struct_size` (the writer's sizeof) followed by `ext`, the head of
- *     an optional extension chain. A reader checks struct_size against ZHOST_STRUCT_SIZE(type, field)
- *     before touching `field`.
+ * Versioning (majors in the entry symbol's name, minors that only append, struct_size first): docs/abi.md,
+ * section 1. Every struct has ZHOST_<NAME>_SIZE, its full size in these headers, and ZHOST_<NAME>_MIN_SIZE,
+ * its size in the minor that introduced it: a reader accepts a struct from its minimum and reads fields
+ * appended after it only through ZHOST_HAS_FIELD. That rule, and the tests that build plugins against frozen
+ * copies of older headers, are written down once: docs/abi.md, "Versioning rule".
  *
  * Threading: nothing in this header holds state; status functions live in the host-services table and
  * are thread-safe.
@@ -80,6 +76,7 @@ typedef struct zhost_ext_header {
     const struct zhost_ext_header *next;  /* borrowed; NULL ends the chain */
 } zhost_ext_header;
 #define ZHOST_EXT_HEADER_SIZE ZHOST_STRUCT_SIZE(zhost_ext_header, next)
+#define ZHOST_EXT_HEADER_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_ext_header, next) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_ext_header, ZHOST_EXT_HEADER_SIZE);
 
 #define ZHOST_EXT_THIRD_PARTY_BIT 0x80000000u

@@ -35,6 +35,7 @@ typedef enum zhost_config_type {
 /* One configuration key a plugin accepts. Keys are dotted paths relative to the root of the TOML file,
  * e.g. "zero.reduce_bucket_size" or "zero.offload_optimizer.pin_memory". Several plugins may declare the
  * same key (stage1 and stage2 both take zero.reduce_bucket_size): they must agree on type and default. */
+/* An element of the descriptor's config_keys array: it never grows (docs/abi.md, "Versioning rule"). */
 typedef struct zhost_config_key {
     size_t struct_size;
     const zhost_ext_header *ext;
@@ -48,6 +49,7 @@ typedef struct zhost_config_key {
     const char *const *choices;      /* STRING only: NULL-terminated allowed values, or NULL for any */
 } zhost_config_key;
 #define ZHOST_CONFIG_KEY_SIZE ZHOST_STRUCT_SIZE(zhost_config_key, choices)
+#define ZHOST_CONFIG_KEY_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_config_key, choices) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_config_key, ZHOST_CONFIG_KEY_SIZE);
 
 /* Descriptor flags. */
@@ -86,9 +88,8 @@ typedef struct zhost_plugin_descriptor {
     size_t num_config_keys;
     uint64_t flags;                   /* ZHOST_PLUGIN_FLAG_* */
 } zhost_plugin_descriptor;
-/* Smallest descriptor any host accepts: everything up to `flags` has existed since 0.0. */
 #define ZHOST_PLUGIN_DESCRIPTOR_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_descriptor, flags)
-#define ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_descriptor, flags)
+#define ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_descriptor, flags) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_descriptor, ZHOST_PLUGIN_DESCRIPTOR_SIZE);
 
 #ifdef __cplusplus

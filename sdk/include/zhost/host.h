@@ -55,6 +55,7 @@ typedef struct zhost_buffer_alloc_args {
     void *data;                 /* out: valid until buffer_release(handle) */
 } zhost_buffer_alloc_args;
 #define ZHOST_BUFFER_ALLOC_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_buffer_alloc_args, data)
+#define ZHOST_BUFFER_ALLOC_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_buffer_alloc_args, data) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_buffer_alloc_args, ZHOST_BUFFER_ALLOC_ARGS_SIZE);
 
 /* ---- collectives (served once the engine has a process group) -------------------------------------- */
@@ -94,6 +95,7 @@ typedef struct zhost_collective_args {
     zhost_work *work;            /* out with ZHOST_COLLECTIVE_ASYNC */
 } zhost_collective_args;
 #define ZHOST_COLLECTIVE_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_collective_args, work)
+#define ZHOST_COLLECTIVE_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_collective_args, work) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_collective_args, ZHOST_COLLECTIVE_ARGS_SIZE);
 
 typedef struct zhost_collectives {
@@ -115,6 +117,7 @@ typedef struct zhost_collectives {
     zhost_status *(*new_group)(zhost_host_context *ctx, const int32_t *ranks, size_t num_ranks, zhost_group **out);
 } zhost_collectives;
 #define ZHOST_COLLECTIVES_SIZE ZHOST_STRUCT_SIZE(zhost_collectives, new_group)
+#define ZHOST_COLLECTIVES_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_collectives, new_group) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_collectives, ZHOST_COLLECTIVES_SIZE);
 
 /* ---- offload tiers chosen by the config (docs/abi.md "Tier roles") ----------------------------------- */
@@ -137,6 +140,7 @@ typedef struct zhost_tier_ref {
     const char *name;                       /* the tier plugin's name; valid for the job */
 } zhost_tier_ref;
 #define ZHOST_TIER_REF_SIZE ZHOST_STRUCT_SIZE(zhost_tier_ref, name)
+#define ZHOST_TIER_REF_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_tier_ref, name) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_ref, ZHOST_TIER_REF_SIZE);
 
 /* ---- parameter storage, for a plugin that partitions parameters (ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS) ----
@@ -167,6 +171,7 @@ typedef struct zhost_param_services {
     zhost_status *(*initial_values)(zhost_host_context *ctx, uint32_t id, int64_t offset, DLTensor *dst);
 } zhost_param_services;
 #define ZHOST_PARAM_SERVICES_SIZE ZHOST_STRUCT_SIZE(zhost_param_services, initial_values)
+#define ZHOST_PARAM_SERVICES_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_param_services, initial_values) /* since 0.2 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_param_services, ZHOST_PARAM_SERVICES_SIZE);
 
 /* ---- copies between host memory and the training device (0.3) ---------------------------------------
@@ -198,6 +203,7 @@ typedef struct zhost_copy_services {
     zhost_status *(*wait)(zhost_host_context *ctx, zhost_copy *copy);
 } zhost_copy_services;
 #define ZHOST_COPY_SERVICES_SIZE ZHOST_STRUCT_SIZE(zhost_copy_services, wait)
+#define ZHOST_COPY_SERVICES_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_copy_services, wait) /* since 0.3 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_copy_services, ZHOST_COPY_SERVICES_SIZE);
 
 /* ---- the table ------------------------------------------------------------------------------------- */
@@ -272,6 +278,7 @@ typedef struct zhost_host_services {
 #define ZHOST_HOST_SERVICES_SIZE_0_1 ZHOST_STRUCT_SIZE(zhost_host_services, tier_for)
 /* What a plugin built for ABI 0.0 may rely on: everything up to request_abort. */
 #define ZHOST_HOST_SERVICES_SIZE_0_0 ZHOST_STRUCT_SIZE(zhost_host_services, request_abort)
+#define ZHOST_HOST_SERVICES_MIN_SIZE ZHOST_HOST_SERVICES_SIZE_0_0 /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_host_services, ZHOST_HOST_SERVICES_SIZE);
 
 #ifdef __cplusplus

@@ -48,6 +48,7 @@ typedef struct zhost_tier_io_args {
                                  test_event(); until then the event is the caller's */
 } zhost_tier_io_args;
 #define ZHOST_TIER_IO_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_tier_io_args, event)
+#define ZHOST_TIER_IO_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_tier_io_args, event) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_io_args, ZHOST_TIER_IO_ARGS_SIZE);
 
 /* Writes a chunk of exported state; returns non-zero to stop the export. */
@@ -69,6 +70,8 @@ typedef struct zhost_tier_optimizer_setup {
     const DLTensor *initial_master;         /* 1-D fp32 in host memory: the group's starting values, copied */
 } zhost_tier_optimizer_setup;
 #define ZHOST_TIER_OPTIMIZER_SETUP_SIZE ZHOST_STRUCT_SIZE(zhost_tier_optimizer_setup, initial_master)
+#define ZHOST_TIER_OPTIMIZER_SETUP_MIN_SIZE /* since 0.1 */ \
+    ZHOST_STRUCT_SIZE(zhost_tier_optimizer_setup, initial_master)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_optimizer_setup, ZHOST_TIER_OPTIMIZER_SETUP_SIZE);
 
 typedef struct zhost_tier_step_args {
@@ -89,6 +92,7 @@ typedef struct zhost_tier_step_args {
 #define ZHOST_TIER_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_tier_step_args, offset)
 /* What a caller built for ABI 0.3 writes: everything up to params_out. */
 #define ZHOST_TIER_STEP_ARGS_SIZE_0_3 ZHOST_STRUCT_SIZE(zhost_tier_step_args, params_out)
+#define ZHOST_TIER_STEP_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_tier_step_args, params_out) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_step_args, ZHOST_TIER_STEP_ARGS_SIZE);
 
 /* Bytes a tier holds in host memory (and on its storage) for all its groups and buffers. */
@@ -99,6 +103,7 @@ typedef struct zhost_tier_memory {
     uint64_t storage_bytes;
 } zhost_tier_memory;
 #define ZHOST_TIER_MEMORY_SIZE ZHOST_STRUCT_SIZE(zhost_tier_memory, storage_bytes)
+#define ZHOST_TIER_MEMORY_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_tier_memory, storage_bytes) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_memory, ZHOST_TIER_MEMORY_SIZE);
 
 typedef struct zhost_offload_api {
@@ -144,8 +149,9 @@ typedef struct zhost_offload_api {
 #define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_drop)
 /* What a tier built for ABI 0.3 fills: everything up to order_compute_after. */
 #define ZHOST_OFFLOAD_API_SIZE_0_3 ZHOST_STRUCT_SIZE(zhost_offload_api, order_compute_after)
-/* What a tier built for ABI 0.2 fills: everything up to memory. */
+/* What a tier built for ABI 0.1 or 0.2 fills: everything up to memory (= ZHOST_OFFLOAD_API_MIN_SIZE). */
 #define ZHOST_OFFLOAD_API_SIZE_0_2 ZHOST_STRUCT_SIZE(zhost_offload_api, memory)
+#define ZHOST_OFFLOAD_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, memory) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_offload_api, ZHOST_OFFLOAD_API_SIZE);
 
 #ifdef __cplusplus

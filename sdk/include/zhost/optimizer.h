@@ -31,6 +31,7 @@ typedef struct zhost_optimizer_desc {
     int32_t bias_correction;  /* Adam kinds */
 } zhost_optimizer_desc;
 #define ZHOST_OPTIMIZER_DESC_SIZE ZHOST_STRUCT_SIZE(zhost_optimizer_desc, bias_correction)
+#define ZHOST_OPTIMIZER_DESC_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_optimizer_desc, bias_correction) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_optimizer_desc, ZHOST_OPTIMIZER_DESC_SIZE);
 
 #ifdef __cplusplus

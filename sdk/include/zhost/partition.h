@@ -40,6 +40,7 @@
 extern "C" {
 #endif
 
+/* An element of zhost_partition_setup.params: it never grows (docs/abi.md, "Versioning rule"). */
 typedef struct zhost_param_info {
     size_t struct_size;
     const zhost_ext_header *ext;
@@ -50,6 +51,7 @@ typedef struct zhost_param_info {
                            * data is NULL under ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS (no storage yet) */
 } zhost_param_info;
 #define ZHOST_PARAM_INFO_SIZE ZHOST_STRUCT_SIZE(zhost_param_info, tensor)
+#define ZHOST_PARAM_INFO_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_param_info, tensor) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_param_info, ZHOST_PARAM_INFO_SIZE);
 
 typedef struct zhost_partition_setup {
@@ -68,6 +70,8 @@ typedef struct zhost_partition_setup {
     int32_t gradient_accumulation_steps;
 } zhost_partition_setup;
 #define ZHOST_PARTITION_SETUP_SIZE ZHOST_STRUCT_SIZE(zhost_partition_setup, gradient_accumulation_steps)
+#define ZHOST_PARTITION_SETUP_MIN_SIZE /* since 0.1 */ \
+    ZHOST_STRUCT_SIZE(zhost_partition_setup, gradient_accumulation_steps)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_partition_setup, ZHOST_PARTITION_SETUP_SIZE);
 
 typedef struct zhost_micro_batch_args {
@@ -78,6 +82,7 @@ typedef struct zhost_micro_batch_args {
     int32_t is_boundary;      /* 1 on the last micro-batch before step() */
 } zhost_micro_batch_args;
 #define ZHOST_MICRO_BATCH_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_micro_batch_args, is_boundary)
+#define ZHOST_MICRO_BATCH_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_micro_batch_args, is_boundary) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_micro_batch_args, ZHOST_MICRO_BATCH_ARGS_SIZE);
 
 typedef struct zhost_step_args {
@@ -92,6 +97,7 @@ typedef struct zhost_step_args {
     int32_t overflow;        /* out: 1 when a gradient was inf/nan on any rank; the step was not taken */
 } zhost_step_args;
 #define ZHOST_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_step_args, overflow)
+#define ZHOST_STEP_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_step_args, overflow) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_step_args, ZHOST_STEP_ARGS_SIZE);
 
 /* Bytes of model state one rank holds, by kind, as ZeRO's memory analysis counts them. A plugin reports
@@ -108,6 +114,7 @@ typedef struct zhost_model_state_bytes {
     uint64_t offloaded;  /* model states the plugin placed in an offload tier (host memory, NVMe) */
 } zhost_model_state_bytes;
 #define ZHOST_MODEL_STATE_BYTES_SIZE ZHOST_STRUCT_SIZE(zhost_model_state_bytes, offloaded)
+#define ZHOST_MODEL_STATE_BYTES_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_model_state_bytes, offloaded) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_model_state_bytes, ZHOST_MODEL_STATE_BYTES_SIZE);
 
 typedef struct zhost_partition_api {
@@ -134,6 +141,7 @@ typedef struct zhost_partition_api {
     zhost_status *(*gather_param)(zhost_plugin_instance *self, uint32_t param_id, DLTensor *out);
 } zhost_partition_api;
 #define ZHOST_PARTITION_API_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, gather_param)
+#define ZHOST_PARTITION_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, memory) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_partition_api, ZHOST_PARTITION_API_SIZE);
 
 #ifdef __cplusplus

@@ -47,6 +47,7 @@ typedef struct zhost_plugin_create_args {
     zhost_plugin_instance *instance;  /* out: the plugin's state, handed back to every call */
 } zhost_plugin_create_args;
 #define ZHOST_PLUGIN_CREATE_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, instance)
+#define ZHOST_PLUGIN_CREATE_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, instance) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_create_args, ZHOST_PLUGIN_CREATE_ARGS_SIZE);
 
 typedef struct zhost_plugin_api {
@@ -63,6 +64,7 @@ typedef struct zhost_plugin_api {
     const struct zhost_collective_api *collective;
 } zhost_plugin_api;
 #define ZHOST_PLUGIN_API_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, collective)
+#define ZHOST_PLUGIN_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, collective) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_api, ZHOST_PLUGIN_API_SIZE);
 
 typedef struct zhost_negotiation {
@@ -79,6 +81,7 @@ typedef struct zhost_negotiation {
     const zhost_plugin_api *api;               /* static */
 } zhost_negotiation;
 #define ZHOST_NEGOTIATION_SIZE ZHOST_STRUCT_SIZE(zhost_negotiation, api)
+#define ZHOST_NEGOTIATION_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_negotiation, api) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_negotiation, ZHOST_NEGOTIATION_SIZE);
 
 typedef zhost_status *(*zhost_plugin_entry_v0_fn)(zhost_negotiation *io);

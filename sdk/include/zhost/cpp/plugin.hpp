@@ -236,7 +236,7 @@ class DescriptorBuilder {
 // features this plugin uses (defaults to the minor it was built with: always safe).
 inline zhost_status* negotiate_v0(zhost_negotiation* io, const zhost_plugin_descriptor* descriptor,
                                   const zhost_plugin_api* api, uint32_t min_host_minor = ZHOST_ABI_MINOR) {
-  if (io == nullptr || io->struct_size < ZHOST_NEGOTIATION_SIZE) return nullptr;  // cannot even answer
+  if (io == nullptr || io->struct_size < ZHOST_NEGOTIATION_MIN_SIZE) return nullptr;  // cannot even answer
   negotiated_host() = io->host;
   io->plugin_abi_minor = ZHOST_ABI_MINOR;
   io->plugin_min_host_minor = min_host_minor;

@@ -1,4 +1,4 @@
-// host/cli/job_setup.hpp: from a config file to a checked job: the TOML document with overrides, the
+// host/job/job_setup.hpp: from a config file to a checked job: the TOML document with overrides, the
 // plugins found on the search path, the plugins this config needs (resolved), and the config validated
 // against the host's keys plus the chosen plugins' keys. Shared by `zhost config check` and `zhost run`.
 #pragma once

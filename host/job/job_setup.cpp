@@ -1,11 +1,11 @@
-// host/cli/job_setup.cpp: config file -> discovered plugins -> resolved needs -> validated config.
+// host/job/job_setup.cpp: config file -> discovered plugins -> resolved needs -> validated config.
 //
 // Validation runs twice on purpose. The first pass checks the document against the host's keys plus the
 // keys of every plugin found (so a typo is caught even in a plugin's key) and yields the ZeRO selectors.
 // The selectors give the needs, the needs give the chosen plugins, and the second pass validates against
 // the host's keys plus the chosen plugins' keys only, so a key of a plugin this config does not use is
 // rejected with the reason ("it is read by plugin 'stage2', which this config does not use").
-#include "host/cli/job_setup.hpp"
+#include "host/job/job_setup.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

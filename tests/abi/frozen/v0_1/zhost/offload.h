@@ -1,0 +1,105 @@
+/* zhost/offload.h: the capability table of an offload tier (host memory, NVMe, third-party tiers).
+ *
+ * STATUS: ABI 0.x. store/load/drop/export/import and the optimizer of computing tiers are served by
+ * offload_cpu; the NVMe work may still extend the table.
+ *
+ * A tier stores flat buffers outside device memory and moves them asynchronously. Buffers are named by a
+ * 64-bit key chosen by the caller (e.g. sub-group id and state kind). A tier that can compute (the CPU
+ * tier) also runs the optimizer where the states live. Tiers export and import their whole state through
+ * a byte stream, which is what lets the host hot-swap one tier for another in a running job.
+ */
+#ifndef ZHOST_OFFLOAD_H
+#define ZHOST_OFFLOAD_H
+
+#include <dlpack/dlpack.h>
+
+#include "zhost/core.h"
+#include "zhost/partition.h"
+#include "zhost/plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zhost_tier_event zhost_tier_event; /* completion of an asynchronous tier operation */
+
+typedef struct zhost_tier_io_args {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    uint64_t key;             /* caller-chosen buffer name */
+    DLTensor *data;           /* source (store) or destination (load); borrowed until the event completes */
+    zhost_tier_event *event;  /* out: wait with wait_event() */
+} zhost_tier_io_args;
+#define ZHOST_TIER_IO_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_tier_io_args, event)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_io_args, ZHOST_TIER_IO_ARGS_SIZE);
+
+/* Writes a chunk of exported state; returns non-zero to stop the export. */
+typedef int32_t (*zhost_state_writer)(void *user, const void *bytes, size_t len);
+/* Reads up to `capacity` bytes of state to import; returns bytes read, 0 at the end, negative on error. */
+typedef int64_t (*zhost_state_reader)(void *user, void *bytes, size_t capacity);
+
+/* ---- computing tiers: the optimizer runs where its states live (ZeRO-Offload) ------------------------
+ * A partition plugin hands a tier one optimizer group per key (e.g. its partition): the tier keeps the
+ * group's fp32 master weights, optimizer states and an fp32 gradient accumulator. The partition adds
+ * reduced gradients into the accumulator (a view in host memory), and at the step the tier updates the
+ * master and states in one pass and writes the new values, in the dtype the caller asks for, to where
+ * the partition all-gathers them from. */
+typedef struct zhost_tier_optimizer_setup {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    uint64_t key;                           /* names the group; unique per instance */
+    const zhost_optimizer_desc *optimizer;  /* borrowed for the call */
+    const DLTensor *initial_master;         /* 1-D fp32 (any device): the group's starting values, copied */
+} zhost_tier_optimizer_setup;
+#define ZHOST_TIER_OPTIMIZER_SETUP_SIZE ZHOST_STRUCT_SIZE(zhost_tier_optimizer_setup, initial_master)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_optimizer_setup, ZHOST_TIER_OPTIMIZER_SETUP_SIZE);
+
+typedef struct zhost_tier_step_args {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    uint64_t key;
+    int64_t step;          /* 1-based count of applied steps, this one included (bias correction) */
+    double lr;
+    double grad_scale;     /* the step uses accumulator * grad_scale as the gradient */
+    DLTensor *params_out;  /* 1-D, the group's length, fp32/bf16/fp16 (any device): receives the updated
+                              values; borrowed for the call. NULL: not needed */
+} zhost_tier_step_args;
+#define ZHOST_TIER_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_tier_step_args, params_out)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_step_args, ZHOST_TIER_STEP_ARGS_SIZE);
+
+/* Bytes a tier holds in host memory (and on its storage) for all its groups and buffers. */
+typedef struct zhost_tier_memory {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    uint64_t host_bytes;
+    uint64_t storage_bytes;
+} zhost_tier_memory;
+#define ZHOST_TIER_MEMORY_SIZE ZHOST_STRUCT_SIZE(zhost_tier_memory, storage_bytes)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_memory, ZHOST_TIER_MEMORY_SIZE);
+
+typedef struct zhost_offload_api {
+    size_t struct_size;
+    const zhost_ext_header *ext;
+    zhost_status *(*store)(zhost_plugin_instance *self, zhost_tier_io_args *args);
+    zhost_status *(*load)(zhost_plugin_instance *self, zhost_tier_io_args *args);
+    zhost_status *(*wait_event)(zhost_plugin_instance *self, zhost_tier_event *event); /* frees the event */
+    zhost_status *(*drop)(zhost_plugin_instance *self, uint64_t key);
+    zhost_status *(*export_state)(zhost_plugin_instance *self, zhost_state_writer write, void *user);
+    zhost_status *(*import_state)(zhost_plugin_instance *self, zhost_state_reader read, void *user);
+    /* Computing tiers (NULL where a tier only stores): */
+    zhost_status *(*optimizer_setup)(zhost_plugin_instance *self, const zhost_tier_optimizer_setup *setup);
+    /* The group's fp32 gradient accumulator (zeros after setup and after each step), as a 1-D view in host
+     * memory, valid until the group is dropped. */
+    zhost_status *(*optimizer_grad)(zhost_plugin_instance *self, uint64_t key, DLTensor *out);
+    /* One optimizer step of the group on accumulator * grad_scale (the caller folds averaging, loss-scale
+     * and clipping into grad_scale); zeroes the accumulator. */
+    zhost_status *(*optimizer_step)(zhost_plugin_instance *self, const zhost_tier_step_args *args);
+    zhost_status *(*memory)(zhost_plugin_instance *self, zhost_tier_memory *out);
+} zhost_offload_api;
+#define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, memory)
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_offload_api, ZHOST_OFFLOAD_API_SIZE);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZHOST_OFFLOAD_H */

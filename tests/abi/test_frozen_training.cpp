@@ -1,0 +1,47 @@
+// tests/abi/test_frozen_training.cpp: a real `zhost run` on two ranks (processes over Gloo) trains with a
+// partition plugin built against the frozen 0.1, 0.2 and 0.3 SDK headers (frozen_partition.c), and ends
+// with the same losses and weights as the host's own data-parallel stage 0 on the same job: the old
+// plugin's tables, setup, hooks, collectives and step are all served right by this host.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/support/scratch_dir.hpp"
+#include "tests/training/training_test_support.hpp"
+
+using namespace zhost::testing;
+
+namespace {
+
+constexpr double kFp32Tolerance = 2e-5;  // as tests/training: summation order differs, nothing else
+constexpr double kFp32Absolute = 5e-6;
+const std::string kSgd =
+    " --nproc 2 --set optimizer.type=SGD --set optimizer.momentum=0.9 --set optimizer.lr=0.5 "
+    "--set scheduler.warmup_max_lr=0.5";
+
+class FrozenPartition : public ::testing::TestWithParam<int> {};
+
+TEST_P(FrozenPartition, TrainsAsTheHostsOwnDataParallelStage) {
+  const std::string plugin = "frozen_dp_v0_" + std::to_string(GetParam());
+  ScratchDir dir;
+  RunOutput old_plugin = run_zhost(
+      dir.path(), small_job_config(), "frozen",
+      kSgd + " --set zero.stage=1 --plugin-path " + ZHOST_FROZEN_PARTITION_DIR + "/v0_" + std::to_string(GetParam()));
+  RunOutput stage0 = run_zhost(dir.path(), small_job_config(), "stage0", kSgd + " --set zero.stage=0");
+  ASSERT_EQ(old_plugin.exit_code, 0) << old_plugin.err << old_plugin.out;
+  ASSERT_EQ(stage0.exit_code, 0) << stage0.err << stage0.out;
+  const std::string log = old_plugin.out + old_plugin.err;
+  EXPECT_NE(log.find("via '" + plugin + "'"), std::string::npos) << log;
+  EXPECT_NE(log.find(plugin + " created (built against frozen SDK headers)"), std::string::npos) << log;
+  ASSERT_EQ(old_plugin.losses.size(), 6u);
+  expect_losses_near(old_plugin, stage0, kFp32Tolerance);
+  EXPECT_EQ(weights_mismatch(old_plugin, stage0, kFp32Tolerance, kFp32Absolute), "");
+  EXPECT_LT(old_plugin.losses.back(), old_plugin.losses.front());  // it trains
+}
+
+INSTANTIATE_TEST_SUITE_P(Minors, FrozenPartition, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& minor) {
+                           return "v0_" + std::to_string(minor.param);
+                         });
+
+}  // namespace
