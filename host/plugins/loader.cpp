@@ -208,7 +208,7 @@ LoadedPlugin PluginLoader::negotiate(zhost_plugin_entry_v0_fn entry, const std::
   io.struct_size = sizeof(io);
   io.host_abi_major = ZHOST_ABI_MAJOR;
   io.host_abi_minor = services_.abi_minor();
-  io.host = services_.table();
+  io.host = HostServices::negotiation_table(services_.abi_minor());
   if (zhost_status* refused = entry(&io)) {
     const zhost_host_services* host = services_.table();
     std::string reason = host->status_message(refused);

@@ -216,11 +216,17 @@ zhost_status* buffer_release(zhost_host_context* ctx, zhost_buffer_handle handle
   return nullptr;
 }
 
+// Note [Lifetimes] (docs/abi.md): each plugin's keys live under its own prefix in the job's store, so that
+// plugins (and the host's own keys) never collide; uniqueness within a plugin is the plugin's.
+std::string plugin_kv_key(const zhost_host_context* ctx, const char* key) {
+  return "plugin/" + ctx->spec.plugin_name + "/" + key;
+}
+
 zhost_status* kv_set(zhost_host_context* ctx, const char* key, const void* value, size_t len) {
   if (!ctx || !key || (!value && len)) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "kv_set: bad arguments");
   const auto* bytes = static_cast<const uint8_t*>(value);
   try {
-    ctx->state->kv->set(key, std::vector<uint8_t>(bytes, bytes + len));
+    ctx->state->kv->set(plugin_kv_key(ctx, key), std::vector<uint8_t>(bytes, bytes + len));
   } catch (const std::exception& e) {
     return status_create(ZHOST_ERR_COMM, fmt::format("kv_set('{}'): {}", key, e.what()).c_str());
   }
@@ -233,7 +239,7 @@ zhost_status* kv_get(zhost_host_context* ctx, const char* key, void* out, size_t
   auto timeout = timeout_ms < 0 ? ctx->state->default_timeout : std::chrono::milliseconds(timeout_ms);
   std::optional<std::vector<uint8_t>> value;
   try {
-    value = ctx->state->kv->get(key, timeout);
+    value = ctx->state->kv->get(plugin_kv_key(ctx, key), timeout);
   } catch (const std::exception& e) {
     return status_create(ZHOST_ERR_COMM, fmt::format("kv_get('{}'): {}", key, e.what()).c_str());
   }
@@ -300,10 +306,10 @@ zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier
   return nullptr;
 }
 
-}  // namespace
-
-HostServices::HostServices(uint32_t abi_minor) : state_(std::make_unique<State>()) {
-  zhost_host_services& t = state_->table;
+// The table of callbacks for a host presenting `abi_minor`; the per-job members (collectives, params,
+// copies) start NULL.
+zhost_host_services make_table(uint32_t abi_minor) {
+  zhost_host_services t{};
   t.struct_size = abi_minor >= 3   ? ZHOST_HOST_SERVICES_SIZE
                   : abi_minor >= 2 ? ZHOST_HOST_SERVICES_SIZE_0_2
                   : abi_minor >= 1 ? ZHOST_HOST_SERVICES_SIZE_0_1
@@ -334,6 +340,23 @@ HostServices::HostServices(uint32_t abi_minor) : state_(std::make_unique<State>(
   t.tier_for = tier_for;
   t.params = nullptr;
   t.copies = nullptr;
+  return t;
+}
+
+}  // namespace
+
+HostServices::HostServices(uint32_t abi_minor) : state_(std::make_unique<State>()) {
+  state_->table = make_table(abi_minor);
+}
+
+const zhost_host_services* HostServices::negotiation_table(uint32_t abi_minor) {
+  // Never freed: plugins keep the table they negotiated with (Note [Lifetimes] in docs/abi.md).
+  static std::mutex mutex;
+  static std::map<uint32_t, std::unique_ptr<zhost_host_services>> tables;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& table = tables[abi_minor];
+  if (!table) table = std::make_unique<zhost_host_services>(make_table(abi_minor));
+  return table.get();
 }
 
 HostServices::~HostServices() {

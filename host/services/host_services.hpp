@@ -59,6 +59,9 @@ class HostServices {
   HostServices& operator=(const HostServices&) = delete;
 
   const zhost_host_services* table() const;
+  // The table negotiation hands a plugin (zhost_negotiation.host): the same callbacks, no job's services,
+  // valid until the process ends, since a plugin may keep it for as long as it is loaded (Note [Lifetimes]).
+  static const zhost_host_services* negotiation_table(uint32_t abi_minor);
   uint32_t abi_minor() const;
 
   zhost_host_context* create_context(PluginContextSpec spec);

@@ -145,7 +145,7 @@ TEST(DeviceCopies, TwoJobsInOneProcessDoNotShareTheirCopies) {
   EXPECT_EQ(immediate_job.copies()->device_memory_is_separate(immediate_job.ctx), 0);
 
   at::Tensor src = at::arange(6, at::kFloat), dst = at::zeros({6});
-  DLTensor s = dl_view(src), d = dl_view(dst);
+  DLTensor s = kit::dl_view(src), d = kit::dl_view(dst);
   zhost_copy* copy = nullptr;
   ASSERT_EQ(deferred_job.copies()->start(deferred_job.ctx, &s, &d, &copy), nullptr);
   ASSERT_NE(copy, nullptr);  // deferred: pending until waited for
@@ -161,7 +161,7 @@ TEST(DeviceCopies, ACallWithoutAContextIsRefused) {
   Fixture f;
   DeviceCopies copies(at::kCPU, f.services);
   at::Tensor src = at::arange(3, at::kFloat), dst = at::zeros({3});
-  DLTensor s = dl_view(src), d = dl_view(dst);
+  DLTensor s = kit::dl_view(src), d = kit::dl_view(dst);
   zhost_copy* copy = nullptr;
   try {
     HostServices::throw_if_error(f.copies()->start(nullptr, &s, &d, &copy), "start");

@@ -8,7 +8,9 @@
  * plugin starts, except where a comment says otherwise. Functions taking a zhost_host_context identify the
  * calling plugin instance (for log attribution, config lookup and accounting).
  *
- * Lifetimes: the table and every context stay valid from create() until the plugin's destroy() returns.
+ * Lifetimes: the table and every context stay valid from create() until the plugin's destroy() returns
+ * (the table negotiation hands out lives until the process ends). Every pointer of the ABI, who owns it and
+ * until when: Note [Lifetimes] in docs/abi.md.
  */
 #ifndef ZHOST_HOST_H
 #define ZHOST_HOST_H
@@ -76,7 +78,8 @@ typedef enum zhost_collective_intent {
 #define ZHOST_COLLECTIVE_ASYNC (1u << 0) /* return at once with `work` set; complete it with wait() */
 
 /* One args struct serves every collective; fields a collective does not use are ignored.
- * send/recv are flat, contiguous DLPack views (borrowed until the collective completes). For all-gather,
+ * send/recv (descriptors and memory) and send_counts/recv_counts are borrowed until the collective
+ * completes: the call's return, or wait() with ZHOST_COLLECTIVE_ASYNC. Views are flat and contiguous. For all-gather,
  * recv holds world_size * numel(send) elements; for reduce-scatter, send holds world_size * numel(recv);
  * all_reduce and broadcast work in place on `recv` (send may be NULL). */
 typedef struct zhost_collective_args {
@@ -236,7 +239,10 @@ typedef struct zhost_host_services {
     zhost_status *(*buffer_alloc)(zhost_host_context *ctx, zhost_buffer_alloc_args *args);
     zhost_status *(*buffer_release)(zhost_host_context *ctx, zhost_buffer_handle handle);
 
-    /* key-value store shared by all ranks of the job, for rank agreement. get() waits up to timeout_ms
+    /* key-value store shared by all ranks of the job, for rank agreement. Each plugin's keys are its own:
+     * the host files them under the plugin's name, so two plugins (or a plugin and the host) never
+     * collide, and instances of one plugin on every rank share them. A key set again is overwritten: a key
+     * reused across steps carries the step in its name. get() waits up to timeout_ms
      * (negative = the job's collective timeout) for the key to appear; *len receives the full length even
      * when it exceeds `capacity` (then nothing is copied and ZHOST_ERR_INVALID_ARGUMENT is returned). */
     zhost_status *(*kv_set)(zhost_host_context *ctx, const char *key, const void *value, size_t len);

@@ -47,8 +47,10 @@ typedef struct zhost_param_info {
     uint32_t id;          /* dense, 0..num_params-1, in registration order */
     const char *name;     /* e.g. "blocks.3.attn.qkv.weight"; valid until destroy() */
     int32_t block;        /* owning block in model order */
-    DLTensor tensor;      /* the parameter's full storage at registration (borrowed; dtype = compute dtype);
-                           * data is NULL under ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS (no storage yet) */
+    DLTensor tensor;      /* the parameter's full storage (dtype = compute dtype). The descriptor (shape,
+                           * strides) is borrowed for setup(); the memory `data` points to stays valid until
+                           * destroy(): the host never moves a parameter's storage during a job. data is NULL
+                           * under ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS (no storage yet; see `params`) */
 } zhost_param_info;
 #define ZHOST_PARAM_INFO_SIZE ZHOST_STRUCT_SIZE(zhost_param_info, tensor)
 #define ZHOST_PARAM_INFO_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_param_info, tensor) /* since 0.1 */

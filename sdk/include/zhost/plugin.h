@@ -73,7 +73,10 @@ typedef struct zhost_negotiation {
     /* in, from the host */
     uint32_t host_abi_major;
     uint32_t host_abi_minor;
-    const zhost_host_services *host; /* for status_create only during negotiation */
+    /* owned by the host, valid until the process ends (a plugin may keep it, as the C++ helpers do, to
+     * create statuses outside an instance); its per-job members (collectives, params, copies) are NULL:
+     * an instance uses the table create() hands it. Note [Lifetimes] in docs/abi.md */
+    const zhost_host_services *host;
     /* out, from the plugin */
     uint32_t plugin_abi_minor;       /* ZHOST_ABI_MINOR of the headers it was built with */
     uint32_t plugin_min_host_minor;  /* oldest host minor it supports */
