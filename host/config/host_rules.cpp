@@ -274,6 +274,32 @@ void add_run_rules(Schema& schema) {
 
 }  // namespace
 
+// DeepSpeed's activation-checkpointing refinements zhost does not have: a config that turns one on is
+// refused with the reason, never accepted with a changed meaning (their defaults, which change nothing,
+// are accepted). cpu_checkpointing, contiguous_memory_optimization and number_checkpoints are issue #22.
+void add_activation_checkpointing_rules(Schema& schema) {
+  const std::vector<std::pair<std::string, std::string>> refinements = {
+      {"activation_checkpointing.partition_activations",
+       "it shards activations that model-parallel ranks replicate, and zhost has no model parallelism, so "
+       "no activation is replicated"},
+      {"activation_checkpointing.cpu_checkpointing",
+       "zhost keeps checkpointed activations on the training device; moving them to host memory is not "
+       "implemented yet"},
+      {"activation_checkpointing.contiguous_memory_optimization",
+       "zhost does not copy checkpointed activations into one preallocated buffer yet"},
+      {"activation_checkpointing.number_checkpoints",
+       "zhost checkpoints every transformer block when activation_checkpointing.enabled; choosing how many is "
+       "not implemented yet"}};
+  for (const auto& [key, reason] : refinements) {
+    rule(schema, {key},
+         [key = key, reason = reason, fallback = schema.default_value(key)](const ResolvedConfig& config) -> Problem {
+           if (!config.has(key) || config.get(key) == fallback) return std::nullopt;
+           return fmt::format("{} = {} is not supported: {}; remove it (DeepSpeed's default keeps the same math)", key,
+                              to_toml_literal(*config.get(key)), reason);
+         });
+  }
+}
+
 void add_host_rules(Schema& schema) {
   add_precision_rules(schema);
   add_optimizer_rules(schema);
@@ -281,6 +307,7 @@ void add_host_rules(Schema& schema) {
   add_model_rules(schema);
   add_data_rules(schema);
   add_zero_rules(schema);
+  add_activation_checkpointing_rules(schema);
   add_run_rules(schema);
 }
 

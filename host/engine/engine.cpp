@@ -57,19 +57,6 @@ class CommKvStore final : public KvStore {
   comm::Comm& world_;
 };
 
-// DeepSpeed's activation-checkpointing refinements that zhost accepts but does not implement yet: say so
-// rather than ignore them silently.
-void warn_about_unimplemented_keys(const config::ResolvedConfig& config) {
-  for (const char* key :
-       {"activation_checkpointing.partition_activations", "activation_checkpointing.cpu_checkpointing",
-        "activation_checkpointing.contiguous_memory_optimization", "activation_checkpointing.number_checkpoints"})
-    if (config.has(key))
-      spdlog::warn(
-          "{} {} has no effect in this zhost: with activation_checkpointing.enabled every transformer block "
-          "is recomputed in backward, activations stay on the device",
-          config.location(key), key);
-}
-
 int run_job(JobSetup& job, const launch::RankEnv& env);
 
 // Threads and CPUs of this rank (Note [CPU threads per rank]); rank 0 says what every local rank got and
@@ -182,7 +169,6 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
   // Before the rendezvous, so that no rank has allocated yet when another reads the available memory.
   check_data(*job.config);
   check_host_memory(*job.config, settings, env.world_size, env.local_world_size);
-  if (env.rank == 0) warn_about_unimplemented_keys(*job.config);
   set_up_cpu_threads(settings, env);
 
   comm::Rendezvous rendezvous;

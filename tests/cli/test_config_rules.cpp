@@ -45,6 +45,13 @@ std::vector<RuleCase> rule_cases() {
       {"InfiniteTimeout", "[comm]\ntimeout_s = inf\n", "train.toml:2: comm.timeout_s = inf is not a finite number"},
       {"ZeroWarmup", "[scheduler]\ntype = \"WarmupLR\"\nwarmup_num_steps = 0\n",
        "train.toml:3: scheduler.warmup_num_steps = 0 is out of range"},
+      {"PartitionActivations", "[activation_checkpointing]\npartition_activations = true\n",
+       "train.toml:2: activation_checkpointing.partition_activations = true is not supported: it shards "
+       "activations that model-parallel ranks replicate"},
+      {"CpuCheckpointing", "[activation_checkpointing]\nenabled = true\ncpu_checkpointing = true\n",
+       "train.toml:3: activation_checkpointing.cpu_checkpointing = true is not supported"},
+      {"NumberCheckpoints", "[activation_checkpointing]\nnumber_checkpoints = 2\n",
+       "train.toml:2: activation_checkpointing.number_checkpoints = 2 is not supported"},
       // Rules across keys.
       {"KvHeadsOnGpt", kModel + "kv_heads = 1\n",
        "train.toml:7: model.kv_heads is set, but only model.type = \"llama\" reads it"},
