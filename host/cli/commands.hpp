@@ -22,8 +22,8 @@ struct RunOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0: pick a free port
-  std::vector<std::string> argv;  // the full command line, for re-executing ranks
+  int master_port = 0;                       // 0: pick a free port
+  std::vector<std::string> argv;             // the full command line, for re-executing ranks
   bool log_level_from_command_line = false;  // else the config's log.level applies
 };
 int run_command(const RunOptions& options);

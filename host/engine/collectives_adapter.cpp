@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "host/core/error.hpp"
-#include "zhost/kit/dlpack_views.hpp"
 #include "host/services/host_services.hpp"
 #include "host/services/plugin_struct.hpp"
+#include "zhost/kit/dlpack_views.hpp"
 
 struct zhost_work {
   zhost::comm::Work work;
@@ -43,10 +43,14 @@ comm::Comm& group_of(zhost_host_context* ctx, zhost_group* group) {
 
 comm::ReduceOp reduce_op(zhost_reduce_op op) {
   switch (op) {
-    case ZHOST_REDUCE_SUM: return comm::ReduceOp::kSum;
-    case ZHOST_REDUCE_AVG: return comm::ReduceOp::kAvg;
-    case ZHOST_REDUCE_MAX: return comm::ReduceOp::kMax;
-    case ZHOST_REDUCE_MIN: return comm::ReduceOp::kMin;
+    case ZHOST_REDUCE_SUM:
+      return comm::ReduceOp::kSum;
+    case ZHOST_REDUCE_AVG:
+      return comm::ReduceOp::kAvg;
+    case ZHOST_REDUCE_MAX:
+      return comm::ReduceOp::kMax;
+    case ZHOST_REDUCE_MIN:
+      return comm::ReduceOp::kMin;
   }
   fail("unknown reduce op {}", static_cast<int>(op));
 }
@@ -156,8 +160,18 @@ zhost_status* new_group(zhost_host_context* ctx, const int32_t* ranks, size_t nu
   }
 }
 
-const zhost_collectives kTable = {sizeof(zhost_collectives), nullptr, rank, world_size, all_reduce, reduce_scatter,
-                                  all_gather, broadcast, all_to_all, barrier, wait, new_group};
+const zhost_collectives kTable = {sizeof(zhost_collectives),
+                                  nullptr,
+                                  rank,
+                                  world_size,
+                                  all_reduce,
+                                  reduce_scatter,
+                                  all_gather,
+                                  broadcast,
+                                  all_to_all,
+                                  barrier,
+                                  wait,
+                                  new_group};
 
 }  // namespace
 

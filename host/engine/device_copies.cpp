@@ -2,18 +2,17 @@
 #include "host/engine/device_copies.hpp"
 
 #include <fmt/format.h>
-
-#include <utility>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "host/core/error.hpp"
-#include "zhost/kit/dlpack_views.hpp"
 #include "host/engine/service_call.hpp"
 #include "host/services/host_services.hpp"
+#include "zhost/kit/dlpack_views.hpp"
 
 #if ZHOST_WITH_CUDA
 #include "host/engine/device_copies_cuda.hpp"
@@ -71,16 +70,17 @@ zhost_status* start(zhost_host_context* ctx, const DLTensor* src, DLTensor* dst,
     copy->dst = kit::tensor_view(*dst);
     if (copy->src.scalar_type() != copy->dst.scalar_type() || copy->src.numel() != copy->dst.numel())
       return service_error(ZHOST_ERR_INVALID_ARGUMENT,
-                   fmt::format("copies->start: source ({} elements of {}) and destination ({} of {}) differ",
-                               copy->src.numel(), c10::toString(copy->src.scalar_type()), copy->dst.numel(),
-                               c10::toString(copy->dst.scalar_type())));
+                           fmt::format("copies->start: source ({} elements of {}) and destination ({} of {}) differ",
+                                       copy->src.numel(), c10::toString(copy->src.scalar_type()), copy->dst.numel(),
+                                       c10::toString(copy->dst.scalar_type())));
     if (!copy->src.is_contiguous() || !copy->dst.is_contiguous())
       return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->start: source and destination must be contiguous");
     if (!reachable(s, copy->src) || !reachable(s, copy->dst))
-      return service_error(ZHOST_ERR_INVALID_ARGUMENT,
-                   fmt::format("copies->start: copies run between host memory and the training device ({}), not {} "
-                               "to {}",
-                               s.device.str(), copy->src.device().str(), copy->dst.device().str()));
+      return service_error(
+          ZHOST_ERR_INVALID_ARGUMENT,
+          fmt::format("copies->start: copies run between host memory and the training device ({}), not {} "
+                      "to {}",
+                      s.device.str(), copy->src.device().str(), copy->dst.device().str()));
     switch (s.mode) {
       case CopyMode::kImmediate:
         run_on_host(*copy);

@@ -34,8 +34,7 @@ zhost_status* serve_call(zhost_host_context* ctx, JobService slot, const char* s
   } catch (const std::bad_alloc&) {
     return service_error(ZHOST_ERR_OUT_OF_MEMORY, fmt::format("{}->{}: out of memory", service, what));
   } catch (const c10::OutOfMemoryError& e) {
-    return service_error(ZHOST_ERR_OUT_OF_MEMORY,
-                         fmt::format("{}->{}: {}", service, what, e.what_without_backtrace()));
+    return service_error(ZHOST_ERR_OUT_OF_MEMORY, fmt::format("{}->{}: {}", service, what, e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return service_error(ZHOST_ERR_INTERNAL, fmt::format("{}->{}: {}", service, what, e.what()));
   }

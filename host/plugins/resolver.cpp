@@ -168,9 +168,10 @@ Resolution resolve_plugins(const std::vector<Need>& needs, const std::vector<Loa
       std::vector<std::string> known;
       for (const auto& p : found) known.insert(known.end(), p.info.provides.begin(), p.info.provides.end());
       if (i < needs.size())
-        fail_usage("{} needs a plugin providing '{}', but none was found (found: {}){}; add its directory to "
-                   "plugins.path or ZHOST_PLUGIN_PATH", why, capability, describe_found(found),
-                   text::did_you_mean(capability, known));
+        fail_usage(
+            "{} needs a plugin providing '{}', but none was found (found: {}){}; add its directory to "
+            "plugins.path or ZHOST_PLUGIN_PATH",
+            why, capability, describe_found(found), text::did_you_mean(capability, known));
       fail_usage("{}, but no plugin providing '{}' was found (found: {})", why, capability, describe_found(found));
     }
     resolution.provider[capability] = provider;
@@ -185,9 +186,11 @@ Resolution resolve_plugins(const std::vector<Need>& needs, const std::vector<Loa
     for (const auto& conflict : plugin->info.conflicts)
       for (const auto* other : chosen)
         if (other != plugin && std::count(other->info.provides.begin(), other->info.provides.end(), conflict))
-          fail_usage("plugins '{}' ({}) and '{}' ({}) conflict: '{}' declares it cannot run with '{}'; change the config "
-                     "so that only one of them is needed", plugin->info.name, plugin->path.string(), other->info.name,
-                     other->path.string(), plugin->info.name, conflict);
+          fail_usage(
+              "plugins '{}' ({}) and '{}' ({}) conflict: '{}' declares it cannot run with '{}'; change the config "
+              "so that only one of them is needed",
+              plugin->info.name, plugin->path.string(), other->info.name, other->path.string(), plugin->info.name,
+              conflict);
   check_tier_roles(needs, resolution);
   // 3. Initialisation order: dependencies first, cycles reported with their path; tiers before the plugins
   // that use them (storage, compute, params), so they are created before and destroyed after them.
@@ -228,8 +231,8 @@ std::map<std::string, std::string> inactive_plugin_keys(const Resolution& resolu
     if (std::count(resolution.plugins.begin(), resolution.plugins.end(), &plugin)) continue;
     for (const auto& key : plugin.info.config_keys)
       if (!active.count(key.key) && !inactive.count(key.key))
-        inactive[key.key] = fmt::format("it is read by plugin '{}' ({}), which this config does not use", plugin.info.name,
-                                        text::join(plugin.info.provides, ", "));
+        inactive[key.key] = fmt::format("it is read by plugin '{}' ({}), which this config does not use",
+                                        plugin.info.name, text::join(plugin.info.provides, ", "));
   }
   return inactive;
 }

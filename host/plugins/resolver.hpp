@@ -22,8 +22,8 @@
 namespace zhost {
 
 struct Need {
-  std::string capability;  // e.g. "offload:nvme"
-  std::string reason;      // e.g. "zero.offload_optimizer.device = \"nvme\""
+  std::string capability;                              // e.g. "offload:nvme"
+  std::string reason;                                  // e.g. "zero.offload_optimizer.device = \"nvme\""
   std::optional<zhost_tier_role> role = std::nullopt;  // for a tier: the role it must serve
 };
 
@@ -49,8 +49,8 @@ struct ZeroSelection {
 std::vector<Need> needs_for(const ZeroSelection& zero);
 
 struct Resolution {
-  std::vector<const LoadedPlugin*> plugins;                       // initialisation order
-  std::map<std::string, const LoadedPlugin*> provider;            // capability -> chosen plugin
+  std::vector<const LoadedPlugin*> plugins;                            // initialisation order
+  std::map<std::string, const LoadedPlugin*> provider;                 // capability -> chosen plugin
   std::map<const LoadedPlugin*, std::vector<std::string>> chosen_for;  // plugin -> reasons it was chosen
   std::map<zhost_tier_role, const LoadedPlugin*> tiers;                // role -> the tier serving it
 

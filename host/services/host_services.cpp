@@ -67,7 +67,6 @@ struct HostServices::State {
 
 namespace {
 
-
 zhost_status* status_create(zhost_status_code code, const char* message) {
   return new (std::nothrow) zhost_status{code, message ? message : ""};
 }
@@ -77,11 +76,16 @@ void status_destroy(zhost_status* status) { delete status; }
 
 spdlog::level::level_enum to_spdlog(zhost_log_level level) {
   switch (level) {
-    case ZHOST_LOG_TRACE: return spdlog::level::trace;
-    case ZHOST_LOG_DEBUG: return spdlog::level::debug;
-    case ZHOST_LOG_INFO: return spdlog::level::info;
-    case ZHOST_LOG_WARN: return spdlog::level::warn;
-    default: return spdlog::level::err;
+    case ZHOST_LOG_TRACE:
+      return spdlog::level::trace;
+    case ZHOST_LOG_DEBUG:
+      return spdlog::level::debug;
+    case ZHOST_LOG_INFO:
+      return spdlog::level::info;
+    case ZHOST_LOG_WARN:
+      return spdlog::level::warn;
+    default:
+      return spdlog::level::err;
   }
 }
 
@@ -102,10 +106,12 @@ zhost_status* config_get(zhost_host_context* ctx, const char* key, const char* w
   auto it = ctx->spec.config.find(key);
   if (it == ctx->spec.config.end())
     return status_create(ZHOST_ERR_CONFIG, fmt::format("plugin '{}' asked for config key '{}', which it did not "
-                                                       "declare in its descriptor", ctx->spec.plugin_name, key).c_str());
+                                                       "declare in its descriptor",
+                                                       ctx->spec.plugin_name, key)
+                                               .c_str());
   if (!std::holds_alternative<T>(it->second))
-    return status_create(ZHOST_ERR_CONFIG, fmt::format("config key '{}' is a {}, not a {}", key,
-                                                       type_name(it->second), wanted).c_str());
+    return status_create(ZHOST_ERR_CONFIG,
+                         fmt::format("config key '{}' is a {}, not a {}", key, type_name(it->second), wanted).c_str());
   *out = &std::get<T>(it->second);
   return nullptr;
 }
@@ -147,8 +153,9 @@ zhost_status* buffer_alloc(zhost_host_context* ctx, zhost_buffer_alloc_args* arg
           check_plugin_struct(args, ZHOST_BUFFER_ALLOC_ARGS_MIN_SIZE, "zhost_buffer_alloc_args", "buffer_alloc"))
     return refused;
   if (args->memory == ZHOST_MEMORY_DEVICE)
-    return status_create(ZHOST_ERR_UNSUPPORTED, "buffer_alloc: device memory is served by the training engine's "
-                                                "allocator, which is not available in this process");
+    return status_create(ZHOST_ERR_UNSUPPORTED,
+                         "buffer_alloc: device memory is served by the training engine's "
+                         "allocator, which is not available in this process");
   if (args->memory != ZHOST_MEMORY_HOST && args->memory != ZHOST_MEMORY_PINNED)
     return status_create(ZHOST_ERR_INVALID_ARGUMENT, "buffer_alloc: unknown memory kind");
   uint64_t alignment = args->alignment ? args->alignment : (args->memory == ZHOST_MEMORY_PINNED ? 4096 : 64);
@@ -168,20 +175,24 @@ zhost_status* buffer_alloc(zhost_host_context* ctx, zhost_buffer_alloc_args* arg
       pinned = pinned_allocator(rounded ? rounded : alignment);
     } catch (const std::exception& e) {
       return status_create(ZHOST_ERR_OUT_OF_MEMORY, fmt::format("buffer_alloc: could not allocate {} bytes of pinned "
-                                                                "host memory: {}", args->size_bytes, e.what()).c_str());
+                                                                "host memory: {}",
+                                                                args->size_bytes, e.what())
+                                                        .c_str());
     }
   }
   void* data = pinned ? pinned.get() : std::aligned_alloc(alignment, rounded ? rounded : alignment);
   if (!data)
-    return status_create(ZHOST_ERR_OUT_OF_MEMORY,
-                         fmt::format("buffer_alloc: could not allocate {} bytes of host memory", args->size_bytes).c_str());
+    return status_create(
+        ZHOST_ERR_OUT_OF_MEMORY,
+        fmt::format("buffer_alloc: could not allocate {} bytes of host memory", args->size_bytes).c_str());
   // Pinned without a device: page-locked through mlock when the limit allows (best effort, logged once).
   bool locked = false;
   if (args->memory == ZHOST_MEMORY_PINNED && !pinned) {
     locked = mlock(data, rounded) == 0;
     static std::once_flag warned;
     if (!locked)
-      std::call_once(warned, [] { spdlog::debug("pinned buffers are not page-locked: mlock failed (RLIMIT_MEMLOCK)"); });
+      std::call_once(warned,
+                     [] { spdlog::debug("pinned buffers are not page-locked: mlock failed (RLIMIT_MEMLOCK)"); });
   }
   std::lock_guard<std::mutex> lock(state->mutex);
   zhost_buffer_handle handle = state->next_handle++;
@@ -244,19 +255,21 @@ zhost_status* kv_get(zhost_host_context* ctx, const char* key, void* out, size_t
     return status_create(ZHOST_ERR_COMM, fmt::format("kv_get('{}'): {}", key, e.what()).c_str());
   }
   if (!value)
-    return status_create(ZHOST_ERR_TIMEOUT, fmt::format("kv_get('{}'): no rank set it within {} ms", key,
-                                                        timeout.count()).c_str());
+    return status_create(ZHOST_ERR_TIMEOUT,
+                         fmt::format("kv_get('{}'): no rank set it within {} ms", key, timeout.count()).c_str());
   *len = value->size();
   if (value->size() > capacity)
-    return status_create(ZHOST_ERR_INVALID_ARGUMENT,
-                         fmt::format("kv_get('{}'): value has {} bytes, buffer {}", key, value->size(), capacity).c_str());
+    return status_create(
+        ZHOST_ERR_INVALID_ARGUMENT,
+        fmt::format("kv_get('{}'): value has {} bytes, buffer {}", key, value->size(), capacity).c_str());
   if (!value->empty()) std::memcpy(out, value->data(), value->size());
   return nullptr;
 }
 
 uint64_t clock_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch()).count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 uint64_t trace_begin(zhost_host_context* ctx, const char* name) {
@@ -287,7 +300,8 @@ void request_abort_cb(zhost_host_context* ctx, const char* reason) {
   if (!ctx) return;
   std::lock_guard<std::mutex> lock(ctx->state->mutex);
   if (!ctx->state->abort_flag.exchange(true))
-    ctx->state->abort_reason = fmt::format("plugin '{}' aborted the job: {}", ctx->spec.plugin_name, reason ? reason : "");
+    ctx->state->abort_reason =
+        fmt::format("plugin '{}' aborted the job: {}", ctx->spec.plugin_name, reason ? reason : "");
 }
 
 zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier_ref* out) {
@@ -449,7 +463,8 @@ void HostServices::throw_if_error(zhost_status* status, const std::string& conte
   delete status;
   if (code == ZHOST_ERR_CONFIG || code == ZHOST_ERR_INVALID_ARGUMENT) throw UsageError(message);
   if (code == ZHOST_ERR_OUT_OF_MEMORY) throw OutOfMemoryError(message);
-  throw Error(message, code == ZHOST_ERR_COMM || code == ZHOST_ERR_TIMEOUT ? ExitCode::kRankFailed : ExitCode::kRuntime);
+  throw Error(message,
+              code == ZHOST_ERR_COMM || code == ZHOST_ERR_TIMEOUT ? ExitCode::kRankFailed : ExitCode::kRuntime);
 }
 
 zhost_status* HostServices::make_status(zhost_status_code code, const std::string& message) {

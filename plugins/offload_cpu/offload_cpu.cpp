@@ -67,11 +67,14 @@ char* host_data(const DLTensor& t, const char* what) {
     throw PluginError(ZHOST_ERR_UNSUPPORTED, std::string("offload_cpu: ") + what +
                                                  " is device memory; the optimizer reads and writes host memory "
                                                  "(stage through pinned host memory, as plugins/zero_common does)");
-  if (!is_contiguous(t)) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, std::string("offload_cpu: ") + what + " is not contiguous");
+  if (!is_contiguous(t))
+    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, std::string("offload_cpu: ") + what + " is not contiguous");
   return static_cast<char*>(t.data) + t.byte_offset;
 }
 
-bool is_float(const DLTensor& t, int bits) { return t.dtype.code == kDLFloat && t.dtype.bits == bits && t.dtype.lanes == 1; }
+bool is_float(const DLTensor& t, int bits) {
+  return t.dtype.code == kDLFloat && t.dtype.bits == bits && t.dtype.lanes == 1;
+}
 bool is_bf16(const DLTensor& t) { return t.dtype.code == kDLBfloat && t.dtype.bits == 16 && t.dtype.lanes == 1; }
 
 size_t element_bytes(const DLTensor& t) { return (t.dtype.bits * t.dtype.lanes + 7) / 8; }
@@ -169,8 +172,9 @@ class CpuTier : public zhost::sdk::TierDefaults {
   bool by_copy(const DLTensor& t) const {
     const zhost_copy_services* copies = host_.copies();
     if (!in_host_memory(t) && !copies)
-      throw PluginError(ZHOST_ERR_UNSUPPORTED, "offload_cpu: a device tensor, but the host has no copy services "
-                                               "(zhost ABI 0.3); update zhost");
+      throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                        "offload_cpu: a device tensor, but the host has no copy services "
+                        "(zhost ABI 0.3); update zhost");
     if (!is_contiguous(t)) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: the tensor is not contiguous");
     return !in_host_memory(t) || (copies && copies->device_memory_is_separate(host_.context()) != 0);
   }
@@ -195,8 +199,9 @@ class CpuTier : public zhost::sdk::TierDefaults {
   void optimizer_setup(const zhost_tier_optimizer_setup& setup) {
     const zhost_optimizer_desc& opt = *setup.optimizer;
     if (opt.kind != ZHOST_OPTIMIZER_ADAMW && opt.kind != ZHOST_OPTIMIZER_ADAM && opt.kind != ZHOST_OPTIMIZER_LION)
-      throw PluginError(ZHOST_ERR_CONFIG, "offload_cpu runs AdamW, Adam and Lion; use one of them with "
-                                               "zero.offload_optimizer, or train SGD without offload");
+      throw PluginError(ZHOST_ERR_CONFIG,
+                        "offload_cpu runs AdamW, Adam and Lion; use one of them with "
+                        "zero.offload_optimizer, or train SGD without offload");
     if (!is_float(*setup.initial_master, 32))
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: the initial master weights must be fp32");
     const int64_t n = numel(*setup.initial_master);
@@ -282,8 +287,10 @@ class CpuTier : public zhost::sdk::TierDefaults {
     }
     for (uint64_t i = 0, count = r.u64(); i < count; ++i) {
       const uint64_t key = r.u64();
-      HostBuffer& b = buffers.emplace(key, HostBuffer(host_, r.u64(), pinned_, "offload_cpu buffer",
-                                                      HostBuffer::Fill::kUninitialized)).first->second;
+      HostBuffer& b =
+          buffers
+              .emplace(key, HostBuffer(host_, r.u64(), pinned_, "offload_cpu buffer", HostBuffer::Fill::kUninitialized))
+              .first->second;
       r.bytes(b.data(), b.bytes());
     }
     groups_ = std::move(groups);
@@ -393,12 +400,14 @@ class CpuTier : public zhost::sdk::TierDefaults {
     zhost_state_writer write;
     void* user;
     void bytes(const void* data, size_t len) const {
-      if (len && write(user, data, len) != 0) throw PluginError(ZHOST_ERR_IO, "offload_cpu: export stopped by the writer");
+      if (len && write(user, data, len) != 0)
+        throw PluginError(ZHOST_ERR_IO, "offload_cpu: export stopped by the writer");
     }
     void u64(uint64_t v) const { bytes(&v, sizeof(v)); }
     void desc(const zhost_optimizer_desc& d) const {
-      const double values[] = {static_cast<double>(d.kind), d.beta1, d.beta2, d.eps, d.weight_decay, d.momentum,
-                               static_cast<double>(d.bias_correction)};
+      const double values[] = {
+          static_cast<double>(d.kind),           d.beta1, d.beta2, d.eps, d.weight_decay, d.momentum,
+          static_cast<double>(d.bias_correction)};
       bytes(values, sizeof(values));
     }
   };
@@ -438,8 +447,8 @@ class CpuTier : public zhost::sdk::TierDefaults {
   Group& group(uint64_t key) {
     auto it = groups_.find(key);
     if (it == groups_.end())
-      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: no optimizer group " + std::to_string(key) +
-                                                        " (optimizer_setup first)");
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                        "offload_cpu: no optimizer group " + std::to_string(key) + " (optimizer_setup first)");
     return it->second;
   }
 

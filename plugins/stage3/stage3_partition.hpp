@@ -46,11 +46,11 @@
 #include <string>
 #include <vector>
 
-#include "zhost/kit/optimizer.hpp"
 #include "plugins/stage3/block_trace.hpp"
 #include "plugins/stage3/fetch_units.hpp"
 #include "plugins/zero_common/plugin_calls.hpp"
 #include "zhost/cpp/partition.hpp"
+#include "zhost/kit/optimizer.hpp"
 #include "zhost/offload.h"
 
 namespace zhost::stage3 {
@@ -67,8 +67,8 @@ struct Stage3Options {
   bool overlap_comm = false;
   bool reduce_scatter = true;
   bool ignore_unused_parameters = true;
-  int64_t offload_buffer_count = 5;         // zero.offload_param: staging buffers for parameter shards
-  int64_t offload_buffer_size = 100000000;  // elements each (at most; sized to the largest shard)
+  int64_t offload_buffer_count = 5;              // zero.offload_param: staging buffers for parameter shards
+  int64_t offload_buffer_size = 100000000;       // elements each (at most; sized to the largest shard)
   int64_t step_chunk = zero::kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
 };
 
@@ -180,11 +180,11 @@ class Stage3Partition : public sdk::PartitionHooks {
   int32_t last_backward_block_ = -1;
   std::unique_ptr<BlockTrace> trace_;
   std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
-  zero::OptimizerTier tier_;                     // zero.offload_optimizer's tier (inactive without one)
-  zhost_tier_ref params_tier_{};                 // zero.offload_param's tier (with parameter offload)
-  std::vector<Staging> staging_;                 // parameter offload: buffers the shards are gathered from
-  zero::HostCopies copies_;                      // to and from the tier's host memory
-  struct ToHost {        // a unit's reduced gradient shard on its way to the tier's accumulator
+  zero::OptimizerTier tier_;                   // zero.offload_optimizer's tier (inactive without one)
+  zhost_tier_ref params_tier_{};               // zero.offload_param's tier (with parameter offload)
+  std::vector<Staging> staging_;               // parameter offload: buffers the shards are gathered from
+  zero::HostCopies copies_;                    // to and from the tier's host memory
+  struct ToHost {                              // a unit's reduced gradient shard on its way to the tier's accumulator
     int unit;
     zero::HostCopies::Copy copy;
     at::Tensor host;    // pinned, at least the shard's length
@@ -194,8 +194,8 @@ class Stage3Partition : public sdk::PartitionHooks {
   int64_t to_host_elements_ = 0;
   std::vector<at::Tensor> free_host_;  // pinned staging buffers not in use (compute dtype)
   zero::StagedStep staged_step_;       // staged: the tier's step, chunk by chunk through pinned buffers
-  std::vector<uint8_t> arrived_;                 // per parameter, this micro-batch
-  std::deque<int> reductions_;                   // units whose reduction is in flight, oldest first
+  std::vector<uint8_t> arrived_;       // per parameter, this micro-batch
+  std::deque<int> reductions_;         // units whose reduction is in flight, oldest first
   int64_t reducing_elements_ = 0;
   int64_t live_elements_ = 0;        // gathered or gathering
   int64_t prefetched_elements_ = 0;  // gathered ahead and not yet used

@@ -32,17 +32,17 @@
 #include <string>
 #include <vector>
 
-#include "zhost/kit/optimizer.hpp"
 #include "plugins/zero_common/flat_layout.hpp"
 #include "plugins/zero_common/plugin_calls.hpp"
 #include "zhost/cpp/partition.hpp"
+#include "zhost/kit/optimizer.hpp"
 
 namespace zhost::zero {
 
 // DeepSpeed's zero_optimization keys as the stage plugins read them (see zero_plugin.cpp).
 struct ZeroOptions {
-  int stage = 1;                          // 1 or 2
-  int64_t reduce_bucket_size = 500000000;  // elements per gradient bucket
+  int stage = 1;                              // 1 or 2
+  int64_t reduce_bucket_size = 500000000;     // elements per gradient bucket
   int64_t allgather_bucket_size = 500000000;  // elements per parameter all-gather (all ranks together)
   bool overlap_comm = false;
   bool reduce_scatter = true;
@@ -82,9 +82,9 @@ class ZeroPartition : public sdk::PartitionHooks {
     DLTensor send_dl{}, recv_dl{};
     std::vector<int64_t> counts;
     // Staged copies to a tier in host memory (device runs with an offload tier):
-    at::Tensor reduced;                // receives this rank's reduced elements (staging is refilled at once)
-    at::Tensor to_host;                // pinned host memory the copy writes
-    HostCopies::Copy to_host_copy;     // in flight until drained
+    at::Tensor reduced;                 // receives this rank's reduced elements (staging is refilled at once)
+    at::Tensor to_host;                 // pinned host memory the copy writes
+    HostCopies::Copy to_host_copy;      // in flight until drained
     std::vector<Piece> to_host_pieces;  // where the copied elements go in the partition, in order
   };
   struct Param {
@@ -111,18 +111,18 @@ class ZeroPartition : public sdk::PartitionHooks {
   std::vector<Param> params_;
   at::ScalarType compute_dtype_ = at::kFloat;
   std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
-  at::Tensor master_;          // [S] fp32: this rank's partition of the parameters
+  at::Tensor master_;                          // [S] fp32: this rank's partition of the parameters
   kit::OptimizerState state_;
-  at::Tensor grad_partition_;  // [S] compute dtype: this rank's reduced gradients (stage 1: boundary to step)
+  at::Tensor grad_partition_;    // [S] compute dtype: this rank's reduced gradients (stage 1: boundary to step)
   std::vector<Bucket> buckets_;  // 1, or 2 with overlap_comm
   size_t current_ = 0;
   int64_t bucket_capacity_ = 0;
-  at::Tensor gather_buffer_;   // [N * chunk] compute dtype
-  at::Tensor gather_send_;     // [chunk] compute dtype: a chunk of the fp32 master cast for sending (16-bit runs)
-  OptimizerTier tier_;         // the optimizer's offload tier (inactive without one)
-  at::Tensor updated_;         // [S] compute dtype: the tier's updated partition, sent by the all-gather
-  HostCopies copies_;          // to and from the tier's host memory
-  StagedStep staged_step_;     // staged: the tier's step, chunk by chunk through pinned buffers
+  at::Tensor gather_buffer_;  // [N * chunk] compute dtype
+  at::Tensor gather_send_;    // [chunk] compute dtype: a chunk of the fp32 master cast for sending (16-bit runs)
+  OptimizerTier tier_;        // the optimizer's offload tier (inactive without one)
+  at::Tensor updated_;        // [S] compute dtype: the tier's updated partition, sent by the all-gather
+  HostCopies copies_;         // to and from the tier's host memory
+  StagedStep staged_step_;    // staged: the tier's step, chunk by chunk through pinned buffers
   int64_t gather_chunk_ = 0;
   std::vector<uint8_t> arrived_;  // per parameter: its gradient reached grad_ready this micro-batch
   bool boundary_ = true;

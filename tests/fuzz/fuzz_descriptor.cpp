@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "host/job/job_setup.hpp"
 #include "host/config/host_schema.hpp"
 #include "host/config/validate.hpp"
+#include "host/job/job_setup.hpp"
 #include "host/plugins/loader.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 

@@ -131,7 +131,8 @@ int64_t read_from_vector(void* user, void* bytes, size_t capacity) {
 
 TEST(CpuTier, StoresStepsAndHotSwapsBitForBit) {
   HostServices host;
-  std::vector<LoadedPlugin> found{PluginLoader(host).load(std::string(ZHOST_PLUGIN_BUILD_DIR) + "/zhost_offload_cpu.so")};
+  std::vector<LoadedPlugin> found{
+      PluginLoader(host).load(std::string(ZHOST_PLUGIN_BUILD_DIR) + "/zhost_offload_cpu.so")};
   ASSERT_NE(found[0].info.flags & ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE, 0u);
   Resolution resolution = resolve_plugins({{"offload:cpu", "test"}}, found);
   Tier first(host, resolution), second(host, resolution);

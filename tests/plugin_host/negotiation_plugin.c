@@ -20,50 +20,80 @@
 
 #include "zhost/zhost.h"
 
-static const zhost_host_services *g_host;
+static const zhost_host_services* g_host;
 #ifdef VARIANT_CRASHES
-static int *volatile g_nowhere = NULL; /* a null pointer the compiler cannot see through */
+static int* volatile g_nowhere = NULL; /* a null pointer the compiler cannot see through */
 #endif
 
-typedef struct test_instance { int created; } test_instance;
+typedef struct test_instance {
+  int created;
+} test_instance;
 
-static zhost_status *tier_store(zhost_plugin_instance *self, zhost_tier_io_args *args) {
-    (void)self; (void)args;
-    return g_host->status_create(ZHOST_ERR_UNSUPPORTED, "negotiation test plugin stores nothing");
+static zhost_status* tier_store(zhost_plugin_instance* self, zhost_tier_io_args* args) {
+  (void)self;
+  (void)args;
+  return g_host->status_create(ZHOST_ERR_UNSUPPORTED, "negotiation test plugin stores nothing");
 }
-static zhost_status *tier_wait(zhost_plugin_instance *self, zhost_tier_event *event) { (void)self; (void)event; return NULL; }
-static zhost_status *tier_drop(zhost_plugin_instance *self, uint64_t key) { (void)self; (void)key; return NULL; }
-static zhost_status *tier_export(zhost_plugin_instance *self, zhost_state_writer write, void *user) {
-    (void)self; (void)write; (void)user; return NULL;
+static zhost_status* tier_wait(zhost_plugin_instance* self, zhost_tier_event* event) {
+  (void)self;
+  (void)event;
+  return NULL;
 }
-static zhost_status *tier_import(zhost_plugin_instance *self, zhost_state_reader read, void *user) {
-    (void)self; (void)read; (void)user; return NULL;
+static zhost_status* tier_drop(zhost_plugin_instance* self, uint64_t key) {
+  (void)self;
+  (void)key;
+  return NULL;
+}
+static zhost_status* tier_export(zhost_plugin_instance* self, zhost_state_writer write, void* user) {
+  (void)self;
+  (void)write;
+  (void)user;
+  return NULL;
+}
+static zhost_status* tier_import(zhost_plugin_instance* self, zhost_state_reader read, void* user) {
+  (void)self;
+  (void)read;
+  (void)user;
+  return NULL;
 }
 
-static const zhost_offload_api k_offload = {
-    sizeof(zhost_offload_api), NULL, tier_store, tier_store, tier_wait, tier_drop, tier_export, tier_import,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL}; /* not a computing tier */
+static const zhost_offload_api k_offload = {sizeof(zhost_offload_api),
+                                            NULL,
+                                            tier_store,
+                                            tier_store,
+                                            tier_wait,
+                                            tier_drop,
+                                            tier_export,
+                                            tier_import,
+                                            NULL,
+                                            NULL,
+                                            NULL,
+                                            NULL,
+                                            NULL,
+                                            NULL,
+                                            NULL,
+                                            NULL}; /* not a computing tier */
 
-static zhost_status *create(zhost_plugin_create_args *args) {
+static zhost_status* create(zhost_plugin_create_args* args) {
 #ifdef VARIANT_INIT_FAILS
-    (void)args;
-    return g_host->status_create(ZHOST_ERR_UNSUPPORTED, "this test plugin always fails to initialise");
+  (void)args;
+  return g_host->status_create(ZHOST_ERR_UNSUPPORTED, "this test plugin always fails to initialise");
 #else
-    test_instance *inst = (test_instance *)calloc(1, sizeof(test_instance));
-    if (!inst) return g_host->status_create(ZHOST_ERR_OUT_OF_MEMORY, "out of memory");
-    inst->created = 1;
-    args->instance = (zhost_plugin_instance *)inst;
-    args->host->log(args->ctx, ZHOST_LOG_INFO, "negotiation test plugin created");
-    return NULL;
+  test_instance* inst = (test_instance*)calloc(1, sizeof(test_instance));
+  if (!inst) return g_host->status_create(ZHOST_ERR_OUT_OF_MEMORY, "out of memory");
+  inst->created = 1;
+  args->instance = (zhost_plugin_instance*)inst;
+  args->host->log(args->ctx, ZHOST_LOG_INFO, "negotiation test plugin created");
+  return NULL;
 #endif
 }
 
-static void destroy(zhost_plugin_instance *instance) { free(instance); }
+static void destroy(zhost_plugin_instance* instance) { free(instance); }
 
 static const zhost_plugin_api k_api = {sizeof(zhost_plugin_api), NULL, NULL, create, destroy, NULL, &k_offload, NULL};
 
-static const char *const k_provides[] = {"offload:" VARIANT_NAME, NULL};
-static const char *const k_choices[] = {"fast", "slow", NULL};
+static const char* const k_provides[] = {"offload:" VARIANT_NAME, NULL};
+static const char* const k_choices[] = {"fast", "slow", NULL};
 static const zhost_config_key k_keys[] = {
     {sizeof(zhost_config_key), NULL, "zero.offload_optimizer." VARIANT_NAME "_depth", ZHOST_CONFIG_INT, "4",
      "queue depth of the test tier", 1, 64, 1, NULL},
@@ -77,41 +107,42 @@ static const zhost_plugin_descriptor k_descriptor = {
 #else
     sizeof(zhost_plugin_descriptor),
 #endif
-    NULL, VARIANT_NAME, "1.2.3", "negotiation-matrix test plugin", ZHOST_KIND_OFFLOAD, k_provides, NULL, NULL,
-    k_keys, 2, ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE};
+    NULL, VARIANT_NAME, "1.2.3", "negotiation-matrix test plugin", ZHOST_KIND_OFFLOAD, k_provides, NULL,
+    NULL, k_keys,       2,       ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE};
 
-static zhost_status *negotiate(zhost_negotiation *io) {
-    (void)&k_descriptor; /* referenced by every variant, used by most */
-    (void)&k_api;
-    if (io == NULL || io->struct_size < ZHOST_NEGOTIATION_SIZE || io->host_abi_major != 0) return NULL;
-    g_host = io->host;
+static zhost_status* negotiate(zhost_negotiation* io) {
+  (void)&k_descriptor; /* referenced by every variant, used by most */
+  (void)&k_api;
+  if (io == NULL || io->struct_size < ZHOST_NEGOTIATION_SIZE || io->host_abi_major != 0) return NULL;
+  g_host = io->host;
 #if defined(VARIANT_CRASHES)
-    *g_nowhere = 1;
+  *g_nowhere = 1;
 #elif defined(VARIANT_HANGS)
-    {
-        volatile int spin = 1;
-        while (spin) {
-        }
+  {
+    volatile int spin = 1;
+    while (spin) {
     }
+  }
 #endif
 #ifdef VARIANT_REFUSES
-    return io->host->status_create(ZHOST_ERR_UNSUPPORTED, "this test plugin refuses every host");
+  return io->host->status_create(ZHOST_ERR_UNSUPPORTED, "this test plugin refuses every host");
 #else
 #if defined(VARIANT_OLD_MINOR)
-    /* An old plugin knows only the 0.0 prefix of the host table; it checks what it reads. */
-    if (io->host->struct_size < ZHOST_HOST_SERVICES_SIZE_0_0) return io->host->status_create(ZHOST_ERR_VERSION, "host too old");
-    io->plugin_abi_minor = 0;
-    io->plugin_min_host_minor = 0;
+  /* An old plugin knows only the 0.0 prefix of the host table; it checks what it reads. */
+  if (io->host->struct_size < ZHOST_HOST_SERVICES_SIZE_0_0)
+    return io->host->status_create(ZHOST_ERR_VERSION, "host too old");
+  io->plugin_abi_minor = 0;
+  io->plugin_min_host_minor = 0;
 #elif defined(VARIANT_NEEDS_NEWER)
-    io->plugin_abi_minor = ZHOST_ABI_MINOR + 1;
-    io->plugin_min_host_minor = ZHOST_ABI_MINOR + 1;
+  io->plugin_abi_minor = ZHOST_ABI_MINOR + 1;
+  io->plugin_min_host_minor = ZHOST_ABI_MINOR + 1;
 #else
-    io->plugin_abi_minor = ZHOST_ABI_MINOR;
-    io->plugin_min_host_minor = ZHOST_ABI_MINOR;
+  io->plugin_abi_minor = ZHOST_ABI_MINOR;
+  io->plugin_min_host_minor = ZHOST_ABI_MINOR;
 #endif
-    io->descriptor = &k_descriptor;
-    io->api = &k_api;
-    return NULL;
+  io->descriptor = &k_descriptor;
+  io->api = &k_api;
+  return NULL;
 #endif
 }
 
@@ -120,10 +151,10 @@ __attribute__((constructor)) static void crash_on_load(void) { raise(SIGSEGV); }
 #endif
 
 #if defined(VARIANT_WRONG_MAJOR)
-ZHOST_EXPORT zhost_status *zhost_plugin_v1(zhost_negotiation *io) { return negotiate(io); }
+ZHOST_EXPORT zhost_status* zhost_plugin_v1(zhost_negotiation* io) { return negotiate(io); }
 #elif defined(VARIANT_NO_ENTRY)
 /* Exports a symbol, just not the entry. */
 ZHOST_EXPORT int not_a_zhost_entry(void) { return negotiate(NULL) == NULL; }
 #else
-ZHOST_EXPORT zhost_status *zhost_plugin_v0(zhost_negotiation *io) { return negotiate(io); }
+ZHOST_EXPORT zhost_status* zhost_plugin_v0(zhost_negotiation* io) { return negotiate(io); }
 #endif

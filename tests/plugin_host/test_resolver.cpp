@@ -190,7 +190,8 @@ TEST(Resolver, MissingNeedListsWhatWasFound) {
   ZeroSelection zero;
   zero.stage = 2;
   std::string error = resolve_error(needs_for(zero), found);
-  EXPECT_NE(error.find("zero.stage = 2 needs a plugin providing 'partition:stage2', but none was found"), std::string::npos)
+  EXPECT_NE(error.find("zero.stage = 2 needs a plugin providing 'partition:stage2', but none was found"),
+            std::string::npos)
       << error;
   EXPECT_NE(error.find("found: stage1 (partition:stage1)"), std::string::npos) << error;
   EXPECT_NE(error.find("ZHOST_PLUGIN_PATH"), std::string::npos) << error;
@@ -223,7 +224,8 @@ TEST(Resolver, CycleIsReportedWithItsPath) {
 TEST(Resolver, KeysOfUnusedPluginsAreInactiveWithReason) {
   std::vector<LoadedPlugin> found{
       plugin("stage1", ZHOST_KIND_PARTITION, {"partition:stage1"}, {}, {}, {"zero.reduce_bucket_size"}),
-      plugin("stage2", ZHOST_KIND_PARTITION, {"partition:stage2"}, {}, {}, {"zero.reduce_bucket_size", "zero.overlap_comm"})};
+      plugin("stage2", ZHOST_KIND_PARTITION, {"partition:stage2"}, {}, {},
+             {"zero.reduce_bucket_size", "zero.overlap_comm"})};
   Resolution r = resolve_plugins({{"partition:stage1", "zero.stage = 1"}}, found);
   auto inactive = inactive_plugin_keys(r, found);
   EXPECT_EQ(inactive.count("zero.reduce_bucket_size"), 0u);  // stage1 reads it too

@@ -37,7 +37,8 @@ class HelloTier : public zhost::sdk::TierDefaults {
   }
 
   zhost_tier_event* store(uint64_t key, const DLTensor& data) {
-    if (data.device.device_type != kDLCPU) throw PluginError(ZHOST_ERR_UNSUPPORTED, "hello_tier stores host tensors only");
+    if (data.device.device_type != kDLCPU)
+      throw PluginError(ZHOST_ERR_UNSUPPORTED, "hello_tier stores host tensors only");
     size_t bytes = dl_bytes(data);
     Slot& slot = slot_for(key, bytes);
     std::memcpy(slot.data, static_cast<const char*>(data.data) + data.byte_offset, bytes);
@@ -48,7 +49,8 @@ class HelloTier : public zhost::sdk::TierDefaults {
     if (data.device.device_type != kDLCPU)
       throw PluginError(ZHOST_ERR_UNSUPPORTED, "hello_tier loads into host tensors only");
     auto it = slots_.find(key);
-    if (it == slots_.end()) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "hello_tier has no buffer " + std::to_string(key));
+    if (it == slots_.end())
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "hello_tier has no buffer " + std::to_string(key));
     if (dl_bytes(data) != it->second.bytes)
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "hello_tier: load of " + std::to_string(dl_bytes(data)) +
                                                         " bytes from buffer " + std::to_string(key) + " of " +

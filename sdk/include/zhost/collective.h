@@ -20,19 +20,19 @@ extern "C" {
 #endif
 
 typedef enum zhost_collective_op {
-    ZHOST_OP_ALL_REDUCE = 1,
-    ZHOST_OP_REDUCE_SCATTER = 2,
-    ZHOST_OP_ALL_GATHER = 3,
-    ZHOST_OP_BROADCAST = 4,
-    ZHOST_OP_ALL_TO_ALL = 5
+  ZHOST_OP_ALL_REDUCE = 1,
+  ZHOST_OP_REDUCE_SCATTER = 2,
+  ZHOST_OP_ALL_GATHER = 3,
+  ZHOST_OP_BROADCAST = 4,
+  ZHOST_OP_ALL_TO_ALL = 5
 } zhost_collective_op;
 
 typedef struct zhost_collective_api {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    /* Serve `op` with `args` (its intent says why), or set *handled = 0 to let the host run it. */
-    zhost_status *(*interpose)(zhost_plugin_instance *self, zhost_collective_op op, zhost_collective_args *args,
-                               int32_t *handled);
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  /* Serve `op` with `args` (its intent says why), or set *handled = 0 to let the host run it. */
+  zhost_status* (*interpose)(zhost_plugin_instance* self, zhost_collective_op op, zhost_collective_args* args,
+                             int32_t* handled);
 } zhost_collective_api;
 #define ZHOST_COLLECTIVE_API_SIZE ZHOST_STRUCT_SIZE(zhost_collective_api, interpose)
 #define ZHOST_COLLECTIVE_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_collective_api, interpose) /* since 0.1 */

@@ -47,12 +47,10 @@ extern "C" {
 
 /* ---- size-first structs ---------------------------------------------------------------------------- */
 /* Size of `type` up to and including `last_field`: the size a reader needs for that field to exist. */
-#define ZHOST_STRUCT_SIZE(type, last_field) \
-    (offsetof(type, last_field) + sizeof(((type *)0)->last_field))
+#define ZHOST_STRUCT_SIZE(type, last_field) (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
 
 /* True when a struct written by someone else (its struct_size) contains `field` of `type`. */
-#define ZHOST_HAS_FIELD(ptr, type, field) \
-    ((ptr) != NULL && (ptr)->struct_size >= ZHOST_STRUCT_SIZE(type, field))
+#define ZHOST_HAS_FIELD(ptr, type, field) ((ptr) != NULL && (ptr)->struct_size >= ZHOST_STRUCT_SIZE(type, field))
 
 #if defined(__cplusplus)
 #define ZHOST_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
@@ -62,18 +60,18 @@ extern "C" {
 
 /* Each ABI struct defines FOO_SIZE via ZHOST_STRUCT_SIZE(foo, its_last_field) and asserts it equals
  * sizeof(foo) modulo tail padding. Forgetting to move FOO_SIZE to a newly appended field fails here. */
-#define ZHOST_ASSERT_STRUCT_COMPLETE(type, size_macro) \
-    ZHOST_STATIC_ASSERT(sizeof(type) - (size_macro) < sizeof(void *), \
-                        #size_macro " does not name the last field of " #type)
+#define ZHOST_ASSERT_STRUCT_COMPLETE(type, size_macro)             \
+  ZHOST_STATIC_ASSERT(sizeof(type) - (size_macro) < sizeof(void*), \
+                      #size_macro " does not name the last field of " #type)
 
 /* ---- extension chain ------------------------------------------------------------------------------- */
 /* Optional features hang off any struct's `ext` as a singly linked list of typed headers. A reader skips
  * types it does not know. Extension types are registered in docs/abi.md; third parties use values with
  * the top bit set. */
 typedef struct zhost_ext_header {
-    size_t struct_size;                   /* sizeof the full extension struct */
-    uint32_t type;                        /* ZHOST_EXT_* */
-    const struct zhost_ext_header *next;  /* borrowed; NULL ends the chain */
+  size_t struct_size;                  /* sizeof the full extension struct */
+  uint32_t type;                       /* ZHOST_EXT_* */
+  const struct zhost_ext_header* next; /* borrowed; NULL ends the chain */
 } zhost_ext_header;
 #define ZHOST_EXT_HEADER_SIZE ZHOST_STRUCT_SIZE(zhost_ext_header, next)
 #define ZHOST_EXT_HEADER_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_ext_header, next) /* since 0.0 */
@@ -82,10 +80,10 @@ ZHOST_ASSERT_STRUCT_COMPLETE(zhost_ext_header, ZHOST_EXT_HEADER_SIZE);
 #define ZHOST_EXT_THIRD_PARTY_BIT 0x80000000u
 
 /* Walks `chain` for the first extension of `type`; NULL when absent. */
-static inline const zhost_ext_header *zhost_ext_find(const zhost_ext_header *chain, uint32_t type) {
-    for (; chain != NULL; chain = chain->next)
-        if (chain->type == type) return chain;
-    return NULL;
+static inline const zhost_ext_header* zhost_ext_find(const zhost_ext_header* chain, uint32_t type) {
+  for (; chain != NULL; chain = chain->next)
+    if (chain->type == type) return chain;
+  return NULL;
 }
 
 /* ---- status objects -------------------------------------------------------------------------------- */
@@ -95,17 +93,17 @@ static inline const zhost_ext_header *zhost_ext_find(const zhost_ext_header *cha
 typedef struct zhost_status zhost_status;
 
 typedef enum zhost_status_code {
-    ZHOST_OK = 0,
-    ZHOST_ERR_INVALID_ARGUMENT = 1, /* a caller passed something malformed */
-    ZHOST_ERR_CONFIG = 2,           /* configuration value rejected */
-    ZHOST_ERR_UNSUPPORTED = 3,      /* valid request this plugin or host cannot serve */
-    ZHOST_ERR_OUT_OF_MEMORY = 4,    /* an allocation failed: host, pinned or device */
-    ZHOST_ERR_IO = 5,               /* file or device I/O failed (disk full included) */
-    ZHOST_ERR_COMM = 6,             /* a collective failed or a peer rank is gone */
-    ZHOST_ERR_TIMEOUT = 7,          /* waited longer than allowed */
-    ZHOST_ERR_ABORTED = 8,          /* the job is stopping: the abort flag was raised */
-    ZHOST_ERR_VERSION = 9,          /* ABI or state-format version mismatch */
-    ZHOST_ERR_INTERNAL = 10         /* a bug: an invariant broke */
+  ZHOST_OK = 0,
+  ZHOST_ERR_INVALID_ARGUMENT = 1, /* a caller passed something malformed */
+  ZHOST_ERR_CONFIG = 2,           /* configuration value rejected */
+  ZHOST_ERR_UNSUPPORTED = 3,      /* valid request this plugin or host cannot serve */
+  ZHOST_ERR_OUT_OF_MEMORY = 4,    /* an allocation failed: host, pinned or device */
+  ZHOST_ERR_IO = 5,               /* file or device I/O failed (disk full included) */
+  ZHOST_ERR_COMM = 6,             /* a collective failed or a peer rank is gone */
+  ZHOST_ERR_TIMEOUT = 7,          /* waited longer than allowed */
+  ZHOST_ERR_ABORTED = 8,          /* the job is stopping: the abort flag was raised */
+  ZHOST_ERR_VERSION = 9,          /* ABI or state-format version mismatch */
+  ZHOST_ERR_INTERNAL = 10         /* a bug: an invariant broke */
 } zhost_status_code;
 
 #ifdef __cplusplus

@@ -20,16 +20,16 @@ extern "C" {
 #endif
 
 typedef enum zhost_capability_kind {
-    ZHOST_KIND_PARTITION = 1,  /* where model states live and when collectives move them (stage1/2/3) */
-    ZHOST_KIND_OFFLOAD = 2,    /* a storage tier outside device memory (cpu, nvme, third-party) */
-    ZHOST_KIND_COLLECTIVE = 3  /* transforms how chosen collectives travel (quantized, hierarchical) */
+  ZHOST_KIND_PARTITION = 1, /* where model states live and when collectives move them (stage1/2/3) */
+  ZHOST_KIND_OFFLOAD = 2,   /* a storage tier outside device memory (cpu, nvme, third-party) */
+  ZHOST_KIND_COLLECTIVE = 3 /* transforms how chosen collectives travel (quantized, hierarchical) */
 } zhost_capability_kind;
 
 typedef enum zhost_config_type {
-    ZHOST_CONFIG_BOOL = 1,
-    ZHOST_CONFIG_INT = 2,    /* int64; TOML integers, or floats with an integral value such as 5e8 */
-    ZHOST_CONFIG_FLOAT = 3,  /* double */
-    ZHOST_CONFIG_STRING = 4  /* UTF-8; may be restricted to `choices` */
+  ZHOST_CONFIG_BOOL = 1,
+  ZHOST_CONFIG_INT = 2,   /* int64; TOML integers, or floats with an integral value such as 5e8 */
+  ZHOST_CONFIG_FLOAT = 3, /* double */
+  ZHOST_CONFIG_STRING = 4 /* UTF-8; may be restricted to `choices` */
 } zhost_config_type;
 
 /* One configuration key a plugin accepts. Keys are dotted paths relative to the root of the TOML file,
@@ -37,16 +37,16 @@ typedef enum zhost_config_type {
  * same key (stage1 and stage2 both take zero.reduce_bucket_size): they must agree on type and default. */
 /* An element of the descriptor's config_keys array: it never grows (docs/abi.md, "Versioning rule"). */
 typedef struct zhost_config_key {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    const char *key;                 /* dotted path, required */
-    zhost_config_type type;
-    const char *default_value;       /* TOML literal text: "true", "500000000", "\"cpu\""; NULL = required */
-    const char *doc;                 /* one line, shown by `zhost plugins` and in errors */
-    double min_value;                /* numeric range, inclusive; ignored unless has_range */
-    double max_value;
-    int32_t has_range;
-    const char *const *choices;      /* STRING only: NULL-terminated allowed values, or NULL for any */
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  const char* key; /* dotted path, required */
+  zhost_config_type type;
+  const char* default_value; /* TOML literal text: "true", "500000000", "\"cpu\""; NULL = required */
+  const char* doc;           /* one line, shown by `zhost plugins` and in errors */
+  double min_value;          /* numeric range, inclusive; ignored unless has_range */
+  double max_value;
+  int32_t has_range;
+  const char* const* choices; /* STRING only: NULL-terminated allowed values, or NULL for any */
 } zhost_config_key;
 #define ZHOST_CONFIG_KEY_SIZE ZHOST_STRUCT_SIZE(zhost_config_key, choices)
 #define ZHOST_CONFIG_KEY_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_config_key, choices) /* since 0.0 */
@@ -75,18 +75,18 @@ ZHOST_ASSERT_STRUCT_COMPLETE(zhost_config_key, ZHOST_CONFIG_KEY_SIZE);
 #define ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE (1u << 7)
 
 typedef struct zhost_plugin_descriptor {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    const char *name;                 /* unique plugin name, [a-z0-9_]+, e.g. "stage2" */
-    const char *version;              /* the plugin's own semantic version, e.g. "0.3.1" */
-    const char *summary;              /* one line */
-    zhost_capability_kind kind;
-    const char *const *provides;      /* NULL-terminated capability names; at least one */
-    const char *const *requires_caps; /* NULL-terminated capabilities that must be present; may be NULL */
-    const char *const *conflicts;     /* NULL-terminated capabilities that must be absent; may be NULL */
-    const zhost_config_key *config_keys; /* array of num_config_keys entries; may be NULL when 0 */
-    size_t num_config_keys;
-    uint64_t flags;                   /* ZHOST_PLUGIN_FLAG_* */
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  const char* name;    /* unique plugin name, [a-z0-9_]+, e.g. "stage2" */
+  const char* version; /* the plugin's own semantic version, e.g. "0.3.1" */
+  const char* summary; /* one line */
+  zhost_capability_kind kind;
+  const char* const* provides;         /* NULL-terminated capability names; at least one */
+  const char* const* requires_caps;    /* NULL-terminated capabilities that must be present; may be NULL */
+  const char* const* conflicts;        /* NULL-terminated capabilities that must be absent; may be NULL */
+  const zhost_config_key* config_keys; /* array of num_config_keys entries; may be NULL when 0 */
+  size_t num_config_keys;
+  uint64_t flags; /* ZHOST_PLUGIN_FLAG_* */
 } zhost_plugin_descriptor;
 #define ZHOST_PLUGIN_DESCRIPTOR_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_descriptor, flags)
 #define ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_descriptor, flags) /* since 0.0 */

@@ -39,22 +39,22 @@ extern "C" {
 typedef struct zhost_tier_event zhost_tier_event; /* completion of an asynchronous tier operation */
 
 typedef struct zhost_tier_io_args {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    uint64_t key;             /* caller-chosen buffer name */
-    DLTensor *data;           /* source (store) or destination (load), contiguous, in host memory or on the
-                                 training device; borrowed until the event completes */
-    zhost_tier_event *event;  /* out: NULL when done already, else complete it with wait_event() or
-                                 test_event(); until then the event is the caller's */
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  uint64_t key;            /* caller-chosen buffer name */
+  DLTensor* data;          /* source (store) or destination (load), contiguous, in host memory or on the
+                              training device; borrowed until the event completes */
+  zhost_tier_event* event; /* out: NULL when done already, else complete it with wait_event() or
+                              test_event(); until then the event is the caller's */
 } zhost_tier_io_args;
 #define ZHOST_TIER_IO_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_tier_io_args, event)
 #define ZHOST_TIER_IO_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_tier_io_args, event) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_io_args, ZHOST_TIER_IO_ARGS_SIZE);
 
 /* Writes a chunk of exported state; returns non-zero to stop the export. */
-typedef int32_t (*zhost_state_writer)(void *user, const void *bytes, size_t len);
+typedef int32_t (*zhost_state_writer)(void* user, const void* bytes, size_t len);
 /* Reads up to `capacity` bytes of state to import; returns bytes read, 0 at the end, negative on error. */
-typedef int64_t (*zhost_state_reader)(void *user, void *bytes, size_t capacity);
+typedef int64_t (*zhost_state_reader)(void* user, void* bytes, size_t capacity);
 
 /* ---- computing tiers: the optimizer runs where its states live (ZeRO-Offload) ------------------------
  * A partition plugin hands a tier one optimizer group per key (e.g. its partition): the tier keeps the
@@ -63,31 +63,31 @@ typedef int64_t (*zhost_state_reader)(void *user, void *bytes, size_t capacity);
  * master and states in one pass and writes the new values, in the dtype the caller asks for, to where
  * the partition all-gathers them from. */
 typedef struct zhost_tier_optimizer_setup {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    uint64_t key;                           /* names the group; unique per instance */
-    const zhost_optimizer_desc *optimizer;  /* borrowed for the call */
-    const DLTensor *initial_master;         /* 1-D fp32 in host memory: the group's starting values, copied */
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  uint64_t key;                          /* names the group; unique per instance */
+  const zhost_optimizer_desc* optimizer; /* borrowed for the call */
+  const DLTensor* initial_master;        /* 1-D fp32 in host memory: the group's starting values, copied */
 } zhost_tier_optimizer_setup;
 #define ZHOST_TIER_OPTIMIZER_SETUP_SIZE ZHOST_STRUCT_SIZE(zhost_tier_optimizer_setup, initial_master)
 #define ZHOST_TIER_OPTIMIZER_SETUP_MIN_SIZE /* since 0.1 */ \
-    ZHOST_STRUCT_SIZE(zhost_tier_optimizer_setup, initial_master)
+  ZHOST_STRUCT_SIZE(zhost_tier_optimizer_setup, initial_master)
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_optimizer_setup, ZHOST_TIER_OPTIMIZER_SETUP_SIZE);
 
 typedef struct zhost_tier_step_args {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    uint64_t key;
-    int64_t step;          /* 1-based count of applied steps, this one included (bias correction) */
-    double lr;
-    double grad_scale;     /* the step uses accumulator * grad_scale as the gradient */
-    DLTensor *params_out;  /* 1-D, the group's length, fp32/bf16/fp16 in host memory (pinned, to be copied
-                              to a device): receives the updated values; borrowed for the call. NULL: not
-                              needed */
-    /* 0.4: optimizer_step_range only: the range's first element. A 0.4 caller sets it and passes the same
-     * value as optimizer_step_range's `offset` argument (which tiers built against 0.3 read); a 0.4 tier
-     * reads this field when ZHOST_HAS_FIELD(args, zhost_tier_step_args, offset), else the argument. */
-    int64_t offset;
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  uint64_t key;
+  int64_t step; /* 1-based count of applied steps, this one included (bias correction) */
+  double lr;
+  double grad_scale;    /* the step uses accumulator * grad_scale as the gradient */
+  DLTensor* params_out; /* 1-D, the group's length, fp32/bf16/fp16 in host memory (pinned, to be copied
+                           to a device): receives the updated values; borrowed for the call. NULL: not
+                           needed */
+  /* 0.4: optimizer_step_range only: the range's first element. A 0.4 caller sets it and passes the same
+   * value as optimizer_step_range's `offset` argument (which tiers built against 0.3 read); a 0.4 tier
+   * reads this field when ZHOST_HAS_FIELD(args, zhost_tier_step_args, offset), else the argument. */
+  int64_t offset;
 } zhost_tier_step_args;
 #define ZHOST_TIER_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_tier_step_args, offset)
 /* What a caller built for ABI 0.3 writes: everything up to params_out. */
@@ -97,54 +97,54 @@ ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_step_args, ZHOST_TIER_STEP_ARGS_SIZE);
 
 /* Bytes a tier holds in host memory (and on its storage) for all its groups and buffers. */
 typedef struct zhost_tier_memory {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    uint64_t host_bytes;
-    uint64_t storage_bytes;
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  uint64_t host_bytes;
+  uint64_t storage_bytes;
 } zhost_tier_memory;
 #define ZHOST_TIER_MEMORY_SIZE ZHOST_STRUCT_SIZE(zhost_tier_memory, storage_bytes)
 #define ZHOST_TIER_MEMORY_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_tier_memory, storage_bytes) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_memory, ZHOST_TIER_MEMORY_SIZE);
 
 typedef struct zhost_offload_api {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    zhost_status *(*store)(zhost_plugin_instance *self, zhost_tier_io_args *args);
-    zhost_status *(*load)(zhost_plugin_instance *self, zhost_tier_io_args *args);
-    /* Blocks until the event's operation has completed and frees the event; the status is its outcome. */
-    zhost_status *(*wait_event)(zhost_plugin_instance *self, zhost_tier_event *event);
-    /* Frees buffer `key` (the buffer namespace only); dropping an unknown key is not an error. */
-    zhost_status *(*drop)(zhost_plugin_instance *self, uint64_t key);
-    zhost_status *(*export_state)(zhost_plugin_instance *self, zhost_state_writer write, void *user);
-    zhost_status *(*import_state)(zhost_plugin_instance *self, zhost_state_reader read, void *user);
-    /* Computing tiers (NULL where a tier only stores): */
-    zhost_status *(*optimizer_setup)(zhost_plugin_instance *self, const zhost_tier_optimizer_setup *setup);
-    /* The group's fp32 gradient accumulator (zeros after setup and after each step), as a 1-D view in host
-     * memory, valid until the group is dropped. */
-    zhost_status *(*optimizer_grad)(zhost_plugin_instance *self, uint64_t key, DLTensor *out);
-    /* One optimizer step of the group on accumulator * grad_scale (the caller folds averaging, loss-scale
-     * and clipping into grad_scale); zeroes the accumulator. */
-    zhost_status *(*optimizer_step)(zhost_plugin_instance *self, const zhost_tier_step_args *args);
-    zhost_status *(*memory)(zhost_plugin_instance *self, zhost_tier_memory *out);
-    /* 0.3, computing tiers (NULL: whole groups only): optimizer_step on elements [offset, offset +
-     * numel(params_out)) of the group alone (0.4: the offset is args->offset, see zhost_tier_step_args); params_out is required and receives that range, and that range
-     * of the accumulator is zeroed. A caller steps a group piece by piece so that each piece's copy to the
-     * device overlaps with the next piece's step. */
-    zhost_status *(*optimizer_step_range)(zhost_plugin_instance *self, const zhost_tier_step_args *args, int64_t offset);
-    /* 0.3, optional (NULL: wait_event() before using the data): compute-stream work issued after this call
-     * waits for the event's transfer, and the caller is not blocked; the event stays pending and still
-     * needs wait_event(). Lets a load into device memory overlap with compute. */
-    zhost_status *(*order_compute_after)(zhost_plugin_instance *self, zhost_tier_event *event);
-    /* 0.4, optional (NULL: wait_event() only): never blocks. Sets *done = 1 when the event's operation has
-     * completed: the event is then completed and freed exactly as by wait_event(), and the status is the
-     * operation's outcome. Sets *done = 0 while it is still in flight: nothing is freed and the event stays
-     * the caller's, for a later test_event() or wait_event(). A tier that cannot tell without blocking
-     * answers 0, so a caller that needs the data ends with wait_event(). A NULL event is done. */
-    zhost_status *(*test_event)(zhost_plugin_instance *self, zhost_tier_event *event, int32_t *done);
-    /* 0.4, computing tiers (NULL: groups live until destroy()): frees optimizer group `key` (its master,
-     * states and accumulator; the accumulator view of optimizer_grad() dies with it). Dropping an unknown
-     * group is not an error. */
-    zhost_status *(*optimizer_drop)(zhost_plugin_instance *self, uint64_t key);
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  zhost_status* (*store)(zhost_plugin_instance* self, zhost_tier_io_args* args);
+  zhost_status* (*load)(zhost_plugin_instance* self, zhost_tier_io_args* args);
+  /* Blocks until the event's operation has completed and frees the event; the status is its outcome. */
+  zhost_status* (*wait_event)(zhost_plugin_instance* self, zhost_tier_event* event);
+  /* Frees buffer `key` (the buffer namespace only); dropping an unknown key is not an error. */
+  zhost_status* (*drop)(zhost_plugin_instance* self, uint64_t key);
+  zhost_status* (*export_state)(zhost_plugin_instance* self, zhost_state_writer write, void* user);
+  zhost_status* (*import_state)(zhost_plugin_instance* self, zhost_state_reader read, void* user);
+  /* Computing tiers (NULL where a tier only stores): */
+  zhost_status* (*optimizer_setup)(zhost_plugin_instance* self, const zhost_tier_optimizer_setup* setup);
+  /* The group's fp32 gradient accumulator (zeros after setup and after each step), as a 1-D view in host
+   * memory, valid until the group is dropped. */
+  zhost_status* (*optimizer_grad)(zhost_plugin_instance* self, uint64_t key, DLTensor* out);
+  /* One optimizer step of the group on accumulator * grad_scale (the caller folds averaging, loss-scale
+   * and clipping into grad_scale); zeroes the accumulator. */
+  zhost_status* (*optimizer_step)(zhost_plugin_instance* self, const zhost_tier_step_args* args);
+  zhost_status* (*memory)(zhost_plugin_instance* self, zhost_tier_memory* out);
+  /* 0.3, computing tiers (NULL: whole groups only): optimizer_step on elements [offset, offset +
+   * numel(params_out)) of the group alone (0.4: the offset is args->offset, see zhost_tier_step_args); params_out is
+   * required and receives that range, and that range of the accumulator is zeroed. A caller steps a group piece by
+   * piece so that each piece's copy to the device overlaps with the next piece's step. */
+  zhost_status* (*optimizer_step_range)(zhost_plugin_instance* self, const zhost_tier_step_args* args, int64_t offset);
+  /* 0.3, optional (NULL: wait_event() before using the data): compute-stream work issued after this call
+   * waits for the event's transfer, and the caller is not blocked; the event stays pending and still
+   * needs wait_event(). Lets a load into device memory overlap with compute. */
+  zhost_status* (*order_compute_after)(zhost_plugin_instance* self, zhost_tier_event* event);
+  /* 0.4, optional (NULL: wait_event() only): never blocks. Sets *done = 1 when the event's operation has
+   * completed: the event is then completed and freed exactly as by wait_event(), and the status is the
+   * operation's outcome. Sets *done = 0 while it is still in flight: nothing is freed and the event stays
+   * the caller's, for a later test_event() or wait_event(). A tier that cannot tell without blocking
+   * answers 0, so a caller that needs the data ends with wait_event(). A NULL event is done. */
+  zhost_status* (*test_event)(zhost_plugin_instance* self, zhost_tier_event* event, int32_t* done);
+  /* 0.4, computing tiers (NULL: groups live until destroy()): frees optimizer group `key` (its master,
+   * states and accumulator; the accumulator view of optimizer_grad() dies with it). Dropping an unknown
+   * group is not an error. */
+  zhost_status* (*optimizer_drop)(zhost_plugin_instance* self, uint64_t key);
 } zhost_offload_api;
 #define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_drop)
 /* What a tier built for ABI 0.3 fills: everything up to order_compute_after. */

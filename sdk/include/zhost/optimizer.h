@@ -13,22 +13,22 @@ extern "C" {
 #endif
 
 typedef enum zhost_optimizer_kind {
-    ZHOST_OPTIMIZER_ADAMW = 1, /* decoupled weight decay (torch.optim.AdamW) */
-    ZHOST_OPTIMIZER_ADAM = 2,  /* L2 weight decay (torch.optim.Adam) */
-    ZHOST_OPTIMIZER_SGD = 3,   /* momentum SGD, L2 weight decay */
-    ZHOST_OPTIMIZER_LION = 4   /* sign update, decoupled weight decay */
+  ZHOST_OPTIMIZER_ADAMW = 1, /* decoupled weight decay (torch.optim.AdamW) */
+  ZHOST_OPTIMIZER_ADAM = 2,  /* L2 weight decay (torch.optim.Adam) */
+  ZHOST_OPTIMIZER_SGD = 3,   /* momentum SGD, L2 weight decay */
+  ZHOST_OPTIMIZER_LION = 4   /* sign update, decoupled weight decay */
 } zhost_optimizer_kind;
 
 typedef struct zhost_optimizer_desc {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    zhost_optimizer_kind kind;
-    double beta1;
-    double beta2;
-    double eps;
-    double weight_decay;
-    double momentum;          /* SGD */
-    int32_t bias_correction;  /* Adam kinds */
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  zhost_optimizer_kind kind;
+  double beta1;
+  double beta2;
+  double eps;
+  double weight_decay;
+  double momentum;         /* SGD */
+  int32_t bias_correction; /* Adam kinds */
 } zhost_optimizer_desc;
 #define ZHOST_OPTIMIZER_DESC_SIZE ZHOST_STRUCT_SIZE(zhost_optimizer_desc, bias_correction)
 #define ZHOST_OPTIMIZER_DESC_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_optimizer_desc, bias_correction) /* since 0.1 */

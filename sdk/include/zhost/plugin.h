@@ -40,54 +40,54 @@ struct zhost_offload_api;
 struct zhost_collective_api;
 
 typedef struct zhost_plugin_create_args {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    const zhost_host_services *host;  /* valid until destroy() returns */
-    zhost_host_context *ctx;          /* valid until destroy() returns */
-    zhost_plugin_instance *instance;  /* out: the plugin's state, handed back to every call */
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  const zhost_host_services* host; /* valid until destroy() returns */
+  zhost_host_context* ctx;         /* valid until destroy() returns */
+  zhost_plugin_instance* instance; /* out: the plugin's state, handed back to every call */
 } zhost_plugin_create_args;
 #define ZHOST_PLUGIN_CREATE_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, instance)
 #define ZHOST_PLUGIN_CREATE_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, instance) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_create_args, ZHOST_PLUGIN_CREATE_ARGS_SIZE);
 
 typedef struct zhost_plugin_api {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    /* Optional (may be NULL): can this plugin run here (CPU features, CUDA present)? Called after
-     * negotiation, before create; a non-NULL status with ZHOST_ERR_UNSUPPORTED explains why not. */
-    zhost_status *(*probe)(const zhost_host_services *host, zhost_host_context *ctx);
-    zhost_status *(*create)(zhost_plugin_create_args *args);
-    void (*destroy)(zhost_plugin_instance *instance); /* joins the instance's threads; cannot fail */
-    /* Exactly the table matching the descriptor's kind is non-NULL. */
-    const struct zhost_partition_api *partition;
-    const struct zhost_offload_api *offload;
-    const struct zhost_collective_api *collective;
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  /* Optional (may be NULL): can this plugin run here (CPU features, CUDA present)? Called after
+   * negotiation, before create; a non-NULL status with ZHOST_ERR_UNSUPPORTED explains why not. */
+  zhost_status* (*probe)(const zhost_host_services* host, zhost_host_context* ctx);
+  zhost_status* (*create)(zhost_plugin_create_args* args);
+  void (*destroy)(zhost_plugin_instance* instance); /* joins the instance's threads; cannot fail */
+  /* Exactly the table matching the descriptor's kind is non-NULL. */
+  const struct zhost_partition_api* partition;
+  const struct zhost_offload_api* offload;
+  const struct zhost_collective_api* collective;
 } zhost_plugin_api;
 #define ZHOST_PLUGIN_API_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, collective)
 #define ZHOST_PLUGIN_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, collective) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_api, ZHOST_PLUGIN_API_SIZE);
 
 typedef struct zhost_negotiation {
-    size_t struct_size;
-    const zhost_ext_header *ext;
-    /* in, from the host */
-    uint32_t host_abi_major;
-    uint32_t host_abi_minor;
-    /* owned by the host, valid until the process ends (a plugin may keep it, as the C++ helpers do, to
-     * create statuses outside an instance); its per-job members (collectives, params, copies) are NULL:
-     * an instance uses the table create() hands it. Note [Lifetimes] in docs/abi.md */
-    const zhost_host_services *host;
-    /* out, from the plugin */
-    uint32_t plugin_abi_minor;       /* ZHOST_ABI_MINOR of the headers it was built with */
-    uint32_t plugin_min_host_minor;  /* oldest host minor it supports */
-    const zhost_plugin_descriptor *descriptor; /* static */
-    const zhost_plugin_api *api;               /* static */
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  /* in, from the host */
+  uint32_t host_abi_major;
+  uint32_t host_abi_minor;
+  /* owned by the host, valid until the process ends (a plugin may keep it, as the C++ helpers do, to
+   * create statuses outside an instance); its per-job members (collectives, params, copies) are NULL:
+   * an instance uses the table create() hands it. Note [Lifetimes] in docs/abi.md */
+  const zhost_host_services* host;
+  /* out, from the plugin */
+  uint32_t plugin_abi_minor;                 /* ZHOST_ABI_MINOR of the headers it was built with */
+  uint32_t plugin_min_host_minor;            /* oldest host minor it supports */
+  const zhost_plugin_descriptor* descriptor; /* static */
+  const zhost_plugin_api* api;               /* static */
 } zhost_negotiation;
 #define ZHOST_NEGOTIATION_SIZE ZHOST_STRUCT_SIZE(zhost_negotiation, api)
 #define ZHOST_NEGOTIATION_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_negotiation, api) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_negotiation, ZHOST_NEGOTIATION_SIZE);
 
-typedef zhost_status *(*zhost_plugin_entry_v0_fn)(zhost_negotiation *io);
+typedef zhost_status* (*zhost_plugin_entry_v0_fn)(zhost_negotiation* io);
 
 #ifdef __cplusplus
 }

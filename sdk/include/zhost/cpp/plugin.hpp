@@ -148,11 +148,17 @@ class DescriptorBuilder {
   DescriptorBuilder(const DescriptorBuilder&) = delete;
   DescriptorBuilder& operator=(const DescriptorBuilder&) = delete;
 
-  DescriptorBuilder& summary(const char* text) { descriptor_.summary = keep(text); return *this; }
+  DescriptorBuilder& summary(const char* text) {
+    descriptor_.summary = keep(text);
+    return *this;
+  }
   DescriptorBuilder& provides(std::initializer_list<const char*> caps) { return names(provides_, caps); }
   DescriptorBuilder& requires_caps(std::initializer_list<const char*> caps) { return names(requires_, caps); }
   DescriptorBuilder& conflicts(std::initializer_list<const char*> caps) { return names(conflicts_, caps); }
-  DescriptorBuilder& flags(uint64_t value) { descriptor_.flags = value; return *this; }
+  DescriptorBuilder& flags(uint64_t value) {
+    descriptor_.flags = value;
+    return *this;
+  }
 
   DescriptorBuilder& config_bool(const char* key, bool default_value, const char* doc) {
     return add_key(key, ZHOST_CONFIG_BOOL, default_value ? "true" : "false", doc);
@@ -261,8 +267,8 @@ struct InstanceOf {
 
 // Defines the exported entry for ABI major 0. `describe` is an expression yielding the descriptor
 // pointer (evaluated once, on first negotiation), `api` a pointer to the plugin's static lifecycle table.
-#define ZHOST_PLUGIN_ENTRY(describe, api)                                                     \
-  extern "C" ZHOST_EXPORT zhost_status* zhost_plugin_v0(zhost_negotiation* io) {             \
-    static const zhost_plugin_descriptor* zhost_descriptor_ = (describe);                    \
-    return ::zhost::sdk::negotiate_v0(io, zhost_descriptor_, (api));                         \
+#define ZHOST_PLUGIN_ENTRY(describe, api)                                        \
+  extern "C" ZHOST_EXPORT zhost_status* zhost_plugin_v0(zhost_negotiation* io) { \
+    static const zhost_plugin_descriptor* zhost_descriptor_ = (describe);        \
+    return ::zhost::sdk::negotiate_v0(io, zhost_descriptor_, (api));             \
   }
