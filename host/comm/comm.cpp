@@ -77,23 +77,37 @@ std::shared_ptr<::gloo::transport::Device> choose_gloo_device(const CommOptions&
   return compat::gloo_default_device();
 }
 
-// Sums (or max/min) the w chunks of `chunks` ([w, n]) into `output` ([n]) in rank order.
+// Note [One summation order]: every SUM (and AVG) a reduce-scatter computes adds the ranks'
+// contributions one at a time in rank order, ((x_0 + x_1) + x_2) + ..., elementwise; 16-bit tensors are
+// summed in fp32 and rounded once. The result of an element therefore depends only on the values the ranks
+// contributed, not on the backend's algorithm, on how the elements were split into buckets or partitions,
+// or on which rank owns them. The ZeRO stages (stage 0 included) reduce every gradient through
+// reduce-scatter, which is what makes them bitwise equal to one another (docs/architecture.md, "One
+// summation order"). all_reduce keeps the backend's own order (Gloo's ring, NCCL's): use it for values
+// whose bits do not matter or that are exact (integer sums, max, min).
 void reduce_chunks(const at::Tensor& chunks, const at::Tensor& output, ReduceOp op) {
   at::Tensor out = output;
-  const int64_t rank_dim[] = {0};
+  const int64_t ranks = chunks.size(0);
   switch (op) {
     case ReduceOp::kSum:
-      at::sum_out(out, chunks, at::IntArrayRef(rank_dim));
+    case ReduceOp::kAvg: {
+      const bool widen = out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf;
+      at::Tensor sum = widen ? chunks[0].to(at::kFloat) : out.copy_(chunks[0]);
+      for (int64_t rank = 1; rank < ranks; ++rank) sum.add_(chunks[rank]);
+      if (op == ReduceOp::kAvg) sum.div_(static_cast<double>(ranks));
+      if (widen) out.copy_(sum);
       break;
-    case ReduceOp::kAvg:
-      at::sum_out(out, chunks, at::IntArrayRef(rank_dim)).div_(chunks.size(0));
-      break;
-    case ReduceOp::kMax:
+    }
+    case ReduceOp::kMax: {
+      const int64_t rank_dim[] = {0};
       at::amax_out(out, chunks, at::IntArrayRef(rank_dim));
       break;
-    case ReduceOp::kMin:
+    }
+    case ReduceOp::kMin: {
+      const int64_t rank_dim[] = {0};
       at::amin_out(out, chunks, at::IntArrayRef(rank_dim));
       break;
+    }
   }
 }
 
@@ -734,22 +748,14 @@ Work Comm::reduce_scatter_async(const at::Tensor& input, const at::Tensor& outpu
   at::Tensor out = flat(output, kind, "output");
   expect_same_kind(in, out, kind);
   expect_numel(in, out.numel() * group_->size, kind, "input", "world size x output");
-  if (group_->backend_for(in, kind) != group_->nccl) {
-    return reduce_scatter_v_async(in, out, std::vector<int64_t>(group_->size, out.numel()), op);
-  }
-  expect_reducible(in, op, kind);
-  c10d::ReduceScatterOptions options;
-  options.reduceOp = to_c10d(op);
-  options.timeout = group_->job->timeout;
-
-  std::lock_guard<std::mutex> lock(group_->issue_mutex);
-  auto state = group_->start(
-      kind, reduce_scatter_traffic(std::vector<uint64_t>(group_->size, bytes_of(out)), group_->rank), true);
-  return group_->issue(std::move(state), [&] { return group_->nccl->_reduce_scatter_base(out, in, options); });
+  // NCCL's own reduce-scatter sums in its ring's order: both backends go through the all-to-all, so that
+  // the result is the same (Note [One summation order]).
+  return reduce_scatter_v_async(in, out, std::vector<int64_t>(group_->size, out.numel()), op);
 }
 
-// Gloo has no reduce-scatter and NCCL none with uneven counts: an all-to-all sends each rank the pieces of
-// its shard (the same bytes a ring reduce-scatter moves), then every rank reduces its w pieces locally.
+// An all-to-all sends each rank the pieces of its shard (the same bytes a ring reduce-scatter moves), then
+// every rank reduces its w pieces locally in rank order (Note [One summation order]). Gloo has no
+// reduce-scatter, NCCL none with uneven counts, and neither sums in a fixed order.
 Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& counts,
                                   ReduceOp op) {
   constexpr auto kind = CollectiveKind::kReduceScatter;
