@@ -15,7 +15,6 @@
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
-
 #include <unistd.h>
 #include <xmmintrin.h>
 
@@ -33,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-#include "plugins/offload_cpu/cpu_optimizer.hpp"
+#include "zhost/kit/cpu_optimizer.hpp"
 
 namespace {
 
@@ -48,13 +47,12 @@ const char* const kTriadStreaming = "triad (fp32), streaming stores";
 struct Options {
   std::vector<int64_t> sizes = {10'000'000, 100'000'000};
   int rounds = 5;
-  int steps = 5;  // timed steps per configuration per round (after one untimed)
+  int steps = 5;    // timed steps per configuration per round (after one untimed)
   int threads = 0;  // 0: hardware threads
 };
 
 [[noreturn]] void usage(const char* message) {
-  std::fprintf(stderr,
-               "%s\nusage: bench_cpu_optimizer [--sizes N,N,...] [--rounds R] [--steps S] [--threads T]\n",
+  std::fprintf(stderr, "%s\nusage: bench_cpu_optimizer [--sizes N,N,...] [--rounds R] [--steps S] [--threads T]\n",
                message);
   std::exit(2);
 }
@@ -120,8 +118,8 @@ double time_step(const std::function<void()>& step, int steps) {
 // (spawned per call: ~0.1 ms against tens of ms of work). Plain stores: the loop as STREAM writes it,
 // vectorized thanks to __restrict and -O3 (CMakeLists.txt); the stores of a also read a's lines first
 // (write-allocate), which STREAM's 12 B do not count. Streaming stores (SSE2 MOVNTPS) skip that read.
-void triad(float* __restrict a, const float* __restrict b, const float* __restrict c, float s, int64_t n,
-           int threads, bool streaming_stores) {
+void triad(float* __restrict a, const float* __restrict b, const float* __restrict c, float s, int64_t n, int threads,
+           bool streaming_stores) {
   auto chunk = [=](int t) {
     const int64_t begin = n * t / threads / 4 * 4;
     const int64_t end = t + 1 == threads ? n : n * (t + 1) / threads / 4 * 4;
@@ -180,8 +178,8 @@ int main(int argc, char** argv) {
               std::thread::hardware_concurrency(), static_cast<long long>(last_level_cache_bytes() >> 20),
               optim::isa_name(isa));
   std::printf("- LibTorch %s, intra-op threads at start %d\n", TORCH_VERSION, at::get_num_threads());
-  std::printf("- rounds %d, timed steps per configuration per round %d, threads %d\n", options.rounds,
-              options.steps, options.threads);
+  std::printf("- rounds %d, timed steps per configuration per round %d, threads %d\n", options.rounds, options.steps,
+              options.threads);
   std::printf("- load average at start: %s\n", load_average().c_str());
   std::fflush(stdout);
 
@@ -190,8 +188,9 @@ int main(int argc, char** argv) {
   std::vector<float> ta(static_cast<size_t>(triad_n), 0.0f), tb(static_cast<size_t>(triad_n), 1.0f),
       tc(static_cast<size_t>(triad_n), 2.0f);
 
-  std::printf("\n| params | configuration | threads | ms/step (median; range over rounds) | Mparams/s | GB/s | "
-              "vs torch AdamW, same threads (its faster) | of triad GB/s |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n| params | configuration | threads | ms/step (median; range over rounds) | Mparams/s | GB/s | "
+      "vs torch AdamW, same threads (its faster) | of triad GB/s |\n|---|---|---|---|---|---|---|---|\n");
   for (const int64_t n : options.sizes) {
     const size_t size = static_cast<size_t>(n);
     std::vector<float> param(size), grad(size), exp_avg(size, 0.0f), exp_avg_sq(size, 0.0f);
@@ -215,9 +214,9 @@ int main(int argc, char** argv) {
         step_options.isa = isa;
         step_options.threads = threads;
         hyper.step = ++step_count;
-        optim::adam_step(hyper, param.data(), grad.data(), optim::GradType::kF32, exp_avg.data(),
-                         exp_avg_sq.data(), with_copy ? copy.data() : nullptr,
-                         with_copy ? optim::Copy16::kBf16 : optim::Copy16::kNone, n, step_options);
+        optim::adam_step(hyper, param.data(), grad.data(), optim::GradType::kF32, exp_avg.data(), exp_avg_sq.data(),
+                         with_copy ? copy.data() : nullptr, with_copy ? optim::Copy16::kBf16 : optim::Copy16::kNone, n,
+                         step_options);
       };
     };
     auto torch_step = [&](int threads) {
@@ -299,18 +298,22 @@ int main(int argc, char** argv) {
       } else {
         std::snprintf(gbs_text, sizeof gbs_text, "%.1f", static_cast<double>(elements) * bytes / seconds / 1e9);
       }
-      std::printf("| %s | %s | %d | %.2f (%.2f - %.2f) | %s | %s | %s | %s |\n",
-                  row.is_triad ? (std::to_string(triad_n / 1'000'000) + "M x 3 arrays").c_str()
-                               : (std::to_string(n / 1'000'000) + "M").c_str(),
-                  row.name.c_str(), row.threads, seconds * 1e3, lowest * 1e3, highest * 1e3,
-                  row.is_triad ? "" : std::to_string(static_cast<int64_t>(static_cast<double>(n) / seconds / 1e6)).c_str(),
-                  gbs_text, vs_torch_text, of_triad_text);
+      std::printf(
+          "| %s | %s | %d | %.2f (%.2f - %.2f) | %s | %s | %s | %s |\n",
+          row.is_triad ? (std::to_string(triad_n / 1'000'000) + "M x 3 arrays").c_str()
+                       : (std::to_string(n / 1'000'000) + "M").c_str(),
+          row.name.c_str(), row.threads, seconds * 1e3, lowest * 1e3, highest * 1e3,
+          row.is_triad ? "" : std::to_string(static_cast<int64_t>(static_cast<double>(n) / seconds / 1e6)).c_str(),
+          gbs_text, vs_torch_text, of_triad_text);
     }
-    std::printf("| | load average before each round: %s | | | | | | |\n", [&] {
-      std::string joined;
-      for (const std::string& load : loads) joined += (joined.empty() ? "" : "; ") + load.substr(0, load.find(' '));
-      return joined;
-    }().c_str());
+    std::printf("| | load average before each round: %s | | | | | | |\n",
+                [&] {
+                  std::string joined;
+                  for (const std::string& load : loads)
+                    joined += (joined.empty() ? "" : "; ") + load.substr(0, load.find(' '));
+                  return joined;
+                }()
+                    .c_str());
     std::fflush(stdout);
   }
   std::printf("\n- load average at end: %s\n", load_average().c_str());

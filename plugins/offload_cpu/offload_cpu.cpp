@@ -25,9 +25,9 @@
 #include <thread>
 #include <vector>
 
-#include "plugins/offload_cpu/cpu_optimizer.hpp"
 #include "plugins/offload_cpu/group_states.hpp"
 #include "zhost/cpp/offload.hpp"
+#include "zhost/kit/cpu_optimizer.hpp"
 
 // A store or load still moving data: the host's copy behind it.
 struct zhost_tier_event {

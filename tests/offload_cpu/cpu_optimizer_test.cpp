@@ -1,9 +1,8 @@
-// tests/offload_cpu/cpu_optimizer_test.cpp: the fused CPU optimizer (plugins/offload_cpu/cpu_optimizer.hpp)
+// tests/offload_cpu/cpu_optimizer_test.cpp: the fused CPU optimizer (zhost/kit/cpu_optimizer.hpp)
 // against a float64 reference of the same updates, on every ISA path, every gradient type and every
 // 16-bit copy; plus agreement between paths and thread counts, the 16-bit conversions on special values,
 // and the ZHOST_CPU_ISA variable.
-#include "plugins/offload_cpu/cpu_optimizer.hpp"
-#include "tests/support/scoped_env.hpp"
+#include "zhost/kit/cpu_optimizer.hpp"
 
 #include <gtest/gtest.h>
 
@@ -21,6 +20,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/support/scoped_env.hpp"
 
 namespace zhost::cpu_optim {
 namespace {
@@ -155,9 +156,7 @@ struct Gradient {
       }
     }
   }
-  const void* data() const {
-    return type == GradType::kF32 ? static_cast<const void*>(floats.data()) : halves.data();
-  }
+  const void* data() const { return type == GradType::kF32 ? static_cast<const void*>(floats.data()) : halves.data(); }
   GradType type;
   Padded<float> floats;
   Padded<uint16_t> halves;
@@ -192,17 +191,24 @@ Problem make_problem(int64_t n, uint64_t seed) {
 
 // ---- The variants and the float64 reference ----
 
-enum class Variant { kAdamW, kAdamL2, kAdamNoBiasCorrection, kLion };
-const Variant kVariants[] = {Variant::kAdamW, Variant::kAdamL2, Variant::kAdamNoBiasCorrection, Variant::kLion};
+enum class Variant { kAdamW, kAdamL2, kAdamNoBiasCorrection, kLion, kSgdMomentum };
+const Variant kVariants[] = {Variant::kAdamW, Variant::kAdamL2, Variant::kAdamNoBiasCorrection, Variant::kLion,
+                             Variant::kSgdMomentum};
 const GradType kGradTypes[] = {GradType::kF32, GradType::kBf16, GradType::kF16};
 const Copy16 kCopyTypes[] = {Copy16::kNone, Copy16::kBf16, Copy16::kF16};
 
 const char* variant_name(Variant variant) {
   switch (variant) {
-    case Variant::kAdamW: return "AdamW";
-    case Variant::kAdamL2: return "Adam-L2";
-    case Variant::kAdamNoBiasCorrection: return "AdamW-no-bias-correction";
-    case Variant::kLion: return "Lion";
+    case Variant::kAdamW:
+      return "AdamW";
+    case Variant::kAdamL2:
+      return "Adam-L2";
+    case Variant::kAdamNoBiasCorrection:
+      return "AdamW-no-bias-correction";
+    case Variant::kLion:
+      return "Lion";
+    case Variant::kSgdMomentum:
+      return "SGD-momentum-L2";
   }
   return "?";
 }
@@ -227,6 +233,14 @@ AdamHyper adam_hyper(Variant variant, int64_t step) {
 LionHyper lion_hyper() {
   LionHyper hyper;
   hyper.lr = 1e-3;
+  hyper.weight_decay = 0.1;
+  return hyper;
+}
+
+SgdHyper sgd_hyper() {
+  SgdHyper hyper;
+  hyper.lr = 1e-2;
+  hyper.momentum = 0.9;
   hyper.weight_decay = 0.1;
   return hyper;
 }
@@ -298,6 +312,18 @@ struct ReferenceState {
     }
   }
 
+  // SGD with momentum and L2 decay; the momentum buffer is m.
+  void sgd_step(const SgdHyper& h, const std::vector<double>& grad) {
+    for (size_t i = 0; i < p.size(); ++i) {
+      const double g = grad[i] + h.weight_decay * p[i];
+      const double g_floor = std::fabs(grad[i]) + h.weight_decay * p_floor[i];
+      m[i] = h.momentum * m[i] + g;
+      m_floor[i] = h.momentum * m_floor[i] + g_floor;
+      p[i] -= h.lr * m[i];
+      p_floor[i] += h.lr * m_floor[i];
+    }
+  }
+
   // Lion: for the ambiguous elements, follow the sign the fp32 result took.
   void settle_lion_signs(const LionHyper& h, const float* param) {
     for (const auto& [i, before] : lion_ambiguous) {
@@ -320,8 +346,8 @@ int64_t count_off(const char* what, const float* got, const std::vector<double>&
     const double allowed = kRelativeTolerance * std::max(std::fabs(ref[i]), floor[i]);
     if (!(error <= allowed)) {
       if (++off <= 3) {
-        ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", reference " << ref[i] << ", floor "
-                      << floor[i] << ": relative error " << error / std::max(std::fabs(ref[i]), floor[i]);
+        ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", reference " << ref[i] << ", floor " << floor[i]
+                      << ": relative error " << error / std::max(std::fabs(ref[i]), floor[i]);
       }
     }
   }
@@ -345,8 +371,9 @@ struct State {
   void step(Variant variant, int64_t step_count, const Gradient& grad, const StepOptions& options) {
     void* copy = copy16_type == Copy16::kNone ? nullptr : copy16.data();
     if (variant == Variant::kLion) {
-      lion_step(lion_hyper(), param.data(), grad.data(), grad.type, exp_avg.data(), copy, copy16_type, n,
-                options);
+      lion_step(lion_hyper(), param.data(), grad.data(), grad.type, exp_avg.data(), copy, copy16_type, n, options);
+    } else if (variant == Variant::kSgdMomentum) {
+      sgd_step(sgd_hyper(), param.data(), grad.data(), grad.type, exp_avg.data(), copy, copy16_type, n, options);
     } else {
       adam_step(adam_hyper(variant, step_count), param.data(), grad.data(), grad.type, exp_avg.data(),
                 exp_avg_sq.data(), copy, copy16_type, n, options);
@@ -357,8 +384,8 @@ struct State {
     const auto same = [&](const auto& a, const auto& b, size_t bytes) {
       return std::memcmp(a.data(), b.data(), static_cast<size_t>(n) * bytes) == 0;
     };
-    return same(param, other.param, 4) && same(exp_avg, other.exp_avg, 4) &&
-           same(exp_avg_sq, other.exp_avg_sq, 4) && same(copy16, other.copy16, 2);
+    return same(param, other.param, 4) && same(exp_avg, other.exp_avg, 4) && same(exp_avg_sq, other.exp_avg_sq, 4) &&
+           same(copy16, other.copy16, 2);
   }
 
   Copy16 copy16_type;
@@ -392,6 +419,8 @@ void check_against_reference(const StepOptions& options) {
           const Gradient& grad = grads[static_cast<size_t>(step - 1)];
           if (variant == Variant::kLion) {
             ref.lion_step(lion_hyper(), grad.exact);
+          } else if (variant == Variant::kSgdMomentum) {
+            ref.sgd_step(sgd_hyper(), grad.exact);
           } else {
             ref.adam_step(adam_hyper(variant, step), grad.exact);
           }
@@ -409,7 +438,7 @@ void check_against_reference(const StepOptions& options) {
             SCOPED_TRACE(where.str());
             int64_t off = count_off("param", state.param.data(), ref.p, ref.p_floor);
             off += count_off("exp_avg", state.exp_avg.data(), ref.m, ref.m_floor);
-            if (variant != Variant::kLion) {
+            if (variant != Variant::kLion && variant != Variant::kSgdMomentum) {
               off += count_off("exp_avg_sq", state.exp_avg_sq.data(), ref.v, ref.v_floor);
             }
             EXPECT_EQ(off, 0);
@@ -447,9 +476,15 @@ TEST_P(CpuOptimizerMath, MatchesFloat64ReferenceForEveryTypeAndLength) {
   StepOptions options;
   std::optional<ScopedEnv> env;
   switch (GetParam()) {
-    case Path::kScalar: options.isa = Isa::kScalar; break;
-    case Path::kAvx2: options.isa = Isa::kAvx2; break;
-    case Path::kAvx512: options.isa = Isa::kAvx512; break;
+    case Path::kScalar:
+      options.isa = Isa::kScalar;
+      break;
+    case Path::kAvx2:
+      options.isa = Isa::kAvx2;
+      break;
+    case Path::kAvx512:
+      options.isa = Isa::kAvx512;
+      break;
     case Path::kViaEnv:
       env.emplace("ZHOST_CPU_ISA", "scalar");
       ASSERT_EQ(selected_isa(), Isa::kScalar);
@@ -461,10 +496,14 @@ TEST_P(CpuOptimizerMath, MatchesFloat64ReferenceForEveryTypeAndLength) {
 
 std::string path_name(const ::testing::TestParamInfo<Path>& info) {
   switch (info.param) {
-    case Path::kScalar: return "scalar";
-    case Path::kAvx2: return "avx2";
-    case Path::kAvx512: return "avx512";
-    case Path::kViaEnv: return "via_env";
+    case Path::kScalar:
+      return "scalar";
+    case Path::kAvx2:
+      return "avx2";
+    case Path::kAvx512:
+      return "avx512";
+    case Path::kViaEnv:
+      return "via_env";
   }
   return "unknown";
 }
@@ -499,8 +538,8 @@ void expect_same_bits(int64_t n, const std::vector<StepOptions>& option_sets) {
           for (size_t k = 0; k < option_sets.size(); ++k) {
             states[k].step(variant, step, grads[static_cast<size_t>(step - 1)], option_sets[k]);
             EXPECT_TRUE(states[k].same_bits(states[0]))
-                << variant_name(variant) << ", grad " << grad_name(grad_type) << ", copy "
-                << copy_name(copy_type) << ", step " << step << ": option set " << k << " differs";
+                << variant_name(variant) << ", grad " << grad_name(grad_type) << ", copy " << copy_name(copy_type)
+                << ", step " << step << ": option set " << k << " differs";
           }
         }
       }
@@ -558,8 +597,10 @@ TEST(CpuOptimizerGradScale, EqualsAPreScaledGradient) {
       with_scale.grad_scale = 0.25;
       AdamHyper plain = with_scale;
       plain.grad_scale = 1.0;
-      adam_step(with_scale, p1.data(), grad.data(), GradType::kF32, m1.data(), v1.data(), nullptr, Copy16::kNone, n, options);
-      adam_step(plain, p2.data(), scaled.data(), GradType::kF32, m2.data(), v2.data(), nullptr, Copy16::kNone, n, options);
+      adam_step(with_scale, p1.data(), grad.data(), GradType::kF32, m1.data(), v1.data(), nullptr, Copy16::kNone, n,
+                options);
+      adam_step(plain, p2.data(), scaled.data(), GradType::kF32, m2.data(), v2.data(), nullptr, Copy16::kNone, n,
+                options);
       EXPECT_EQ(p1, p2) << (decoupled ? "AdamW" : "Adam");
       EXPECT_EQ(v1, v2) << (decoupled ? "AdamW" : "Adam");
     }
@@ -668,8 +709,8 @@ TEST(CpuOptimizerCopies, SpecialValuesRoundCorrectlyOnEveryPath) {
           EXPECT_EQ(bits_of(param[i]), bits_of(values[i])) << "lr = 0 changed element " << i;
         }
         if (copy[i] != round_to(copy_type, param[i]) && ++off <= 5) {
-          ADD_FAILURE() << "element " << i << " (bits 0x" << std::hex << bits_of(param[i]) << "): copy 0x"
-                        << copy[i] << ", correctly rounded 0x" << round_to(copy_type, param[i]) << std::dec;
+          ADD_FAILURE() << "element " << i << " (bits 0x" << std::hex << bits_of(param[i]) << "): copy 0x" << copy[i]
+                        << ", correctly rounded 0x" << round_to(copy_type, param[i]) << std::dec;
         }
       }
       EXPECT_EQ(off, 0);
@@ -688,8 +729,8 @@ TEST(CpuOptimizerCopies, ReferenceConversionsKnownValues) {
   EXPECT_EQ(round_to_f16(65519.996f), 0x7BFF);
   EXPECT_EQ(round_to_f16(65520.0f), 0x7C00);
   EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -25)), 0x0000);          // tie, to even (zero)
-  EXPECT_EQ(round_to_f16(std::ldexp(3.0f, -25)), 0x0002);          // tie, to even
+  EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // tie, to even (zero)
+  EXPECT_EQ(round_to_f16(std::ldexp(3.0f, -25)), 0x0002);  // tie, to even
   EXPECT_EQ(round_to_f16(-std::ldexp(1.0f, -14)), 0x8400);
   EXPECT_EQ(decode_f16(0x3555), 0.333251953125);  // (1024 + 0x155) * 2^(13 - 25)
 }
@@ -731,8 +772,7 @@ TEST(CpuOptimizerIsa, UnknownNameThrowsOneLine) {
   EXPECT_NE(message.find(isa_name(best_isa())), std::string::npos) << message;
   // The step itself reports it too, when no ISA is given.
   float x = 0, g = 0, m = 0, v = 0;
-  EXPECT_THROW(adam_step(AdamHyper{}, &x, &g, GradType::kF32, &m, &v, nullptr, Copy16::kNone, 1),
-               std::runtime_error);
+  EXPECT_THROW(adam_step(AdamHyper{}, &x, &g, GradType::kF32, &m, &v, nullptr, Copy16::kNone, 1), std::runtime_error);
 }
 
 TEST(CpuOptimizerIsa, MissingIsaThrowsOneLine) {
@@ -755,8 +795,8 @@ TEST(CpuOptimizerIsa, MissingIsaThrowsOneLine) {
 
 TEST(CpuOptimizerArguments, BadArgumentsThrowAndEmptyIsANoOp) {
   float x = 1, g = 0, m = 0, v = 0;
-  EXPECT_NO_THROW(adam_step(AdamHyper{}, nullptr, nullptr, GradType::kF32, nullptr, nullptr, nullptr,
-                            Copy16::kNone, 0));
+  EXPECT_NO_THROW(
+      adam_step(AdamHyper{}, nullptr, nullptr, GradType::kF32, nullptr, nullptr, nullptr, Copy16::kNone, 0));
   EXPECT_THROW(adam_step(AdamHyper{}, &x, nullptr, GradType::kF32, &m, &v, nullptr, Copy16::kNone, 1),
                std::invalid_argument);
   EXPECT_THROW(adam_step(AdamHyper{}, &x, &g, GradType::kF32, &m, &v, nullptr, Copy16::kBf16, 1),
@@ -765,8 +805,7 @@ TEST(CpuOptimizerArguments, BadArgumentsThrowAndEmptyIsANoOp) {
                std::invalid_argument);
   AdamHyper step0;
   step0.step = 0;
-  EXPECT_THROW(adam_step(step0, &x, &g, GradType::kF32, &m, &v, nullptr, Copy16::kNone, 1),
-               std::invalid_argument);
+  EXPECT_THROW(adam_step(step0, &x, &g, GradType::kF32, &m, &v, nullptr, Copy16::kNone, 1), std::invalid_argument);
   StepOptions no_tile;
   no_tile.tile = 0;
   EXPECT_THROW(lion_step(LionHyper{}, &x, &g, GradType::kF32, &m, nullptr, Copy16::kNone, 1, no_tile),

@@ -1,11 +1,12 @@
 // tests/optim/test_optimizers.cpp: AdamW, Adam, SGD and Lion against float64 references of their
 // formulas (max-norm relative error <= 1e-6 after ten steps), flat-shard equivalence (slices step to the
-// same bits as the whole), state bookkeeping and export/import, on the CPU and (when present) CUDA; and
-// argument checks.
+// same bits as the whole), the CPU step being the fused kernel's bits, state bookkeeping and export/import, on the CPU
+// and (when present) CUDA; and argument checks.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cat.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -15,6 +16,7 @@
 #include "host/optim/optimizer_type.hpp"
 #include "tests/optim/optim_test_support.hpp"
 #include "zhost/cpp/error.hpp"
+#include "zhost/kit/cpu_optimizer.hpp"
 #include "zhost/kit/optimizer.hpp"
 
 namespace zhost::optim {
@@ -132,6 +134,63 @@ TEST_P(OptimizerTest, SlicesOfAFlatShardStepLikeTheWhole) {
     for (const OptimizerState& state : slice_states) parts.push_back(state.get(name));
     EXPECT_TRUE(testing::bitwise_equal(whole_state.get(name), at::cat(parts))) << name << " differs";
   }
+}
+
+// Note [One optimizer arithmetic]: on the CPU the kit steps with the fused kernel the CPU tier uses, with
+// the gradient factor applied first: the same bits as calling the kernel on the raw buffers.
+TEST_P(OptimizerTest, CpuStepIsTheFusedKernelBitForBit) {
+  if (device() != at::kCPU) GTEST_SKIP() << "the fused kernel steps CPU tensors only";
+  const auto optimizer = make_optimizer(spec());
+  const int64_t n = 1003;
+  at::Tensor param = random_tensor(n, 21);
+  std::vector<float> raw(param.data_ptr<float>(), param.data_ptr<float>() + n);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  OptimizerState state;
+  const double grad_scale = 0.3;
+  for (int64_t step = 1; step <= 3; ++step) {
+    const at::Tensor grad = random_tensor(n, static_cast<uint32_t>(200 + step), 0.1f);
+    const double lr = testing::test_lr(spec().lr, step);
+    optimizer->step(param, grad, state, step, lr, grad_scale);
+    const float* g = grad.data_ptr<float>();
+    const auto f32 = cpu_optim::GradType::kF32;
+    switch (spec().kind) {
+      case OptimizerKind::kAdamW:
+      case OptimizerKind::kAdam: {
+        cpu_optim::AdamHyper h;
+        h.lr = lr;
+        h.beta1 = spec().beta1;
+        h.beta2 = spec().beta2;
+        h.eps = spec().eps;
+        h.weight_decay = spec().weight_decay;
+        h.decoupled = spec().kind == OptimizerKind::kAdamW;
+        h.bias_correction = spec().bias_correction;
+        h.step = step;
+        h.grad_scale = grad_scale;
+        cpu_optim::adam_step(h, raw.data(), g, f32, m.data(), v.data(), nullptr, cpu_optim::Copy16::kNone, n);
+        break;
+      }
+      case OptimizerKind::kSgd: {
+        cpu_optim::SgdHyper h;
+        h.lr = lr;
+        h.momentum = spec().momentum;
+        h.weight_decay = spec().weight_decay;
+        h.grad_scale = grad_scale;
+        cpu_optim::sgd_step(h, raw.data(), g, f32, m.data(), nullptr, cpu_optim::Copy16::kNone, n);
+        break;
+      }
+      case OptimizerKind::kLion: {
+        cpu_optim::LionHyper h;
+        h.lr = lr;
+        h.beta1 = spec().beta1;
+        h.beta2 = spec().beta2;
+        h.weight_decay = spec().weight_decay;
+        h.grad_scale = grad_scale;
+        cpu_optim::lion_step(h, raw.data(), g, f32, m.data(), nullptr, cpu_optim::Copy16::kNone, n);
+        break;
+      }
+    }
+  }
+  EXPECT_EQ(std::memcmp(param.data_ptr<float>(), raw.data(), sizeof(float) * n), 0);
 }
 
 TEST_P(OptimizerTest, StateIsAllocatedOnFirstStepAndSurvivesExportImport) {

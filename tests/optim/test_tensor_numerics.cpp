@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -136,6 +137,52 @@ INSTANTIATE_TEST_SUITE_P(Devices, TensorNumericsTest, ::testing::Values(at::kCPU
                          [](const ::testing::TestParamInfo<at::DeviceType>& param_info) {
                            return testing::device_suffix(param_info.param).substr(1);
                          });
+
+// Note [Exact gradient norm]: the limbs of any split of the elements, summed, give the bits of the whole;
+// the result is within 1e-12 of float64's, and follows inf and NaN as overflow.
+double exact_norm_over(const std::vector<std::vector<at::Tensor>>& parts) {
+  float max = 0;
+  for (const auto& part : parts) max = std::max(max, max_abs(part));
+  SquareSumLimbs total;
+  for (const auto& part : parts) {
+    const SquareSumLimbs limbs = square_sum_limbs(part, max);
+    for (int i = 0; i < kSquareSumLimbs; ++i) total.limb[i] += limbs.limb[i];
+  }
+  return exact_norm(total, max);
+}
+
+TEST(ExactNorm, IsIndependentOfHowTheElementsAreSplit) {
+  // Magnitudes from 1e-30 to 1e4 in one vector, so that a floating-point sum would depend on its order.
+  std::vector<float> values = testing::random_normal(100003, 7);
+  for (size_t i = 0; i < values.size(); ++i) values[i] *= std::pow(10.0f, static_cast<float>(i % 35) - 30.0f);
+  const at::Tensor whole = testing::to_tensor(values);
+  const double expected = float64_norm({whole});
+  const double one = exact_norm_over({{whole}});
+  EXPECT_NEAR(one, expected, 1e-12 * expected);
+  // Uneven shards across "ranks", some holding several tensors, one none; and reversed.
+  const double split = exact_norm_over({{whole.narrow(0, 0, 5)},
+                                        {whole.narrow(0, 5, 40000), whole.narrow(0, 40005, 3)},
+                                        {},
+                                        {whole.narrow(0, 40008, 59995)}});
+  const double reversed = exact_norm_over({{whole.narrow(0, 40008, 59995)}, {whole.narrow(0, 0, 40008)}});
+  EXPECT_EQ(one, split);
+  EXPECT_EQ(one, reversed);
+  // 16-bit tensors are read as their fp32 values.
+  const at::Tensor bf16 = whole.to(at::kBFloat16);
+  EXPECT_EQ(exact_norm_over({{bf16}}), exact_norm_over({{bf16.to(at::kFloat)}}));
+}
+
+TEST(ExactNorm, ZeroGradientsAndOverflow) {
+  const at::Tensor zeros = at::zeros({17}, at::kFloat);
+  EXPECT_EQ(exact_norm_over({{zeros}}), 0.0);
+  at::Tensor with_nan = at::zeros({17}, at::kFloat);
+  with_nan[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isinf(max_abs({with_nan})));
+  at::Tensor with_inf = at::zeros({17}, at::kFloat);
+  with_inf[16] = -std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isinf(max_abs({with_inf})));
+  EXPECT_TRUE(std::isinf(exact_norm_over({{with_inf}})));
+}
 
 TEST(ClipCoefficient, IsPyTorchs) {
   EXPECT_DOUBLE_EQ(clip_coefficient(10.0, 1.0), 1.0 / (10.0 + 1e-6));

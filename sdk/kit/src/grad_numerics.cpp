@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kit_error.hpp"
@@ -64,6 +65,91 @@ at::Tensor squared_norm(at::TensorList tensors) {
 }
 
 double global_grad_norm(at::TensorList tensors) { return std::sqrt(squared_norm(tensors).item<double>()); }
+
+namespace {
+
+__extension__ typedef unsigned __int128 Uint128;  // GCC and Clang's 128-bit integer
+constexpr int kFractionBits = 80;                 // Note [Exact gradient norm]: every g^2 / 2^(2(e+1)) scaled to 2^80
+
+// Calls visit(float) for every element of `tensor` (fp32, bf16 or fp16; a CUDA tensor is copied to the
+// host first), in order.
+template <class Visit>
+void for_each_value(const at::Tensor& tensor, Visit&& visit) {
+  const at::Tensor host = (tensor.device().is_cpu() ? tensor : tensor.cpu()).contiguous();
+  const int64_t n = host.numel();
+  switch (host.scalar_type()) {
+    case at::kFloat: {
+      const float* data = host.data_ptr<float>();
+      for (int64_t i = 0; i < n; ++i) visit(data[i]);
+      break;
+    }
+    case at::kBFloat16: {
+      const c10::BFloat16* data = host.data_ptr<c10::BFloat16>();
+      for (int64_t i = 0; i < n; ++i) visit(static_cast<float>(data[i]));
+      break;
+    }
+    case at::kHalf: {
+      const c10::Half* data = host.data_ptr<c10::Half>();
+      for (int64_t i = 0; i < n; ++i) visit(static_cast<float>(data[i]));
+      break;
+    }
+    default:
+      detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "exact gradient norm: {} tensors are not supported (fp32, bf16, fp16)",
+                   c10::toString(host.scalar_type()));
+  }
+}
+
+// 2^(kFractionBits - 2(e+1)) for M = max_abs, e its binary exponent: M^2 scaled stays below 2^80.
+int scale_exponent(float max_abs) { return kFractionBits - 2 * std::ilogb(max_abs) - 2; }
+
+}  // namespace
+
+float max_abs(at::TensorList tensors) {
+  float result = 0;
+  for (const at::Tensor& tensor : tensors) {
+    for_each_value(tensor, [&](float x) {
+      const float magnitude = std::fabs(x);
+      if (!(magnitude <= result)) result = std::isnan(magnitude) ? INFINITY : magnitude;  // NaN: overflow
+    });
+  }
+  return result;
+}
+
+SquareSumLimbs square_sum_limbs(at::TensorList tensors, float max_abs) {
+  SquareSumLimbs limbs;
+  if (!(max_abs > 0) || !std::isfinite(max_abs)) return limbs;    // all zero (or overflow: not used)
+  const double scale = std::ldexp(1.0, scale_exponent(max_abs));  // a power of two in [2^-176, 2^376]
+  constexpr double kTwoTo40 = 1099511627776.0, kTwoToMinus40 = 1.0 / kTwoTo40;
+  Uint128 sum = 0;
+  for (const at::Tensor& tensor : tensors) {
+    for_each_value(tensor, [&](float x) {
+      const double value = static_cast<double>(x) * static_cast<double>(x) * scale;  // < 2^80, exact
+      const double high = std::floor(value * kTwoToMinus40);                         // < 2^40
+      const double low = value - high * kTwoTo40;                                    // exact, in [0, 2^40)
+      sum += (static_cast<Uint128>(static_cast<uint64_t>(high)) << 40) + static_cast<uint64_t>(low);
+    });
+  }
+  // Four limbs hold one rank's sum (below 2^127); the fifth is headroom for the carries of many ranks.
+  for (int i = 0; i < 4; ++i) limbs.limb[i] = static_cast<int64_t>((sum >> (32 * i)) & 0xFFFFFFFFu);
+  return limbs;
+}
+
+double exact_norm(const SquareSumLimbs& summed, float max_abs) {
+  if (!(max_abs > 0) || !std::isfinite(max_abs)) return max_abs > 0 ? INFINITY : 0.0;
+  // The limbs of every rank were added: carry them into one 160-bit value, then to fp64 from the top.
+  Uint128 carry = 0;
+  uint32_t words[kSquareSumLimbs + 2] = {};
+  for (int i = 0; i < kSquareSumLimbs; ++i) {
+    carry += static_cast<Uint128>(static_cast<uint64_t>(summed.limb[i]));
+    words[i] = static_cast<uint32_t>(carry & 0xFFFFFFFFu);
+    carry >>= 32;
+  }
+  words[kSquareSumLimbs] = static_cast<uint32_t>(carry & 0xFFFFFFFFu);
+  words[kSquareSumLimbs + 1] = static_cast<uint32_t>(carry >> 32);
+  double total = 0;
+  for (int i = kSquareSumLimbs + 1; i >= 0; --i) total = total * 4294967296.0 + static_cast<double>(words[i]);
+  return std::sqrt(std::ldexp(total, -scale_exponent(max_abs)));
+}
 
 double clip_coefficient(double total_norm, double max_norm) {
   if (max_norm <= 0) return 1.0;

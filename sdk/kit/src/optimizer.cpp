@@ -1,9 +1,12 @@
-// sdk/kit/src/optimizer.cpp: AdamW, Adam, SGD and Lion as in-place ATen updates of fp32 tensors.
+// sdk/kit/src/optimizer.cpp: AdamW, Adam, SGD and Lion steps of fp32 tensors: on the CPU through the fused
+// CPU optimizer (Note [One optimizer arithmetic], zhost/kit/cpu_optimizer.hpp), elsewhere (CUDA) as
+// in-place ATen updates with the same formulas.
 //
-// Every update below is elementwise, so stepping a flat buffer in slices gives the same bits as stepping
-// it whole. Scalars (lr, betas, bias corrections) are computed on the host in double.
+// Every update is elementwise, so stepping a flat buffer in slices gives the same bits as stepping it
+// whole. Scalars (lr, betas, bias corrections) are computed on the host in double.
 #include "zhost/kit/optimizer.hpp"
 
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros_like.h>
@@ -13,6 +16,7 @@
 #include <limits>
 
 #include "kit_error.hpp"
+#include "zhost/kit/cpu_optimizer.hpp"
 
 namespace zhost::kit {
 namespace {
@@ -109,7 +113,8 @@ at::Tensor Optimizer::state_tensor(OptimizerState& state, std::string_view name,
   return tensor;
 }
 
-void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step, double lr) {
+void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step, double lr,
+                                     double grad_scale) {
   if (!param.defined() || !grad.defined())
     detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step needs a parameter and its gradient");
   if (param.scalar_type() != at::kFloat || grad.scalar_type() != at::kFloat || param.sizes() != grad.sizes() ||
@@ -122,7 +127,36 @@ void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& 
   if (step < 1) detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step count must start at 1, got {}", step);
   if (!std::isfinite(lr) || lr < 0)
     detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step: learning rate must be finite and >= 0, got {}", lr);
+  if (!std::isfinite(grad_scale))
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step: gradient scale must be finite, got {}", grad_scale);
 }
+
+namespace {
+
+// Whether the fused CPU optimizer can step these tensors in place (CPU, contiguous).
+bool fused(std::initializer_list<const at::Tensor*> tensors) {
+  for (const at::Tensor* tensor : tensors)
+    if (!tensor->device().is_cpu() || !tensor->is_contiguous()) return false;
+  return true;
+}
+
+cpu_optim::StepOptions fused_options() {
+  cpu_optim::StepOptions options;
+  options.threads = std::max(1, at::get_num_threads());  // the rank's intra-op threads
+  return options;
+}
+
+// Runs `call`, turning the fused optimizer's std::exceptions into the kit's error idiom.
+template <class Call>
+void run_fused(Call&& call) {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "{}", e.what());
+  }
+}
+
+}  // namespace
 
 void Optimizer::allocate_state(OptimizerState& state, const at::Tensor& param) const {
   for (const std::string& name : state_names()) state_tensor(state, name, param);
@@ -151,28 +185,46 @@ namespace {
 class Adam final : public Optimizer {
  public:
   using Optimizer::Optimizer;
-  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step,
-            double lr) const override {
-    check_step_arguments(param, grad, step, lr);
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step, double lr,
+            double grad_scale) const override {
+    check_step_arguments(param, grad, step, lr, grad_scale);
     at::NoGradGuard no_grad;
     const OptimizerSpec& hyper = spec();
     const at::Tensor exp_avg = state_tensor(state, "exp_avg", param);
     const at::Tensor exp_avg_sq = state_tensor(state, "exp_avg_sq", param);
-    at::Tensor effective_grad = grad;
+    if (fused({&param, &grad, &exp_avg, &exp_avg_sq})) {
+      cpu_optim::AdamHyper fused_hyper;
+      fused_hyper.lr = lr;
+      fused_hyper.beta1 = hyper.beta1;
+      fused_hyper.beta2 = hyper.beta2;
+      fused_hyper.eps = hyper.eps;
+      fused_hyper.weight_decay = hyper.weight_decay;
+      fused_hyper.decoupled = kind() == OptimizerKind::kAdamW;
+      fused_hyper.bias_correction = hyper.bias_correction;
+      fused_hyper.step = step;
+      fused_hyper.grad_scale = grad_scale;
+      run_fused([&] {
+        cpu_optim::adam_step(fused_hyper, param.data_ptr<float>(), grad.data_ptr<float>(), cpu_optim::GradType::kF32,
+                             exp_avg.data_ptr<float>(), exp_avg_sq.data_ptr<float>(), nullptr, cpu_optim::Copy16::kNone,
+                             param.numel(), fused_options());
+      });
+      return;
+    }
+    at::Tensor effective_grad = grad_scale == 1.0 ? grad : grad.mul(grad_scale);
     if (hyper.weight_decay != 0) {
       if (kind() == OptimizerKind::kAdamW) {
         param.mul_(1.0 - lr * hyper.weight_decay);
       } else {
-        effective_grad = grad.add(param, hyper.weight_decay);
+        effective_grad = effective_grad.add(param, hyper.weight_decay);
       }
     }
     const double steps = static_cast<double>(step);
     const double bias_correction1 = hyper.bias_correction ? 1.0 - std::pow(hyper.beta1, steps) : 1.0;
     const double bias_correction2 = hyper.bias_correction ? 1.0 - std::pow(hyper.beta2, steps) : 1.0;
-    exp_avg.lerp_(effective_grad, 1.0 - hyper.beta1);
+    exp_avg.mul_(hyper.beta1).add_(effective_grad, 1.0 - hyper.beta1);
     exp_avg_sq.mul_(hyper.beta2).addcmul_(effective_grad, effective_grad, 1.0 - hyper.beta2);
     at::Tensor denom = exp_avg_sq.sqrt();
-    denom.div_(std::sqrt(bias_correction2)).add_(hyper.eps);
+    denom.mul_(1.0 / std::sqrt(bias_correction2)).add_(hyper.eps);
     param.addcdiv_(exp_avg, denom, -lr / bias_correction1);
   }
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
@@ -183,13 +235,28 @@ class Adam final : public Optimizer {
 class Sgd final : public Optimizer {
  public:
   using Optimizer::Optimizer;
-  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step,
-            double lr) const override {
-    check_step_arguments(param, grad, step, lr);
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step, double lr,
+            double grad_scale) const override {
+    check_step_arguments(param, grad, step, lr, grad_scale);
     at::NoGradGuard no_grad;
-    at::Tensor direction = spec().weight_decay != 0 ? grad.add(param, spec().weight_decay) : grad;
-    if (spec().momentum != 0) {
-      const at::Tensor momentum_buffer = state_tensor(state, "momentum_buffer", param);
+    const bool momentum = spec().momentum != 0;
+    const at::Tensor momentum_buffer = momentum ? state_tensor(state, "momentum_buffer", param) : at::Tensor();
+    if (fused({&param, &grad}) && (!momentum || fused({&momentum_buffer}))) {
+      cpu_optim::SgdHyper fused_hyper;
+      fused_hyper.lr = lr;
+      fused_hyper.momentum = spec().momentum;
+      fused_hyper.weight_decay = spec().weight_decay;
+      fused_hyper.grad_scale = grad_scale;
+      run_fused([&] {
+        cpu_optim::sgd_step(fused_hyper, param.data_ptr<float>(), grad.data_ptr<float>(), cpu_optim::GradType::kF32,
+                            momentum ? momentum_buffer.data_ptr<float>() : nullptr, nullptr, cpu_optim::Copy16::kNone,
+                            param.numel(), fused_options());
+      });
+      return;
+    }
+    at::Tensor direction = grad_scale == 1.0 ? grad : grad.mul(grad_scale);
+    if (spec().weight_decay != 0) direction = direction.add(param, spec().weight_decay);
+    if (momentum) {
       momentum_buffer.mul_(spec().momentum).add_(direction);
       direction = momentum_buffer;
     }
@@ -205,16 +272,31 @@ class Sgd final : public Optimizer {
 class Lion final : public Optimizer {
  public:
   using Optimizer::Optimizer;
-  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step,
-            double lr) const override {
-    check_step_arguments(param, grad, step, lr);
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step, double lr,
+            double grad_scale) const override {
+    check_step_arguments(param, grad, step, lr, grad_scale);
     at::NoGradGuard no_grad;
     const at::Tensor exp_avg = state_tensor(state, "exp_avg", param);
+    if (fused({&param, &grad, &exp_avg})) {
+      cpu_optim::LionHyper fused_hyper;
+      fused_hyper.lr = lr;
+      fused_hyper.beta1 = spec().beta1;
+      fused_hyper.beta2 = spec().beta2;
+      fused_hyper.weight_decay = spec().weight_decay;
+      fused_hyper.grad_scale = grad_scale;
+      run_fused([&] {
+        cpu_optim::lion_step(fused_hyper, param.data_ptr<float>(), grad.data_ptr<float>(), cpu_optim::GradType::kF32,
+                             exp_avg.data_ptr<float>(), nullptr, cpu_optim::Copy16::kNone, param.numel(),
+                             fused_options());
+      });
+      return;
+    }
+    const at::Tensor g = grad_scale == 1.0 ? grad : grad.mul(grad_scale);
     if (spec().weight_decay != 0) param.mul_(1.0 - lr * spec().weight_decay);
     at::Tensor update = exp_avg.mul(spec().beta1);
-    update.add_(grad, 1.0 - spec().beta1).sign_();
+    update.add_(g, 1.0 - spec().beta1).sign_();
     param.add_(update, -lr);
-    exp_avg.lerp_(grad, 1.0 - spec().beta2);
+    exp_avg.mul_(spec().beta2).add_(g, 1.0 - spec().beta2);
   }
   std::vector<std::string> state_names() const override { return {"exp_avg"}; }
 };

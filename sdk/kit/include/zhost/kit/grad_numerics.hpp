@@ -8,6 +8,8 @@
 
 #include <ATen/core/ATen_fwd.h>  // at::Tensor, at::TensorList, forward-declared
 
+#include <cstdint>
+
 namespace zhost::kit {
 
 // True when any element of any tensor is inf or NaN.
@@ -20,6 +22,35 @@ at::Tensor squared_norm(at::TensorList tensors);
 
 // sqrt(squared_norm(tensors)) on the host.
 double global_grad_norm(at::TensorList tensors);
+
+// Note [Exact gradient norm]: the global norm a ZeRO stage clips with must not depend on how the
+// gradients are split over ranks, partitions or tensors, or a partitioned stage clips by a factor a few
+// ulps away from stage 0's and the weights part ways. Floating-point sums depend on their order, so the
+// sum of squares is computed in fixed point, where addition is exact and associative:
+//   1. every rank finds max|g| over its elements (max_abs; an inf or NaN means overflow) and the ranks
+//      take the maximum M, exactly (a max does not round);
+//   2. with e = the binary exponent of M (M < 2^(e+1)), every element contributes
+//      floor(g^2 * 2^(80 - 2(e+1))), an integer below 2^80, computed exactly (g^2 of an fp32 is exact in
+//      fp64); a rank adds its contributions in 128-bit integers (exact for < 2^47 elements) and cuts the
+//      sum into 32-bit limbs (SquareSumLimbs);
+//   3. the ranks sum the limbs as int64 (exact, in any order, for < 2^31 ranks) and exact_norm() turns
+//      them into the norm. Each element is truncated below 2^-80 M^2, so the result is within a relative
+//      2^-40 of the true norm for up to 2^40 elements, and identical bit for bit however the elements
+//      were split.
+// Costs one pass over the gradients per step and two tiny all-reduces (a max, then kSquareSumLimbs int64).
+constexpr int kSquareSumLimbs = 5;
+struct SquareSumLimbs {
+  int64_t limb[kSquareSumLimbs] = {};  // limb[i] holds bits [32i, 32i + 32) of the fixed-point sum
+};
+
+// max |x| over all elements of all tensors (0 for none); +inf when any element is inf or NaN.
+float max_abs(at::TensorList tensors);
+
+// Step 2 for this rank's elements, scaled by `max_abs` (the maximum over all ranks, finite).
+SquareSumLimbs square_sum_limbs(at::TensorList tensors, float max_abs);
+
+// Step 3: the norm from the limbs summed over all ranks, and the same `max_abs`.
+double exact_norm(const SquareSumLimbs& summed, float max_abs);
 
 // PyTorch's clip_grad_norm_ factor: max_norm / (total_norm + 1e-6), clamped to at most 1. Returns 1 when
 // clipping is off (max_norm <= 0, DeepSpeed's gradient_clipping = 0). An inf norm gives 0 and a NaN norm

@@ -5,11 +5,14 @@
 // parameter group (ZeRO stage 1/2 partitions, stage 3 shards, offload sub-groups). Its moments live in an
 // OptimizerState owned by the caller, one per stepped tensor, allocated on first use like the tensor
 // (same shape, device, fp32). The Optimizer itself holds only hyper-parameters, so one object can step
-// every tensor of a run, from any thread. Pure in-place ATen ops, no autograd: CPU and CUDA alike.
+// every tensor of a run, from any thread. CPU tensors are stepped by the fused CPU optimizer, with the
+// arithmetic of the CPU-offload tier (Note [One optimizer arithmetic], zhost/kit/cpu_optimizer.hpp); CUDA
+// tensors by in-place ATen ops. No autograd.
 //
-// The caller hands over gradients that are final: averaged over the data-parallel world, unscaled by the
-// loss scale, clipped (see grad_numerics.hpp), and checked for overflow. A skipped step (overflow) must
-// not call step() at all, and does not count: `step` is the 1-based count of applied optimizer steps,
+// The caller hands over gradients checked for overflow, and the one factor (grad_scale) that makes them
+// final: averaging over the data-parallel world, unscaling by the loss scale and clipping (see
+// grad_numerics.hpp), applied as the first operation of the step, g * grad_scale, as every tier does. A skipped step
+// (overflow) must not call step() at all, and does not count: `step` is the 1-based count of applied optimizer steps,
 // which is what DeepSpeed's optimizers use for bias correction.
 //
 // Errors: sdk::PluginError (zhost/cpp/error.hpp), ZHOST_ERR_CONFIG for a setting out of range,
@@ -91,10 +94,11 @@ class Optimizer {
   OptimizerKind kind() const { return spec_.kind; }
 
   // One optimizer step on `param` in place (shape S, fp32, any device; a view into a flat buffer is
-  // fine). `grad`: shape S, fp32, same device, final (see the top of this file). `state`: this param's
-  // state, empty before its first step. `step` >= 1 counts applied steps; `lr` is this step's lr.
-  virtual void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step,
-                    double lr) const = 0;
+  // fine). `grad`: shape S, fp32, same device; the step uses grad * grad_scale (see the top of this
+  // file). `state`: this param's state, empty before its first step. `step` >= 1 counts applied steps;
+  // `lr` is this step's lr.
+  virtual void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step, double lr,
+                    double grad_scale = 1.0) const = 0;
 
   // The names of the state tensors this optimizer keeps per stepped tensor (may be none: plain SGD).
   virtual std::vector<std::string> state_names() const = 0;
@@ -115,9 +119,10 @@ class Optimizer {
   // The state tensor `name` for `param` (a handle sharing storage): zeros like param on first use,
   // checked against param after.
   static at::Tensor state_tensor(OptimizerState& state, std::string_view name, const at::Tensor& param);
-  // Throws unless param and grad are defined fp32 tensors of one shape on one device, step >= 1 and lr
-  // is finite and >= 0.
-  static void check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step, double lr);
+  // Throws unless param and grad are defined fp32 tensors of one shape on one device, step >= 1, lr
+  // is finite and >= 0 and grad_scale finite.
+  static void check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step, double lr,
+                                   double grad_scale);
 
  private:
   OptimizerSpec spec_;

@@ -1,8 +1,8 @@
-// plugins/offload_cpu/cpu_optimizer_avx2.cpp: the AVX2 path of the fused CPU optimizer: 8 fp32 lanes,
+// sdk/kit/cpu_optimizer/cpu_optimizer_avx2.cpp: the AVX2 path of the fused CPU optimizer: 8 fp32 lanes,
 // F16C for fp16, a scalar tail. Compiled with -mavx2 -mfma -mf16c; called only when the CPU has them.
 #include <immintrin.h>
 
-#include "plugins/offload_cpu/cpu_optimizer_kernels.hpp"
+#include "cpu_optimizer_kernels.hpp"
 
 namespace zhost::cpu_optim::detail {
 namespace {

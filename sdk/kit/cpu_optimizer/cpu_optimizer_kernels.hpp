@@ -1,5 +1,5 @@
-// plugins/offload_cpu/cpu_optimizer_kernels.hpp: internal to zhost_cpu_optimizer. The per-element math
-// of Adam and Lion, written once as templates over a lane type (float, or an ISA file's SIMD wrapper),
+// sdk/kit/cpu_optimizer/cpu_optimizer_kernels.hpp: internal to zhost_cpu_optimizer. The per-element math
+// of Adam, Lion and SGD, written once as templates over a lane type (float, or an ISA file's SIMD wrapper),
 // the loops that apply it over a range of elements, and the entry points each ISA file defines.
 //
 // An ISA file (cpu_optimizer_{scalar,avx2,avx512}.cpp, each compiled with its own -m flags) supplies an
@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "plugins/offload_cpu/cpu_optimizer.hpp"
+#include "zhost/kit/cpu_optimizer.hpp"
 
 namespace zhost::cpu_optim::detail {
 
@@ -38,7 +38,16 @@ struct LionConsts {
   float beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0;
 };
 
-// The buffers of one call; exp_avg_sq is unused by Lion.
+struct SgdConsts {
+  float grad_scale = 1;
+  bool l2 = false;  // weight_decay != 0: g += weight_decay * p
+  float weight_decay = 0;
+  bool momentum = false;  // momentum != 0: buf = momentum*buf + g, and buf is the direction
+  float momentum_factor = 0;
+  float step_size = 0;  // -lr
+};
+
+// The buffers of one call; exp_avg_sq is unused by Lion, and SGD keeps its momentum buffer in exp_avg.
 struct Buffers {
   float* param = nullptr;
   const void* grad = nullptr;
@@ -52,10 +61,12 @@ struct Buffers {
 // Steps elements [begin, end) of the buffers.
 using AdamRangeFn = void (*)(const AdamConsts&, const Buffers&, int64_t begin, int64_t end);
 using LionRangeFn = void (*)(const LionConsts&, const Buffers&, int64_t begin, int64_t end);
+using SgdRangeFn = void (*)(const SgdConsts&, const Buffers&, int64_t begin, int64_t end);
 
 struct KernelTable {
   AdamRangeFn adam;
   LionRangeFn lion;
+  SgdRangeFn sgd;
 };
 
 // One per ISA file; the x86 ones exist only in x86-64 builds (ZHOST_CPU_OPTIM_X86).
@@ -168,13 +179,15 @@ struct AdamLanes {
 
 template <class Ops>
 AdamLanes<typename Ops::F> splat(const AdamConsts& c) {
-  return {Ops::splat(c.grad_scale), Ops::splat(c.decay), Ops::splat(c.weight_decay), Ops::splat(c.beta1),
-          Ops::splat(c.one_minus_beta1), Ops::splat(c.beta2), Ops::splat(c.one_minus_beta2),
-          Ops::splat(c.inv_sqrt_bc2), Ops::splat(c.eps), Ops::splat(c.step_size)};
+  return {Ops::splat(c.grad_scale),      Ops::splat(c.decay),           Ops::splat(c.weight_decay),
+          Ops::splat(c.beta1),           Ops::splat(c.one_minus_beta1), Ops::splat(c.beta2),
+          Ops::splat(c.one_minus_beta2), Ops::splat(c.inv_sqrt_bc2),    Ops::splat(c.eps),
+          Ops::splat(c.step_size)};
 }
 
-// host/optim/optimizer.cpp's Adam, in fp32 and in this order of operations on every path; sqrt(v)/sqrt(bc2)
-// is taken as sqrt(v) * (1/sqrt(bc2)), as DeepSpeed's CPU Adam does (one division per element, not two).
+// The kit's Adam (Note [One optimizer arithmetic]), in fp32 and in this order of operations on every path;
+// sqrt(v)/sqrt(bc2) is taken as sqrt(v) * (1/sqrt(bc2)), as DeepSpeed's CPU Adam does (one division per element, not
+// two).
 template <bool kL2, class F>
 inline void adam_update(const AdamLanes<F>& k, F& p, F g, F& m, F& v) {
   g = g * k.grad_scale;
@@ -196,17 +209,41 @@ struct LionLanes {
 
 template <class Ops>
 LionLanes<typename Ops::F> splat(const LionConsts& c) {
-  return {Ops::splat(c.grad_scale), Ops::splat(c.decay), Ops::splat(c.lr), Ops::splat(c.beta1), Ops::splat(c.one_minus_beta1),
-          Ops::splat(c.beta2), Ops::splat(c.one_minus_beta2)};
+  return {Ops::splat(c.grad_scale),     Ops::splat(c.decay),           Ops::splat(c.lr),
+          Ops::splat(c.beta1),          Ops::splat(c.one_minus_beta1), Ops::splat(c.beta2),
+          Ops::splat(c.one_minus_beta2)};
 }
 
-// host/optim/optimizer.cpp's Lion.
+// The kit's Lion.
 template <class F>
 inline void lion_update(const LionLanes<F>& k, F& p, F g, F& m) {
   g = g * k.grad_scale;
   p = p * k.decay;
   p = p - k.lr * sign_of(k.beta1 * m + k.one_minus_beta1 * g);
   m = k.beta2 * m + k.one_minus_beta2 * g;
+}
+
+template <class F>
+struct SgdLanes {
+  F grad_scale, weight_decay, momentum_factor, step_size;
+};
+
+template <class Ops>
+SgdLanes<typename Ops::F> splat(const SgdConsts& c) {
+  return {Ops::splat(c.grad_scale), Ops::splat(c.weight_decay), Ops::splat(c.momentum_factor), Ops::splat(c.step_size)};
+}
+
+// The kit's SGD (torch.optim.SGD, dampening 0, no Nesterov): the buffer starts at zero, so its first
+// update gives exactly the direction, as torch's "buf = d" does.
+template <bool kL2, bool kMomentum, class F>
+inline void sgd_update(const SgdLanes<F>& k, F& p, F g, F& buf) {
+  g = g * k.grad_scale;
+  if constexpr (kL2) g = g + k.weight_decay * p;
+  if constexpr (kMomentum) {
+    buf = k.momentum_factor * buf + g;
+    g = buf;
+  }
+  p = p + k.step_size * g;
 }
 
 // ---- Blocks of Ops::kWidth elements (or a masked tail), and ranges ----
@@ -232,6 +269,17 @@ inline void lion_block(const LionLanes<typename Ops::F>& k, const Buffers& b, in
   lion_update(k, p, Ops::template load_grad<G>(b.grad, i, lanes), m);
   Ops::store(b.param + i, p, lanes);
   Ops::store(b.exp_avg + i, m, lanes);
+  Ops::template store_copy<C>(b.copy16, i, p, lanes);
+}
+
+template <class Ops, GradType G, Copy16 C, bool kL2, bool kMomentum, class Lanes>
+inline void sgd_block(const SgdLanes<typename Ops::F>& k, const Buffers& b, int64_t i, Lanes lanes) {
+  using F = typename Ops::F;
+  F p = Ops::load(b.param + i, lanes);
+  F buf = kMomentum ? Ops::load(b.exp_avg + i, lanes) : Ops::splat(0.0f);
+  sgd_update<kL2, kMomentum>(k, p, Ops::template load_grad<G>(b.grad, i, lanes), buf);
+  Ops::store(b.param + i, p, lanes);
+  if constexpr (kMomentum) Ops::store(b.exp_avg + i, buf, lanes);
   Ops::template store_copy<C>(b.copy16, i, p, lanes);
 }
 
@@ -265,6 +313,20 @@ void lion_span(const LionConsts& c, const Buffers& buffers, int64_t begin, int64
   }
 }
 
+template <class Ops, GradType G, Copy16 C, bool kL2, bool kMomentum>
+void sgd_span(const SgdConsts& c, const Buffers& buffers, int64_t begin, int64_t end) {
+  const Buffers b = buffers;  // as in adam_span
+  const SgdLanes<typename Ops::F> k = splat<Ops>(c);
+  int64_t i = begin;
+  for (; i + Ops::kWidth <= end; i += Ops::kWidth) sgd_block<Ops, G, C, kL2, kMomentum>(k, b, i, typename Ops::All{});
+  if (i == end) return;
+  if constexpr (Ops::kMaskedTail) {
+    sgd_block<Ops, G, C, kL2, kMomentum>(k, b, i, Ops::tail_lanes(end - i));
+  } else if constexpr (Ops::kWidth > 1) {
+    sgd_span<ScalarOps, G, C, kL2, kMomentum>(c, b, i, end);
+  }
+}
+
 // ---- From the run-time gradient and copy types to a compiled span ----
 
 struct AdamKernel {
@@ -285,28 +347,47 @@ struct LionKernel {
   }
 };
 
+struct SgdKernel {
+  template <class Ops, GradType G, Copy16 C>
+  static void run(const SgdConsts& c, const Buffers& b, int64_t begin, int64_t end) {
+    if (c.l2) {
+      if (c.momentum) return sgd_span<Ops, G, C, true, true>(c, b, begin, end);
+      return sgd_span<Ops, G, C, true, false>(c, b, begin, end);
+    }
+    if (c.momentum) return sgd_span<Ops, G, C, false, true>(c, b, begin, end);
+    sgd_span<Ops, G, C, false, false>(c, b, begin, end);
+  }
+};
+
 template <class Kernel, class Ops, GradType G, class Consts>
 void dispatch_copy(const Consts& c, const Buffers& b, int64_t begin, int64_t end) {
   switch (b.copy16_type) {
-    case Copy16::kNone: return Kernel::template run<Ops, G, Copy16::kNone>(c, b, begin, end);
-    case Copy16::kBf16: return Kernel::template run<Ops, G, Copy16::kBf16>(c, b, begin, end);
-    case Copy16::kF16: return Kernel::template run<Ops, G, Copy16::kF16>(c, b, begin, end);
+    case Copy16::kNone:
+      return Kernel::template run<Ops, G, Copy16::kNone>(c, b, begin, end);
+    case Copy16::kBf16:
+      return Kernel::template run<Ops, G, Copy16::kBf16>(c, b, begin, end);
+    case Copy16::kF16:
+      return Kernel::template run<Ops, G, Copy16::kF16>(c, b, begin, end);
   }
 }
 
 template <class Kernel, class Ops, class Consts>
 void dispatch_types(const Consts& c, const Buffers& b, int64_t begin, int64_t end) {
   switch (b.grad_type) {
-    case GradType::kF32: return dispatch_copy<Kernel, Ops, GradType::kF32>(c, b, begin, end);
-    case GradType::kBf16: return dispatch_copy<Kernel, Ops, GradType::kBf16>(c, b, begin, end);
-    case GradType::kF16: return dispatch_copy<Kernel, Ops, GradType::kF16>(c, b, begin, end);
+    case GradType::kF32:
+      return dispatch_copy<Kernel, Ops, GradType::kF32>(c, b, begin, end);
+    case GradType::kBf16:
+      return dispatch_copy<Kernel, Ops, GradType::kBf16>(c, b, begin, end);
+    case GradType::kF16:
+      return dispatch_copy<Kernel, Ops, GradType::kF16>(c, b, begin, end);
   }
 }
 
 // The KernelTable of an ISA file whose lane operations are Ops.
 template <class Ops>
 KernelTable kernel_table() {
-  return {&dispatch_types<AdamKernel, Ops, AdamConsts>, &dispatch_types<LionKernel, Ops, LionConsts>};
+  return {&dispatch_types<AdamKernel, Ops, AdamConsts>, &dispatch_types<LionKernel, Ops, LionConsts>,
+          &dispatch_types<SgdKernel, Ops, SgdConsts>};
 }
 
 }  // namespace

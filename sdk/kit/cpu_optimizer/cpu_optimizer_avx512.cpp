@@ -1,4 +1,4 @@
-// plugins/offload_cpu/cpu_optimizer_avx512.cpp: the AVX-512 path of the fused CPU optimizer: 16 fp32
+// sdk/kit/cpu_optimizer/cpu_optimizer_avx512.cpp: the AVX-512 path of the fused CPU optimizer: 16 fp32
 // lanes, masked loads and stores for the tail. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
 // -mfma; called only when the CPU has them.
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (`__m512i __Y = __Y;`), which
@@ -8,7 +8,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
-#include "plugins/offload_cpu/cpu_optimizer_kernels.hpp"
+#include "cpu_optimizer_kernels.hpp"
 
 namespace zhost::cpu_optim::detail {
 namespace {
@@ -54,7 +54,9 @@ struct Avx512Ops {
   static void store(float* dst, F x, All) { _mm512_storeu_ps(dst, x.v); }
   static void store(float* dst, F x, Tail lanes) { _mm512_mask_storeu_ps(dst, lanes, x.v); }
 
-  static __m256i load_halves(const uint16_t* src, All) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)); }
+  static __m256i load_halves(const uint16_t* src, All) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  }
   static __m256i load_halves(const uint16_t* src, Tail lanes) { return _mm256_maskz_loadu_epi16(lanes, src); }
   static void store_halves(uint16_t* dst, __m256i x, All) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), x); }
   static void store_halves(uint16_t* dst, __m256i x, Tail lanes) { _mm256_mask_storeu_epi16(dst, lanes, x); }

@@ -1,6 +1,6 @@
-// plugins/offload_cpu/cpu_optimizer_scalar.cpp: the scalar path of the fused CPU optimizer, one element at
+// sdk/kit/cpu_optimizer/cpu_optimizer_scalar.cpp: the scalar path of the fused CPU optimizer, one element at
 // a time with the math of cpu_optimizer_kernels.hpp. Built with no ISA flags, so it runs on any CPU.
-#include "plugins/offload_cpu/cpu_optimizer_kernels.hpp"
+#include "cpu_optimizer_kernels.hpp"
 
 namespace zhost::cpu_optim::detail {
 

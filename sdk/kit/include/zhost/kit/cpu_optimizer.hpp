@@ -1,15 +1,21 @@
-// plugins/offload_cpu/cpu_optimizer.hpp: the fused CPU optimizer of the CPU-offload tier: Adam/AdamW and
-// Lion steps over flat fp32 buffers in host memory, vectorized with AVX-512 or AVX2 (chosen at run time,
-// scalar fallback), multi-threaded over tiles.
+// zhost/kit/cpu_optimizer.hpp: the fused CPU optimizer: Adam/AdamW, Lion and SGD steps over flat fp32
+// buffers in host memory, vectorized with AVX-512 or AVX2 (chosen at run time, scalar fallback),
+// multi-threaded over tiles. The CPU-offload tier steps its groups with it, and the kit's Optimizer steps
+// every CPU tensor with it.
 //
 // One call makes one pass over memory: per element it reads the parameter, its gradient (fp32, bf16 or
 // fp16) and the moments, and writes the parameter, the moments and, when asked, a 16-bit copy of the new
 // parameter (bf16 or fp16, round to nearest even) for the device's working weights.
 //
-// The math is that of host/optim/optimizer.cpp (Adam, Lion): scalar constants are computed once per call
-// in double, the per-element arithmetic is fp32 (as DeepSpeed's CPU Adam). The scalar, AVX2 and AVX-512
-// paths perform the same IEEE operations in the same order (no FMA contraction), so they give the same
-// bits, whatever the thread count or tile size.
+// Note [One optimizer arithmetic]: an optimizer step on the CPU is one sequence of fp32 IEEE operations
+// per element, written once (sdk/kit/cpu_optimizer/cpu_optimizer_kernels.hpp): scalar constants are
+// computed once per call in double and rounded once to fp32; the gradient is multiplied by grad_scale
+// first (averaging, unscaling and clipping folded into one factor); then separate multiplies and adds,
+// never fused (the library is compiled with -ffp-contract=off and its SIMD wrappers use no FMA). The
+// scalar, AVX2 and AVX-512 paths therefore give the same bits, whatever the thread count, tile size or
+// where a slice of a buffer starts, and so do the kit's Optimizer (CPU tensors) and the CPU tier: moving
+// the optimizer to the tier changes no bit. The kit's Optimizer on CUDA tensors uses ATen ops instead:
+// same formulas, not the same bits (and never run on a GPU so far).
 //
 // No LibTorch here: plain pointers, so the library builds in seconds and can be tested on its own.
 #pragma once
@@ -59,6 +65,13 @@ struct LionHyper {
   double grad_scale = 1.0;  // as in AdamHyper
 };
 
+struct SgdHyper {
+  double lr = 1e-3;
+  double momentum = 0.0;      // 0: no buffer
+  double weight_decay = 0.0;  // L2: g += wd*p
+  double grad_scale = 1.0;    // as in AdamHyper
+};
+
 struct StepOptions {
   std::optional<Isa> isa;  // empty: selected_isa(); an ISA this CPU lacks throws std::runtime_error
   int threads = 0;         // 0: std::thread::hardware_concurrency(); 1: inline on the calling thread
@@ -73,15 +86,21 @@ struct StepOptions {
 // Buffers need no particular alignment but must not overlap. Throws std::invalid_argument on bad
 // arguments (null buffer, n < 0, step < 1, tile < 1, threads < 0) and std::runtime_error for an ISA
 // this CPU lacks.
-void adam_step(const AdamHyper& hyper, float* param, const void* grad, GradType grad_type,
-               float* exp_avg, float* exp_avg_sq, void* copy16, Copy16 copy16_type, int64_t n,
-               const StepOptions& options = {});
+void adam_step(const AdamHyper& hyper, float* param, const void* grad, GradType grad_type, float* exp_avg,
+               float* exp_avg_sq, void* copy16, Copy16 copy16_type, int64_t n, const StepOptions& options = {});
 
 // One Lion step over n elements, in place on param and exp_avg:
 //   p *= 1 - lr*wd;  p -= lr * sign(beta1*m + (1-beta1)*g);  m = beta2*m + (1-beta2)*g
 // with sign(0) = 0 (and sign(NaN) = 0, as torch's sign). copy16 as in adam_step.
-void lion_step(const LionHyper& hyper, float* param, const void* grad, GradType grad_type,
-               float* exp_avg, void* copy16, Copy16 copy16_type, int64_t n,
-               const StepOptions& options = {});
+void lion_step(const LionHyper& hyper, float* param, const void* grad, GradType grad_type, float* exp_avg, void* copy16,
+               Copy16 copy16_type, int64_t n, const StepOptions& options = {});
+
+// One SGD step over n elements (torch.optim.SGD, dampening 0, no Nesterov), in place on param and, with
+// momentum, momentum_buffer (zeros before the first step; may be null without momentum):
+//   g = grad * grad_scale;  g += wd*p (wd != 0);  buf = momentum*buf + g, d = buf (momentum != 0), else d = g;
+//   p -= lr * d.
+// copy16 as in adam_step.
+void sgd_step(const SgdHyper& hyper, float* param, const void* grad, GradType grad_type, float* momentum_buffer,
+              void* copy16, Copy16 copy16_type, int64_t n, const StepOptions& options = {});
 
 }  // namespace zhost::cpu_optim

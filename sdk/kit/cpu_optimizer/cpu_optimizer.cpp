@@ -1,7 +1,7 @@
-// plugins/offload_cpu/cpu_optimizer.cpp: the fused CPU optimizer's front: argument checks, the per-call
+// sdk/kit/cpu_optimizer/cpu_optimizer.cpp: the fused CPU optimizer's front: argument checks, the per-call
 // constants (in double), the choice of ISA (CPU detection, ZHOST_CPU_ISA), and the spread of tiles over
 // a small persistent thread pool. The kernels live in cpu_optimizer_{scalar,avx2,avx512}.cpp.
-#include "plugins/offload_cpu/cpu_optimizer.hpp"
+#include "zhost/kit/cpu_optimizer.hpp"
 
 #include <unistd.h>
 
@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "plugins/offload_cpu/cpu_optimizer_kernels.hpp"
+#include "cpu_optimizer_kernels.hpp"
 
 namespace zhost::cpu_optim {
 namespace {
@@ -151,8 +151,7 @@ TilePool& pool() {
 
 void run_tiles(const StepOptions& options, int64_t n, const TilePool::Body& body) {
   const int64_t tiles = (n + options.tile - 1) / options.tile;
-  const int64_t threads =
-      options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  const int64_t threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   const int64_t workers = std::min(threads, tiles);
   if (workers <= 1) {
     body(0, n);
@@ -161,8 +160,8 @@ void run_tiles(const StepOptions& options, int64_t n, const TilePool::Body& body
   pool().run(static_cast<int>(workers - 1), n, options.tile, body);
 }
 
-void check_common(const float* param, const void* grad, GradType grad_type, const float* exp_avg,
-                  const void* copy16, Copy16 copy16_type, int64_t n, const StepOptions& options) {
+void check_common(const float* param, const void* grad, GradType grad_type, const float* exp_avg, const void* copy16,
+                  Copy16 copy16_type, int64_t n, const StepOptions& options) {
   auto invalid = [](const std::string& what) { throw std::invalid_argument("cpu optimizer: " + what); };
   if (n < 0) invalid("element count " + std::to_string(n) + " is negative");
   if (options.tile < 1) invalid("tile " + std::to_string(options.tile) + " must be at least 1");
@@ -183,26 +182,30 @@ void check_common(const float* param, const void* grad, GradType grad_type, cons
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
   }
   return "unknown";
 }
 
 bool isa_supported(Isa isa) {
   switch (isa) {
-    case Isa::kScalar: return true;
+    case Isa::kScalar:
+      return true;
 #if defined(ZHOST_CPU_OPTIM_X86)
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 #else
     case Isa::kAvx2:
-    case Isa::kAvx512: return false;
+    case Isa::kAvx512:
+      return false;
 #endif
   }
   return false;
@@ -260,8 +263,8 @@ void adam_step(const AdamHyper& hyper, float* param, const void* grad, GradType 
   run_tiles(options, n, [&](int64_t begin, int64_t end) { range(consts, buffers, begin, end); });
 }
 
-void lion_step(const LionHyper& hyper, float* param, const void* grad, GradType grad_type, float* exp_avg,
-               void* copy16, Copy16 copy16_type, int64_t n, const StepOptions& options) {
+void lion_step(const LionHyper& hyper, float* param, const void* grad, GradType grad_type, float* exp_avg, void* copy16,
+               Copy16 copy16_type, int64_t n, const StepOptions& options) {
   check_common(param, grad, grad_type, exp_avg, copy16, copy16_type, n, options);
   const detail::LionRangeFn range = kernels(options.isa ? *options.isa : selected_isa()).lion;
   if (n == 0) return;
@@ -276,6 +279,26 @@ void lion_step(const LionHyper& hyper, float* param, const void* grad, GradType 
   consts.one_minus_beta2 = static_cast<float>(1.0 - hyper.beta2);
 
   const detail::Buffers buffers{param, grad, grad_type, exp_avg, nullptr, copy16, copy16_type};
+  run_tiles(options, n, [&](int64_t begin, int64_t end) { range(consts, buffers, begin, end); });
+}
+
+void sgd_step(const SgdHyper& hyper, float* param, const void* grad, GradType grad_type, float* momentum_buffer,
+              void* copy16, Copy16 copy16_type, int64_t n, const StepOptions& options) {
+  const bool momentum = hyper.momentum != 0;
+  // Without momentum there is no buffer: the parameter stands in for it in the checks and is never read as one.
+  check_common(param, grad, grad_type, momentum ? momentum_buffer : param, copy16, copy16_type, n, options);
+  const detail::SgdRangeFn range = kernels(options.isa ? *options.isa : selected_isa()).sgd;
+  if (n == 0) return;
+
+  detail::SgdConsts consts;
+  consts.grad_scale = static_cast<float>(hyper.grad_scale);
+  consts.l2 = hyper.weight_decay != 0;
+  consts.weight_decay = static_cast<float>(hyper.weight_decay);
+  consts.momentum = momentum;
+  consts.momentum_factor = static_cast<float>(hyper.momentum);
+  consts.step_size = static_cast<float>(-hyper.lr);
+
+  const detail::Buffers buffers{param, grad, grad_type, momentum_buffer, nullptr, copy16, copy16_type};
   run_tiles(options, n, [&](int64_t begin, int64_t end) { range(consts, buffers, begin, end); });
 }
 
