@@ -17,11 +17,12 @@ Stage3Options read_options(const sdk::Host& host) {
   o.sub_group_size = host.config_int("zero.sub_group_size");
   o.reduce_bucket_size = host.config_int("zero.reduce_bucket_size");
   o.overlap_comm = host.config_bool("zero.overlap_comm");
-  o.reduce_scatter = host.config_bool("zero.reduce_scatter");
+  zero::note_reduce_scatter_key(host);
   o.ignore_unused_parameters = host.config_bool("zero.ignore_unused_parameters");
   o.offload_buffer_count = host.config_int("zero.offload_param.buffer_count");
   o.offload_buffer_size = host.config_int("zero.offload_param.buffer_size");
   o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
+  o.agree_each_collective = host.config_string("zero.stage3_rank_agreement") == "each_collective";
   if (!host.config_bool("zero.contiguous_gradients"))
     host.warn(
         "zero.contiguous_gradients = false: zhost keeps each rank's reduced gradients in contiguous sub-group buffers "
@@ -68,7 +69,13 @@ const zhost_plugin_descriptor* describe() {
         .config_int("zero.offload_param.buffer_size", 100000000,
                     "elements per staging buffer (at least the largest shard; allocated no larger)", 1, 1e15)
         .config_bool("zero.stage3_gather_16bit_weights_on_model_save", false,
-                     "gather the full 16-bit weights when the model is saved");
+                     "gather the full 16-bit weights when the model is saved")
+        .config_string("zero.stage3_rank_agreement", "each_collective",
+                       "zhost: when ranks check they walk the blocks alike: before each gather and reduction (a "
+                       "blocking exchange of 16 bytes; divergence stops at the first collective where ranks part), or "
+                       "once per micro-batch (no host wait before collectives; divergence found at the end of "
+                       "backward, if the collectives of different sizes did not fail first)",
+                       {"each_collective", "each_micro_batch"});
     zero::declare_gradient_keys(*builder, "reduce gradients while backward runs");
     return builder->build();
   }();

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <utility>
 
+#include "plugins/zero_common/step_prologue.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 #include "zhost/kit/format.hpp"
 #include "zhost/kit/grad_numerics.hpp"
@@ -235,8 +236,13 @@ std::vector<int64_t> Stage3Partition::all_gather_ints(const std::vector<int64_t>
 // Blocks until every rank has said which collective it starts next; throws, naming the ranks and the
 // units, when they differ.
 void Stage3Partition::agree_on(int64_t kind, int unit) {
-  if (world_size_ == 1) return;  // one rank: nobody to disagree with, and no device round trip
-  const std::vector<int64_t> all = all_gather_ints({kind, unit});
+  // One rank: nobody to disagree with, and no device round trip; per micro-batch: backward_end checks.
+  if (world_size_ == 1 || !options_.agree_each_collective) return;
+  std::vector<int64_t> all;
+  {
+    zero::ScopedSpan blocked(host_, "rank_agreement");
+    all = all_gather_ints({kind, unit});
+  }
   for (int r = 0; r < world_size_; ++r) {
     if (all[2 * r] == kind && all[2 * r + 1] == unit) continue;
     const int64_t other_kind = all[2 * r], other_unit = all[2 * r + 1];
@@ -493,17 +499,11 @@ void Stage3Partition::launch_reduction(int unit) {
   u.staging_dl = dl_view(u.grad_staging);
   zhost_collective_args args = collective_args(ZHOST_INTENT_GRAD_REDUCE, layout.block);
   args.flags = ZHOST_COLLECTIVE_ASYNC;
-  if (options_.reduce_scatter) {
-    u.reduced = at::empty({layout.shard}, on_device_);
-    u.reduced_dl = dl_view(u.reduced);
-    args.send = &u.staging_dl;
-    args.recv = &u.reduced_dl;
-    host_.check(host_.collectives().reduce_scatter(host_.context(), &args));
-  } else {  // DeepSpeed's reduce_scatter = false: all-reduce the unit, keep this
-            // rank's shard
-    args.recv = &u.staging_dl;
-    host_.check(host_.collectives().all_reduce(host_.context(), &args));
-  }
+  u.reduced = at::empty({layout.shard}, on_device_);
+  u.reduced_dl = dl_view(u.reduced);
+  args.send = &u.staging_dl;
+  args.recv = &u.reduced_dl;
+  host_.check(host_.collectives().reduce_scatter(host_.context(), &args));
   u.reduce_work = args.work;
   reductions_.push_back(unit);
   reducing_elements_ += layout.padded();
@@ -514,8 +514,7 @@ void Stage3Partition::finish_reduction(int unit) {
   UnitState& u = units_[static_cast<size_t>(unit)];
   const FetchUnit& layout = layout_.units()[static_cast<size_t>(unit)];
   wait_for(host_, u.reduce_work);
-  const at::Tensor mine =
-      options_.reduce_scatter ? u.reduced : u.grad_staging.narrow(0, rank_ * layout.shard, layout.shard);
+  const at::Tensor mine = u.reduced;
   if (staged())
     stage_to_host(unit, mine);
   else
@@ -616,45 +615,26 @@ void Stage3Partition::check_block_order_across_ranks() {
 }
 
 void Stage3Partition::step(zhost_step_args& args) {
-  // The gradient shards hold sums over ranks of scaled gradients: average and unscale in one multiply. A
-  // tier folds it into its optimizer pass instead (the norm is scaled by the same factor).
-  const bool offloaded = tier_.active();
-  const double unscale = 1.0 / (world_size_ * args.loss_scale);
-  // A sub-group's gradients in fp32, averaged and unscaled. fp32 buffers are scaled in place once (a tier
-  // scales in its own pass); 16-bit ones are converted into a temporary, again for the step, so that at
-  // most one sub-group's fp32 copy exists at a time (sub_group_size bounds it).
-  auto fp32_gradients = [&](SubGroupState& g, bool first_use) {
-    if (g.grad.scalar_type() == at::kFloat) {
-      if (first_use && !offloaded) kit::scale_in_place({g.grad}, unscale);
-      return g.grad;
-    }
-    at::Tensor grad = g.grad.to(at::kFloat);
-    kit::scale_in_place({grad}, unscale);
-    return grad;
-  };
-  at::Tensor squares = at::zeros({1}, on_device_.dtype(at::kDouble));
-  for (SubGroupState& g : sub_groups_)  // a tier's accumulator is in host memory: the sum is on the device
-    squares += kit::squared_norm({fp32_gradients(g, true)}).reshape({1}).to(on_device_.device());
-  all_reduce_sum(host_, squares);  // inf/nan anywhere reaches every rank: all skip the step alike
-  const double norm = std::sqrt(squares.item<double>()) * (offloaded ? unscale : 1.0);
-  args.grad_norm = norm;
-  args.overflow = std::isfinite(norm) ? 0 : 1;
-  if (!args.overflow) {
-    const double coefficient = kit::clip_coefficient(norm, args.clip_norm);
-    if (offloaded) {
-      step_offloaded(unscale * coefficient, args.applied_steps + 1, args.lr);
+  // Note [Step prologue]: overflow, exact norm and the one gradient factor, over every sub-group's shard (a
+  // tier's accumulators are in host memory, the collectives' scalars on the device).
+  std::vector<at::Tensor> grads;
+  for (const SubGroupState& g : sub_groups_) grads.push_back(g.grad);
+  const zero::StepDecision decision = zero::step_prologue(host_, grads, world_size_, on_device_.device(), args);
+  const int64_t step = args.applied_steps + 1;
+  if (!decision.overflow) {
+    if (tier_.active()) {
+      step_offloaded(decision.grad_scale, step, args.lr);
     } else {
-      for (SubGroupState& g : sub_groups_) {  // one sub-group at a time
-        at::Tensor grad = fp32_gradients(g, false);
-        if (coefficient < 1) kit::scale_in_place({grad}, coefficient);
-        optimizer_->step(g.master, grad, g.state, args.applied_steps + 1, args.lr);
+      for (SubGroupState& g : sub_groups_) {  // one sub-group at a time: at most one fp32 copy of 16-bit gradients
+        const at::Tensor grad = g.grad.scalar_type() == at::kFloat ? g.grad : g.grad.to(at::kFloat);
+        optimizer_->step(g.master, grad, g.state, step, args.lr, decision.grad_scale);
         if (g.shard.defined()) kit::copy_master_to_model(g.shard, g.master);
       }
     }
   }
-  if (args.overflow || !offloaded)
+  if (decision.overflow || !tier_.active())
     for (SubGroupState& g : sub_groups_) g.grad.zero_();
-  if (!args.overflow) gather_persistent();  // its shards changed; the other units are gathered when next needed
+  if (!decision.overflow) gather_persistent();  // its shards changed; the other units are gathered when next needed
 }
 
 // The tier steps each sub-group (unscale and clipping in its one pass, which also zeroes its accumulator)

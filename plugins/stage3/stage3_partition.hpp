@@ -25,10 +25,12 @@
 //                                      sub-group on the fp32 masters (or the offload tier does); 16-bit
 //                                      shards refreshed; the persistent unit gathered again
 //
-// Every gather and reduction is preceded by a small blocking all-gather of the unit's id, so ranks that
-// walk the blocks in different orders stop with an error naming the ranks and the units at the first
-// collective where they part, before a collective of mismatched sizes is started (Gloo aborts the
-// process on those); at backward_end the ranks also compare their block order.
+// Rank agreement (zero.stage3_rank_agreement): by default every gather and reduction is preceded by a small
+// blocking all-gather of the unit's id, so ranks that walk the blocks in different orders stop with an
+// error naming the ranks and the units at the first collective where they part, before a collective of
+// mismatched sizes is started (Gloo aborts the process on those); the host's time blocked there is the
+// span "stage3/rank_agreement". With "each_micro_batch" only the check at backward_end runs: ranks compare
+// their block order once per micro-batch.
 //
 // Offload: with zero.offload_optimizer each sub-group is one group of the tier (masters, states and the
 // fp32 gradient accumulator there); with zero.offload_param too, the shards live in the tier and are loaded
@@ -65,11 +67,11 @@ struct Stage3Options {
   int64_t sub_group_size = 1000000000;
   int64_t reduce_bucket_size = 500000000;
   bool overlap_comm = false;
-  bool reduce_scatter = true;
   bool ignore_unused_parameters = true;
   int64_t offload_buffer_count = 5;              // zero.offload_param: staging buffers for parameter shards
   int64_t offload_buffer_size = 100000000;       // elements each (at most; sized to the largest shard)
   int64_t step_chunk = zero::kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
+  bool agree_each_collective = true;             // zero.stage3_rank_agreement
 };
 
 class Stage3Partition : public sdk::PartitionHooks {

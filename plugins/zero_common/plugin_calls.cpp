@@ -21,9 +21,10 @@ zhost_collective_args collective_args(zhost_collective_intent intent, int32_t bl
   return args;
 }
 
-void all_reduce_sum(const sdk::Host& host, at::Tensor& value) {
+void all_reduce(const sdk::Host& host, at::Tensor& value, zhost_reduce_op op) {
   DLTensor view = dl_view(value);
   zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC);
+  args.op = op;
   args.recv = &view;
   host.check(host.collectives().all_reduce(host.context(), &args));
 }
@@ -132,13 +133,21 @@ void StagedStep::finish() {
 void declare_gradient_keys(sdk::DescriptorBuilder& builder, const char* overlap_comm_description) {
   builder.config_int("zero.reduce_bucket_size", 500000000, "gradient elements reducing at once (a bucket)", 1, 1e15)
       .config_bool("zero.overlap_comm", false, overlap_comm_description)
-      .config_bool("zero.reduce_scatter", true, "reduce with reduce-scatter (false: all-reduce, keep own part)")
+      .config_bool("zero.reduce_scatter", true,
+                   "DeepSpeed: false all-reduces gradient buckets; zhost always reduce-scatters (the same sums)")
       .config_bool("zero.ignore_unused_parameters", true,
                    "treat a parameter without gradient as zero (false: stop with an error)")
       .config_int("zero.offload_optimizer.step_chunk_size", kDefaultStepChunk,
                   "elements the offloaded optimizer steps at a time on a device job; each chunk's updated weights "
                   "are copied to the device while the next chunk steps",
                   1, 1e15);
+}
+
+void note_reduce_scatter_key(const sdk::Host& host) {
+  if (!host.config_bool("zero.reduce_scatter"))
+    host.warn(
+        "zero.reduce_scatter = false has no effect: zhost reduces gradients with reduce-scatter, which gives each "
+        "rank the same sums an all-reduce would (Note [One summation order]) and moves half the bytes");
 }
 
 uint64_t OptimizerTier::bytes() const {

@@ -20,8 +20,9 @@ namespace zhost::zero {
 // Arguments for one collective of the given intent (sum; `block` -1 when it is about no block).
 zhost_collective_args collective_args(zhost_collective_intent intent, int32_t block = -1);
 
-// Sums `value` (a small tensor, e.g. a squared norm) over all ranks, in place.
-void all_reduce_sum(const sdk::Host& host, at::Tensor& value);
+// Reduces `value` (a small tensor, e.g. a squared norm) over all ranks, in place.
+void all_reduce(const sdk::Host& host, at::Tensor& value, zhost_reduce_op op);
+inline void all_reduce_sum(const sdk::Host& host, at::Tensor& value) { all_reduce(host, value, ZHOST_REDUCE_SUM); }
 
 // Completes an asynchronous collective; `work` is null afterwards. Throws on failure.
 void wait_for(const sdk::Host& host, zhost_work*& work);
@@ -36,6 +37,8 @@ constexpr int64_t kDefaultStepChunk = int64_t{1} << 22;
 // overlap_comm (described by the stage), reduce_scatter, ignore_unused_parameters and
 // offload_optimizer.step_chunk_size.
 void declare_gradient_keys(sdk::DescriptorBuilder& builder, const char* overlap_comm_description);
+// Warns that zero.reduce_scatter = false changes nothing here (gradients are always reduce-scattered).
+void note_reduce_scatter_key(const sdk::Host& host);
 
 // Time from construction to destruction as one span of `name`: its total per step is "<plugin>/<name>" in
 // the wall-clock breakdown and metrics.jsonl.

@@ -8,22 +8,19 @@
 //     hooks in buckets and accumulated into the rank's gradient partition; the host frees each .grad at
 //     once (ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS), so no rank holds full-size gradients.
 //
-// A bucket holds up to reduce_bucket_size gradient elements in arrival order (identical on every rank);
-// it is reduce-scattered with per-rank counts (the elements each partition owns), or all-reduced when
-// reduce_scatter = false. With overlap_comm two buckets alternate: one reduces while backward fills the
-// other. step() unscales, clips by the global norm (one all-reduce of a scalar), steps the optimizer on
-// the rank's fp32 master partition, and all-gathers the updated partitions back into every rank's
-// parameters in chunks of allgather_bucket_size elements.
+// Gradients are reduced by the GradientReducer (gradient_reducer.hpp) into this rank's gradient partition.
+// step() runs the step prologue (Note [Step prologue]: overflow, exact global norm, one gradient factor),
+// steps the optimizer on the rank's fp32 master partition, and all-gathers the updated partitions back into
+// every rank's parameters in chunks of allgather_bucket_size elements.
 //
 // With zero.offload_optimizer.device set, the host hands over the tier serving it (tier_for): the tier
 // keeps the master partition, the optimizer states and an fp32 gradient accumulator, into which the
 // reduced gradients go; its step writes the updated partition, in the compute dtype, into the buffer
 // the all-gather sends from. On a device with memory of its own (CUDA) the tier's memory is reached by
-// staged copies: each bucket's reduced elements for this rank go to pinned host memory by copy while
-// backward goes on, and are added into the accumulator when the copy is drained (the bucket's next
-// reduction, or the end of backward); the tier writes the updated partition to pinned host memory chunk by
-// chunk (zero.offload_optimizer.step_chunk_size), each chunk's copy to the device running while the next
-// chunk steps, all before the all-gather.
+// staged copies: the reducer stages each bucket's reduced elements through pinned host memory while backward
+// goes on; the tier writes the updated partition to pinned host memory chunk by chunk
+// (zero.offload_optimizer.step_chunk_size), each chunk's copy to the device running while the next chunk
+// steps, all before the all-gather.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -33,6 +30,7 @@
 #include <vector>
 
 #include "plugins/zero_common/flat_layout.hpp"
+#include "plugins/zero_common/gradient_reducer.hpp"
 #include "plugins/zero_common/plugin_calls.hpp"
 #include "zhost/cpp/partition.hpp"
 #include "zhost/kit/optimizer.hpp"
@@ -45,7 +43,6 @@ struct ZeroOptions {
   int64_t reduce_bucket_size = 500000000;     // elements per gradient bucket
   int64_t allgather_bucket_size = 500000000;  // elements per parameter all-gather (all ranks together)
   bool overlap_comm = false;
-  bool reduce_scatter = true;
   bool ignore_unused_parameters = true;
   int64_t step_chunk = kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
 };
@@ -65,44 +62,17 @@ class ZeroPartition : public sdk::PartitionHooks {
  private:
   // A tier, and device memory apart from host memory: copies stage the data (copies_ is found with a tier).
   bool staged() const { return copies_.separate(); }
-  struct Piece {        // part of a parameter's gradient inside a bucket
-    int owner;          // the rank whose partition it belongs to
-    int64_t staged_at;  // offset in the bucket's staging buffer
-    int64_t flat_offset;
-    int64_t length;
-  };
-  struct Bucket {
-    at::Tensor staging;  // gradients in arrival order; once launched, receives this rank's reduced elements
-    at::Tensor send;     // the same elements grouped by owner rank
-    std::vector<Piece> pieces;
-    int64_t used = 0;
-    zhost_work* work = nullptr;
-    // What an in-flight collective borrows (views and their DLPack descriptions), kept until complete().
-    at::Tensor send_view, recv_view;
-    DLTensor send_dl{}, recv_dl{};
-    std::vector<int64_t> counts;
-    // Staged copies to a tier in host memory (device runs with an offload tier):
-    at::Tensor reduced;                 // receives this rank's reduced elements (staging is refilled at once)
-    at::Tensor to_host;                 // pinned host memory the copy writes
-    HostCopies::Copy to_host_copy;      // in flight until drained
-    std::vector<Piece> to_host_pieces;  // where the copied elements go in the partition, in order
-  };
   struct Param {
     std::string name;
     at::Tensor model;  // the host's parameter (compute dtype)
   };
 
   bool reduces_now() const { return options_.stage == 2 || boundary_; }
-  Bucket& bucket_with_room(int64_t elements);
-  void launch(Bucket& bucket);
-  void complete(Bucket& bucket);
   void check_all_gradients_arrived();
   void attach_optimizer_tier(const zhost_partition_setup& setup);
   void gather_updated_partitions(const at::Tensor& updated);
-  void ensure_grad_partition();
+  at::Tensor ensure_grad_partition();
   void release_gradients();
-  void stage_to_host(Bucket& bucket, const at::Tensor& mine);
-  void drain(Bucket& bucket);
 
   sdk::Host host_;
   ZeroOptions options_;
@@ -113,10 +83,8 @@ class ZeroPartition : public sdk::PartitionHooks {
   std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
   at::Tensor master_;                          // [S] fp32: this rank's partition of the parameters
   kit::OptimizerState state_;
-  at::Tensor grad_partition_;    // [S] compute dtype: this rank's reduced gradients (stage 1: boundary to step)
-  std::vector<Bucket> buckets_;  // 1, or 2 with overlap_comm
-  size_t current_ = 0;
-  int64_t bucket_capacity_ = 0;
+  at::Tensor grad_partition_;  // [S] compute dtype: this rank's reduced gradients (stage 1: boundary to step)
+  GradientReducer reducer_;
   at::Tensor gather_buffer_;  // [N * chunk] compute dtype
   at::Tensor gather_send_;    // [chunk] compute dtype: a chunk of the fp32 master cast for sending (16-bit runs)
   OptimizerTier tier_;        // the optimizer's offload tier (inactive without one)

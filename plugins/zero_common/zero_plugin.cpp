@@ -29,7 +29,7 @@ ZeroOptions read_options(const sdk::Host& host, int stage) {
   o.reduce_bucket_size = host.config_int("zero.reduce_bucket_size");
   o.allgather_bucket_size = host.config_int("zero.allgather_bucket_size");
   o.overlap_comm = host.config_bool("zero.overlap_comm");
-  o.reduce_scatter = host.config_bool("zero.reduce_scatter");
+  note_reduce_scatter_key(host);
   o.ignore_unused_parameters = host.config_bool("zero.ignore_unused_parameters");
   o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
   if (host.config_bool("zero.round_robin_gradients"))

@@ -1,0 +1,47 @@
+// plugins/zero_common/step_prologue.cpp: overflow, exact global norm and the step's gradient factor (Note
+// [Step prologue]).
+#include "plugins/zero_common/step_prologue.hpp"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/tensor.h>
+
+#include <cmath>
+#include <vector>
+
+#include "plugins/zero_common/plugin_calls.hpp"
+#include "zhost/kit/grad_numerics.hpp"
+
+namespace zhost::zero {
+
+StepDecision step_prologue(const sdk::Host& host, at::TensorList reduced, int world_size, const at::Device& device,
+                           zhost_step_args& args) {
+  StepDecision decision;
+  // 1. The largest magnitude over all ranks (+inf for any inf or NaN: overflow on every rank alike).
+  at::Tensor max_abs = at::tensor({kit::max_abs(reduced)}, at::TensorOptions().dtype(at::kFloat)).to(device);
+  all_reduce(host, max_abs, ZHOST_REDUCE_MAX);
+  const float global_max = max_abs.item<float>();
+  if (!std::isfinite(global_max)) {
+    args.grad_norm = INFINITY;
+    args.overflow = 1;
+    decision.overflow = true;
+    return decision;
+  }
+  // 2. The fixed-point sum of squares, summed exactly over ranks.
+  const kit::SquareSumLimbs mine = kit::square_sum_limbs(reduced, global_max);
+  at::Tensor limbs = at::tensor(std::vector<int64_t>(mine.limb, mine.limb + kit::kSquareSumLimbs),
+                                at::TensorOptions().dtype(at::kLong))
+                         .to(device);
+  all_reduce(host, limbs, ZHOST_REDUCE_SUM);
+  limbs = limbs.cpu();
+  kit::SquareSumLimbs summed;
+  for (int i = 0; i < kit::kSquareSumLimbs; ++i) summed.limb[i] = limbs.data_ptr<int64_t>()[i];
+  // 3. The norm of the averaged, unscaled gradients, and the step's factor.
+  const double unscale = 1.0 / (world_size * args.loss_scale);
+  const double norm = kit::exact_norm(summed, global_max) * unscale;
+  args.grad_norm = norm;
+  args.overflow = 0;
+  decision.grad_scale = unscale * kit::clip_coefficient(norm, args.clip_norm);
+  return decision;
+}
+
+}  // namespace zhost::zero
