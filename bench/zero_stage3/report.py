@@ -8,6 +8,9 @@ prefetch: per rank count and stage3_prefetch_bucket_size, the median over rounds
 memory: per rank count, rank 0's peak RSS and model-state bytes (model_states.json: the partition's
   tensors, and for stage 3 the peak of gathered parameters apart) for stage 0 and stage 3, and 3 / 0.
 traffic: bytes rank 0 sent in the last step against 3cΨ(N-1)/N (c = 4 bytes, fp32).
+agreement: per rank count, stage 0's step time and stage 3's with zero.stage3_rank_agreement =
+  each_collective and each_micro_batch, stage 3 / stage 0 in the same round, and the host's time blocked on
+  rank agreement per step ("stage3/rank_agreement_ms").
 Parts whose run directories are missing are left out; a missing or failed run shows as "failed".
 Usage: report.py RESULTS_DIR ROUNDS MICRO
 """
@@ -124,11 +127,49 @@ def traffic_table(results):
     print()
 
 
+def step_times(run):
+    """(step ms = fwd + bwd + reduction + step phase, agreement ms) per step, over the measured records."""
+    records = run[0][1:] or run[0]  # the first record covers the warm-up
+    mean = lambda key: statistics.mean(rec.get(key, 0.0) for rec in records)  # noqa: E731
+    return (mean("forward_ms") + mean("backward_ms") + mean("reduction_ms") + mean("step_ms"),
+            mean("stage3/rank_agreement_ms"))
+
+
+def agreement_table(results, rounds):
+    base = os.path.join(results, "agreement")
+    if not os.path.isdir(base):
+        return
+    ranks_list = sorted({int(n.split("-")[0][1:]) for r in os.listdir(base) for n in os.listdir(os.path.join(base, r))})
+    print("## Rank agreement (stage 3 vs stage 0)\n")
+    print("| ranks | setting | step time ms | vs stage 0, same round | blocked on agreement ms/step |")
+    print("|---|---|---|---|---|")
+    for ranks in ranks_list:
+        for setting in ("stage0", "each_collective", "each_micro_batch"):
+            steps, ratios, blocked = [], [], []
+            for r in range(1, rounds + 1):
+                run = load(os.path.join(base, f"round{r}", f"n{ranks}-{setting}"))
+                base_run = load(os.path.join(base, f"round{r}", f"n{ranks}-stage0"))
+                if run is None:
+                    continue
+                step, agree = step_times(run)
+                steps.append(step)
+                blocked.append(agree)
+                if base_run is not None:
+                    ratios.append(step / step_times(base_run)[0])
+            if not steps:
+                print(f"| {ranks} | {setting} | failed | | |")
+                continue
+            print(f"| {ranks} | {setting} | {spread(steps)} | {spread(ratios, '{:.3f}') if ratios else '-'} | "
+                  f"{spread(blocked, '{:.2f}')} |")
+    print(f"\n(median over rounds, min-max in brackets; {rounds} round(s) asked)\n")
+
+
 def main():
     results, rounds, micro = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     prefetch_table(results, rounds, micro)
     memory_table(results)
     traffic_table(results)
+    agreement_table(results, rounds)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@
 #             and 4 ranks, and stage 3 / stage 0 per rank count.
 #   traffic   bytes one rank sends per step with stage 3 (reuse distance 0, persistence threshold 0, so
 #             every parameter is gathered twice and reduce-scattered once) against 3cΨ(N-1)/N.
+#   agreement stage 3 against stage 0 on 2 and 4 ranks with zero.stage3_rank_agreement = each_collective
+#             (a blocking 16-byte exchange before every gather and reduction) and each_micro_batch (none),
+#             the three back to back per round in a rotating order: step time, stage 3 / stage 0 in the
+#             same round, and the host's time blocked on agreement per step ("stage3/rank_agreement_ms").
 #
 #   bench/zero_stage3/run.sh [RESULTS_DIR]
 #
@@ -28,7 +32,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${BUILD:-$root/build}
-parts=${PARTS:-"prefetch memory traffic"}
+parts=${PARTS:-"prefetch memory traffic agreement"}
 rounds=${ROUNDS:-3}
 ranks_list=${RANKS:-"2 4"}
 micro=${MICRO:-1}
@@ -106,6 +110,25 @@ if [[ " $parts " == *" traffic "* ]]; then
     # shellcheck disable=SC2086
     run "traffic/n$ranks" "$ranks" "${stage3_common[@]}" $size --set zero.stage3_param_persistence_threshold=0 \
       --set steps=3 --set steps_per_print=1 --set train_micro_batch_size_per_gpu=1 || failed=1
+  done
+fi
+if [[ " $parts " == *" agreement "* ]]; then
+  settings=(stage0 each_collective each_micro_batch)
+  for (( round = 1; round <= rounds; ++round )); do
+    for ranks in $ranks_list; do
+      order=("${settings[@]}")
+      for (( shift = 0; shift < round % ${#settings[@]}; ++shift )); do order=("${order[@]:1}" "${order[0]}"); done
+      for setting in "${order[@]}"; do
+        echo "run.sh: agreement round $round/$rounds ranks $ranks $setting" >&2
+        extra=(--set zero.stage=0)
+        [[ $setting != stage0 ]] && extra=("${stage3_common[@]}" --set zero.stage3_param_persistence_threshold=1000
+                                           --set "zero.stage3_rank_agreement=$setting")
+        # shellcheck disable=SC2086
+        run "agreement/round$round/n$ranks-$setting" "$ranks" "${extra[@]}" $size \
+          --set "steps=$((warmup + measured))" --set "steps_per_print=$warmup" \
+          --set "train_micro_batch_size_per_gpu=$micro" || failed=1
+      done
+    done
   done
 fi
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$results/machine.txt"
