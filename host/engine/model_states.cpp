@@ -78,6 +78,7 @@ std::string model_states_json(const ModelStateBytes& measured, const ModelStateS
   nlohmann::json j = {{"stage", shape.stage},
                       {"world_size", shape.world_size},
                       {"num_params", shape.num_params},
+                      {"compute_bytes", shape.compute_bytes},
                       {"formula_text", formula_text(shape)},
                       {"measured", to_json(measured)},
                       {"formula", to_json(formula)},
