@@ -173,6 +173,7 @@ def plot_memory(run):
         rss_axis = ax.twinx()
         rss_axis.plot(steps, [r["memory"].get("rss", 0) / MB for r in records], "k-", label="process RSS")
         rss_axis.set_ylabel("RSS MB")
+        rss_axis.ticklabel_format(axis="y", useOffset=False)
         rss_axis.legend(fontsize=7, loc="upper right")
     return figure_uri(fig)
 
