@@ -26,9 +26,7 @@ void init(const std::string& level) {
   spdlog::set_level(parse_level(level));
 }
 
-void set_rank(int rank) {
-  spdlog::set_pattern(fmt::format("%H:%M:%S.%e %^%-5l%$ [rank {}] %v", rank));
-}
+void set_rank(int rank) { spdlog::set_pattern(fmt::format("%H:%M:%S.%e %^%-5l%$ [rank {}] %v", rank)); }
 
 FileLog::FileLog(const std::string& path, int rank) {
   try {

@@ -118,7 +118,8 @@ CollectiveRecord observe_start(CommObserver& observer, const Shape& s, comm::Com
       break;
     case comm::CollectiveKind::kAllToAll: {
       message = bytes_of(s.send);
-      const uint64_t even_send = message / static_cast<uint64_t>(n), even_recv = bytes_of(s.recv) / static_cast<uint64_t>(n);
+      const uint64_t even_send = message / static_cast<uint64_t>(n),
+                     even_recv = bytes_of(s.recv) / static_cast<uint64_t>(n);
       traffic = comm::all_to_all_traffic(chunk_bytes(s.send_counts, s.send, n, even_send),
                                          chunk_bytes(s.recv_counts, s.recv, n, even_recv), me);
       break;
@@ -180,19 +181,21 @@ zhost_status* all_reduce(zhost_host_context* ctx, zhost_collective_args* a) {
 }
 zhost_status* reduce_scatter(zhost_host_context* ctx, zhost_collective_args* a) {
   return run("collectives->reduce_scatter", ctx, a,
-             Shape{comm::CollectiveKind::kReduceScatter, a->send, a->recv, nullptr, a->recv_counts}, [&](comm::Comm& g) {
-    at::Tensor send = required(a->send, "send"), recv = required(a->recv, "recv");
-    if (a->recv_counts) return g.reduce_scatter_v_async(send, recv, counts(a->recv_counts, g), reduce_op(a->op));
-    return g.reduce_scatter_async(send, recv, reduce_op(a->op));
-  });
+             Shape{comm::CollectiveKind::kReduceScatter, a->send, a->recv, nullptr, a->recv_counts},
+             [&](comm::Comm& g) {
+               at::Tensor send = required(a->send, "send"), recv = required(a->recv, "recv");
+               if (a->recv_counts)
+                 return g.reduce_scatter_v_async(send, recv, counts(a->recv_counts, g), reduce_op(a->op));
+               return g.reduce_scatter_async(send, recv, reduce_op(a->op));
+             });
 }
 zhost_status* all_gather(zhost_host_context* ctx, zhost_collective_args* a) {
   return run("collectives->all_gather", ctx, a,
              Shape{comm::CollectiveKind::kAllGather, a->send, a->recv, a->send_counts}, [&](comm::Comm& g) {
-    at::Tensor send = required(a->send, "send"), recv = required(a->recv, "recv");
-    if (a->send_counts) return g.all_gather_v_async(send, recv, counts(a->send_counts, g));
-    return g.all_gather_async(send, recv);
-  });
+               at::Tensor send = required(a->send, "send"), recv = required(a->recv, "recv");
+               if (a->send_counts) return g.all_gather_v_async(send, recv, counts(a->send_counts, g));
+               return g.all_gather_async(send, recv);
+             });
 }
 zhost_status* broadcast(zhost_host_context* ctx, zhost_collective_args* a) {
   return run("collectives->broadcast", ctx, a,
@@ -201,16 +204,18 @@ zhost_status* broadcast(zhost_host_context* ctx, zhost_collective_args* a) {
 }
 zhost_status* all_to_all(zhost_host_context* ctx, zhost_collective_args* a) {
   return run("collectives->all_to_all", ctx, a,
-             Shape{comm::CollectiveKind::kAllToAll, a->send, a->recv, a->send_counts, a->recv_counts}, [&](comm::Comm& g) {
-    return g.all_to_all_async(required(a->send, "send"), required(a->recv, "recv"), counts(a->send_counts, g),
-                              counts(a->recv_counts, g));
-  });
+             Shape{comm::CollectiveKind::kAllToAll, a->send, a->recv, a->send_counts, a->recv_counts},
+             [&](comm::Comm& g) {
+               return g.all_to_all_async(required(a->send, "send"), required(a->recv, "recv"),
+                                         counts(a->send_counts, g), counts(a->recv_counts, g));
+             });
 }
 zhost_status* barrier(zhost_host_context* ctx, zhost_group* group) {
   zhost_collective_args args{};
   args.struct_size = sizeof(args);
   args.group = group;
-  return run("collectives->barrier", ctx, &args, Shape{comm::CollectiveKind::kBarrier}, [](comm::Comm& g) { return g.barrier_async(); });
+  return run("collectives->barrier", ctx, &args, Shape{comm::CollectiveKind::kBarrier},
+             [](comm::Comm& g) { return g.barrier_async(); });
 }
 zhost_status* wait(zhost_host_context*, zhost_work* work) {
   std::unique_ptr<zhost_work> owned(work);

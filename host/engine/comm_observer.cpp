@@ -14,12 +14,16 @@ namespace zhost::engine {
 double bus_factor(comm::CollectiveKind kind, int n) {
   const double share = n > 0 ? static_cast<double>(n - 1) / n : 0;
   switch (kind) {
-    case comm::CollectiveKind::kAllReduce: return 2 * share;
+    case comm::CollectiveKind::kAllReduce:
+      return 2 * share;
     case comm::CollectiveKind::kAllGather:
     case comm::CollectiveKind::kReduceScatter:
-    case comm::CollectiveKind::kAllToAll: return share;
-    case comm::CollectiveKind::kBroadcast: return 1;
-    case comm::CollectiveKind::kBarrier: return 0;
+    case comm::CollectiveKind::kAllToAll:
+      return share;
+    case comm::CollectiveKind::kBroadcast:
+      return 1;
+    case comm::CollectiveKind::kBarrier:
+      return 0;
   }
   return 0;
 }

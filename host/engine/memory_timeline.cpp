@@ -30,7 +30,8 @@ double live_allocated_bytes(bool cuda) {
 #endif
   if (MallocExtension_GetNumericProperty) {
     size_t value = 0;
-    if (MallocExtension_GetNumericProperty("generic.current_allocated_bytes", &value)) return static_cast<double>(value);
+    if (MallocExtension_GetNumericProperty("generic.current_allocated_bytes", &value))
+      return static_cast<double>(value);
     return 0;
   }
   const struct mallinfo2 info = mallinfo2();
@@ -60,7 +61,7 @@ std::string see_memory_usage(const std::string& phase, const MemoryCategories& c
   if (usage.cuda_allocated_mb)
     line += fmt::format(" | MA {:.2f} GB Max_MA {:.2f} GB CA {:.2f} GB", *usage.cuda_allocated_mb / 1024,
                         *usage.cuda_peak_mb / 1024, *usage.cuda_reserved_mb / 1024);
-  struct sysinfo info{};
+  struct sysinfo info {};
   if (sysinfo(&info) == 0 && info.totalram > 0) {
     const double total = static_cast<double>(info.totalram) * info.mem_unit;
     const double used = total - static_cast<double>(info.freeram + info.bufferram) * info.mem_unit;

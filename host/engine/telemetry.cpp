@@ -2,7 +2,6 @@
 #include "host/engine/telemetry.hpp"
 
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <chrono>
@@ -27,8 +26,10 @@ MemoryUsage current_memory() {
   std::string key;
   while (status >> key) {
     double kb = 0;
-    if (key == "VmRSS:" && status >> kb) usage.rss_mb = kb / 1024;
-    else if (key == "VmHWM:" && status >> kb) usage.peak_rss_mb = kb / 1024;
+    if (key == "VmRSS:" && status >> kb)
+      usage.rss_mb = kb / 1024;
+    else if (key == "VmHWM:" && status >> kb)
+      usage.peak_rss_mb = kb / 1024;
     status.ignore(1 << 12, '\n');
   }
 #if ZHOST_WITH_CUDA
@@ -168,8 +169,8 @@ void ProgressBar::clear() {
 ProgressBar::~ProgressBar() { clear(); }
 
 std::string format_step_line(const StepRecord& r, int64_t total_steps, bool breakdown) {
-  std::string line = fmt::format("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}", r.step, total_steps, r.loss, r.lr,
-                                 r.grad_norm);
+  std::string line =
+      fmt::format("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}", r.step, total_steps, r.loss, r.lr, r.grad_norm);
   if (r.loss_scale != 1) line += fmt::format(" loss_scale {:g}", r.loss_scale);
   if (r.skipped) line += " (skipped: overflow)";
   line += fmt::format(" | {:.1f} samples/s {:.0f} tokens/s {:.3f} TFLOP/s | rss {:.0f} MB peak {:.0f} MB",

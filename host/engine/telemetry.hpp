@@ -18,23 +18,23 @@
 namespace zhost::engine {
 
 struct MemoryUsage {
-  double rss_mb = 0;        // resident set size of this process
-  double peak_rss_mb = 0;   // its high-water mark
+  double rss_mb = 0;       // resident set size of this process
+  double peak_rss_mb = 0;  // its high-water mark
   std::optional<double> cuda_allocated_mb, cuda_peak_mb, cuda_reserved_mb;
 };
 MemoryUsage current_memory();
 
 struct StepRecord {
-  int64_t step = 0;            // optimizer steps attempted
-  int64_t applied_steps = 0;   // steps not skipped for overflow
-  double loss = 0;             // mean over ranks and micro-batches since the previous record
+  int64_t step = 0;           // optimizer steps attempted
+  int64_t applied_steps = 0;  // steps not skipped for overflow
+  double loss = 0;            // mean over ranks and micro-batches since the previous record
   double lr = 0;
   double loss_scale = 1;
   double grad_norm = 0;
   bool skipped = false;
   double samples_per_s = 0;
   double tokens_per_s = 0;
-  double tflops = 0;           // model FLOPs (6N + attention) per second, all ranks together
+  double tflops = 0;  // model FLOPs (6N + attention) per second, all ranks together
   double forward_ms = 0, backward_ms = 0, reduction_ms = 0, step_ms = 0;  // averages since the previous record
   // Plugins' trace spans ("plugin/name", ms per step since the previous record), e.g. stage3/gather_wait.
   std::vector<std::pair<std::string, double>> plugin_ms;
@@ -54,8 +54,8 @@ class RunDirectory {
   // config.toml and opens metrics.jsonl; every rank opens steps.rank<rank>.jsonl.
   RunDirectory(const std::string& path, const std::string& resolved_config, bool writer, int rank);
   const std::string& path() const { return path_; }
-  void append_metrics(const StepRecord& record);  // rank 0 only: other ranks write nothing
-  void append_rank_record(const StepRecord& record);   // every rank
+  void append_metrics(const StepRecord& record);      // rank 0 only: other ranks write nothing
+  void append_rank_record(const StepRecord& record);  // every rank
   // Writes DIR/NAME (rank 0 only), replacing it.
   void write_file(const std::string& name, const std::string& text) const;
 

@@ -2,11 +2,9 @@
 #include "host/engine/trace.hpp"
 
 #include <fmt/format.h>
-
 #include <time.h>
 
 #include <atomic>
-
 #include <nlohmann/json.hpp>
 
 #include "host/core/error.hpp"
@@ -36,13 +34,13 @@ TraceWriter::TraceWriter(const std::string& path, int rank, int world_size, cons
   if (!file_) fail("cannot write the trace {}; set run.dir to a writable folder or run.trace = false", path);
   std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
   nlohmann::json info{{"backend", backend}, {"rank", rank}, {"world_size", world_size}};
-  fmt::print(file_, "{{\"schemaVersion\": 1, \"distributedInfo\": {}, \"displayTimeUnit\": \"ms\", \"traceEvents\": [\n",
+  fmt::print(file_,
+             "{{\"schemaVersion\": 1, \"distributedInfo\": {}, \"displayTimeUnit\": \"ms\", \"traceEvents\": [\n",
              info.dump());
-  write_event(fmt::format(R"({{"ph": "M", "name": "process_name", "pid": {0}, "tid": 0, "args": {{"name": "rank {0}"}}}})",
-                          rank));
-  write_event(
-      fmt::format(R"({{"ph": "M", "name": "process_sort_index", "pid": {0}, "tid": 0, "args": {{"sort_index": {0}}}}})",
-                  rank));
+  write_event(fmt::format(
+      R"({{"ph": "M", "name": "process_name", "pid": {0}, "tid": 0, "args": {{"name": "rank {0}"}}}})", rank));
+  write_event(fmt::format(
+      R"({{"ph": "M", "name": "process_sort_index", "pid": {0}, "tid": 0, "args": {{"sort_index": {0}}}}})", rank));
 }
 
 TraceWriter::~TraceWriter() {
@@ -101,9 +99,9 @@ void TraceWriter::release_lane(int lane) {
 void TraceWriter::complete(std::string_view category, std::string_view name, uint64_t begin_ns, uint64_t end_ns,
                            std::string_view args_json, int tid) {
   if (tid < 0) tid = thread_track();
-  std::string event = fmt::format(R"({{"ph": "X", "cat": "{}", "name": {}, "pid": {}, "tid": {}, "ts": {}, "dur": {})",
-                                  category, json_string(name), rank_, tid, micros(begin_ns),
-                                  micros(end_ns > begin_ns ? end_ns - begin_ns : 0));
+  std::string event =
+      fmt::format(R"({{"ph": "X", "cat": "{}", "name": {}, "pid": {}, "tid": {}, "ts": {}, "dur": {})", category,
+                  json_string(name), rank_, tid, micros(begin_ns), micros(end_ns > begin_ns ? end_ns - begin_ns : 0));
   if (!args_json.empty()) event += fmt::format(", \"args\": {}", args_json);
   event += "}";
   std::lock_guard<std::mutex> lock(mutex_);
@@ -111,8 +109,9 @@ void TraceWriter::complete(std::string_view category, std::string_view name, uin
 }
 
 void TraceWriter::counter(std::string_view name, uint64_t ts_ns, std::string_view values_json) {
-  std::string event = fmt::format(R"({{"ph": "C", "cat": "memory", "name": {}, "pid": {}, "tid": 0, "ts": {}, "args": {}}})",
-                                  json_string(name), rank_, micros(ts_ns), values_json);
+  std::string event =
+      fmt::format(R"({{"ph": "C", "cat": "memory", "name": {}, "pid": {}, "tid": 0, "ts": {}, "args": {}}})",
+                  json_string(name), rank_, micros(ts_ns), values_json);
   std::lock_guard<std::mutex> lock(mutex_);
   write_event(event);
 }

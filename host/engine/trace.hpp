@@ -75,7 +75,11 @@ class TraceScope {
  public:
   TraceScope(TraceWriter* trace, std::string_view category, std::string_view name, std::string_view arg_key = {},
              int64_t arg_value = 0)
-      : trace_(trace), category_(category), name_(name), arg_key_(arg_key), arg_value_(arg_value),
+      : trace_(trace),
+        category_(category),
+        name_(name),
+        arg_key_(arg_key),
+        arg_value_(arg_value),
         begin_(trace ? TraceWriter::now_ns() : 0) {}
   ~TraceScope();
   TraceScope(const TraceScope&) = delete;

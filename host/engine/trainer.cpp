@@ -153,12 +153,12 @@ struct Trainer::Impl {
   // ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS: the model is built without storage and the plugin
   // materialises parameters through this store.
   std::unique_ptr<ParamStore> param_store;
-  TraceWriter* trace = nullptr;  // Note [Trace file]; null when run.trace is off
+  TraceWriter* trace = nullptr;                            // Note [Trace file]; null when run.trace is off
   std::vector<std::string> forward_names, backward_names;  // "forward block 3": trace event names
   int32_t backward_block = -1;  // trace: the block whose backward runs since backward_block_start
   uint64_t backward_block_start = 0;
-  double activation_bytes = 0;  // the step's largest forward allocation (Note [Memory categories])
-  bool log_memory = false;      // memory_breakdown and this step is printed (see_memory_usage)
+  double activation_bytes = 0;                     // the step's largest forward allocation (Note [Memory categories])
+  bool log_memory = false;                         // memory_breakdown and this step is printed (see_memory_usage)
   std::map<std::string, double> window_plugin_ms;  // plugin spans' ms summed since the last printed record
 
   Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r, HostServices& h, TraceWriter* t)
@@ -245,8 +245,7 @@ struct Trainer::Impl {
       measured.offloaded = static_cast<double>(reported.offloaded);
     }
     if (param_store) {
-      measured.gather_window =
-          static_cast<double>(peak ? param_store->peak_bytes() : param_store->live_bytes());
+      measured.gather_window = static_cast<double>(peak ? param_store->peak_bytes() : param_store->live_bytes());
     } else {
       double param_bytes = 0;
       for (const auto& p : model->parameters()) param_bytes += static_cast<double>(p.tensor.nbytes());
@@ -258,8 +257,8 @@ struct Trainer::Impl {
 
   // The memory categories (Note [Memory categories]) now, with this step's activation bytes.
   MemoryCategories memory_now() {
-    return memory_categories(measure_model_states(false), static_cast<double>(services.live_buffer_bytes(ZHOST_MEMORY_PINNED)),
-                             activation_bytes);
+    return memory_categories(measure_model_states(false),
+                             static_cast<double>(services.live_buffer_bytes(ZHOST_MEMORY_PINNED)), activation_bytes);
   }
   void see_memory(const char* phase) {
     if (log_memory) spdlog::info("{}", see_memory_usage(phase, memory_now()));

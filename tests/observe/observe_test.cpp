@@ -45,8 +45,8 @@ std::vector<json> read_lines(const fs::path& path) {
 // The model-state categories of a rank record against model_states.json's formula total.
 double states_over_formula(const json& record, const json& states) {
   const json& m = record.at("memory");
-  const double measured = m.at("params").get<double>() + m.at("grads").get<double>() +
-                          m.at("master").get<double>() + m.at("optimizer").get<double>();
+  const double measured = m.at("params").get<double>() + m.at("grads").get<double>() + m.at("master").get<double>() +
+                          m.at("optimizer").get<double>();
   const json& f = states.at("formula");
   const double formula = f.at("params").get<double>() + f.at("grads").get<double>() + f.at("master").get<double>() +
                          f.at("optimizer").get<double>();
@@ -57,8 +57,8 @@ class Observe : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = std::make_unique<ScratchDir>();
-    run_ = std::make_unique<RunOutput>(run_zhost(dir_->path(), small_job_config(), "observed", kObserved,
-                                                 "export ZHOST_DEVICE_COPIES=deferred && "));
+    run_ = std::make_unique<RunOutput>(
+        run_zhost(dir_->path(), small_job_config(), "observed", kObserved, "export ZHOST_DEVICE_COPIES=deferred && "));
   }
   static void TearDownTestSuite() {
     run_.reset();
@@ -66,7 +66,9 @@ class Observe : public ::testing::Test {
   }
   void SetUp() override { ASSERT_EQ(run_->exit_code, 0) << run_->err << run_->out; }
 
-  static json trace(int rank) { return read_json_file(run_->run_dir / ("trace.rank" + std::to_string(rank) + ".json")); }
+  static json trace(int rank) {
+    return read_json_file(run_->run_dir / ("trace.rank" + std::to_string(rank) + ".json"));
+  }
   // `zhost ARGS` in the scratch folder: exit code, stdout + stderr in `output`.
   static int zhost(const std::string& args, std::string& output) {
     const fs::path log = dir_->path() / "cli.txt";
@@ -103,7 +105,8 @@ TEST_F(Observe, EverySpanCategoryIsPresent) {
     if (e.at("cat") == "backward" && e.contains("args")) backward_blocks.insert(e["args"]["block"].get<int64_t>());
     if (e.at("cat") == "plugin") plugin_spans.insert(e.at("name").get<std::string>());
   }
-  for (const char* category : {"step", "forward", "backward", "hook", "optimizer", "collective", "copy", "plugin", "memory"})
+  for (const char* category :
+       {"step", "forward", "backward", "hook", "optimizer", "collective", "copy", "plugin", "memory"})
     EXPECT_GT(categories[category], 0) << "no '" << category << "' event";
   // gpt with 2 layers: embedding, 2 transformer blocks, head
   EXPECT_EQ(forward_blocks, (std::set<int64_t>{0, 1, 2, 3}));
@@ -120,7 +123,8 @@ TEST_F(Observe, CollectiveBytesSumToTheStepCounters) {
     std::map<int64_t, std::pair<double, double>> steps;  // step -> [begin, end]
     for (const auto& e : t.at("traceEvents"))
       if (e.value("cat", "") == "step" && e.at("name") == "step")
-        steps[e["args"]["step"].get<int64_t>()] = {e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()};
+        steps[e["args"]["step"].get<int64_t>()] = {e["ts"].get<double>(),
+                                                   e["ts"].get<double>() + e["dur"].get<double>()};
     ASSERT_EQ(steps.size(), static_cast<size_t>(kSteps));
     std::map<int64_t, uint64_t> sent, received;
     for (const auto& e : t.at("traceEvents")) {
@@ -219,13 +223,13 @@ TEST_F(Observe, MemoryCategoriesMatchTheFormulaAtStages0To3) {
   };
   check(run_->run_dir, "stage 3 offloaded");
   const json observed = read_lines(run_->run_dir / "steps.rank0.jsonl").back().at("memory");
-  EXPECT_GT(observed.at("tier_host").get<double>(), 0);      // the tier holds masters and states
+  EXPECT_GT(observed.at("tier_host").get<double>(), 0);  // the tier holds masters and states
   EXPECT_GT(observed.at("activations").get<double>(), 0);
   for (int stage = 0; stage <= 2; ++stage) {
     const std::string name = "stage" + std::to_string(stage);
-    RunOutput r = run_zhost(dir_->path(), small_job_config(), name,
-                            "--nproc 2 --set steps=1 --set run.save_final_weights=false --set zero.stage=" +
-                                std::to_string(stage));
+    RunOutput r = run_zhost(
+        dir_->path(), small_job_config(), name,
+        "--nproc 2 --set steps=1 --set run.save_final_weights=false --set zero.stage=" + std::to_string(stage));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     check(r.run_dir, name);
   }
@@ -253,12 +257,15 @@ TEST_F(Observe, ReportRendersInChromium) {
 
   const std::string flags = " --headless --no-sandbox --disable-gpu --virtual-time-budget=10000 ";
   const fs::path dom = dir_->path() / "dom.html", shot = dir_->path() / "report.png";
-  std::system((chromium.string() + flags + "--dump-dom file://" + report.string() + " >" + dom.string() + " 2>/dev/null").c_str());
+  std::system(
+      (chromium.string() + flags + "--dump-dom file://" + report.string() + " >" + dom.string() + " 2>/dev/null")
+          .c_str());
   const std::string rendered = read_text(dom);
   const std::string expected = "plots rendered: " + std::to_string(plots) + "/" + std::to_string(plots);
   EXPECT_NE(rendered.find(expected), std::string::npos) << "expected '" << expected << "' in the DOM Chromium rendered";
   std::system((chromium.string() + flags + "--window-size=1400,4000 --screenshot=" + shot.string() + " file://" +
-               report.string() + " >/dev/null 2>&1").c_str());
+               report.string() + " >/dev/null 2>&1")
+                  .c_str());
   ASSERT_TRUE(fs::exists(shot));
   EXPECT_GT(fs::file_size(shot), 50000u);
   if (const char* keep = std::getenv("ZHOST_KEEP_REPORT")) {  // to look at: ZHOST_KEEP_REPORT=DIR
