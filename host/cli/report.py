@@ -16,6 +16,7 @@ try:
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.patches
     import matplotlib.pyplot as plt
 except ImportError:
     sys.stderr.write("zhost: error: zhost report needs python3-matplotlib; install it (scripts/setup-deps does)\n")
@@ -221,6 +222,63 @@ def plot_waits(run):
     return figure_uri(fig)
 
 
+COLOURS = {"step": "#c7c7c7", "forward": "#1f77b4", "backward": "#ff7f0e", "hook": "#2ca02c", "optimizer": "#d62728",
+           "collective": "#9467bd", "copy": "#8c564b", "plugin": "#e377c2"}
+
+
+def read_trace_events(path):
+    """The events of a zhost trace (one per line after the header), tolerating a file cut short."""
+    events = []
+    with open(path) as f:
+        next(f, None)
+        for line in f:
+            line = line.strip().rstrip(",")
+            if line.startswith("{"):
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    pass
+    return events
+
+
+def plot_trace_step(run):
+    """The last step of rank 0's trace as a timeline: one row per track and nesting depth."""
+    path = os.path.join(run.path, "trace.rank0.json")
+    if not os.path.exists(path):
+        return None
+    events = [e for e in read_trace_events(path) if e.get("ph") == "X"]
+    steps = [e for e in events if e.get("cat") == "step" and e["name"] == "step"]
+    if not steps:
+        return None
+    last = steps[-1]
+    begin, end = last["ts"], last["ts"] + last["dur"]
+    inside = sorted((e for e in events if begin <= e["ts"] <= end), key=lambda e: (e["tid"], e["ts"], -e["dur"]))
+    rows, open_spans = {}, {}
+    for e in inside:
+        stack = open_spans.setdefault(e["tid"], [])
+        while stack and stack[-1] <= e["ts"]:
+            stack.pop()
+        rows.setdefault((e["tid"], len(stack)), []).append(e)
+        stack.append(e["ts"] + e["dur"])
+    keys = sorted(rows)
+    fig, ax = plt.subplots(figsize=(13, 0.32 * len(keys) + 1.2))
+    for y, key in enumerate(keys):
+        for e in rows[key]:
+            ax.broken_barh([((e["ts"] - begin) / 1000, max(e["dur"], 1) / 1000)], (y - 0.4, 0.8),
+                           color=COLOURS.get(e.get("cat"), "#7f7f7f"))
+            if e["dur"] > 0.06 * (end - begin):
+                ax.text((e["ts"] - begin + e["dur"] / 2) / 1000, y, e["name"], ha="center", va="center", fontsize=6)
+    ax.set_yticks(range(len(keys)))
+    ax.set_yticklabels(["%s depth %d" % ("main" if tid == 0 else "collectives %d" % (tid - 100) if tid >= 100
+                                          else "thread %d" % tid, depth) for tid, depth in keys], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the start of step %d" % last["args"]["step"])
+    ax.set_title("rank 0, last step of the trace: %s" % run.name)
+    ax.legend(handles=[matplotlib.patches.Patch(color=c, label=k) for k, c in COLOURS.items()], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return figure_uri(fig)
+
+
 def summary_table(runs):
     rows = ["<tr><th>run</th><th>stage</th><th>ranks</th><th>steps</th><th>final loss</th><th>tokens/s</th>"
             "<th>peak RSS rank 0 (MB)</th><th>model states measured/formula</th><th>status</th></tr>"]
@@ -281,6 +339,7 @@ def main():
         figure("Time per phase per rank: " + run.name, plot_breakdown(run))
         figure("Memory by category over time: " + run.name, plot_memory(run))
         figure("Overlap: plugin waits: " + run.name, plot_waits(run))
+        figure("Trace: one step on rank 0: " + run.name, plot_trace_step(run))
         if run.comms:
             sections.append(comms_table(run))
     page = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>zhost report</title><style>
