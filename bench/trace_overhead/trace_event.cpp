@@ -3,7 +3,6 @@
 // figures, and a TraceScope with tracing off (what every hook pays when run.trace = false).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <cstdio>
