@@ -28,4 +28,17 @@ struct RunOptions {
 };
 int run_command(const RunOptions& options);
 
+struct TraceMergeOptions {
+  std::string run_dir;
+  std::string output;  // empty: RUN_DIR/trace.json
+};
+int trace_merge_command(const TraceMergeOptions& options);
+
+struct ReportOptions {
+  std::vector<std::string> run_dirs;
+  std::string output;  // empty: report.html in the first run directory
+};
+// Writes a self-contained HTML report with plots (host/cli/report.py, run by /usr/bin/python3).
+int report_command(const ReportOptions& options);
+
 }  // namespace zhost::cli

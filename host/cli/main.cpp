@@ -102,6 +102,19 @@ int main(int argc, char** argv) {
 
   CLI::App* version_cmd = app.add_subcommand("version", "print versions of zhost, its ABI and LibTorch");
 
+  zhost::cli::TraceMergeOptions merge;
+  CLI::App* trace_cmd = app.add_subcommand("trace", "work with the traces of a run (run.trace = true)");
+  trace_cmd->require_subcommand(1);
+  CLI::App* merge_cmd = trace_cmd->add_subcommand("merge", "merge RUN_DIR/trace.rankN.json into RUN_DIR/trace.json");
+  merge_cmd->add_option("run_dir", merge.run_dir, "the run directory")->required()->check(CLI::ExistingDirectory);
+  merge_cmd->add_option("-o,--output", merge.output, "the merged file (default RUN_DIR/trace.json)");
+
+  zhost::cli::ReportOptions report;
+  CLI::App* report_cmd =
+      app.add_subcommand("report", "write an HTML report with plots of one or more runs (side by side)");
+  report_cmd->add_option("run_dirs", report.run_dirs, "run directories")->required()->check(CLI::ExistingDirectory);
+  report_cmd->add_option("-o,--output", report.output, "the HTML file (default FIRST_RUN_DIR/report.html)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -122,6 +135,8 @@ int main(int argc, char** argv) {
     if (*plugins_cmd) return zhost::cli::plugins_command(plugins);
     if (*check_cmd) return zhost::cli::config_check_command(check);
     if (*version_cmd) return print_version();
+    if (*merge_cmd) return zhost::cli::trace_merge_command(merge);
+    if (*report_cmd) return zhost::cli::report_command(report);
   } catch (const zhost::config::ConfigErrors& e) {
     for (const auto& line : e.errors()) std::cerr << "zhost: error: " << line << "\n";
     return e.exit_code();

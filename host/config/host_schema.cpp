@@ -87,6 +87,17 @@ void add_training_keys(HostKeys& keys) {
   keys.number("gradient_clipping", 0.0, "clip gradients to this global norm; 0 = off", at_least(0));
   keys.integer("steps_per_print", 10, "log progress every this many optimizer steps", at_least(1));
   keys.flag("wall_clock_breakdown", false, "log the time spent in forward, backward and step");
+  keys.flag("memory_breakdown", false,
+            "log memory by category before/after forward, backward and step of printed steps (see_memory_usage)");
+  keys.flag("comms_logger.enabled", false,
+            "log per collective kind and size: count, latency, algbw, busbw at the end (comms.rankN.json)");
+  keys.flag("comms_logger.verbose", false, "with comms_logger.enabled: also one log line per collective");
+  keys.flag("flops_profiler.enabled", false, "DeepSpeed's flops profiler: not implemented in zhost, refused");
+  keys.integer("flops_profiler.profile_step", 1, "flops profiler: the step to profile (refused with it)", at_least(1));
+  keys.integer("flops_profiler.module_depth", -1, "flops profiler: depth of the module tree (refused with it)");
+  keys.integer("flops_profiler.top_modules", 1, "flops profiler: modules listed (refused with it)", at_least(0));
+  keys.flag("flops_profiler.detailed", true, "flops profiler: per-module detail (refused with it)");
+  keys.text("flops_profiler.output_file", "", "flops profiler: output file (refused with it)");
 }
 
 void add_model_keys(HostKeys& keys) {
@@ -197,6 +208,8 @@ void add_runtime_keys(HostKeys& keys) {
   keys.number("comm.timeout_s", 300.0, "seconds before a collective counts as hung",
               Limits{0, kMaxTimeoutSeconds, true, false});
   keys.text("run.dir", "runs", "folder for run outputs");
+  keys.flag("run.trace", false,
+            "write a Chrome trace per rank to RUN_DIR/trace.rankN.json (Perfetto, Holistic Trace Analysis)");
   keys.flag("run.save_final_weights", false,
             "write the final parameters (fp32) to RUN_DIR/weights.bin with an index in weights.json");
   keys.choice("run.device", "auto", {"auto", "cpu", "cuda"},

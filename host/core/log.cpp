@@ -1,7 +1,10 @@
 // host/core/log.cpp: logger set-up for the host (stderr sink, rank-aware pattern).
 #include "host/core/log.hpp"
 
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+
+#include <algorithm>
 
 #include "host/core/error.hpp"
 
@@ -23,8 +26,30 @@ void init(const std::string& level) {
   spdlog::set_level(parse_level(level));
 }
 
-void set_rank(int rank) {
-  spdlog::set_pattern(fmt::format("%H:%M:%S.%e %^%-5l%$ [rank {}] %v", rank));
+void set_rank(int rank) { spdlog::set_pattern(fmt::format("%H:%M:%S.%e %^%-5l%$ [rank {}] %v", rank)); }
+
+FileLog::FileLog(const std::string& path, int rank) {
+  try {
+    sink_ = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, true);
+  } catch (const spdlog::spdlog_ex& e) {
+    fail("cannot write the log {}: {}; set run.dir to a writable folder", path, e.what());
+  }
+  sink_->set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e %-5l [rank {}] %v", rank));
+  sink_->set_level(spdlog::level::trace);
+  spdlog::default_logger()->sinks().push_back(sink_);
+  spdlog::default_logger()->flush_on(spdlog::level::trace);  // a line is in the file once logged
+  file_only_ = std::make_shared<spdlog::logger>("run.log", sink_);
+}
+
+FileLog::~FileLog() {
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  sink_->flush();
+}
+
+void FileLog::status(const std::string& text) {
+  file_only_->info("status: {}", text);
+  file_only_->flush();
 }
 
 }  // namespace zhost::log

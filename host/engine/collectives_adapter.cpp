@@ -8,12 +8,15 @@
 #include <vector>
 
 #include "host/core/error.hpp"
+#include "host/engine/comm_observer.hpp"
 #include "host/services/host_services.hpp"
 #include "host/services/plugin_struct.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
 struct zhost_work {
   zhost::comm::Work work;
+  zhost::engine::CommObserver* observer = nullptr;  // reports `record` when the work completes
+  zhost::engine::CollectiveRecord record;
 };
 
 namespace zhost::engine {
@@ -22,6 +25,7 @@ struct CollectivesAdapter::State {
   comm::Comm* world = nullptr;
   std::mutex mutex;
   std::vector<std::unique_ptr<comm::Comm>> groups;  // sub-groups live until the job ends
+  CommObserver* observer = nullptr;
 };
 
 namespace {
@@ -64,18 +68,86 @@ std::vector<int64_t> counts(const int64_t* values, comm::Comm& group) {
   return values ? std::vector<int64_t>(values, values + group.world_size()) : std::vector<int64_t>{};
 }
 
+// What a collective of `kind` moves, for the observer (Note [Collective figures]): its message size and this
+// rank's traffic (traffic.hpp). `send`/`recv` are the views the plugin passed; counts may be null.
+struct Shape {
+  comm::CollectiveKind kind;
+  const DLTensor* send = nullptr;
+  const DLTensor* recv = nullptr;
+  const int64_t* send_counts = nullptr;
+  const int64_t* recv_counts = nullptr;
+  int root = 0;
+};
+
+uint64_t bytes_of(const DLTensor* view) {
+  if (!view) return 0;
+  uint64_t n = (view->dtype.bits * view->dtype.lanes + 7) / 8;
+  for (int32_t d = 0; d < view->ndim; ++d) n *= static_cast<uint64_t>(view->shape[d]);
+  return n;
+}
+
+std::vector<uint64_t> chunk_bytes(const int64_t* counts, const DLTensor* view, int n, uint64_t even_chunk) {
+  std::vector<uint64_t> chunks(static_cast<size_t>(n), even_chunk);
+  if (counts && view) {
+    const uint64_t element = (view->dtype.bits * view->dtype.lanes + 7) / 8;
+    for (int j = 0; j < n; ++j) chunks[j] = static_cast<uint64_t>(counts[j]) * element;
+  }
+  return chunks;
+}
+
+CollectiveRecord observe_start(CommObserver& observer, const Shape& s, comm::Comm& g) {
+  const int n = g.world_size(), me = g.rank();
+  uint64_t message = 0;
+  comm::Traffic traffic;
+  switch (s.kind) {
+    case comm::CollectiveKind::kAllReduce:
+      message = bytes_of(s.recv);
+      traffic = comm::all_reduce_traffic(message, n);
+      break;
+    case comm::CollectiveKind::kReduceScatter:
+      message = bytes_of(s.send);
+      traffic = comm::reduce_scatter_traffic(chunk_bytes(s.recv_counts, s.recv, n, bytes_of(s.recv)), me);
+      break;
+    case comm::CollectiveKind::kAllGather:
+      message = bytes_of(s.recv);
+      traffic = comm::all_gather_traffic(chunk_bytes(s.send_counts, s.send, n, bytes_of(s.send)), me);
+      break;
+    case comm::CollectiveKind::kBroadcast:
+      message = bytes_of(s.recv);
+      traffic = comm::broadcast_traffic(message, n, me, s.root);
+      break;
+    case comm::CollectiveKind::kAllToAll: {
+      message = bytes_of(s.send);
+      const uint64_t even_send = message / static_cast<uint64_t>(n),
+                     even_recv = bytes_of(s.recv) / static_cast<uint64_t>(n);
+      traffic = comm::all_to_all_traffic(chunk_bytes(s.send_counts, s.send, n, even_send),
+                                         chunk_bytes(s.recv_counts, s.recv, n, even_recv), me);
+      break;
+    }
+    case comm::CollectiveKind::kBarrier:
+      break;
+  }
+  return observer.begin(s.kind, message, traffic, n);
+}
+
 // Runs `start` (which returns a comm::Work) and either waits or hands the work back, as args->flags say.
 template <typename Start>
-zhost_status* run(const char* call, zhost_host_context* ctx, zhost_collective_args* args, Start&& start) {
+zhost_status* run(const char* call, zhost_host_context* ctx, zhost_collective_args* args, const Shape& shape,
+                  Start&& start) {
   try {
     if (zhost_status* refused =
             check_plugin_struct(args, ZHOST_COLLECTIVE_ARGS_MIN_SIZE, "zhost_collective_args", call))
       return refused;
-    comm::Work work = start(group_of(ctx, args->group));
+    comm::Comm& group = group_of(ctx, args->group);
+    CommObserver* observer = state_of(ctx).observer;
+    CollectiveRecord record;
+    if (observer) record = observe_start(*observer, shape, group);
+    comm::Work work = start(group);
     if (args->flags & ZHOST_COLLECTIVE_ASYNC) {
-      args->work = new zhost_work{std::move(work)};
+      args->work = new zhost_work{std::move(work), observer, record};
     } else {
       work.wait();
+      if (observer) observer->end(record);
       args->work = nullptr;
     }
     return nullptr;
@@ -104,44 +176,53 @@ int32_t world_size(zhost_host_context* ctx, zhost_group* group) {
 }
 
 zhost_status* all_reduce(zhost_host_context* ctx, zhost_collective_args* a) {
-  return run("collectives->all_reduce", ctx, a,
+  return run("collectives->all_reduce", ctx, a, Shape{comm::CollectiveKind::kAllReduce, a->send, a->recv},
              [&](comm::Comm& g) { return g.all_reduce_async(required(a->recv, "recv"), reduce_op(a->op)); });
 }
 zhost_status* reduce_scatter(zhost_host_context* ctx, zhost_collective_args* a) {
-  return run("collectives->reduce_scatter", ctx, a, [&](comm::Comm& g) {
-    at::Tensor send = required(a->send, "send"), recv = required(a->recv, "recv");
-    if (a->recv_counts) return g.reduce_scatter_v_async(send, recv, counts(a->recv_counts, g), reduce_op(a->op));
-    return g.reduce_scatter_async(send, recv, reduce_op(a->op));
-  });
+  return run("collectives->reduce_scatter", ctx, a,
+             Shape{comm::CollectiveKind::kReduceScatter, a->send, a->recv, nullptr, a->recv_counts},
+             [&](comm::Comm& g) {
+               at::Tensor send = required(a->send, "send"), recv = required(a->recv, "recv");
+               if (a->recv_counts)
+                 return g.reduce_scatter_v_async(send, recv, counts(a->recv_counts, g), reduce_op(a->op));
+               return g.reduce_scatter_async(send, recv, reduce_op(a->op));
+             });
 }
 zhost_status* all_gather(zhost_host_context* ctx, zhost_collective_args* a) {
-  return run("collectives->all_gather", ctx, a, [&](comm::Comm& g) {
-    at::Tensor send = required(a->send, "send"), recv = required(a->recv, "recv");
-    if (a->send_counts) return g.all_gather_v_async(send, recv, counts(a->send_counts, g));
-    return g.all_gather_async(send, recv);
-  });
+  return run("collectives->all_gather", ctx, a,
+             Shape{comm::CollectiveKind::kAllGather, a->send, a->recv, a->send_counts}, [&](comm::Comm& g) {
+               at::Tensor send = required(a->send, "send"), recv = required(a->recv, "recv");
+               if (a->send_counts) return g.all_gather_v_async(send, recv, counts(a->send_counts, g));
+               return g.all_gather_async(send, recv);
+             });
 }
 zhost_status* broadcast(zhost_host_context* ctx, zhost_collective_args* a) {
   return run("collectives->broadcast", ctx, a,
+             Shape{comm::CollectiveKind::kBroadcast, a->send, a->recv, nullptr, nullptr, a->root},
              [&](comm::Comm& g) { return g.broadcast_async(required(a->recv, "recv"), a->root); });
 }
 zhost_status* all_to_all(zhost_host_context* ctx, zhost_collective_args* a) {
-  return run("collectives->all_to_all", ctx, a, [&](comm::Comm& g) {
-    return g.all_to_all_async(required(a->send, "send"), required(a->recv, "recv"), counts(a->send_counts, g),
-                              counts(a->recv_counts, g));
-  });
+  return run("collectives->all_to_all", ctx, a,
+             Shape{comm::CollectiveKind::kAllToAll, a->send, a->recv, a->send_counts, a->recv_counts},
+             [&](comm::Comm& g) {
+               return g.all_to_all_async(required(a->send, "send"), required(a->recv, "recv"),
+                                         counts(a->send_counts, g), counts(a->recv_counts, g));
+             });
 }
 zhost_status* barrier(zhost_host_context* ctx, zhost_group* group) {
   zhost_collective_args args{};
   args.struct_size = sizeof(args);
   args.group = group;
-  return run("collectives->barrier", ctx, &args, [](comm::Comm& g) { return g.barrier_async(); });
+  return run("collectives->barrier", ctx, &args, Shape{comm::CollectiveKind::kBarrier},
+             [](comm::Comm& g) { return g.barrier_async(); });
 }
 zhost_status* wait(zhost_host_context*, zhost_work* work) {
   std::unique_ptr<zhost_work> owned(work);
   if (!owned) return nullptr;
   try {
     owned->work.wait();
+    if (owned->observer) owned->observer->end(owned->record);
     return nullptr;
   } catch (const Error& e) {
     return HostServices::make_status(ZHOST_ERR_COMM, e.what());
@@ -181,6 +262,8 @@ CollectivesAdapter::CollectivesAdapter(comm::Comm& world, HostServices& services
   services_.set_job_state(JobService::kCollectives, state_.get());
   services_.set_collectives(&kTable);
 }
+
+void CollectivesAdapter::set_observer(CommObserver* observer) { state_->observer = observer; }
 
 CollectivesAdapter::~CollectivesAdapter() {
   services_.set_collectives(nullptr);

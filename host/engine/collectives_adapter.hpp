@@ -25,6 +25,9 @@ class CollectivesAdapter {
   ~CollectivesAdapter();
   CollectivesAdapter(const CollectivesAdapter&) = delete;
   CollectivesAdapter& operator=(const CollectivesAdapter&) = delete;
+  // Reports every collective from now on to `observer` (trace, comms_logger), or stops with nullptr; the
+  // observer outlives the adapter's use of it.
+  void set_observer(class CommObserver* observer);
 
   struct State;
 

@@ -11,6 +11,7 @@
 
 #include "host/core/error.hpp"
 #include "host/engine/service_call.hpp"
+#include "host/engine/trace.hpp"
 #include "host/services/host_services.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
@@ -27,6 +28,7 @@ struct DeviceCopies::State {
   at::Device device = at::kCPU;
   std::atomic<int64_t> pending{0};  // started and not yet waited for
   zhost_copy_services table{};
+  TraceWriter* trace = nullptr;  // set_trace: copies become "copy" events (Note [Trace file])
 };
 
 }  // namespace zhost::engine
@@ -34,6 +36,7 @@ struct DeviceCopies::State {
 struct zhost_copy {
   at::Tensor src, dst;  // borrowed views
   bool done = false;
+  uint64_t started_ns = 0;  // traced CUDA copies: start() to wait()
 #if ZHOST_WITH_CUDA
   zhost::engine::cuda::TransferPtr transfer;
 #endif
@@ -50,10 +53,23 @@ zhost_status* serve(zhost_host_context* ctx, const char* what, Body&& body) {
 // Host memory, or the training device's: what a copy may read and write.
 bool reachable(const DeviceCopies::State& s, const at::Tensor& t) { return t.is_cpu() || t.device() == s.device; }
 
-void run_on_host(zhost_copy& copy) {
+const char* copy_name(const zhost_copy& copy) {
+  if (copy.src.is_cpu() == copy.dst.is_cpu()) return "Memcpy";  // deferred mode: both sides in host memory
+  return copy.src.is_cpu() ? "Memcpy HtoD" : "Memcpy DtoH";
+}
+
+void trace_copy(const DeviceCopies::State& s, const zhost_copy& copy, uint64_t begin_ns) {
+  if (!s.trace) return;
+  s.trace->complete("copy", copy_name(copy), begin_ns, TraceWriter::now_ns(),
+                    fmt::format(R"({{"bytes": {}}})", copy.src.nbytes()));
+}
+
+void run_on_host(const DeviceCopies::State& s, zhost_copy& copy) {
   if (copy.done) return;
+  const uint64_t begin = s.trace ? TraceWriter::now_ns() : 0;
   copy.dst.copy_(copy.src);
   copy.done = true;
+  trace_copy(s, copy, begin);
 }
 
 int32_t device_memory_is_separate(zhost_host_context* ctx) {
@@ -83,16 +99,17 @@ zhost_status* start(zhost_host_context* ctx, const DLTensor* src, DLTensor* dst,
                       s.device.str(), copy->src.device().str(), copy->dst.device().str()));
     switch (s.mode) {
       case CopyMode::kImmediate:
-        run_on_host(*copy);
+        run_on_host(s, *copy);
         return nullptr;
       case CopyMode::kDeferred:
         break;
       case CopyMode::kCuda:
 #if ZHOST_WITH_CUDA
         if (copy->src.is_cpu() && copy->dst.is_cpu()) {
-          run_on_host(*copy);
+          run_on_host(s, *copy);
           return nullptr;
         }
+        if (s.trace) copy->started_ns = TraceWriter::now_ns();
         copy->transfer = cuda::start(copy->src, copy->dst);
 #endif
         break;
@@ -112,8 +129,7 @@ zhost_status* order_compute_after(zhost_host_context* ctx, zhost_copy* copy) {
       return nullptr;
     }
 #endif
-    (void)s;
-    run_on_host(*copy);  // host compute waits by the copy running now
+    run_on_host(s, *copy);  // host compute waits by the copy running now
     return nullptr;
   });
 }
@@ -126,10 +142,11 @@ zhost_status* wait(zhost_host_context* ctx, zhost_copy* copy) {
 #if ZHOST_WITH_CUDA
     if (owned->transfer) {
       cuda::wait(*owned->transfer);
+      trace_copy(s, *owned, owned->started_ns);
       return nullptr;
     }
 #endif
-    run_on_host(*owned);
+    run_on_host(s, *owned);
     return nullptr;
   });
 }
@@ -173,6 +190,8 @@ DeviceCopies::DeviceCopies(const at::Device& device, HostServices& services)
         "ZHOST_DEVICE_COPIES=deferred: host-device copies are staged and run as late as allowed (a test "
         "mode: slower, same results)");
 }
+
+void DeviceCopies::set_trace(TraceWriter* trace) { state_->trace = trace; }
 
 DeviceCopies::~DeviceCopies() {
   if (state_->pending > 0)

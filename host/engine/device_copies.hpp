@@ -35,6 +35,8 @@ class DeviceCopies {
   ~DeviceCopies();
   DeviceCopies(const DeviceCopies&) = delete;
   DeviceCopies& operator=(const DeviceCopies&) = delete;
+  // Records every copy from now on in `trace` (Note [Trace file]), or stops with nullptr.
+  void set_trace(class TraceWriter* trace);
 
   struct State;
 

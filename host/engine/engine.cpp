@@ -5,15 +5,20 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include <fstream>
+
 #include "host/core/error.hpp"
+#include "host/core/log.hpp"
 #include "host/core/text.hpp"
 #include "host/engine/collectives_adapter.hpp"
+#include "host/engine/comm_observer.hpp"
 #include "host/engine/cpu_threads.hpp"
 #include "host/engine/device.hpp"
 #include "host/engine/device_copies.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/engine/native_libs.hpp"
 #include "host/engine/preflight.hpp"
+#include "host/engine/trace.hpp"
 #include "host/engine/trainer.hpp"
 #include "host/launch/launcher.hpp"
 #include "host/model/model.hpp"
@@ -136,6 +141,69 @@ class TierInstallation {
                   env.rank, what, states));
 }
 
+// Rank 0's run directory path, the same on every rank (a timestamp name is rank 0's), through the store.
+std::string shared_run_path(const TrainSettings& settings, comm::Comm& world) {
+  const std::string key = "zhost/run_dir";
+  if (world.rank() == 0) {
+    const std::string path = run_directory_path(settings.run_dir, settings.run_name);
+    world.store_set(key, std::vector<uint8_t>(path.begin(), path.end()));
+    return path;
+  }
+  std::optional<std::vector<uint8_t>> value = world.store_get(key, settings.comm_timeout_s);
+  if (!value) throw Error("rank 0 did not publish the run directory in time (comm.timeout_s)", ExitCode::kRankFailed);
+  return std::string(value->begin(), value->end());
+}
+
+// What a run observes besides its metrics: the trace (run.trace), the comms logger, plugins' spans in the
+// trace. Installed into the services that produce the events for as long as it lives.
+class Observation {
+ public:
+  Observation(const TrainSettings& settings, const std::string& run_path, const launch::RankEnv& env,
+              CollectivesAdapter& collectives, HostServices& services)
+      : settings_(settings), run_path_(run_path), rank_(env.rank), collectives_(collectives), services_(services) {
+    if (settings.trace) {
+      const bool cuda = training_device(settings).is_cuda();
+      trace_ = std::make_unique<TraceWriter>(fmt::format("{}/trace.rank{}.json", run_path, env.rank), env.rank,
+                                             env.world_size, cuda ? "nccl" : "gloo");
+      services_.set_span_sink([trace = trace_.get()](const std::string& plugin, const std::string& name,
+                                                     uint64_t begin_ns, uint64_t end_ns) {
+        trace->complete("plugin", plugin + "/" + name, begin_ns, end_ns);
+      });
+    }
+    observer_ = std::make_unique<CommObserver>(trace_.get(), settings.comms_logger, settings.comms_logger_verbose);
+    if (observer_->active()) collectives_.set_observer(observer_.get());
+  }
+  ~Observation() {
+    collectives_.set_observer(nullptr);
+    services_.set_span_sink({});
+  }
+  Observation(const Observation&) = delete;
+  Observation& operator=(const Observation&) = delete;
+
+  TraceWriter* trace() const { return trace_.get(); }
+  // comms_logger: every rank writes RUN_DIR/comms.rankN.json, rank 0 logs DeepSpeed's table.
+  void finish() const {
+    if (!settings_.comms_logger) return;
+    std::ofstream(fmt::format("{}/comms.rank{}.json", run_path_, rank_)) << observer_->summary_json() << "\n";
+    if (rank_ == 0) spdlog::info("comms_logger summary (rank 0):\n{}", observer_->summary_table());
+  }
+
+ private:
+  const TrainSettings& settings_;
+  std::string run_path_;
+  int rank_;
+  CollectivesAdapter& collectives_;
+  HostServices& services_;
+  std::unique_ptr<TraceWriter> trace_;
+  std::unique_ptr<CommObserver> observer_;
+};
+
+// The first line of an exception's message (LibTorch's carry a backtrace below it).
+std::string first_line(const char* message) {
+  std::string text = message;
+  return text.substr(0, text.find('\n'));
+}
+
 bool is_allocation_failure(const std::string& message) {
   return message.find("can't allocate memory") != std::string::npos ||
          message.find("out of memory") != std::string::npos;
@@ -186,18 +254,23 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
   job.services->set_default_timeout(std::chrono::milliseconds(static_cast<int64_t>(settings.comm_timeout_s * 1000)));
 
   int exit_code = 0;
-  {
+  const std::string run_path = shared_run_path(settings, *world);
+  std::unique_ptr<log::FileLog> file_log;
+  if (env.rank == 0) file_log = std::make_unique<log::FileLog>(run_path + "/run.log", env.rank);
+  try {
+    RunDirectory run_dir(run_path, job.config->to_toml(), env.rank == 0, env.rank);
+    Observation observation(settings, run_path, env, *collectives, *job.services);
     // Copies between host memory and the device outlive the plugin instances: their destructors may still
     // complete copies in flight (a step that failed half way).
     DeviceCopies copies(training_device(settings), *job.services);
+    copies.set_trace(observation.trace());
     PluginInstances instances(*job.services);
     instances.create_all(job.resolution, [&](const LoadedPlugin& p) { return job.plugin_config(p); });
     const PluginInstance* partition = instances.of_kind(ZHOST_KIND_PARTITION);
     ZHOST_ASSERT(partition != nullptr);
     TierInstallation tiers(job, instances, *job.services);
 
-    RunDirectory run_dir(settings.run_dir, settings.run_name, job.config->to_toml(), env.rank == 0);
-    Trainer trainer(settings, *world, *partition, run_dir, *job.services);
+    Trainer trainer(settings, *world, *partition, run_dir, *job.services, observation.trace());
     if (env.rank == 0)
       spdlog::info(
           "training {} ({:.2f}M parameters) on {} rank(s), stage {} via '{}', {}; batch {} = micro {} x "
@@ -212,8 +285,17 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
     if (env.rank == 0)
       spdlog::info("done: {} steps applied, {} skipped, final loss {:.4f}", result.applied_steps, result.skipped_steps,
                    result.final_loss);
+    observation.finish();
+    copies.set_trace(nullptr);
+  } catch (const c10::Error& e) {
+    if (file_log) file_log->status("failed: LibTorch: " + first_line(e.what_without_backtrace()));
+    throw;
+  } catch (const std::exception& e) {
+    if (file_log) file_log->status("failed: " + first_line(e.what()));
+    throw;
   }
   world->barrier();
+  if (file_log) file_log->status("completed");
   collectives.reset();
   job.services->set_kv_store(std::make_shared<LocalKvStore>());
   return exit_code;

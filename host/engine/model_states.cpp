@@ -36,13 +36,18 @@ std::string formula_text(const ModelStateShape& s) {
   if (s.params_offloaded && s.stage >= 3) return "0 (parameters, gradients and optimizer offloaded)";
   if (s.optimizer_offloaded) {
     if (s.stage == 1) return fmt::format("{}Ψ (optimizer offloaded)", 2 * c);
-    return fmt::format(s.stage >= 3 ? "{}Ψ/N (optimizer and gradients offloaded)" : "{}Ψ (optimizer and gradients offloaded)", c);
+    return fmt::format(
+        s.stage >= 3 ? "{}Ψ/N (optimizer and gradients offloaded)" : "{}Ψ (optimizer and gradients offloaded)", c);
   }
   switch (s.stage) {
-    case 0: return fmt::format("{}Ψ", 2 * c + (c == 4 ? 0 : 4) + k);
-    case 1: return fmt::format("{}Ψ+{}Ψ/N", 2 * c, 4 + k);
-    case 2: return fmt::format("{}Ψ+{}Ψ/N", c, c + 4 + k);
-    default: return fmt::format("{}Ψ/N", 2 * c + (c == 4 ? 0 : 4) + k);
+    case 0:
+      return fmt::format("{}Ψ", 2 * c + (c == 4 ? 0 : 4) + k);
+    case 1:
+      return fmt::format("{}Ψ+{}Ψ/N", 2 * c, 4 + k);
+    case 2:
+      return fmt::format("{}Ψ+{}Ψ/N", c, c + 4 + k);
+    default:
+      return fmt::format("{}Ψ/N", 2 * c + (c == 4 ? 0 : 4) + k);
   }
 }
 
@@ -55,8 +60,8 @@ double ratio(const ModelStateBytes& measured, const ModelStateBytes& formula) {
 std::string mb(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
 
 nlohmann::json to_json(const ModelStateBytes& b) {
-  return {{"params", b.params}, {"grads", b.grads}, {"master", b.master}, {"optimizer", b.optimizer},
-          {"total", b.total()}};
+  return {
+      {"params", b.params}, {"grads", b.grads}, {"master", b.master}, {"optimizer", b.optimizer}, {"total", b.total()}};
 }
 
 }  // namespace
@@ -78,6 +83,7 @@ std::string model_states_json(const ModelStateBytes& measured, const ModelStateS
   nlohmann::json j = {{"stage", shape.stage},
                       {"world_size", shape.world_size},
                       {"num_params", shape.num_params},
+                      {"compute_bytes", shape.compute_bytes},
                       {"formula_text", formula_text(shape)},
                       {"measured", to_json(measured)},
                       {"formula", to_json(formula)},

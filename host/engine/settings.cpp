@@ -74,6 +74,10 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.steps_per_print = c.get_int("steps_per_print");
   s.gradient_clipping = c.get_float("gradient_clipping");
   s.wall_clock_breakdown = c.get_bool("wall_clock_breakdown");
+  s.memory_breakdown = c.get_bool("memory_breakdown");
+  s.trace = c.get_bool("run.trace");
+  s.comms_logger = c.get_bool("comms_logger.enabled");
+  s.comms_logger_verbose = c.get_bool("comms_logger.verbose");
   s.activation_checkpointing = c.get_bool("activation_checkpointing.enabled");
 
   s.model.type = c.get_string("model.type");

@@ -27,6 +27,10 @@ struct TrainSettings {
   int64_t steps_per_print = 10;
   double gradient_clipping = 0;
   bool wall_clock_breakdown = false;
+  bool memory_breakdown = false;      // DeepSpeed's see_memory_usage lines at every phase of printed steps
+  bool trace = false;                 // run.trace: RUN_DIR/trace.rankN.json (Note [Trace file])
+  bool comms_logger = false;          // comms_logger.enabled: per-op summary (Note [Collective figures])
+  bool comms_logger_verbose = false;  // comms_logger.verbose: one line per collective
   bool activation_checkpointing = false;
   // LayerDrop (Fan et al., 2019): each transformer block is skipped with this probability per micro-batch,
   // drawn from (seed, step, micro-batch, block) and, with layer_drop_per_rank, the rank.

@@ -2,7 +2,6 @@
 #include "host/engine/telemetry.hpp"
 
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <chrono>
@@ -27,8 +26,10 @@ MemoryUsage current_memory() {
   std::string key;
   while (status >> key) {
     double kb = 0;
-    if (key == "VmRSS:" && status >> kb) usage.rss_mb = kb / 1024;
-    else if (key == "VmHWM:" && status >> kb) usage.peak_rss_mb = kb / 1024;
+    if (key == "VmRSS:" && status >> kb)
+      usage.rss_mb = kb / 1024;
+    else if (key == "VmHWM:" && status >> kb)
+      usage.peak_rss_mb = kb / 1024;
     status.ignore(1 << 12, '\n');
   }
 #if ZHOST_WITH_CUDA
@@ -54,17 +55,41 @@ std::string timestamp_name() {
 
 }  // namespace
 
-RunDirectory::RunDirectory(const std::string& dir, const std::string& name, const std::string& resolved_config,
-                           bool writer)
-    : writer_(writer) {
-  path_ = (fs::path(dir) / (name.empty() ? timestamp_name() : name)).string();
-  if (!writer_) return;
+std::string run_directory_path(const std::string& dir, const std::string& name) {
+  return (fs::path(dir) / (name.empty() ? timestamp_name() : name)).string();
+}
+
+RunDirectory::RunDirectory(const std::string& path, const std::string& resolved_config, bool writer, int rank)
+    : path_(path), writer_(writer), rank_(rank) {
   std::error_code ec;
   fs::create_directories(path_, ec);
-  if (ec) fail_usage("cannot create the run directory {}: {}; set run.dir to a writable folder", path_, ec.message());
+  if (!fs::is_directory(path_))
+    fail_usage("cannot create the run directory {}: {}; set run.dir to a writable folder", path_, ec.message());
+  memory_.open(fs::path(path_) / fmt::format("steps.rank{}.jsonl", rank_), std::ios::trunc);
+  if (!memory_) fail("cannot write {}/steps.rank{}.jsonl", path_, rank_);
+  if (!writer_) return;
   std::ofstream(fs::path(path_) / "config.toml") << resolved_config;
   metrics_.open(fs::path(path_) / "metrics.jsonl", std::ios::trunc);
   if (!metrics_) fail("cannot write {}/metrics.jsonl", path_);
+}
+
+void RunDirectory::append_rank_record(const StepRecord& r) {
+  nlohmann::json j{{"step", r.step},
+                   {"rank", rank_},
+                   {"forward_ms", r.forward_ms},
+                   {"backward_ms", r.backward_ms},
+                   {"reduction_ms", r.reduction_ms},
+                   {"step_ms", r.step_ms},
+                   {"step_time_ms", r.step_time_ms},
+                   {"comm_bytes_sent", r.comm_bytes_sent},
+                   {"comm_bytes_received", r.comm_bytes_received}};
+  for (const auto& [name, ms] : r.plugin_ms) j[name + "_ms"] = ms;
+  nlohmann::json memory = nlohmann::json::object();
+  for (const auto& [name, bytes] : r.memory_bytes) memory[name] = bytes;
+  j["memory"] = memory;
+  memory_ << j.dump() << "\n";
+  memory_.flush();
+  if (!memory_) fail("cannot append to {}/steps.rank{}.jsonl (disk full?)", path_, rank_);
 }
 
 void RunDirectory::write_file(const std::string& name, const std::string& text) const {
@@ -91,11 +116,22 @@ void RunDirectory::append_metrics(const StepRecord& r) {
                    {"backward_ms", r.backward_ms},
                    {"reduction_ms", r.reduction_ms},
                    {"step_ms", r.step_ms},
+                   // DeepSpeed's wall_clock_breakdown timers, per micro-batch (microstep) and per step
+                   {"fwd_microstep_ms", r.forward_ms},
+                   {"bwd_microstep_ms", r.backward_ms + r.reduction_ms},
+                   {"bwd_inner_microstep_ms", r.backward_ms},
+                   {"bwd_allreduce_microstep_ms", r.reduction_ms},
+                   {"step_microstep_ms", r.step_ms},
+                   {"step_time_ms", r.step_time_ms},
+                   {"printed", r.printed},
                    {"comm_bytes_sent", r.comm_bytes_sent},
                    {"comm_bytes_received", r.comm_bytes_received},
                    {"rss_mb", r.memory.rss_mb},
                    {"peak_rss_mb", r.memory.peak_rss_mb}};
   for (const auto& [name, ms] : r.plugin_ms) j[name + "_ms"] = ms;  // e.g. "stage3/gather_wait_ms"
+  nlohmann::json memory = nlohmann::json::object();
+  for (const auto& [name, bytes] : r.memory_bytes) memory[name] = bytes;
+  j["memory"] = memory;
   if (r.memory.cuda_allocated_mb) {
     j["cuda_allocated_mb"] = *r.memory.cuda_allocated_mb;
     j["cuda_peak_mb"] = *r.memory.cuda_peak_mb;
@@ -133,8 +169,8 @@ void ProgressBar::clear() {
 ProgressBar::~ProgressBar() { clear(); }
 
 std::string format_step_line(const StepRecord& r, int64_t total_steps, bool breakdown) {
-  std::string line = fmt::format("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}", r.step, total_steps, r.loss, r.lr,
-                                 r.grad_norm);
+  std::string line =
+      fmt::format("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}", r.step, total_steps, r.loss, r.lr, r.grad_norm);
   if (r.loss_scale != 1) line += fmt::format(" loss_scale {:g}", r.loss_scale);
   if (r.skipped) line += " (skipped: overflow)";
   line += fmt::format(" | {:.1f} samples/s {:.0f} tokens/s {:.3f} TFLOP/s | rss {:.0f} MB peak {:.0f} MB",
@@ -148,6 +184,13 @@ std::string format_step_line(const StepRecord& r, int64_t total_steps, bool brea
   if (breakdown)
     for (const auto& [name, ms] : r.plugin_ms) line += fmt::format(" {} {:.1f}", name, ms);
   return line;
+}
+
+std::string format_timers_line(const StepRecord& r) {
+  return fmt::format(
+      "time (ms) | fwd_microstep: {:.2f} | bwd_microstep: {:.2f} | bwd_inner_microstep: {:.2f} | "
+      "bwd_allreduce_microstep: {:.2f} | step_microstep: {:.2f}",
+      r.forward_ms, r.backward_ms + r.reduction_ms, r.backward_ms, r.reduction_ms, r.step_ms);
 }
 
 }  // namespace zhost::engine

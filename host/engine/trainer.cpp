@@ -16,13 +16,16 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "host/core/error.hpp"
 #include "host/engine/device.hpp"
+#include "host/engine/memory_timeline.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/engine/param_store.hpp"
 #include "host/engine/preflight.hpp"
+#include "host/engine/trace.hpp"
 #include "host/services/host_services.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 #include "zhost/kit/optimizer.hpp"
@@ -71,10 +74,26 @@ DLTensor dl_shape_only(const at::Tensor& tensor) {
   return view;
 }
 
-// Milliseconds spent in each phase, summed since the last printed record.
+// Milliseconds spent in each phase, summed over a step or since the last printed record.
 struct Timing {
   double forward = 0, backward = 0, reduction = 0, step = 0;
   int64_t micro_batches = 0, steps = 0;
+  void add(const Timing& other) {
+    forward += other.forward;
+    backward += other.backward;
+    reduction += other.reduction;
+    step += other.step;
+    micro_batches += other.micro_batches;
+    steps += other.steps;
+  }
+  // Per micro-batch (forward, backward, reduction) and per step, into `record`.
+  void averages_into(StepRecord& record) const {
+    const double micro = static_cast<double>(std::max<int64_t>(micro_batches, 1));
+    record.forward_ms = forward / micro;
+    record.backward_ms = backward / micro;
+    record.reduction_ms = reduction / micro;
+    record.step_ms = step / static_cast<double>(std::max<int64_t>(steps, 1));
+  }
 };
 
 // Activation checkpointing of one block: forward without keeping activations, recompute in backward.
@@ -103,6 +122,14 @@ struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
   }
 };
 
+// The trace's memory counter: the categories in MB (counters sum in Perfetto's stacked view).
+std::string memory_counter_json(const MemoryCategories& categories) {
+  nlohmann::json values = nlohmann::json::object();
+  for (const auto& [name, bytes] : categories)
+    if (name != "peak_rss") values[name + "_MB"] = bytes / 1048576.0;
+  return values.dump();
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -126,9 +153,16 @@ struct Trainer::Impl {
   // ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS: the model is built without storage and the plugin
   // materialises parameters through this store.
   std::unique_ptr<ParamStore> param_store;
+  TraceWriter* trace = nullptr;                            // Note [Trace file]; null when run.trace is off
+  std::vector<std::string> forward_names, backward_names;  // "forward block 3": trace event names
+  int32_t backward_block = -1;  // trace: the block whose backward runs since backward_block_start
+  uint64_t backward_block_start = 0;
+  double activation_bytes = 0;                     // the step's largest forward allocation (Note [Memory categories])
+  bool log_memory = false;                         // memory_breakdown and this step is printed (see_memory_usage)
+  std::map<std::string, double> window_plugin_ms;  // plugin spans' ms summed since the last printed record
 
-  Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r, HostServices& h)
-      : settings(s), world(w), partition(p), api(*p.plugin->api->partition), run_dir(r), services(h) {}
+  Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r, HostServices& h, TraceWriter* t)
+      : settings(s), world(w), partition(p), api(*p.plugin->api->partition), run_dir(r), services(h), trace(t) {}
 
   uint64_t plugin_flags() const { return partition.plugin->info.flags; }
 
@@ -178,6 +212,10 @@ struct Trainer::Impl {
     setup_partition();
     report_model_states(false);
     install_grad_hooks();
+    for (size_t b = 0; b < model->num_blocks(); ++b) {
+      forward_names.push_back(fmt::format("forward block {}", b));
+      backward_names.push_back(fmt::format("backward block {}", b));
+    }
   }
 
   // With partitioned parameters: every parameter block b reads must have storage when it runs.
@@ -191,10 +229,9 @@ struct Trainer::Impl {
             partition.plugin->info.name, model->parameters()[id].name, phase, block);
   }
 
-  // Logs this rank's model-state bytes against ZeRO's formula; rank 0 writes RUN_DIR/model_states.json.
-  // With partitioned parameters the parameters' own storage is the gather window, reported apart: at the
-  // start what setup() left materialised, at the end (`after_training`) its peak over the run.
-  void report_model_states(bool after_training) {
+  // This rank's model-state bytes: the partition plugin's report plus what the host holds for it. The
+  // gather window is the live parameter storage, or with `peak` its peak over the run.
+  ModelStateBytes measure_model_states(bool peak) {
     ModelStateBytes measured;
     if (ZHOST_HAS_FIELD(&api, zhost_partition_api, memory) && api.memory) {
       zhost_model_state_bytes reported{};
@@ -208,14 +245,30 @@ struct Trainer::Impl {
       measured.offloaded = static_cast<double>(reported.offloaded);
     }
     if (param_store) {
-      measured.gather_window =
-          static_cast<double>(after_training ? param_store->peak_bytes() : param_store->live_bytes());
+      measured.gather_window = static_cast<double>(peak ? param_store->peak_bytes() : param_store->live_bytes());
     } else {
       double param_bytes = 0;
       for (const auto& p : model->parameters()) param_bytes += static_cast<double>(p.tensor.nbytes());
       measured.params += param_bytes;
       if (!partition_takes_grads) measured.grads += param_bytes;  // autograd's .grad: same size
     }
+    return measured;
+  }
+
+  // The memory categories (Note [Memory categories]) now, with this step's activation bytes.
+  MemoryCategories memory_now() {
+    return memory_categories(measure_model_states(false),
+                             static_cast<double>(services.live_buffer_bytes(ZHOST_MEMORY_PINNED)), activation_bytes);
+  }
+  void see_memory(const char* phase) {
+    if (log_memory) spdlog::info("{}", see_memory_usage(phase, memory_now()));
+  }
+
+  // Logs this rank's model-state bytes against ZeRO's formula; rank 0 writes RUN_DIR/model_states.json.
+  // With partitioned parameters the parameters' own storage is the gather window, reported apart: at the
+  // start what setup() left materialised, at the end (`after_training`) its peak over the run.
+  void report_model_states(bool after_training) {
+    const ModelStateBytes measured = measure_model_states(after_training);
     const ModelStateShape shape = model_state_shape(settings, world.world_size(), model->num_parameters());
     spdlog::info("{}", describe_model_states(measured, shape));
     if (world.rank() == 0) run_dir.write_file("model_states.json", model_states_json(measured, shape) + "\n");
@@ -302,11 +355,16 @@ struct Trainer::Impl {
     grad_reported[id] = 1;
     const at::Tensor& grad = model->parameters()[id].tensor.grad();
     DLTensor view = kit::dl_view(grad);
-    call_in_hook(api.grad_ready(partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
+    {
+      const TraceScope span(trace, "hook", "grad_ready", "param", static_cast<int64_t>(id));
+      call_in_hook(api.grad_ready(partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
+    }
     if (partition_takes_grads) model->parameters()[id].tensor.mutable_grad() = at::Tensor();
     for (int32_t block : blocks_using_param[id])
-      if (--pending_grads_per_block[block] == 0)
+      if (--pending_grads_per_block[block] == 0) {
+        const TraceScope span(trace, "hook", "post_backward", "block", block);
         call_in_hook(api.post_backward(partition.instance, block), "post_backward");
+      }
   }
 
   // A parameter of a block that sat out this micro-batch (LayerDrop) produced no gradient in it, yet may hold
@@ -345,54 +403,97 @@ struct Trainer::Impl {
     for (size_t b = 0; b < model->num_blocks(); ++b) {
       if (dropped(step, micro_step, b)) continue;  // the residual stream passes the block unchanged
       auto block = static_cast<int32_t>(b);
-      call(api.pre_forward(partition.instance, block), "pre_forward");
+      const TraceScope block_span(trace, "forward", forward_names[b], "block", block);
+      {
+        const TraceScope span(trace, "hook", "pre_forward", "block", block);
+        call(api.pre_forward(partition.instance, block), "pre_forward");
+      }
       bool checkpoint = settings.activation_checkpointing && b >= 1 && b <= last_layer;
       check_materialized(block, "forward");
       x = checkpoint ? CheckpointedBlock::apply(x, model.get(), static_cast<int64_t>(b)) : model->forward_block(b, x);
       if (x.requires_grad())
         x.register_hook([this, block](const at::Tensor&) {
+          if (trace) begin_backward_block(block);
+          const TraceScope span(trace, "hook", "pre_backward", "block", block);
           if (hook_error.empty()) call_in_hook(api.pre_backward(partition.instance, block), "pre_backward");
           if (param_store) {  // without its parameters the block's backward cannot run: stop it here
             if (!hook_error.empty()) throw Error(hook_error);
             check_materialized(block, "backward");
           }
         });
+      const TraceScope span(trace, "hook", "post_forward", "block", block);
       call(api.post_forward(partition.instance, block), "post_forward");
     }
     return x;
+  }
+
+  // Trace: block b's backward starts when the gradient of its output is ready, and ends when the next
+  // block's (b - 1) starts or backward returns (end_backward_block).
+  void begin_backward_block(int32_t block) {
+    end_backward_block();
+    backward_block = block;
+    backward_block_start = TraceWriter::now_ns();
+  }
+  void end_backward_block() {
+    if (backward_block < 0) return;
+    trace->complete("backward", backward_names[static_cast<size_t>(backward_block)], backward_block_start,
+                    TraceWriter::now_ns(), fmt::format(R"({{"block": {}}})", backward_block));
+    backward_block = -1;
   }
 
   // One micro-batch's forward and backward; returns its (unscaled) loss.
   double micro_batch(int64_t step, int32_t micro_step, Timing& timing) {
     const int64_t gas = settings.batch.gradient_accumulation_steps;
     zhost_micro_batch_args args{sizeof(args), nullptr, step, micro_step, micro_step == gas - 1 ? 1 : 0};
-    call(api.begin_micro_batch(partition.instance, &args), "begin_micro_batch");
+    const TraceScope micro_span(trace, "step", "micro_batch", "micro_step", micro_step);
+    {
+      const TraceScope span(trace, "hook", "begin_micro_batch", "micro_step", micro_step);
+      call(api.begin_micro_batch(partition.instance, &args), "begin_micro_batch");
+    }
     data::Batch batch = loader->next(step - 1, micro_step);
     at::Tensor tokens = batch.tokens.to(device), targets = batch.targets.to(device);
     reset_pending_grads();
 
+    see_memory("before forward");
+    const double allocated_before = live_allocated_bytes(device.is_cuda());
     auto start = Clock::now();
-    at::Tensor loss = model->loss(forward(tokens, step, micro_step), targets);
-    sync_for_timing();
+    at::Tensor loss;
+    {
+      const TraceScope span(trace, "forward", "forward");
+      loss = model->loss(forward(tokens, step, micro_step), targets);
+      sync_for_timing();
+    }
     timing.forward += ms_since(start);
+    activation_bytes = std::max(activation_bytes, live_allocated_bytes(device.is_cuda()) - allocated_before);
+    see_memory("after forward");
 
     start = Clock::now();
-    loss.mul(scaler.scale() / static_cast<double>(gas)).backward();
-    if (settings.layer_drop > 0) report_accumulated_grads();
-    if (!hook_error.empty()) throw Error(hook_error);
-    sync_for_timing();
+    {
+      const TraceScope span(trace, "backward", "backward");
+      loss.mul(scaler.scale() / static_cast<double>(gas)).backward();
+      if (trace) end_backward_block();
+      if (settings.layer_drop > 0) report_accumulated_grads();
+      if (!hook_error.empty()) throw Error(hook_error);
+      sync_for_timing();
+    }
     timing.backward += ms_since(start);
 
     start = Clock::now();
-    call(api.backward_end(partition.instance), "backward_end");
+    {
+      const TraceScope span(trace, "hook", "backward_end");
+      call(api.backward_end(partition.instance), "backward_end");
+    }
     timing.reduction += ms_since(start);
+    see_memory("after backward");
     ++timing.micro_batches;
     return loss.item<double>();
   }
 
   // One optimizer step: the micro-batches, then the partition's step. Returns the local mean loss.
   StepRecord train_step(int64_t step, int64_t& applied, Timing& timing) {
+    const TraceScope step_span(trace, "step", "step", "step", step);
     world.begin_step(step);
+    activation_bytes = 0;
     double loss_sum = 0;
     const int64_t gas = settings.batch.gradient_accumulation_steps;
     for (int32_t micro = 0; micro < gas; ++micro) loss_sum += micro_batch(step, micro, timing);
@@ -405,10 +506,14 @@ struct Trainer::Impl {
     args.loss_scale = scaler.scale();
     args.clip_norm = settings.gradient_clipping;
     auto start = Clock::now();
-    call(api.step(partition.instance, &args), "step");
-    sync_for_timing();
+    {
+      const TraceScope span(trace, "optimizer", "optimizer_step", "step", step);
+      call(api.step(partition.instance, &args), "step");
+      sync_for_timing();
+    }
     timing.step += ms_since(start);
     ++timing.steps;
+    see_memory("after step");
 
     StepRecord record;
     record.step = step;
@@ -426,6 +531,8 @@ struct Trainer::Impl {
     comm::CommCounters counters = world.end_step();
     record.comm_bytes_sent = counters.total().bytes_sent;
     record.comm_bytes_received = counters.total().bytes_received;
+    record.memory_bytes = memory_now();
+    if (trace) trace->counter("memory", TraceWriter::now_ns(), memory_counter_json(record.memory_bytes));
     return record;
   }
 
@@ -437,8 +544,8 @@ struct Trainer::Impl {
 };
 
 Trainer::Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition,
-                 RunDirectory& run_dir, HostServices& services)
-    : impl_(std::make_unique<Impl>(settings, world, partition, run_dir, services)), services_(services) {
+                 RunDirectory& run_dir, HostServices& services, TraceWriter* trace)
+    : impl_(std::make_unique<Impl>(settings, world, partition, run_dir, services, trace)), services_(services) {
   impl_->build();
 }
 
@@ -450,50 +557,70 @@ TrainResult Trainer::run() {
   Impl& t = *impl_;
   const TrainSettings& s = t.settings;
   TrainResult result;
-  Timing timing;
+  Timing window;  // since the last printed record
   int64_t applied = 0;
-  double loss_sum = 0;
-  int64_t loss_count = 0;
-  auto window_start = Clock::now();
+  double window_loss = 0;
   int64_t window_steps = 0;
+  auto window_start = Clock::now();
   ProgressBar progress(t.world.rank() == 0 ? s.steps : 0);
   for (int64_t step = 1; step <= s.steps; ++step) {
     if (services_.abort_requested()) throw Error(fmt::format("stopped at step {}: {}", step, services_.abort_reason()));
+    const bool printed = step % s.steps_per_print == 0 || step == s.steps;
+    t.log_memory = s.memory_breakdown && printed && t.world.rank() == 0;
+    const auto step_start = Clock::now();
+    Timing timing;
     StepRecord record = t.train_step(step, applied, timing);
-    loss_sum += record.loss;
-    ++loss_count;
+    // Every step's loss is the mean over ranks (one small all-reduce, outside the step's comm counters).
+    at::Tensor total = at::tensor({record.loss}, at::kDouble);
+    t.world.all_reduce(total);
+    record.loss = total.item<double>() / t.world.world_size();
+    const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+    window.add(timing);
+    window_loss += record.loss;
     ++window_steps;
     if (record.skipped) ++result.skipped_steps;
     if (t.world.rank() == 0) progress.update(step, record.loss);
-    if (step % s.steps_per_print != 0 && step != s.steps) continue;
 
-    // The printed loss is the mean over ranks and steps since the last print (one small all-reduce).
-    at::Tensor totals = at::tensor({loss_sum, static_cast<double>(loss_count)}, at::kDouble);
-    t.world.all_reduce(totals);
-    record.loss = totals[0].item<double>() / totals[1].item<double>();
-    double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
-    double samples = static_cast<double>(s.batch.train_batch_size * window_steps);
-    record.samples_per_s = samples / seconds;
-    record.tokens_per_s = record.samples_per_s * static_cast<double>(s.model.seq_len);
-    record.tflops = t.model->flops_per_token() * record.tokens_per_s / 1e12;
-    double micro = std::max<int64_t>(timing.micro_batches, 1), steps = std::max<int64_t>(timing.steps, 1);
-    record.forward_ms = timing.forward / micro;
-    record.backward_ms = timing.backward / micro;
-    record.reduction_ms = timing.reduction / micro;
-    record.step_ms = timing.step / steps;
-    for (const auto& [name, total] : services_.take_span_totals())
-      record.plugin_ms.emplace_back(name, static_cast<double>(total.ns) / 1e6 / steps);
+    // The step's own record (metrics.jsonl, steps.rankN.jsonl): its own throughput and timers.
+    auto fill_rates = [&](StepRecord& r, double seconds, int64_t steps) {
+      r.samples_per_s = static_cast<double>(s.batch.train_batch_size * steps) / seconds;
+      r.tokens_per_s = r.samples_per_s * static_cast<double>(s.model.seq_len);
+      r.tflops = t.model->flops_per_token() * r.tokens_per_s / 1e12;
+      r.step_time_ms = seconds * 1e3 / static_cast<double>(steps);
+    };
+    fill_rates(record, step_seconds, 1);
+    timing.averages_into(record);
+    for (const auto& [name, total_span] : services_.take_span_totals())
+      record.plugin_ms.emplace_back(name, static_cast<double>(total_span.ns) / 1e6);
     record.memory = current_memory();
+    record.printed = printed;
+    t.run_dir.append_rank_record(record);
+    if (t.world.rank() == 0) t.run_dir.append_metrics(record);
+    if (!printed) {
+      // plugin spans of unprinted steps join the window's average below
+      for (const auto& [name, ms] : record.plugin_ms) t.window_plugin_ms[name] += ms;
+      continue;
+    }
+
+    // The printed line averages the steps since the last print.
+    StepRecord line = record;
+    line.loss = window_loss / static_cast<double>(window_steps);
+    fill_rates(line, std::chrono::duration<double>(Clock::now() - window_start).count(), window_steps);
+    window.averages_into(line);
+    for (const auto& [name, ms] : record.plugin_ms) t.window_plugin_ms[name] += ms;
+    line.plugin_ms.clear();
+    for (const auto& [name, ms] : t.window_plugin_ms)
+      line.plugin_ms.emplace_back(name, ms / static_cast<double>(window_steps));
+    t.window_plugin_ms.clear();
     if (t.world.rank() == 0) {
       progress.clear();
-      spdlog::info("{}", format_step_line(record, s.steps, s.wall_clock_breakdown));
-      t.run_dir.append_metrics(record);
+      spdlog::info("{}", format_step_line(line, s.steps, s.wall_clock_breakdown));
+      if (s.wall_clock_breakdown) spdlog::info("{}", format_timers_line(line));
     }
-    result.records.push_back(record);
-    loss_sum = 0;
-    loss_count = 0;
+    result.records.push_back(line);
+    window_loss = 0;
     window_steps = 0;
-    timing = Timing{};
+    window = Timing{};
     window_start = Clock::now();
   }
   if (t.param_store) t.report_model_states(true);

@@ -25,8 +25,9 @@ class Trainer {
  public:
   // `services`: its abort flag is polled every step (a plugin's request_abort() stops the job).
   // `services` also serves the parameter storage (params) to a plugin that partitions parameters.
+  // `trace` (may be null): the rank's trace (Note [Trace file]), outliving the trainer.
   Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition, RunDirectory& run_dir,
-          HostServices& services);
+          HostServices& services, class TraceWriter* trace = nullptr);
   ~Trainer();
   TrainResult run();
   int64_t num_parameters() const;

@@ -62,6 +62,7 @@ struct HostServices::State {
   std::map<uint64_t, TraceSpan> open_spans;
   std::map<std::string, SpanTotal> span_totals;  // "plugin/name" -> time, for the wall-clock breakdown
   uint64_t next_span = 1;
+  HostServices::SpanSink span_sink;  // also receives every closed span (the job's trace)
   std::array<std::atomic<void*>, static_cast<size_t>(JobService::kCount)> job_states{};
 };
 
@@ -291,6 +292,12 @@ void trace_end(zhost_host_context* ctx, uint64_t span) {
   SpanTotal& total = state->span_totals[it->second.owner + "/" + it->second.name];
   total.ns += it->second.end_ns - it->second.begin_ns;
   ++total.count;
+  if (state->span_sink) {  // the sink may not throw across the ABI
+    try {
+      state->span_sink(it->second.owner, it->second.name, it->second.begin_ns, it->second.end_ns);
+    } catch (const std::exception&) {
+    }
+  }
   state->open_spans.erase(it);
 }
 
@@ -441,6 +448,11 @@ std::string HostServices::abort_reason() const {
 void HostServices::request_abort(const std::string& reason) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (!state_->abort_flag.exchange(true)) state_->abort_reason = reason;
+}
+
+void HostServices::set_span_sink(SpanSink sink) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->span_sink = std::move(sink);
 }
 
 std::map<std::string, SpanTotal> HostServices::take_span_totals() {
