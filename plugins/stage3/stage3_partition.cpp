@@ -29,11 +29,7 @@ using zero::collective_args;
 using zero::OptimizerTier;
 using zero::wait_for;
 
-namespace {
-constexpr int64_t kTagGather = 1;  // tag kinds: what the collective after the tag is for
-constexpr int64_t kTagReduce = 2;
-const char* tag_kind_name(int64_t kind) { return kind == kTagGather ? "gather" : "reduce the gradients of"; }
-}  // namespace
+namespace {}  // namespace
 
 Stage3Partition::Stage3Partition(const sdk::Host& host, const Stage3Options& options)
     : host_(host), options_(options) {}
@@ -97,6 +93,8 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   layout_ = FetchUnits(param_numels_, owners, setup.num_blocks, world_size_, options_.persistence_threshold,
                        options_.sub_group_size);
   units_.resize(layout_.units().size());
+  agreement_ = RankAgreement(host_, on_device_.device(), options_.agree_each_collective,
+                             static_cast<int>(units_.size()), [this](int unit) { return unit_name(unit); });
   const bool fp32 = compute_dtype_ == at::kFloat;
 
   // Sub-group buffers; each unit's shard, master and gradient are views into its sub-group's. In fp32
@@ -217,48 +215,6 @@ std::string Stage3Partition::unit_name(int unit) const {
                      u.params.size() > 1 ? kit::format(" and {} more", u.params.size() - 1) : "");
 }
 
-// Every rank's `mine` (the same count on each), rank after rank; on the training device, since NCCL moves
-// device tensors only.
-std::vector<int64_t> Stage3Partition::all_gather_ints(const std::vector<int64_t>& mine) const {
-  const auto count = static_cast<int64_t>(mine.size());
-  at::Tensor send = at::from_blob(const_cast<int64_t*>(mine.data()), {count}, at::TensorOptions().dtype(at::kLong))
-                        .to(on_device_.device());
-  at::Tensor recv = at::empty({count * world_size_}, on_device_.dtype(at::kLong));
-  DLTensor send_dl = dl_view(send), recv_dl = dl_view(recv);
-  zhost_collective_args args = collective_args(ZHOST_INTENT_GENERIC);
-  args.send = &send_dl;
-  args.recv = &recv_dl;
-  host_.check(host_.collectives().all_gather(host_.context(), &args));
-  const at::Tensor on_host = recv.cpu().contiguous();
-  return std::vector<int64_t>(on_host.data_ptr<int64_t>(), on_host.data_ptr<int64_t>() + on_host.numel());
-}
-
-// Blocks until every rank has said which collective it starts next; throws, naming the ranks and the
-// units, when they differ.
-void Stage3Partition::agree_on(int64_t kind, int unit) {
-  // One rank: nobody to disagree with, and no device round trip; per micro-batch: backward_end checks.
-  if (world_size_ == 1 || !options_.agree_each_collective) return;
-  std::vector<int64_t> all;
-  {
-    zero::ScopedSpan blocked(host_, "rank_agreement");
-    all = all_gather_ints({kind, unit});
-  }
-  for (int r = 0; r < world_size_; ++r) {
-    if (all[2 * r] == kind && all[2 * r + 1] == unit) continue;
-    const int64_t other_kind = all[2 * r], other_unit = all[2 * r + 1];
-    const bool valid = other_unit >= 0 && other_unit < static_cast<int64_t>(units_.size()) &&
-                       (other_kind == kTagGather || other_kind == kTagReduce);
-    throw PluginError(
-        ZHOST_ERR_INVALID_ARGUMENT,
-        kit::format("stage3: ranks walk the blocks in different orders: in step {} rank {} is about to {} {} while "
-                    "rank {} is about to {}; with ZeRO stage 3 every rank must run the same blocks in the same order "
-                    "(rank-dependent control flow, e.g. layer drop with per-rank randomness, breaks this)",
-                    step_, rank_, tag_kind_name(kind), unit_name(unit), r,
-                    valid ? kit::format("{} {}", tag_kind_name(other_kind), unit_name(static_cast<int>(other_unit)))
-                          : std::string("do something else")));
-  }
-}
-
 // Starts the all-gather of the N shards into the unit's storage, materialising it first if released (a
 // live unit, the persistent one after a step, is gathered again in place).
 void Stage3Partition::start_gather(int unit) {
@@ -280,7 +236,7 @@ void Stage3Partition::start_gather(int unit) {
     u.send = u.shard;
   }
   u.send_dl = dl_view(u.send);
-  agree_on(kTagGather, unit);
+  agreement_.before(RankAgreement::Collective::kGather, unit, step_);
   zhost_collective_args args = collective_args(ZHOST_INTENT_PARAM_GATHER, layout.block);
   args.send = &u.send_dl;
   args.recv = &u.recv_dl;
@@ -495,7 +451,7 @@ void Stage3Partition::launch_reduction(int unit) {
     finish_reduction(oldest);
   }
   u.reduced_this_micro_batch = true;
-  agree_on(kTagReduce, unit);
+  agreement_.before(RankAgreement::Collective::kReduce, unit, step_);
   u.staging_dl = dl_view(u.grad_staging);
   zhost_collective_args args = collective_args(ZHOST_INTENT_GRAD_REDUCE, layout.block);
   args.flags = ZHOST_COLLECTIVE_ASYNC;
@@ -590,7 +546,7 @@ void Stage3Partition::backward_end() {
     units_[unit].open_uses = 0;
     if (!layout_.units()[unit].persistent) release(static_cast<int>(unit));
   }
-  check_block_order_across_ranks();
+  agreement_.compare_block_order(trace_->current_hash(), trace_->current().size(), step_, micro_step_);
   if (trace_->end_micro_batch() && ++order_changes_ == 1)
     host_.warn(kit::format(
         "stage3: the block order changed in step {} (micro-batch {}), the same on every rank: re-recorded ({} events); "
@@ -600,20 +556,6 @@ void Stage3Partition::backward_end() {
 }
 
 // One small all-gather per micro-batch: every rank's hash of the events it ran.
-void Stage3Partition::check_block_order_across_ranks() {
-  if (world_size_ == 1) return;
-  const int64_t hash = static_cast<int64_t>(trace_->current_hash());
-  const std::vector<int64_t> hashes = all_gather_ints({hash});
-  for (int r = 0; r < world_size_; ++r)
-    if (hashes[r] != hash)
-      throw PluginError(
-          ZHOST_ERR_INVALID_ARGUMENT,
-          kit::format(
-              "stage3: rank {} ran its blocks in another order than rank {} in step {} (micro-batch {}; rank {} ran {} "
-              "block events); with ZeRO stage 3 every rank must run the same blocks in the same order",
-              r, rank_, step_, micro_step_, rank_, trace_->current().size()));
-}
-
 void Stage3Partition::step(zhost_step_args& args) {
   // Note [Step prologue]: overflow, exact norm and the one gradient factor, over every sub-group's shard (a
   // tier's accumulators are in host memory, the collectives' scalars on the device).

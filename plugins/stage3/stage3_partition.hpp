@@ -25,12 +25,8 @@
 //                                      sub-group on the fp32 masters (or the offload tier does); 16-bit
 //                                      shards refreshed; the persistent unit gathered again
 //
-// Rank agreement (zero.stage3_rank_agreement): by default every gather and reduction is preceded by a small
-// blocking all-gather of the unit's id, so ranks that walk the blocks in different orders stop with an
-// error naming the ranks and the units at the first collective where they part, before a collective of
-// mismatched sizes is started (Gloo aborts the process on those); the host's time blocked there is the
-// span "stage3/rank_agreement". With "each_micro_batch" only the check at backward_end runs: ranks compare
-// their block order once per micro-batch.
+// Ranks check that they walk the blocks alike (rank_agreement.hpp): before every gather and reduction by
+// default, or once per micro-batch; at backward_end in both modes.
 //
 // Offload: with zero.offload_optimizer each sub-group is one group of the tier (masters, states and the
 // fp32 gradient accumulator there); with zero.offload_param too, the shards live in the tier and are loaded
@@ -50,6 +46,7 @@
 
 #include "plugins/stage3/block_trace.hpp"
 #include "plugins/stage3/fetch_units.hpp"
+#include "plugins/stage3/rank_agreement.hpp"
 #include "plugins/zero_common/plugin_calls.hpp"
 #include "zhost/cpp/partition.hpp"
 #include "zhost/kit/optimizer.hpp"
@@ -149,10 +146,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   void load_shard(Staging& slot, int unit, DLTensor& dst);
   void finish_load(Staging& slot);
   void offload_parameter_shards();
-  std::vector<int64_t> all_gather_ints(const std::vector<int64_t>& mine) const;
-  void agree_on(int64_t kind, int unit);
   void hand_optimizer_to_tier(const zhost_optimizer_desc& optimizer);
-  void check_block_order_across_ranks();
   void gather_persistent();
   void stage_to_host(int unit, const at::Tensor& mine);
   void drain_oldest_to_host();
@@ -181,6 +175,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   std::vector<uint8_t> tied_closed_;  // per block, this micro-batch
   int32_t last_backward_block_ = -1;
   std::unique_ptr<BlockTrace> trace_;
+  RankAgreement agreement_;
   std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
   zero::OptimizerTier tier_;                   // zero.offload_optimizer's tier (inactive without one)
   zhost_tier_ref params_tier_{};               // zero.offload_param's tier (with parameter offload)
