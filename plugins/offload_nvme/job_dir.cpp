@@ -2,6 +2,7 @@
 #include "plugins/offload_nvme/job_dir.hpp"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/file.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -26,13 +27,27 @@ constexpr const char* kLock = "owner.lock";
 
 std::string errno_text(int e) { return std::strerror(e); }
 
+// Folder walks go through POSIX nftw, not std::filesystem::remove_all: a LibTorch loaded in the same process
+// may export its own copy of that function (see tests/support/scratch_dir.hpp).
+thread_local uint64_t walked_bytes = 0;
+
 uint64_t folder_bytes(const fs::path& dir) {
-  uint64_t bytes = 0;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec))
-    if (it->is_regular_file(ec)) bytes += it->file_size(ec);
-  return bytes;
+  walked_bytes = 0;
+  ::nftw(
+      dir.c_str(),
+      [](const char*, const struct stat* st, int type, struct FTW*) {
+        if (type == FTW_F) walked_bytes += static_cast<uint64_t>(st->st_size);
+        return 0;
+      },
+      16, FTW_PHYS);
+  return walked_bytes;
+}
+
+// Removes `dir` and everything in it; false when something stayed.
+bool remove_folder(const fs::path& dir) {
+  ::nftw(dir.c_str(), [](const char* file, const struct stat*, int, struct FTW*) { return ::remove(file); }, 16,
+         FTW_DEPTH | FTW_PHYS);
+  return ::access(dir.c_str(), F_OK) != 0;
 }
 
 // Removes `dir` when its lock can be taken (its owner is dead); returns a line saying what went, or "".
@@ -44,11 +59,10 @@ std::string sweep_one(const fs::path& dir) {
     std::string owner;
     std::ifstream(dir / kLock) >> owner;
     const uint64_t bytes = folder_bytes(dir);
-    std::error_code ec;
-    fs::remove_all(dir, ec);
+    const bool gone = remove_folder(dir);
     line = "offload_nvme: removed " + std::to_string(bytes) + " bytes left in " + dir.string() +
            " by a job that ended without cleaning up (pid " + (owner.empty() ? "?" : owner) + ")" +
-           (ec ? ", but not all of it: " + ec.message() : "");
+           (gone ? "" : ", but not all of it: remove the folder by hand");
   }
   ::close(fd);
   return line;
@@ -76,28 +90,27 @@ JobDir::JobDir(const std::string& nvme_path, const std::function<void(const std:
   static std::atomic<int> counter{0};
   const std::string name = std::string(kPrefix) + std::to_string(::getpid()) + "-" + std::to_string(counter++);
   const fs::path hidden = fs::path(nvme_path) / ("." + name), final_path = fs::path(nvme_path) / name;
-  fs::remove_all(hidden, ec);
+  remove_folder(hidden);
   if (!fs::create_directory(hidden, ec))
     throw PluginError(ZHOST_ERR_IO, "offload_nvme: cannot create " + hidden.string() + ": " + ec.message());
   lock_fd_ = ::open((hidden / kLock).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX) != 0) {
     const int e = errno;
-    fs::remove_all(hidden, ec);
+    remove_folder(hidden);
     throw PluginError(ZHOST_ERR_IO, "offload_nvme: cannot lock " + (hidden / kLock).string() + ": " + errno_text(e));
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::write(lock_fd_, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size()) ||
       (fs::rename(hidden, final_path, ec), ec)) {
     ::close(lock_fd_);
-    fs::remove_all(hidden, ec);
+    remove_folder(hidden);
     throw PluginError(ZHOST_ERR_IO, "offload_nvme: cannot set up " + final_path.string());
   }
   path_ = final_path.string();
 }
 
 JobDir::~JobDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
+  remove_folder(path_);
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 

@@ -3,8 +3,8 @@
 // the optimizer's fp32 master weights and states (zero.offload_optimizer.device = "nvme", "Tier
 // composition"). Each buffer is an extent of one O_DIRECT file in this instance's folder under nvme_path
 // (Note [Job folders]), moved in aio.block_size requests through aligned staging slots, aio.queue_depth in
-// flight, with a checksum per block (Note [Block checksums]). Transfers finish inside store/load: events
-// are NULL.
+// flight, with a checksum per block (Note [Block checksums]). store/load return events: one worker thread
+// runs the transfers in submission order (op_queue.hpp), so a caller overlaps them with its compute.
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -16,6 +16,7 @@
 #include "plugins/offload_nvme/block_file.hpp"
 #include "plugins/offload_nvme/io_engine.hpp"
 #include "plugins/offload_nvme/job_dir.hpp"
+#include "plugins/offload_nvme/op_queue.hpp"
 #include "zhost/cpp/offload.hpp"
 
 namespace zhost::nvme_tier {
@@ -104,12 +105,14 @@ class NvmeTier : public sdk::TierDefaults {
     eo.threads = io_threads(host);
     engine_ = choose_engine(host, eo);
     file_ = std::make_unique<BlockFile>(dir_, *engine_, slots_, options_);
+    queue_ = std::make_unique<OpQueue>();
     host_.info("offload_nvme: " + std::string(engine_->name()) + " engine on " + file_->path() + ", blocks of " +
                std::to_string(options_.block_size) + " bytes, queue depth " + std::to_string(options_.queue_depth) +
                (options_.verify ? ", checksums on" : ", checksums off"));
   }
 
   ~NvmeTier() {
+    queue_.reset();  // runs what is queued first
     file_.reset();
     const uint64_t requests = engine_->requests_done();
     const std::string engine = engine_->name();
@@ -119,50 +122,48 @@ class NvmeTier : public sdk::TierDefaults {
                std::to_string(written_) + " bytes written, " + std::to_string(read_) + " read; removed " + dir_.path());
   }
 
+  // store/load/drop check what they can at once (against the buffers as submitted so far) and queue the
+  // transfer; the worker runs it (op_queue.hpp).
   zhost_tier_event* store(uint64_t key, const DLTensor& data) {
     const char* src = host_bytes_of(data);
-    Stored stored = file_->write(src, dl_bytes(data), buffer_name(key));
-    auto it = buffers_.find(key);
-    if (it != buffers_.end()) {  // the new copy is complete: only now does the old one go
-      file_->release(it->second);
-      it->second = std::move(stored);
-    } else {
-      buffers_.emplace(key, std::move(stored));
-    }
-    written_ += dl_bytes(data);
-    return nullptr;
+    const uint64_t bytes = dl_bytes(data);
+    submitted_[key] = bytes;
+    return queue_->submit([this, key, src, bytes] { store_now(key, src, bytes); });
   }
 
   zhost_tier_event* load(uint64_t key, DLTensor& data) {
     char* dst = host_bytes_of(data);
-    auto it = buffers_.find(key);
-    if (it == buffers_.end())
+    const uint64_t bytes = dl_bytes(data);
+    auto it = submitted_.find(key);
+    if (it == submitted_.end())
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_nvme has no buffer " + std::to_string(key));
-    if (dl_bytes(data) != it->second.bytes)
-      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_nvme: load of " + std::to_string(dl_bytes(data)) +
+    if (bytes != it->second)
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_nvme: load of " + std::to_string(bytes) +
                                                         " bytes from buffer " + std::to_string(key) + " of " +
-                                                        std::to_string(it->second.bytes));
-    file_->read(it->second, dst, buffer_name(key));
-    read_ += it->second.bytes;
-    return nullptr;
+                                                        std::to_string(it->second));
+    return queue_->submit([this, key, dst, bytes] { load_now(key, dst, bytes); });
   }
 
   void drop(uint64_t key) {
-    auto it = buffers_.find(key);
-    if (it == buffers_.end()) return;
-    file_->release(it->second);
-    buffers_.erase(it);
+    if (!submitted_.erase(key)) return;
+    queue_->submit([this, key] { drop_now(key); }, /*with_event=*/false);
   }
+
+  void wait_event(zhost_tier_event* event) { queue_->wait(event); }
+  bool test_event(zhost_tier_event* event) { return queue_->test(event); }
+  // Host memory only: compute that follows runs on this host after the transfer; the event stays pending.
+  void order_compute_after(zhost_tier_event* event) { queue_->block_until_done(event); }
 
   void memory(zhost_tier_memory& out) const {
     out.host_bytes = slot_bytes_;
     uint64_t stored = 0;
-    for (const auto& [key, s] : buffers_) stored += s.capacity;
+    for (const auto& [key, bytes] : submitted_) stored += (bytes + 4095) / 4096 * 4096;
     out.storage_bytes = stored;
   }
 
   // State stream: repeated [u64 key][u64 bytes][bytes], read back from disk (verified) buffer by buffer.
   void export_state(zhost_state_writer write, void* user) {
+    queue_->drain();  // the worker is idle from here on: this thread may use the file
     std::vector<char> bytes;
     for (const auto& [key, stored] : buffers_) {
       bytes.resize(stored.bytes);
@@ -174,23 +175,47 @@ class NvmeTier : public sdk::TierDefaults {
   }
 
   void import_state(zhost_state_reader read, void* user) {
+    queue_->drain();
     uint64_t header[2];
     std::vector<char> bytes;
     while (read_exact(read, user, header, sizeof(header), true)) {
       bytes.resize(header[1]);
       read_exact(read, user, bytes.data(), header[1], false);
-      int64_t shape = static_cast<int64_t>(header[1]);
-      DLTensor view{};
-      view.data = bytes.data();
-      view.device = DLDevice{kDLCPU, 0};
-      view.ndim = 1;
-      view.dtype = DLDataType{kDLUInt, 8, 1};
-      view.shape = &shape;
-      store(header[0], view);
+      store_now(header[0], bytes.data(), header[1]);
+      submitted_[header[0]] = header[1];
     }
   }
 
  private:
+  // The worker's side (and export/import's, with the worker idle).
+  void store_now(uint64_t key, const char* src, uint64_t bytes) {
+    Stored stored = file_->write(src, bytes, buffer_name(key));
+    auto it = buffers_.find(key);
+    if (it != buffers_.end()) {  // the new copy is complete: only now does the old one go
+      file_->release(it->second);
+      it->second = std::move(stored);
+    } else {
+      buffers_.emplace(key, std::move(stored));
+    }
+    written_ += bytes;
+  }
+
+  void load_now(uint64_t key, char* dst, uint64_t bytes) {
+    auto it = buffers_.find(key);
+    if (it == buffers_.end() || it->second.bytes != bytes)  // its store failed
+      throw PluginError(ZHOST_ERR_IO, "offload_nvme: buffer " + std::to_string(key) +
+                                          " was not stored (its store failed); nothing to load");
+    file_->read(it->second, dst, buffer_name(key));
+    read_ += bytes;
+  }
+
+  void drop_now(uint64_t key) {
+    auto it = buffers_.find(key);
+    if (it == buffers_.end()) return;
+    file_->release(it->second);
+    buffers_.erase(it);
+  }
+
   static bool read_exact(zhost_state_reader read, void* user, void* out, uint64_t len, bool end_ok) {
     uint64_t done = 0;
     while (done < len) {
@@ -212,8 +237,10 @@ class NvmeTier : public sdk::TierDefaults {
   char* slots_ = nullptr;
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<BlockFile> file_;
-  std::map<uint64_t, Stored> buffers_;
-  uint64_t written_ = 0, read_ = 0;
+  std::unique_ptr<OpQueue> queue_;
+  std::map<uint64_t, uint64_t> submitted_;  // caller's side: key -> bytes, as of the operations submitted
+  std::map<uint64_t, Stored> buffers_;      // worker's side: what is on disk
+  uint64_t written_ = 0, read_ = 0;         // worker's side
 };
 
 const zhost_plugin_api kApi = sdk::tier_api<NvmeTier>();
