@@ -3,10 +3,15 @@
 // of the rule that the config sets in front of it.
 #include "host/config/host_rules.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 #include "host/config/resolved.hpp"
 #include "host/core/text.hpp"
@@ -242,6 +247,86 @@ void add_zero_rules(Schema& schema) {
        });
 }
 
+// The NVMe tier's keys (docs/config.md "NVMe offload"): its folder must be there and writable before a rank
+// starts; what zhost's NVMe tier does not do is refused with the reason.
+void add_nvme_rules(Schema& schema) {
+  rule(schema, {"zero.offload_optimizer.nvme_path", "zero.offload_optimizer.device", "zero.offload_optimizer.storage"},
+       [](const ResolvedConfig& config) -> Problem {
+         const std::string& path = config.get_string("zero.offload_optimizer.nvme_path");
+         const bool nvme = config.get_string("zero.offload_optimizer.device") == "nvme" ||
+                           config.get_string("zero.offload_optimizer.storage") == "nvme";
+         if (!nvme) {
+           if (path.empty()) return std::nullopt;
+           return std::string(
+               "zero.offload_optimizer.nvme_path is set, but only the NVMe tier reads it; set "
+               "zero.offload_optimizer.device = \"nvme\", or remove it");
+         }
+         if (path.empty())
+           return std::string(
+               "zero.offload_optimizer.device = \"nvme\" needs zero.offload_optimizer.nvme_path, a folder on the "
+               "NVMe disk; set it");
+         std::error_code ec;
+         if (!std::filesystem::is_directory(path, ec))
+           return fmt::format("zero.offload_optimizer.nvme_path = {} is not a folder; create it or fix the path",
+                              to_toml_literal(text::excerpt(path)));
+         if (::access(path.c_str(), W_OK | X_OK) != 0)
+           return fmt::format(
+               "zero.offload_optimizer.nvme_path = {} is not writable by this user; fix its "
+               "permissions or choose another folder",
+               to_toml_literal(text::excerpt(path)));
+         // The tier writes with O_DIRECT: try it once with an empty file (tmpfs, for one, refuses it).
+         const std::string probe = path + "/.zhost-nvme-check-" + std::to_string(::getpid());
+         const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+         if (fd < 0)
+           return fmt::format(
+               "zero.offload_optimizer.nvme_path = {}: cannot create a file there for direct "
+               "I/O (O_DIRECT): {}; choose a folder on a disk",
+               to_toml_literal(text::excerpt(path)), std::strerror(errno));
+         ::close(fd);
+         ::unlink(probe.c_str());
+         return std::nullopt;
+       });
+  rule(schema, {"zero.offload_param.device"}, [](const ResolvedConfig& config) -> Problem {
+    if (config.get_string("zero.offload_param.device") != "nvme") return std::nullopt;
+    return std::string(
+        "zero.offload_param.device = \"nvme\" is not supported yet: zhost's NVMe tier keeps optimizer states "
+        "only, not stage 3's parameter shards; use zero.offload_param.device = \"cpu\" or \"none\"");
+  });
+  rule(schema, {"aio.use_gds"}, [](const ResolvedConfig& config) -> Problem {
+    if (!config.get_bool("aio.use_gds")) return std::nullopt;
+    return std::string(
+        "aio.use_gds = true is not supported: GPUDirect Storage moves data between NVMe and GPU memory "
+        "through NVIDIA's cuFile, which this build does not have; remove it");
+  });
+  // DeepSpeed's pipelined swapping: the CPU tier's staging areas over a storage tier (Note [Storage pipeline]).
+  rule(schema,
+       {"zero.offload_optimizer.buffer_count", "zero.offload_optimizer.pipeline_read",
+        "zero.offload_optimizer.pipeline_write", "zero.offload_optimizer.device", "zero.offload_optimizer.storage"},
+       [](const ResolvedConfig& config) -> Problem {
+         const bool stored = config.get_string("zero.offload_optimizer.device") == "nvme" ||
+                             config.get_string("zero.offload_optimizer.storage") != "none";
+         const bool read = config.get_bool("zero.offload_optimizer.pipeline_read");
+         const bool pipelined = read || config.get_bool("zero.offload_optimizer.pipeline_write");
+         const int64_t count = config.get_int("zero.offload_optimizer.buffer_count");
+         if ((pipelined || count != 4) && !stored)
+           return std::string(
+               "zero.offload_optimizer.buffer_count, pipeline_read and pipeline_write pace the CPU tier over a "
+               "storage tier, and this config has none; set zero.offload_optimizer.device = \"nvme\", or remove them");
+         if (read && count < 2)
+           return fmt::format(
+               "zero.offload_optimizer.pipeline_read = true reads the next chunk into a second staging area, but "
+               "zero.offload_optimizer.buffer_count = {}; set buffer_count to 2 or more",
+               count);
+         return std::nullopt;
+       });
+  rule(schema, {"zero.offload_optimizer.fast_init"}, [](const ResolvedConfig& config) -> Problem {
+    if (!config.get_bool("zero.offload_optimizer.fast_init")) return std::nullopt;
+    return std::string(
+        "zero.offload_optimizer.fast_init = true is not supported: zhost writes the initial states to NVMe "
+        "the one way it has; remove it");
+  });
+}
+
 // run.name is one folder inside run.dir: never a path that leaves it, and short enough to be a name.
 void add_run_rules(Schema& schema) {
   rule(schema, {"run.name"}, [](const ResolvedConfig& config) -> Problem {
@@ -307,6 +392,7 @@ void add_host_rules(Schema& schema) {
   add_model_rules(schema);
   add_data_rules(schema);
   add_zero_rules(schema);
+  add_nvme_rules(schema);
   add_activation_checkpointing_rules(schema);
   add_run_rules(schema);
 }
