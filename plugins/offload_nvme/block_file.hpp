@@ -62,7 +62,7 @@ class BlockFile {
   TransferOptions options_;
   std::string path_;
   int fd_ = -1;
-  uint64_t end_ = 0;                          // file bytes reserved so far
+  uint64_t end_ = 0;                        // file bytes reserved so far
   std::multimap<uint64_t, uint64_t> free_;  // capacity -> offset of released extents
 };
 

@@ -11,6 +11,11 @@
 
 namespace zhost::nvme_tier {
 
+// Note [Short transfers]: a read or write may move fewer bytes than asked (a signal, a device or file
+// system limit). The engines resubmit the rest, from where it stopped, until the whole request moved; a
+// request ends early only with an error (its errno) or a read that hits the end of the file (ENODATA), and
+// the caller turns either into one line naming the file and offset (describe_failure).
+
 struct IoRequest {
   int fd = -1;
   const std::string* path = nullptr;  // for error messages; the file outlives the request

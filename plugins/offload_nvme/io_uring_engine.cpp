@@ -64,7 +64,8 @@ class UringEngine final : public IoEngine {
         throw PluginError(ZHOST_ERR_IO, "offload_nvme: no I/O completion within " +
                                             std::to_string(static_cast<int>(options_.deadline_s)) +
                                             " s (io_uring); the disk under nvme_path does not answer");
-      if (rc < 0) throw PluginError(ZHOST_ERR_IO, std::string("offload_nvme: io_uring_wait_cqe: ") + std::strerror(-rc));
+      if (rc < 0)
+        throw PluginError(ZHOST_ERR_IO, std::string("offload_nvme: io_uring_wait_cqe: ") + std::strerror(-rc));
       const int slot = static_cast<int>(io_uring_cqe_get_data64(cqe));
       const int res = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);

@@ -45,8 +45,9 @@ uint64_t folder_bytes(const fs::path& dir) {
 
 // Removes `dir` and everything in it; false when something stayed.
 bool remove_folder(const fs::path& dir) {
-  ::nftw(dir.c_str(), [](const char* file, const struct stat*, int, struct FTW*) { return ::remove(file); }, 16,
-         FTW_DEPTH | FTW_PHYS);
+  ::nftw(
+      dir.c_str(), [](const char* file, const struct stat*, int, struct FTW*) { return ::remove(file); }, 16,
+      FTW_DEPTH | FTW_PHYS);
   return ::access(dir.c_str(), F_OK) != 0;
 }
 
@@ -70,8 +71,7 @@ std::string sweep_one(const fs::path& dir) {
 
 }  // namespace
 
-JobDir::JobDir(const std::string& nvme_path, const std::function<void(const std::string&)>& report)
-    : root_(nvme_path) {
+JobDir::JobDir(const std::string& nvme_path, const std::function<void(const std::string&)>& report) : root_(nvme_path) {
   if (nvme_path.empty())
     throw PluginError(ZHOST_ERR_CONFIG,
                       "offload_nvme: zero.offload_optimizer.nvme_path is empty; set it to a folder on the NVMe disk");
@@ -79,7 +79,8 @@ JobDir::JobDir(const std::string& nvme_path, const std::function<void(const std:
   if (!fs::is_directory(nvme_path, ec))
     throw PluginError(ZHOST_ERR_CONFIG, "offload_nvme: nvme_path " + nvme_path + " is not a folder; create it");
   if (::access(nvme_path.c_str(), W_OK | X_OK) != 0)
-    throw PluginError(ZHOST_ERR_CONFIG, "offload_nvme: nvme_path " + nvme_path + " is not writable: " + errno_text(errno));
+    throw PluginError(ZHOST_ERR_CONFIG,
+                      "offload_nvme: nvme_path " + nvme_path + " is not writable: " + errno_text(errno));
 
   for (const auto& entry : fs::directory_iterator(nvme_path, ec)) {
     if (entry.path().filename().string().rfind(kPrefix, 0) != 0) continue;

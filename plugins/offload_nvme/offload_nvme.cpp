@@ -75,8 +75,9 @@ std::unique_ptr<IoEngine> choose_engine(const Host& host, const EngineOptions& o
     return make_uring_engine(options);
   } catch (const PluginError& e) {
     if (choice == "io_uring")
-      throw PluginError(ZHOST_ERR_UNSUPPORTED, std::string("offload_nvme: offload_nvme.io_engine = \"io_uring\", but ") +
-                                                   e.what() + "; set offload_nvme.io_engine = \"auto\"");
+      throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                        std::string("offload_nvme: offload_nvme.io_engine = \"io_uring\", but ") + e.what() +
+                            "; set offload_nvme.io_engine = \"auto\"");
     host.info(std::string("offload_nvme: io_uring is not available here (") + e.what() + "); using " +
               std::to_string(options.threads) + " pread/pwrite thread(s)");
     return make_thread_engine(options);
@@ -90,7 +91,8 @@ class NvmeTier : public sdk::TierDefaults {
   explicit NvmeTier(const Host& host)
       : host_(host),
         options_(transfer_options(host)),
-        dir_(host.config_string("zero.offload_optimizer.nvme_path"), [&](const std::string& line) { host.warn(line); }) {
+        dir_(host.config_string("zero.offload_optimizer.nvme_path"),
+             [&](const std::string& line) { host.warn(line); }) {
     slot_bytes_ = static_cast<uint64_t>(options_.block_size) * options_.queue_depth;
     slots_ = static_cast<char*>(std::aligned_alloc(4096, slot_bytes_));
     if (!slots_) throw PluginError(ZHOST_ERR_OUT_OF_MEMORY, "offload_nvme: no memory for the staging slots");
@@ -248,7 +250,8 @@ const zhost_plugin_api kApi = sdk::tier_api<NvmeTier>();
 const zhost_plugin_descriptor* describe() {
   static sdk::DescriptorBuilder builder("offload_nvme", "0.1.0", ZHOST_KIND_OFFLOAD);
   builder
-      .summary("NVMe storage tier: O_DIRECT files under nvme_path, io_uring (or pread/pwrite threads), xxHash per block")
+      .summary(
+          "NVMe storage tier: O_DIRECT files under nvme_path, io_uring (or pread/pwrite threads), xxHash per block")
       .provides({"offload:nvme"})
       .flags(ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE | NvmeTier::kTierFlags)
       // Shared with the host (it checks the folder at config check) and offload_cpu: same types and defaults.
@@ -263,7 +266,8 @@ const zhost_plugin_descriptor* describe() {
       .config_bool("aio.overlap_events", true,
                    "refill a request slot as soon as it completes (false: each wave of queue_depth completes first)")
       .config_string("offload_nvme.io_engine", "auto",
-                     "auto = io_uring when the kernel allows it, else pread/pwrite threads", {"auto", "io_uring", "threads"})
+                     "auto = io_uring when the kernel allows it, else pread/pwrite threads",
+                     {"auto", "io_uring", "threads"})
       .config_bool("offload_nvme.verify_checksums", true, "xxHash each block on write and verify it on read");
   return builder.build();
 }

@@ -60,8 +60,8 @@ INSTANTIATE_TEST_SUITE_P(
     StagesRanksEngines, NvmeOffload,
     ::testing::Values(
         Case{"Stage1OneRankUring", "io_uring", "--nproc 1 --set zero.stage=1", ""},
-        Case{"Stage2TwoRanksThreadsOneBuffer", "threads",
-             "--nproc 2 --set zero.stage=2 --set gradient_accumulation_steps=2",
+        Case{"Stage2OneRankThreadsOneBuffer", "threads",
+             "--nproc 1 --set zero.stage=2 --set gradient_accumulation_steps=2",
              " --set zero.offload_optimizer.buffer_count=1 --set zero.offload_optimizer.pipeline_write=true"},
         // several sub-groups, each an optimizer group of the CPU tier; reads ahead, writes behind
         Case{"Stage3TwoRanksUringPipelined", "io_uring",
