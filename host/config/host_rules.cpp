@@ -247,51 +247,55 @@ void add_zero_rules(Schema& schema) {
        });
 }
 
+// `path` (the value of `key`) when `used` (`device` names "nvme"): a writable folder that takes O_DIRECT;
+// otherwise it must be unset.
+Problem check_nvme_path(const std::string& path, const std::string& key, bool used, const std::string& device) {
+  if (!used) {
+    if (path.empty()) return std::nullopt;
+    return fmt::format("{} is set, but only the NVMe tier reads it; set {} = \"nvme\", or remove it", key, device);
+  }
+  if (path.empty()) return fmt::format("{} = \"nvme\" needs {}, a folder on the NVMe disk; set it", device, key);
+  const std::string shown = to_toml_literal(text::excerpt(path));
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec))
+    return fmt::format("{} = {} is not a folder; create it or fix the path", key, shown);
+  if (::access(path.c_str(), W_OK | X_OK) != 0)
+    return fmt::format("{} = {} is not writable by this user; fix its permissions or choose another folder", key,
+                       shown);
+  // The tier writes with O_DIRECT: try it once with an empty file.
+  const std::string probe = path + "/.zhost-nvme-check-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return fmt::format("{} = {}: cannot create a file there for direct I/O (O_DIRECT): {}; choose a folder on a disk",
+                       key, shown, std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return std::nullopt;
+}
+
 // The NVMe tier's keys (docs/config.md "NVMe offload"): its folder must be there and writable before a rank
 // starts; what zhost's NVMe tier does not do is refused with the reason.
 void add_nvme_rules(Schema& schema) {
-  rule(schema, {"zero.offload_optimizer.nvme_path", "zero.offload_optimizer.device", "zero.offload_optimizer.storage"},
-       [](const ResolvedConfig& config) -> Problem {
-         const std::string& path = config.get_string("zero.offload_optimizer.nvme_path");
-         const bool nvme = config.get_string("zero.offload_optimizer.device") == "nvme" ||
-                           config.get_string("zero.offload_optimizer.storage") == "nvme";
-         if (!nvme) {
-           if (path.empty()) return std::nullopt;
-           return std::string(
-               "zero.offload_optimizer.nvme_path is set, but only the NVMe tier reads it; set "
-               "zero.offload_optimizer.device = \"nvme\", or remove it");
-         }
-         if (path.empty())
-           return std::string(
-               "zero.offload_optimizer.device = \"nvme\" needs zero.offload_optimizer.nvme_path, a folder on the "
-               "NVMe disk; set it");
-         std::error_code ec;
-         if (!std::filesystem::is_directory(path, ec))
-           return fmt::format("zero.offload_optimizer.nvme_path = {} is not a folder; create it or fix the path",
-                              to_toml_literal(text::excerpt(path)));
-         if (::access(path.c_str(), W_OK | X_OK) != 0)
-           return fmt::format(
-               "zero.offload_optimizer.nvme_path = {} is not writable by this user; fix its "
-               "permissions or choose another folder",
-               to_toml_literal(text::excerpt(path)));
-         // The tier writes with O_DIRECT: try it once with an empty file (tmpfs, for one, refuses it).
-         const std::string probe = path + "/.zhost-nvme-check-" + std::to_string(::getpid());
-         const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
-         if (fd < 0)
-           return fmt::format(
-               "zero.offload_optimizer.nvme_path = {}: cannot create a file there for direct "
-               "I/O (O_DIRECT): {}; choose a folder on a disk",
-               to_toml_literal(text::excerpt(path)), std::strerror(errno));
-         ::close(fd);
-         ::unlink(probe.c_str());
-         return std::nullopt;
-       });
-  rule(schema, {"zero.offload_param.device"}, [](const ResolvedConfig& config) -> Problem {
-    if (config.get_string("zero.offload_param.device") != "nvme") return std::nullopt;
-    return std::string(
-        "zero.offload_param.device = \"nvme\" is not supported yet: zhost's NVMe tier keeps optimizer states "
-        "only, not stage 3's parameter shards; use zero.offload_param.device = \"cpu\" or \"none\"");
-  });
+  // Each role's tier has its own folder key; one NVMe tier serves one role (the resolver refuses one tier
+  // serving optimizer-storage and params: their buffer keys would share a namespace).
+  rule(
+      schema,
+      {"zero.offload_optimizer.nvme_path", "zero.offload_optimizer.device", "zero.offload_optimizer.storage",
+       "zero.offload_param.nvme_path", "zero.offload_param.device"},
+      [](const ResolvedConfig& config) -> Problem {
+        const bool optimizer = config.get_string("zero.offload_optimizer.device") == "nvme" ||
+                               config.get_string("zero.offload_optimizer.storage") == "nvme";
+        const bool params = config.get_string("zero.offload_param.device") == "nvme";
+        if (optimizer && params)
+          return std::string(
+              "zero.offload_optimizer and zero.offload_param both on \"nvme\" is not supported: a job has one NVMe "
+              "tier, serving one of them; keep one on \"nvme\" and the other on \"cpu\"");
+        if (Problem p = check_nvme_path(config.get_string("zero.offload_optimizer.nvme_path"),
+                                        "zero.offload_optimizer.nvme_path", optimizer, "zero.offload_optimizer.device"))
+          return p;
+        return check_nvme_path(config.get_string("zero.offload_param.nvme_path"), "zero.offload_param.nvme_path",
+                               params, "zero.offload_param.device");
+      });
   rule(schema, {"aio.use_gds"}, [](const ResolvedConfig& config) -> Problem {
     if (!config.get_bool("aio.use_gds")) return std::nullopt;
     return std::string(

@@ -185,6 +185,8 @@ void add_zero_keys(HostKeys& keys) {
   // so that `config check` can check them without the plugin (docs/config.md "NVMe offload").
   keys.text("zero.offload_optimizer.nvme_path", "",
             "folder on the NVMe disk for the optimizer's states (device = \"nvme\" or storage = \"nvme\")");
+  keys.text("zero.offload_param.nvme_path", "",
+            "folder on the NVMe disk for stage 3's parameter shards (offload_param.device = \"nvme\")");
   keys.integer("zero.offload_optimizer.buffer_count", 4,
                "with a storage tier: the CPU tier's staging areas, one chunk of states each", between(1, 1024));
   keys.flag("zero.offload_optimizer.pipeline_read", false,

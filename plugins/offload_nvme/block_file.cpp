@@ -158,7 +158,7 @@ std::string describe_failure(const IoRequest& r) {
     return "offload_nvme: read of " + std::to_string(r.len) + " bytes" + where + " hit the end of the file";
   return std::string("offload_nvme: ") + (r.write ? "write" : "read") + " of " + std::to_string(r.len) + " bytes" +
          where + " failed: " + std::strerror(r.error) +
-         (r.error == ENOSPC ? "; free space there or point zero.offload_optimizer.nvme_path at a larger disk" : "");
+         (r.error == ENOSPC ? "; free space there or point the nvme_path key at a larger disk" : "");
 }
 
 }  // namespace zhost::nvme_tier

@@ -74,7 +74,8 @@ std::string sweep_one(const fs::path& dir) {
 JobDir::JobDir(const std::string& nvme_path, const std::function<void(const std::string&)>& report) : root_(nvme_path) {
   if (nvme_path.empty())
     throw PluginError(ZHOST_ERR_CONFIG,
-                      "offload_nvme: zero.offload_optimizer.nvme_path is empty; set it to a folder on the NVMe disk");
+                      "offload_nvme: nvme_path is empty; set zero.offload_optimizer.nvme_path (or offload_param's) to "
+                      "a folder on the NVMe disk");
   std::error_code ec;
   if (!fs::is_directory(nvme_path, ec))
     throw PluginError(ZHOST_ERR_CONFIG, "offload_nvme: nvme_path " + nvme_path + " is not a folder; create it");

@@ -84,6 +84,13 @@ std::unique_ptr<IoEngine> choose_engine(const Host& host, const EngineOptions& o
   }
 }
 
+// The folder of the role this tier serves: one NVMe tier per job serves the optimizer's states or stage 3's
+// parameter shards, never both (the host refuses that), and only that role's nvme_path is set.
+std::string nvme_path(const Host& host) {
+  const std::string optimizer = host.config_string("zero.offload_optimizer.nvme_path");
+  return optimizer.empty() ? host.config_string("zero.offload_param.nvme_path") : optimizer;
+}
+
 class NvmeTier : public sdk::TierDefaults {
  public:
   static constexpr uint64_t kTierFlags = ZHOST_PLUGIN_FLAG_TIER_STORES;
@@ -91,8 +98,7 @@ class NvmeTier : public sdk::TierDefaults {
   explicit NvmeTier(const Host& host)
       : host_(host),
         options_(transfer_options(host)),
-        dir_(host.config_string("zero.offload_optimizer.nvme_path"),
-             [&](const std::string& line) { host.warn(line); }) {
+        dir_(nvme_path(host), [&](const std::string& line) { host.warn(line); }) {
     slot_bytes_ = static_cast<uint64_t>(options_.block_size) * options_.queue_depth;
     slots_ = static_cast<char*>(std::aligned_alloc(4096, slot_bytes_));
     if (!slots_) throw PluginError(ZHOST_ERR_OUT_OF_MEMORY, "offload_nvme: no memory for the staging slots");
@@ -256,6 +262,7 @@ const zhost_plugin_descriptor* describe() {
       .flags(ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE | NvmeTier::kTierFlags)
       // Shared with the host (it checks the folder at config check) and offload_cpu: same types and defaults.
       .config_string("zero.offload_optimizer.nvme_path", "", "folder on the NVMe disk for the optimizer's states")
+      .config_string("zero.offload_param.nvme_path", "", "folder on the NVMe disk for stage 3's parameter shards")
       .config_bool("zero.offload_optimizer.pin_memory", false, "page-locked host buffers (faster device copies)")
       // DeepSpeed's aio table, with DeepSpeed's defaults.
       .config_int("aio.block_size", 1048576, "bytes per I/O request (a multiple of 4096)", 4096, 1 << 30)
