@@ -3,10 +3,15 @@
 // of the rule that the config sets in front of it.
 #include "host/config/host_rules.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 #include "host/config/resolved.hpp"
 #include "host/core/text.hpp"
@@ -242,6 +247,90 @@ void add_zero_rules(Schema& schema) {
        });
 }
 
+// `path` (the value of `key`) when `used` (`device` names "nvme"): a writable folder that takes O_DIRECT;
+// otherwise it must be unset.
+Problem check_nvme_path(const std::string& path, const std::string& key, bool used, const std::string& device) {
+  if (!used) {
+    if (path.empty()) return std::nullopt;
+    return fmt::format("{} is set, but only the NVMe tier reads it; set {} = \"nvme\", or remove it", key, device);
+  }
+  if (path.empty()) return fmt::format("{} = \"nvme\" needs {}, a folder on the NVMe disk; set it", device, key);
+  const std::string shown = to_toml_literal(text::excerpt(path));
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec))
+    return fmt::format("{} = {} is not a folder; create it or fix the path", key, shown);
+  if (::access(path.c_str(), W_OK | X_OK) != 0)
+    return fmt::format("{} = {} is not writable by this user; fix its permissions or choose another folder", key,
+                       shown);
+  // The tier writes with O_DIRECT: try it once with an empty file.
+  const std::string probe = path + "/.zhost-nvme-check-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return fmt::format("{} = {}: cannot create a file there for direct I/O (O_DIRECT): {}; choose a folder on a disk",
+                       key, shown, std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return std::nullopt;
+}
+
+// The NVMe tier's keys (docs/config.md "NVMe offload"): its folder must be there and writable before a rank
+// starts; what zhost's NVMe tier does not do is refused with the reason.
+void add_nvme_rules(Schema& schema) {
+  // Each role's tier has its own folder key; one NVMe tier serves one role (the resolver refuses one tier
+  // serving optimizer-storage and params: their buffer keys would share a namespace).
+  rule(
+      schema,
+      {"zero.offload_optimizer.nvme_path", "zero.offload_optimizer.device", "zero.offload_optimizer.storage",
+       "zero.offload_param.nvme_path", "zero.offload_param.device"},
+      [](const ResolvedConfig& config) -> Problem {
+        const bool optimizer = config.get_string("zero.offload_optimizer.device") == "nvme" ||
+                               config.get_string("zero.offload_optimizer.storage") == "nvme";
+        const bool params = config.get_string("zero.offload_param.device") == "nvme";
+        if (optimizer && params)
+          return std::string(
+              "zero.offload_optimizer and zero.offload_param both on \"nvme\" is not supported: a job has one NVMe "
+              "tier, serving one of them; keep one on \"nvme\" and the other on \"cpu\"");
+        if (Problem p = check_nvme_path(config.get_string("zero.offload_optimizer.nvme_path"),
+                                        "zero.offload_optimizer.nvme_path", optimizer, "zero.offload_optimizer.device"))
+          return p;
+        return check_nvme_path(config.get_string("zero.offload_param.nvme_path"), "zero.offload_param.nvme_path",
+                               params, "zero.offload_param.device");
+      });
+  rule(schema, {"aio.use_gds"}, [](const ResolvedConfig& config) -> Problem {
+    if (!config.get_bool("aio.use_gds")) return std::nullopt;
+    return std::string(
+        "aio.use_gds = true is not supported: GPUDirect Storage moves data between NVMe and GPU memory "
+        "through NVIDIA's cuFile, which this build does not have; remove it");
+  });
+  // DeepSpeed's pipelined swapping: the CPU tier's staging areas over a storage tier (Note [Storage pipeline]).
+  rule(schema,
+       {"zero.offload_optimizer.buffer_count", "zero.offload_optimizer.pipeline_read",
+        "zero.offload_optimizer.pipeline_write", "zero.offload_optimizer.device", "zero.offload_optimizer.storage"},
+       [](const ResolvedConfig& config) -> Problem {
+         const bool stored = config.get_string("zero.offload_optimizer.device") == "nvme" ||
+                             config.get_string("zero.offload_optimizer.storage") != "none";
+         const bool read = config.get_bool("zero.offload_optimizer.pipeline_read");
+         const bool pipelined = read || config.get_bool("zero.offload_optimizer.pipeline_write");
+         const int64_t count = config.get_int("zero.offload_optimizer.buffer_count");
+         if ((pipelined || count != 4) && !stored)
+           return std::string(
+               "zero.offload_optimizer.buffer_count, pipeline_read and pipeline_write pace the CPU tier over a "
+               "storage tier, and this config has none; set zero.offload_optimizer.device = \"nvme\", or remove them");
+         if (read && count < 2)
+           return fmt::format(
+               "zero.offload_optimizer.pipeline_read = true reads the next chunk into a second staging area, but "
+               "zero.offload_optimizer.buffer_count = {}; set buffer_count to 2 or more",
+               count);
+         return std::nullopt;
+       });
+  rule(schema, {"zero.offload_optimizer.fast_init"}, [](const ResolvedConfig& config) -> Problem {
+    if (!config.get_bool("zero.offload_optimizer.fast_init")) return std::nullopt;
+    return std::string(
+        "zero.offload_optimizer.fast_init = true is not supported: zhost writes the initial states to NVMe "
+        "the one way it has; remove it");
+  });
+}
+
 // run.name is one folder inside run.dir: never a path that leaves it, and short enough to be a name.
 void add_run_rules(Schema& schema) {
   rule(schema, {"run.name"}, [](const ResolvedConfig& config) -> Problem {
@@ -319,6 +408,7 @@ void add_host_rules(Schema& schema) {
   add_model_rules(schema);
   add_data_rules(schema);
   add_zero_rules(schema);
+  add_nvme_rules(schema);
   add_activation_checkpointing_rules(schema);
   add_run_rules(schema);
 }

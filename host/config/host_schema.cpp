@@ -192,6 +192,21 @@ void add_zero_keys(HostKeys& keys) {
             "tier of zero.offload_optimizer.device: none, or a storage tier's name (device = \"nvme\" implies it)");
   keys.text("zero.offload_param.device", "none",
             "offload tier for parameters (stage 3): none, cpu, nvme, or a third-party tier's name");
+  // The NVMe tier's folder and DeepSpeed's NVMe keys: declared here too (offload_nvme declares nvme_path alike)
+  // so that `config check` can check them without the plugin (docs/config.md "NVMe offload").
+  keys.text("zero.offload_optimizer.nvme_path", "",
+            "folder on the NVMe disk for the optimizer's states (device = \"nvme\" or storage = \"nvme\")");
+  keys.text("zero.offload_param.nvme_path", "",
+            "folder on the NVMe disk for stage 3's parameter shards (offload_param.device = \"nvme\")");
+  keys.integer("zero.offload_optimizer.buffer_count", 4,
+               "with a storage tier: the CPU tier's staging areas, one chunk of states each", between(1, 1024));
+  keys.flag("zero.offload_optimizer.pipeline_read", false,
+            "with a storage tier: read the next chunks while one steps (needs buffer_count >= 2)");
+  keys.flag("zero.offload_optimizer.pipeline_write", false,
+            "with a storage tier: write a stepped chunk back while the next one steps");
+  keys.flag("zero.offload_optimizer.fast_init", false,
+            "DeepSpeed's fast NVMe optimizer initialisation; only its default is accepted");
+  keys.flag("aio.use_gds", false, "GPUDirect Storage between NVMe and GPU memory; refused (no CUDA, no cuFile)");
   keys.flag("zero.zero_quantized_weights", false, "ZeRO++ qwZ: all-gather weights as int8");
   keys.flag("zero.zero_quantized_gradients", false, "ZeRO++ qgZ: reduce gradients as int4");
   keys.integer("zero.zero_hpz_partition_size", 1, "ZeRO++ hpZ: ranks per secondary partition; 1 = off", at_least(1));

@@ -53,7 +53,8 @@ GroupStates::GroupStates(const sdk::Host& host, uint64_t group_key, uint32_t gen
                         "offload_cpu: group " + std::to_string(group_key) + " of " + std::to_string(numel) +
                             " elements does not fit the storage key layout (group keys below 2^30, fewer than 2^30 "
                             "chunks: raise offload_cpu.storage_chunk_elements)");
-    const uint64_t staging_bytes = 3 * static_cast<uint64_t>(storage_->chunk) * 4;
+    const uint64_t staging_bytes =
+        static_cast<uint64_t>(storage_->areas) * 3 * static_cast<uint64_t>(storage_->chunk) * 4;
     if (storage_->staging.bytes() < staging_bytes)
       storage_->staging =
           HostBuffer(host_, staging_bytes, pinned, "offload_cpu staging", HostBuffer::Fill::kUninitialized);
@@ -92,22 +93,86 @@ uint64_t GroupStates::storage_key(uint32_t state, int64_t chunk) const {
   return (static_cast<uint64_t>(generation_) << 62) | (key_ << 32) | (static_cast<uint64_t>(chunk) << 2) | state;
 }
 
-void GroupStates::move_chunk(int64_t chunk, int64_t count, uint32_t mask, float** piece, bool to_storage) {
-  for (int s = 0; s < 3; ++s) {
-    piece[s] = storage_->staging.floats() + s * storage_->chunk;
-    if (s >= num_states_ || !(mask & (1u << s))) continue;
-    int64_t shape = count;
-    DLTensor view{};
-    view.data = piece[s];
+GroupStates::Pipeline::Pipeline(GroupStates& group, uint32_t load, uint32_t store)
+    : group_(group), load_(load), store_(store), areas_(static_cast<size_t>(group.storage_->areas)) {}
+
+GroupStates::Pipeline::~Pipeline() {
+  // Transfers are still in flight here only when something threw: the staging must outlive them.
+  for (Area& area : areas_) {
+    for (auto* events : {&area.loads, &area.stores}) {
+      try {
+        wait(*events);
+      } catch (const std::exception& e) {
+        group_.host_.warn(std::string("offload_cpu: a storage transfer failed while unwinding: ") + e.what());
+      }
+    }
+  }
+}
+
+float* GroupStates::Pipeline::piece_of(int64_t c, int s) const {
+  const int64_t area = c % group_.storage_->areas;
+  return group_.storage_->staging.floats() + (area * 3 + s) * group_.storage_->chunk;
+}
+
+void GroupStates::Pipeline::ready(int64_t c, int64_t last, float** piece) {
+  if (next_load_ < c) next_load_ = c;
+  const int64_t ahead = group_.storage_->read_ahead ? group_.storage_->areas - 1 : 0;
+  for (; next_load_ <= std::min(last, c + ahead); ++next_load_) {
+    wait(area_of(next_load_).stores);  // the area's previous chunk is written back before it is overwritten
+    start(next_load_, load_, /*to_storage=*/false);
+  }
+  wait(area_of(c).loads);
+  for (int s = 0; s < 3; ++s) piece[s] = piece_of(c, s);
+}
+
+void GroupStates::Pipeline::stepped(int64_t c) {
+  start(c, store_, /*to_storage=*/true);
+  if (!group_.storage_->write_behind) wait(area_of(c).stores);
+}
+
+void GroupStates::Pipeline::finish() {
+  for (Area& area : areas_) wait(area.stores);
+}
+
+void GroupStates::Pipeline::start(int64_t c, uint32_t mask, bool to_storage) {
+  Area& area = area_of(c);
+  const int64_t chunk = group_.storage_->chunk;
+  const zhost_tier_ref& tier = group_.storage_->tier.ref();
+  for (int s = 0; s < group_.num_states_; ++s) {
+    if (!(mask & (1u << s))) continue;
+    area.shapes[s] = std::min(chunk, group_.numel_ - c * chunk);
+    DLTensor& view = area.views[s];
+    view = DLTensor{};
+    view.data = piece_of(c, s);
     view.device = DLDevice{kDLCPU, 0};
     view.ndim = 1;
     view.dtype = DLDataType{kDLFloat, 32, 1};
-    view.shape = &shape;
-    if (to_storage)
-      storage_->tier.store(storage_key(static_cast<uint32_t>(s), chunk), view);
-    else
-      storage_->tier.load(storage_key(static_cast<uint32_t>(s), chunk), view);
+    view.shape = &area.shapes[s];
+    zhost_tier_io_args args{};
+    args.struct_size = sizeof(args);
+    args.key = group_.storage_key(static_cast<uint32_t>(s), c);
+    args.data = &view;
+    sdk::Status status(group_.host_.services(), (to_storage ? tier.api->store : tier.api->load)(tier.instance, &args));
+    if (!status.ok())
+      throw PluginError(status.code(), std::string("tier '") + group_.storage_->tier.name() + "': " + status.message());
+    if (args.event) (to_storage ? area.stores : area.loads).push_back(args.event);
   }
+}
+
+// Completes every event of `events` (all of them, even after a failure); throws the first failure.
+void GroupStates::Pipeline::wait(std::vector<zhost_tier_event*>& events) {
+  const zhost_tier_ref& tier = group_.storage_->tier.ref();
+  std::string failure;
+  zhost_status_code code = ZHOST_OK;
+  for (zhost_tier_event* event : events) {
+    sdk::Status status(group_.host_.services(), tier.api->wait_event(tier.instance, event));
+    if (!status.ok() && failure.empty()) {
+      code = status.code();
+      failure = std::string("tier '") + group_.storage_->tier.name() + "': " + status.message();
+    }
+  }
+  events.clear();
+  if (!failure.empty()) throw PluginError(code, failure);
 }
 
 void GroupStates::drop_stored() noexcept {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "zhost/cpp/offload.hpp"
 
@@ -44,14 +45,25 @@ class HostBuffer {
   uint64_t bytes_ = 0;
 };
 
-// The storage tier under the CPU tier and the one staging area all its groups share: `chunk` elements of
-// each state (offload_cpu.storage_chunk_elements), so host memory holds one piece of a group at a time.
+// The storage tier under the CPU tier and the staging all its groups share: `areas` staging areas of `chunk`
+// elements of each state (offload_cpu.storage_chunk_elements), so host memory holds `areas` pieces of a group
+// at a time (Note [Storage pipeline]).
 struct StateStorage {
   sdk::TierClient tier;  // inactive: groups stay resident in host memory
   int64_t chunk = 0;
-  HostBuffer staging;  // 3 * chunk floats, allocated on first use
+  int64_t areas = 1;          // zero.offload_optimizer.buffer_count
+  bool read_ahead = false;    // zero.offload_optimizer.pipeline_read
+  bool write_behind = false;  // zero.offload_optimizer.pipeline_write
+  HostBuffer staging;         // areas * 3 * chunk floats, allocated on first use
 };
 
+// Note [Storage pipeline]: a step over a stored group visits its chunks in order, each in staging area
+// (chunk % areas). With pipeline_read the loads of the next areas - 1 chunks are started before chunk i
+// steps, so reading i+1 overlaps with stepping i; with pipeline_write chunk i's stores are waited for only
+// when its area is needed again (or at the end of the visit), so writing i overlaps with stepping i+1.
+// Without either, each chunk is loaded, stepped and stored before the next (DeepSpeed's defaults). The
+// values and their order do not change, so every setting gives the same bits. A storage tier that
+// finishes transfers at once (NULL events) simply gets no overlap.
 class GroupStates {
  public:
   enum State : uint32_t { kMaster = 0, kExpAvg = 1, kExpAvgSq = 2 };
@@ -86,23 +98,55 @@ class GroupStates {
       fn(states, begin, end - begin);
       return;
     }
+    if (begin >= end) return;
     const int64_t chunk = storage_->chunk;
-    for (int64_t c = begin / chunk; c * chunk < end; ++c) {
+    Pipeline pipeline(*this, load, store);
+    for (int64_t c = begin / chunk, last = (end - 1) / chunk; c <= last; ++c) {
       const int64_t chunk_begin = c * chunk, chunk_end = std::min(chunk_begin + chunk, numel_);
       float* piece[3];
-      move_chunk(c, chunk_end - chunk_begin, load, piece, /*to_storage=*/false);
+      pipeline.ready(c, last, piece);
       const int64_t lo = std::max(begin, chunk_begin), hi = std::min(end, chunk_end);
       float* states[3] = {piece[0] + (lo - chunk_begin), piece[1] + (lo - chunk_begin),
                           num_states_ > 2 ? piece[2] + (lo - chunk_begin) : nullptr};
       fn(states, lo, hi - lo);
-      move_chunk(c, chunk_end - chunk_begin, store, piece, /*to_storage=*/true);
+      pipeline.stepped(c);
     }
+    pipeline.finish();
   }
 
  private:
+  // The transfers of one visit (Note [Storage pipeline]); its destructor waits for what is still in flight.
+  class Pipeline {
+   public:
+    Pipeline(GroupStates& group, uint32_t load, uint32_t store);
+    ~Pipeline();
+    Pipeline(const Pipeline&) = delete;
+    Pipeline& operator=(const Pipeline&) = delete;
+    // Chunk c's states are in its area (piece[s]); loads of the chunks after it, up to `last`, may be started.
+    void ready(int64_t c, int64_t last, float** piece);
+    // Chunk c stepped: its stores start (and are waited for at once without pipeline_write).
+    void stepped(int64_t c);
+    // Waits for every store still in flight; throws the first failure.
+    void finish();
+
+   private:
+    struct Area {
+      std::vector<zhost_tier_event*> loads, stores;  // in flight
+      int64_t shapes[3] = {0, 0, 0};
+      DLTensor views[3] = {};
+    };
+    void start(int64_t c, uint32_t mask, bool to_storage);
+    void wait(std::vector<zhost_tier_event*>& events);
+    Area& area_of(int64_t c) { return areas_[static_cast<size_t>(c % group_.storage_->areas)]; }
+    float* piece_of(int64_t c, int s) const;
+
+    GroupStates& group_;
+    uint32_t load_, store_;
+    int64_t next_load_ = -1;  // the first chunk whose loads were not started
+    std::vector<Area> areas_;
+  };
+
   uint64_t storage_key(uint32_t state, int64_t chunk) const;
-  // Points piece[s] at the staging area of each state, and loads (or stores) the states in `mask`.
-  void move_chunk(int64_t chunk, int64_t count, uint32_t mask, float** piece, bool to_storage);
   void drop_stored() noexcept;
 
   sdk::Host host_;

@@ -107,6 +107,9 @@ class CpuTier : public zhost::sdk::TierDefaults {
     kernel_.isa = optimizer_isa();
     kernel_.threads = optimizer_threads(host.config_int("offload_cpu.threads"));
     storage_.chunk = host.config_int("offload_cpu.storage_chunk_elements");
+    storage_.areas = host.config_int("zero.offload_optimizer.buffer_count");
+    storage_.read_ahead = host.config_bool("zero.offload_optimizer.pipeline_read");
+    storage_.write_behind = host.config_bool("zero.offload_optimizer.pipeline_write");
     host_.info(std::string("host-memory tier ready; optimizer kernel ") + cpu_optim::isa_name(*kernel_.isa) + ", " +
                std::to_string(kernel_.threads) + " thread(s)" + (pinned_ ? ", pinned buffers" : ""));
   }
@@ -476,7 +479,14 @@ const zhost_plugin_descriptor* describe() {
       .config_int("offload_cpu.storage_chunk_elements", 1 << 20,
                   "with zero.offload_optimizer.storage: elements of a group's states loaded from the storage tier at "
                   "a time (host staging: 12 bytes each)",
-                  1, 1e12);
+                  1, 1e12)
+      // With a storage tier (Note [Storage pipeline]); the host declares them too, to check them.
+      .config_int("zero.offload_optimizer.buffer_count", 4,
+                  "with a storage tier: staging areas of storage_chunk_elements each (chunks in flight)", 1, 1024)
+      .config_bool("zero.offload_optimizer.pipeline_read", false,
+                   "with a storage tier: read the next chunks while one steps (needs buffer_count >= 2)")
+      .config_bool("zero.offload_optimizer.pipeline_write", false,
+                   "with a storage tier: write a stepped chunk back while the next one steps");
   return builder.build();
 }
 

@@ -87,9 +87,9 @@ std::vector<RuleCase> rule_cases() {
        "train.toml:4: zero.offload_optimizer.device is empty; write \"none\""},
       {"DeviceNotAName", "[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"a b\"\n",
        "train.toml:4: zero.offload_optimizer.device = \"a b\" is not a tier name"},
-      {"NvmeTier", "[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"nvme\"\n",
-       "train.toml:4: zero.offload_optimizer.device asks for the NVMe offload tier (ZeRO-Infinity) ('offload:nvme'), "
-       "which this version of zhost does not have yet"},
+      {"NvmeTierWithoutPath", "[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"nvme\"\n",
+       "train.toml:4: zero.offload_optimizer.device = \"nvme\" needs zero.offload_optimizer.nvme_path, a folder on "
+       "the NVMe disk; set it"},
       {"QuantizedWeights", "[zero]\nzero_quantized_weights = true\n",
        "train.toml:2: zero.zero_quantized_weights asks for ZeRO++ quantized weight all-gather (qwZ) "
        "('collective:qwz'), which this version of zhost does not have yet"},

@@ -95,8 +95,8 @@ TEST(HostSchema, OffloadNeedsPartitionedStates) {
   EXPECT_EQ(error_of("[zero]\noffload_optimizer.device = \"cpu\"\n"),
             "train.toml:2: zero.offload_optimizer.device = \"cpu\" needs zero.stage 1, 2 or 3 (stage 0 keeps whole "
             "optimizer states on every rank); set zero.stage = 2");
-  EXPECT_EQ(error_of("[zero]\nstage = 2\noffload_optimizer.device = \"nvme\"\noffload_param.device = \"nvme\"\n"),
-            "train.toml:4: zero.offload_param.device = \"nvme\" needs zero.stage = 3 (only stage 3 partitions "
+  EXPECT_EQ(error_of("[zero]\nstage = 2\noffload_optimizer.device = \"cpu\"\noffload_param.device = \"cpu\"\n"),
+            "train.toml:4: zero.offload_param.device = \"cpu\" needs zero.stage = 3 (only stage 3 partitions "
             "parameters)");
   EXPECT_EQ(error_of("[zero]\nstage = 3\noffload_param.device = \"cpu\"\n"),
             "train.toml:3: zero.offload_param.device = \"cpu\" needs the optimizer offloaded too; set "

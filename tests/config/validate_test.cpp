@@ -154,21 +154,22 @@ TEST(Validate, InactiveKeysOfUnknownPluginTablesAreRecognized) {
 TEST(Validate, MissingRequiredKey) {
   Schema schema;
   add_host_keys(schema);
-  KeySpec nvme_path =
-      test_support::plugin_key("zero.offload_optimizer.nvme_path", ValueType::String, std::nullopt, "offload_nvme");
-  nvme_path.doc = "folder for NVMe swap files";
-  schema.add(nvme_path);
+  KeySpec swap_folder =
+      test_support::plugin_key("zero.offload_optimizer.swap_folder", ValueType::String, std::nullopt, "offload_nvme");
+  swap_folder.doc = "folder for NVMe swap files";
+  schema.add(swap_folder);
   try {
     validate(Document::parse("[zero]\nstage = 3\n", "train.toml"), schema);
     ADD_FAILURE() << "a missing required key was accepted";
   } catch (const ConfigErrors& errors) {
-    EXPECT_EQ(errors.errors(), (std::vector<std::string>{
-                                   "train.toml: missing required key zero.offload_optimizer.nvme_path (folder for NVMe "
-                                   "swap files); add it under [zero.offload_optimizer] or pass --set "
-                                   "zero.offload_optimizer.nvme_path=VALUE"}));
+    EXPECT_EQ(errors.errors(),
+              (std::vector<std::string>{
+                  "train.toml: missing required key zero.offload_optimizer.swap_folder (folder for NVMe "
+                  "swap files); add it under [zero.offload_optimizer] or pass --set "
+                  "zero.offload_optimizer.swap_folder=VALUE"}));
   }
   // Not required when it belongs to a plugin the config does not use.
-  InactiveKeys inactive{{"zero.offload_optimizer.nvme_path", "offload_nvme is not used"}};
+  InactiveKeys inactive{{"zero.offload_optimizer.swap_folder", "offload_nvme is not used"}};
   EXPECT_NO_THROW(validate(Document::parse("[zero]\nstage = 3\n", "train.toml"), schema, inactive));
 }
 

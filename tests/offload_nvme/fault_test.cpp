@@ -1,0 +1,206 @@
+// tests/offload_nvme/fault_test.cpp: the NVMe tier's faults, each with both I/O engines, through the tier's
+// ABI with the plugin loaded by the host's own loader: a disk that fills up (an 8 MiB ext4 image mounted
+// by the test) is an error naming the bytes needed and the folder, and every buffer stored before still
+// loads; a byte flipped in the tier's file is reported with the file and offset and never handed over; a
+// dead job's folder (Note [Job folders]) is removed at start while a live one is kept; nothing is left
+// behind when the tier goes.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "host/plugins/instances.hpp"
+#include "host/plugins/loader.hpp"
+#include "host/plugins/resolver.hpp"
+#include "host/services/host_services.hpp"
+#include "tests/support/scratch_dir.hpp"
+#include "zhost/offload.h"
+
+using namespace zhost;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<char> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<char> v(n);
+  for (auto& c : v) c = static_cast<char>(rng());
+  return v;
+}
+
+// Folders under `dir` (names only), sorted.
+std::vector<std::string> entries(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class Tier {
+ public:
+  Tier(HostServices& host, const std::string& nvme_path, const std::string& engine, int64_t block)
+      : host_(host), instances_(host) {
+    found_.push_back(PluginLoader(host).load(std::string(ZHOST_PLUGIN_BUILD_DIR) + "/zhost_offload_nvme.so"));
+    Resolution resolution = resolve_plugins({{"offload:nvme", "test"}}, found_);
+    instances_.create_all(resolution, [&](const LoadedPlugin&) {
+      return std::map<std::string, ConfigValue>{{"zero.offload_optimizer.nvme_path", nvme_path},
+                                                {"zero.offload_optimizer.pin_memory", false},
+                                                {"aio.block_size", block},
+                                                {"aio.queue_depth", int64_t{4}},
+                                                {"aio.intra_op_parallelism", int64_t{2}},
+                                                {"aio.thread_count", int64_t{0}},
+                                                {"aio.single_submit", false},
+                                                {"aio.overlap_events", true},
+                                                {"offload_nvme.io_engine", engine},
+                                                {"offload_nvme.verify_checksums", true}};
+    });
+    const PluginInstance* live = instances_.of_kind(ZHOST_KIND_OFFLOAD);
+    instance_ = live->instance;
+    api_ = live->plugin->api->offload;
+  }
+
+  // "" on success, else the tier's error message (the call's or its event's).
+  std::string store(uint64_t key, std::vector<char>& bytes) { return io(api_->store, key, bytes); }
+  std::string load(uint64_t key, std::vector<char>& bytes) { return io(api_->load, key, bytes); }
+
+ private:
+  using IoFn = zhost_status* (*)(zhost_plugin_instance*, zhost_tier_io_args*);
+  std::string io(IoFn fn, uint64_t key, std::vector<char>& bytes) {
+    int64_t shape = static_cast<int64_t>(bytes.size());
+    DLTensor t{};
+    t.data = bytes.data();
+    t.device = DLDevice{kDLCPU, 0};
+    t.ndim = 1;
+    t.dtype = DLDataType{kDLUInt, 8, 1};
+    t.shape = &shape;
+    zhost_tier_io_args args{sizeof(args), nullptr, key, &t, nullptr};
+    std::string error = message(fn(instance_, &args));
+    if (error.empty() && args.event) error = message(api_->wait_event(instance_, args.event));
+    return error;
+  }
+
+  std::string message(zhost_status* status) {
+    if (!status) return "";
+    std::string text = host_.table()->status_message(status);
+    host_.table()->status_destroy(status);
+    return text.empty() ? "(error without a message)" : text;
+  }
+
+  HostServices& host_;
+  std::vector<LoadedPlugin> found_;
+  PluginInstances instances_;
+  zhost_plugin_instance* instance_ = nullptr;
+  const zhost_offload_api* api_ = nullptr;
+};
+
+// An ext4 file system of `megabytes` on a loop device, mounted at DIR/mnt for the test's life.
+class SmallDisk {
+ public:
+  SmallDisk(const fs::path& dir, int megabytes) : image_(dir / "disk.img"), mount_(dir / "mnt") {
+    fs::create_directories(mount_);
+    const std::string make = "truncate -s " + std::to_string(megabytes) + "M " + image_.string() +
+                             " && mkfs.ext4 -q -F " + image_.string() + " >/dev/null 2>&1 && mount -o loop " +
+                             image_.string() + " " + mount_.string() + " 2>&1";
+    mounted_ = std::system(make.c_str()) == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) std::system(("umount " + mount_.string()).c_str());
+  }
+  bool mounted() const { return mounted_; }
+  const fs::path& path() const { return mount_; }
+
+ private:
+  fs::path image_, mount_;
+  bool mounted_ = false;
+};
+
+class NvmeFaults : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Engines, NvmeFaults, ::testing::Values("io_uring", "threads"));
+
+TEST_P(NvmeFaults, FullDiskIsAClearErrorAndStoredBuffersSurvive) {
+  zhost::testing::ScratchDir dir;
+  SmallDisk disk(dir.path(), 8);
+  if (!disk.mounted()) GTEST_SKIP() << "no loop mount here (needs root, mkfs.ext4 and a loop device)";
+  HostServices host;
+  {
+    Tier tier(host, disk.path().string(), GetParam(), 65536);
+    std::vector<std::vector<char>> stored;
+    std::string error;
+    for (uint64_t key = 0; key < 16 && error.empty(); ++key) {
+      std::vector<char> bytes = random_bytes(1 << 20, static_cast<uint32_t>(key));
+      error = tier.store(key, bytes);
+      if (error.empty()) stored.push_back(std::move(bytes));
+    }
+    ASSERT_FALSE(error.empty()) << "16 MiB fit on an 8 MiB disk";
+    EXPECT_GE(stored.size(), 2u);
+    EXPECT_NE(error.find("needs 1048576 more bytes"), std::string::npos) << error;
+    EXPECT_NE(error.find(disk.path().string() + "/zhost-nvme-"), std::string::npos) << error;
+    // Replacing a buffer on the full disk fails too, and the old copy is still there.
+    std::vector<char> other = random_bytes(1 << 20, 99);
+    EXPECT_NE(tier.store(0, other), "");
+    for (uint64_t key = 0; key < stored.size(); ++key) {
+      std::vector<char> back(1 << 20);
+      ASSERT_EQ(tier.load(key, back), "") << "buffer " << key;
+      EXPECT_EQ(back, stored[key]) << "buffer " << key;
+    }
+  }
+  EXPECT_EQ(entries(disk.path()), std::vector<std::string>{"lost+found"}) << "the tier left files behind";
+}
+
+TEST_P(NvmeFaults, FlippedByteIsReportedWithFileAndOffset) {
+  zhost::testing::ScratchDir dir;
+  HostServices host;
+  {
+    Tier tier(host, dir.path().string(), GetParam(), 4096);
+    std::vector<char> bytes = random_bytes(3 * 4096 + 100, 7), back(bytes.size(), 0);
+    ASSERT_EQ(tier.store(5, bytes), "");
+    ASSERT_EQ(tier.load(5, back), "");
+    ASSERT_EQ(back, bytes);
+    // Flip one byte of the second block, behind the tier's back.
+    const std::vector<std::string> folders = entries(dir.path());
+    ASSERT_EQ(folders.size(), 1u);
+    const std::string file = (dir.path() / folders[0] / "data.bin").string();
+    int fd = ::open(file.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << file;
+    char c = 0;
+    ASSERT_EQ(::pread(fd, &c, 1, 4096 + 17), 1);
+    c = static_cast<char>(c ^ 0x20);
+    ASSERT_EQ(::pwrite(fd, &c, 1, 4096 + 17), 1);
+    ::fsync(fd);
+    ::close(fd);
+    std::string error = tier.load(5, back);
+    EXPECT_NE(error.find("checksum mismatch in " + file + " at offset 4096 "), std::string::npos) << error;
+  }
+  EXPECT_TRUE(entries(dir.path()).empty()) << "the tier left files behind";
+}
+
+TEST_P(NvmeFaults, DeadJobsFolderIsRemovedAndLiveOnesKept) {
+  zhost::testing::ScratchDir dir;
+  // A dead job's folder: its lock file is not locked by anyone. A live one: locked here.
+  const fs::path dead = dir.path() / "zhost-nvme-999999-0", live = dir.path() / "zhost-nvme-1-0";
+  for (const fs::path& folder : {dead, live}) {
+    fs::create_directories(folder);
+    std::ofstream(folder / "owner.lock") << "999999\n";
+    std::ofstream(folder / "data.bin") << std::string(5000, 'x');
+  }
+  int lock = ::open((live / "owner.lock").c_str(), O_RDWR);
+  ASSERT_EQ(::flock(lock, LOCK_EX), 0);
+  HostServices host;
+  {
+    Tier tier(host, dir.path().string(), GetParam(), 4096);
+    EXPECT_FALSE(fs::exists(dead)) << "a dead job's folder stayed";
+    EXPECT_TRUE(fs::exists(live / "data.bin")) << "a live job's folder was removed";
+    EXPECT_EQ(entries(dir.path()).size(), 2u);  // the live one and the tier's own
+  }
+  EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"zhost-nvme-1-0"});
+  ::close(lock);
+}
+
+}  // namespace

@@ -1,0 +1,176 @@
+// tests/zero/nvme_offload_test.cpp: ZeRO-Infinity's optimizer offload to NVMe (zero.offload_optimizer.device
+// = "nvme") through the real zhost executable and plugin files: the CPU tier steps the fp32 master weights
+// and Adam states that plugins/offload_nvme keeps in O_DIRECT files under nvme_path, chunk by chunk. Same
+// kernel, same values, same order as plain CPU offload (docs/abi.md "Tier composition"), so the job equals
+// it bit for bit: every loss and every weight, stages 1, 2 and 3, one and two ranks, both I/O engines, a
+// group spanning several chunks and (stage 3) several sub-groups, buffer_count 1, 3 (pipelined: Note
+// [Storage pipeline]) and 4. Also: io_uring really carries the I/O
+// when the kernel has it, the job leaves nothing under nvme_path, a job SIGKILLed mid-run leaves its
+// folder to the next job, which removes it and says so, and `config check` refuses a bad nvme_path.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <ostream>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "tests/support/scratch_dir.hpp"
+#include "tests/training/training_test_support.hpp"
+
+using namespace zhost::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+RunOutput train(const ScratchDir& dir, const std::string& name, const std::string& args) {
+  RunOutput r = run_zhost(dir.path(), small_job_config(), name,
+                          "--set model.type=llama --set steps=5 --set zero.reduce_bucket_size=3000 "
+                          "--set offload_cpu.threads=1 " +
+                              args);
+  EXPECT_EQ(r.exit_code, 0) << name << ":\n" << r.err << r.out;
+  return r;
+}
+
+std::string on_nvme(const fs::path& folder, const std::string& engine) {
+  fs::create_directories(folder);
+  return " --set zero.offload_optimizer.device=nvme --set zero.offload_optimizer.nvme_path=" + folder.string() +
+         " --set offload_cpu.storage_chunk_elements=1000 --set aio.block_size=4096 --set aio.queue_depth=4"
+         " --set offload_nvme.io_engine=" +
+         engine;
+}
+
+bool empty_folder(const fs::path& folder) { return fs::is_empty(folder); }
+
+struct Case {
+  const char* name;
+  const char* engine;
+  const char* args;        // both runs
+  const char* pipelining;  // the NVMe run only (Note [Storage pipeline])
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class NvmeOffload : public ::testing::TestWithParam<Case> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    StagesRanksEngines, NvmeOffload,
+    ::testing::Values(
+        Case{"Stage1OneRankUring", "io_uring", "--nproc 1 --set zero.stage=1", ""},
+        Case{"Stage2OneRankThreadsOneBuffer", "threads",
+             "--nproc 1 --set zero.stage=2 --set gradient_accumulation_steps=2",
+             " --set zero.offload_optimizer.buffer_count=1 --set zero.offload_optimizer.pipeline_write=true"},
+        // several sub-groups, each an optimizer group of the CPU tier; reads ahead, writes behind
+        Case{"Stage3TwoRanksUringPipelined", "io_uring",
+             "--nproc 2 --set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 "
+             "--set zero.sub_group_size=3000",
+             " --set zero.offload_optimizer.buffer_count=3 --set zero.offload_optimizer.pipeline_read=true "
+             "--set zero.offload_optimizer.pipeline_write=true"}),
+    [](const ::testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
+
+TEST_P(NvmeOffload, EqualsPlainCpuOffloadBitForBit) {
+  ScratchDir dir;
+  const std::string args = std::string(GetParam().args) + " --set train_micro_batch_size_per_gpu=1";
+  RunOutput plain = train(dir, "plain", args + " --set zero.offload_optimizer.device=cpu");
+  RunOutput nvme = train(dir, "nvme", args + on_nvme(dir.path() / "nvme", GetParam().engine) + GetParam().pipelining);
+  const std::string log = nvme.out + nvme.err;
+  EXPECT_NE(log.find("optimizer states kept in storage tier 'offload_nvme'"), std::string::npos) << log;
+  // The engine asked for carried the I/O: every rank's tier counts its completed requests.
+  std::smatch m;
+  const std::regex requests(std::string("offload_nvme: ([0-9]+) requests completed through ") + GetParam().engine);
+  ASSERT_TRUE(std::regex_search(log, m, requests)) << log;
+  EXPECT_GT(std::stoll(m[1]), 0) << log;
+  ASSERT_EQ(plain.losses.size(), 5u);
+  EXPECT_EQ(nvme.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(nvme, plain, 0, 0), "");
+  EXPECT_TRUE(empty_folder(dir.path() / "nvme")) << "the job left files under nvme_path";
+}
+
+// Stage 3's parameter shards on NVMe (zero.offload_param.device = "nvme", the optimizer on the CPU tier):
+// stored after each step, loaded for their gathers through the tier's events, equal to shards in host memory.
+TEST(NvmeParamOffload, Stage3ShardsOnNvmeEqualShardsInHostMemoryBitForBit) {
+  ScratchDir dir;
+  const fs::path folder = dir.path() / "nvme";
+  fs::create_directories(folder);
+  const std::string args =
+      "--nproc 2 --set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 --set zero.sub_group_size=3000 "
+      "--set train_micro_batch_size_per_gpu=1 --set zero.offload_optimizer.device=cpu";
+  RunOutput plain = train(dir, "plain", args + " --set zero.offload_param.device=cpu");
+  RunOutput nvme =
+      train(dir, "nvme",
+            args + " --set zero.offload_param.device=nvme --set zero.offload_param.nvme_path=" + folder.string() +
+                " --set aio.block_size=4096 --set aio.queue_depth=4");
+  const std::string log = nvme.out + nvme.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("offload_nvme: ([0-9]+) requests completed through"))) << log;
+  EXPECT_GT(std::stoll(m[1]), 0) << log;
+  ASSERT_EQ(plain.losses.size(), 5u);
+  EXPECT_EQ(nvme.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(nvme, plain, 0, 0), "");
+  EXPECT_TRUE(empty_folder(folder)) << "the job left files under nvme_path";
+}
+
+// A job SIGKILLed while it trains leaves its folder (nothing runs at SIGKILL); the next job on the same
+// nvme_path removes it, says so, trains, and leaves nothing behind.
+TEST(NvmeOffloadFaults, KilledJobsFilesAreRemovedByTheNextJob) {
+  ScratchDir dir;
+  const fs::path folder = dir.path() / "nvme";
+  fs::create_directories(folder);
+  {
+    BackgroundJob job(
+        dir, 1,
+        {"zero.stage=2", "zero.offload_optimizer.device=nvme", "zero.offload_optimizer.nvme_path=" + folder.string(),
+         "offload_cpu.storage_chunk_elements=1000"});
+    ASSERT_TRUE(job.wait_for_training()) << job.err();
+    ASSERT_FALSE(empty_folder(folder));
+    for (const auto& [rank, pid] : job.ranks()) kill(pid, SIGKILL);
+    ASSERT_TRUE(job.wait_for_exit(20).has_value()) << job.err();
+  }
+  ASSERT_FALSE(empty_folder(folder)) << "SIGKILL cannot clean up: the killed job's folder should be there";
+  RunOutput next = train(dir, "next",
+                         "--nproc 1 --set zero.stage=2 --set zero.offload_optimizer.device=nvme "
+                         "--set zero.offload_optimizer.nvme_path=" +
+                             folder.string());
+  const std::string log = next.out + next.err;
+  EXPECT_NE(log.find("by a job that ended without cleaning up"), std::string::npos) << log;
+  EXPECT_TRUE(empty_folder(folder)) << "files left under nvme_path";
+}
+
+std::string config_check(const ScratchDir& dir, const std::string& sets) {
+  const std::string config = dir.write("train.toml", small_job_config());
+  const std::string command = std::string(ZHOST_EXE) + " config check " + config + " " + sets + " 2>&1";
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  char buf[4096];
+  while (pipe && fgets(buf, sizeof(buf), pipe)) out += buf;
+  const int status = pipe ? pclose(pipe) : -1;
+  EXPECT_NE(status, 0) << out;
+  return out;
+}
+
+// `config check` reports every problem of a config at once: one run covers what zhost refuses, two more the
+// nvme_path errors.
+TEST(NvmeOffloadConfig, CheckRefusesABadNvmePathAndWhatIsMissing) {
+  ScratchDir dir;
+  const std::string missing = config_check(dir,
+                                           "--set zero.stage=3 --set zero.offload_optimizer.device=nvme "
+                                           "--set zero.offload_param.device=nvme --set aio.use_gds=true "
+                                           "--set zero.offload_optimizer.pipeline_read=true "
+                                           "--set zero.offload_optimizer.buffer_count=1");
+  for (const char* expected :
+       {"both on \"nvme\" is not supported", "aio.use_gds = true is not supported", "set buffer_count to 2 or more"})
+    EXPECT_NE(missing.find(expected), std::string::npos) << expected << " in:\n" << missing;
+  EXPECT_NE(config_check(dir, "--set zero.stage=2 --set zero.offload_optimizer.device=nvme")
+                .find("zero.offload_optimizer.device = \"nvme\" needs zero.offload_optimizer.nvme_path"),
+            std::string::npos);
+  const std::string absent = config_check(dir,
+                                          "--set zero.stage=2 --set zero.offload_optimizer.device=nvme --set "
+                                          "zero.offload_optimizer.nvme_path=/nonexistent/x");
+  EXPECT_NE(absent.find("zero.offload_optimizer.nvme_path = \"/nonexistent/x\" is not a folder"), std::string::npos)
+      << absent;
+}
+
+}  // namespace
