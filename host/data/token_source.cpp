@@ -1,5 +1,5 @@
-// host/data/token_source.cpp: the synthetic, token-file and text sources: memory maps of the files (formats::MappedFile),
-// counter-based xxHash sampling, and one-line UsageErrors that say what to do about a bad file.
+// host/data/token_source.cpp: the synthetic, token-file and text sources: memory maps of the files
+// (formats::MappedFile), counter-based xxHash sampling, and one-line UsageErrors that say what to do about a bad file.
 #include "host/data/token_source.hpp"
 
 #include <xxhash.h>
@@ -29,7 +29,9 @@ constexpr int64_t kIdCheckChunk = int64_t{1} << 16;
 
 // The corpus files: memory-mapped, read at random offsets (formats::MappedFile).
 struct MappedCorpusFile : formats::MappedFile {
-  MappedCorpusFile(const std::string& path, const char* what) : formats::MappedFile(path, what, "data path") { advise_random(); }
+  MappedCorpusFile(const std::string& path, const char* what) : formats::MappedFile(path, what, "data path") {
+    advise_random();
+  }
 };
 using MappedFile = MappedCorpusFile;
 

@@ -131,8 +131,9 @@ SafetensorsHeader SafetensorsHeader::parse(const unsigned char* bytes, size_t si
     }
     parsed.tensors.push_back(read_entry(name, value, file));
   }
-  std::sort(parsed.tensors.begin(), parsed.tensors.end(),
-            [](const TensorEntry& a, const TensorEntry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  std::sort(parsed.tensors.begin(), parsed.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   // Note [safetensors layout]: the tensors tile the data region exactly.
   const uint64_t data_bytes = size - parsed.data_start;
   uint64_t expected = 0;
@@ -183,9 +184,10 @@ SafetensorsSet SafetensorsSet::open(const std::string& dir) {
   std::error_code error;
   if (!fs::exists(index_path, error)) {
     if (!fs::exists(single, error))
-      fail_usage("model folder '{}' has neither model.safetensors nor model.safetensors.index.json; point "
-                 "model.path at a Hugging Face model folder",
-                 dir);
+      fail_usage(
+          "model folder '{}' has neither model.safetensors nor model.safetensors.index.json; point "
+          "model.path at a Hugging Face model folder",
+          dir);
     set.files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
     for (const TensorEntry& entry : set.files_.back()->header().tensors)
       set.by_name_[entry.name] = Found{set.files_.back().get(), &entry};
@@ -237,10 +239,12 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   for (const TensorToWrite& tensor : tensors) {
     uint64_t numel = 1;
     for (const int64_t dim : tensor.shape) numel *= static_cast<uint64_t>(dim);
-    if (dtype_size(tensor.dtype) == 0 || numel * dtype_size(tensor.dtype) != tensor.bytes || header.contains(tensor.name))
+    if (dtype_size(tensor.dtype) == 0 || numel * dtype_size(tensor.dtype) != tensor.bytes ||
+        header.contains(tensor.name))
       fail("write_safetensors '{}': tensor {} has dtype {}, {} elements and {} bytes, or a repeated name", path,
            shown(tensor.name), tensor.dtype, numel, tensor.bytes);
-    header[tensor.name] = {{"dtype", tensor.dtype}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + tensor.bytes}}};
+    header[tensor.name] = {
+        {"dtype", tensor.dtype}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + tensor.bytes}}};
     offset += tensor.bytes;
   }
   std::string text = header.dump();

@@ -29,8 +29,8 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
 struct TensorEntry {
   std::string name;
-  std::string dtype;            // safetensors' name: F32, F16, BF16, F64, I64, ...
-  size_t element_size = 0;      // bytes per element of dtype
+  std::string dtype;        // safetensors' name: F32, F16, BF16, F64, I64, ...
+  size_t element_size = 0;  // bytes per element of dtype
   std::vector<int64_t> shape;
   int64_t numel = 1;
   uint64_t begin = 0, end = 0;  // byte range in the data region
