@@ -123,6 +123,16 @@ void add_scheduler_rules(Schema& schema) {
 }
 
 void add_model_rules(Schema& schema) {
+  // A Hugging Face model (model.type = "hf") takes its dimensions from its config.json.
+  read_only_when(schema, "model.type", {"\"mlp\"", "\"gpt\"", "\"llama\""},
+                 {"model.layers", "model.width", "model.ffn_width", "model.vocab", "model.init_std"});
+  read_only_when(schema, "model.type", {"\"hf\""}, {"model.path"});
+  rule(schema, {"model.type", "model.path"}, [](const ResolvedConfig& config) -> Problem {
+    if (config.get_string("model.type") != "hf" || !config.get_string("model.path").empty()) return std::nullopt;
+    return std::string(
+        "model.type = \"hf\" needs model.path, the Hugging Face model folder (config.json and model.safetensors "
+        "or model.safetensors.index.json); set it under [model]");
+  });
   read_only_when(schema, "model.type", {"\"gpt\"", "\"llama\""}, {"model.heads"});
   read_only_when(schema, "model.type", {"\"llama\""}, {"model.kv_heads"});  // gpt has no grouped-query attention
   rule(schema, {"model.width", "model.heads", "model.type"}, [](const ResolvedConfig& config) -> Problem {

@@ -101,7 +101,9 @@ void add_training_keys(HostKeys& keys) {
 }
 
 void add_model_keys(HostKeys& keys) {
-  keys.choice("model.type", "gpt", {"mlp", "gpt", "llama"}, "model architecture");
+  keys.choice("model.type", "gpt", {"mlp", "gpt", "llama", "hf"},
+              "model architecture; hf = a Hugging Face GPT-2, Llama or Mistral folder (model.path)");
+  keys.text("model.path", "", "model.type = \"hf\": the folder holding config.json and the safetensors");
   keys.integer("model.layers", 4, "number of blocks", at_least(1));
   keys.integer("model.heads", 4, "attention heads", at_least(1));
   keys.integer("model.kv_heads", 0, "key/value heads for grouped-query attention; 0 = same as heads", at_least(0));
@@ -226,7 +228,8 @@ void add_runtime_keys(HostKeys& keys) {
   keys.flag("run.trace", false,
             "write a Chrome trace per rank to RUN_DIR/trace.rankN.json (Perfetto, Holistic Trace Analysis)");
   keys.flag("run.save_final_weights", false,
-            "write the final parameters (fp32) to RUN_DIR/weights.bin with an index in weights.json");
+            "write the final parameters (fp32) to RUN_DIR/weights.bin with an index in weights.json, and for "
+            "model.type = \"hf\" as a Hugging Face folder RUN_DIR/hf (model.safetensors, config.json)");
   keys.choice("run.device", "auto", {"auto", "cpu", "cuda"},
               "where to train: auto = CUDA (device LOCAL_RANK) when this build and machine have it, else CPU");
   keys.text("run.name", "", "run folder name under run.dir; empty = a timestamp");

@@ -1,20 +1,16 @@
-// host/data/token_source.cpp: the synthetic, token-file and text sources: POSIX memory maps of the files,
-// counter-based xxHash sampling, and one-line UsageErrors that say what to do about a bad file.
+// host/data/token_source.cpp: the synthetic, token-file and text sources: memory maps of the files
+// (formats::MappedFile), counter-based xxHash sampling, and one-line UsageErrors that say what to do about a bad file.
 #include "host/data/token_source.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
 #include "host/core/error.hpp"
+#include "host/formats/mapped_file.hpp"
 
 namespace zhost::data {
 namespace {
@@ -31,62 +27,13 @@ uint64_t hash_words(uint64_t seed, const int64_t (&words)[N]) {
 constexpr int64_t kIdsCheckedAtOpen = int64_t{1} << 24;
 constexpr int64_t kIdCheckChunk = int64_t{1} << 16;
 
-// A read-only memory map of a whole, non-empty file; unmapped on destruction.
-class MappedFile {
- public:
-  // `what` names the file in messages ("token file", "text file").
-  MappedFile(const std::string& path, const char* what) : path_(path) {
-    // O_NONBLOCK: opening a FIFO for reading would wait for a writer; the type is checked right after.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-      if (errno == ENOENT) fail_usage("{} '{}' does not exist; check the data path", what, path);
-      fail_usage("cannot open {} '{}': {}", what, path, std::strerror(errno));
-    }
-    struct stat info {};
-    if (::fstat(fd, &info) != 0) {
-      const int error = errno;
-      ::close(fd);
-      fail_usage("cannot stat {} '{}': {}", what, path, std::strerror(error));
-    }
-    if (!S_ISREG(info.st_mode)) {
-      ::close(fd);
-      fail_usage(
-          "{} '{}' is not a regular file (a FIFO, socket or device); zhost memory-maps its data: point the "
-          "data path at a regular file",
-          what, path);
-    }
-    size_ = static_cast<size_t>(info.st_size);
-    if (size_ > 0) {
-      void* address = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      const int error = errno;
-      ::close(fd);
-      if (address == MAP_FAILED) fail_usage("cannot memory-map {} '{}': {}", what, path, std::strerror(error));
-      data_ = static_cast<const unsigned char*>(address);
-      ::madvise(address, size_, MADV_RANDOM);  // samples read short windows at random offsets
-    } else {
-      ::close(fd);
-    }
+// The corpus files: memory-mapped, read at random offsets (formats::MappedFile).
+struct MappedCorpusFile : formats::MappedFile {
+  MappedCorpusFile(const std::string& path, const char* what) : formats::MappedFile(path, what, "data path") {
+    advise_random();
   }
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
-  }
-  MappedFile(MappedFile&& other) noexcept : path_(std::move(other.path_)), data_(other.data_), size_(other.size_) {
-    other.data_ = nullptr;
-    other.size_ = 0;
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  MappedFile& operator=(MappedFile&&) = delete;
-
-  const std::string& path() const { return path_; }
-  const unsigned char* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  std::string path_;
-  const unsigned char* data_ = nullptr;
-  size_t size_ = 0;
 };
+using MappedFile = MappedCorpusFile;
 
 class SyntheticSource final : public TokenSource {
  public:

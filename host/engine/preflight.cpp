@@ -32,13 +32,28 @@ std::string memory_advice(const TrainSettings& settings) {
 
 }  // namespace
 
+int64_t check_model(const config::ResolvedConfig& config) {
+  if (config.get_string("model.type") != "hf") return config.get_int("model.vocab");
+  model::ModelSpec spec;
+  spec.type = "hf";
+  spec.path = config.get_string("model.path");
+  spec.seq_len = config.get_int("model.seq_len");
+  try {
+    // Shapes only, nothing allocated or read but config.json and the safetensors headers.
+    return model::make_model(spec, model::Placement{at::kCPU, at::kFloat, false})->spec().vocab;
+  } catch (const UsageError& e) {
+    fail_usage("{} model.path: {}", config.location("model.path"), e.what());
+  }
+}
+
 void check_data(const config::ResolvedConfig& config) {
+  const int64_t vocab = check_model(config);
   data::DataSpec spec;
   spec.source = config.get_string("data.type");
   if (spec.source == "synthetic") return;
   spec.path = config.get_string("data.path");
   if (spec.source == "tokens") spec.token_dtype = config.get_string("data.token_dtype");
-  spec.vocab = config.get_int("model.vocab");
+  spec.vocab = vocab;
   spec.seq_len = config.get_int("model.seq_len");
   try {
     data::DataLoader loader(spec);

@@ -16,9 +16,13 @@
 
 namespace zhost::engine {
 
-// Opens data.path as data.type reads it (existence, a regular file, whole tokens, enough for one sample,
-// the first token ids below model.vocab). The message starts with data.path's location. Synthetic data
-// has nothing to check.
+// For model.type = "hf": reads model.path's config.json and safetensors headers and checks them against
+// each other and model.seq_len (docs/models.md); the message starts with model.path's location. Returns
+// the model's vocabulary size (model.vocab for the built-in models).
+int64_t check_model(const config::ResolvedConfig& config);
+// check_model, then opens data.path as data.type reads it (existence, a regular file, whole tokens, enough
+// for one sample, the first token ids below the vocabulary size). The message starts with data.path's
+// location. Synthetic data has nothing to check.
 void check_data(const config::ResolvedConfig& config);
 
 // Refuses fp16 when this LibTorch has no half-precision kernels on `device` (LibTorch 1.13 on the CPU),

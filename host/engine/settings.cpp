@@ -90,6 +90,9 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.model.seq_len = c.get_int("model.seq_len");
   s.model.init_std = c.get_float("model.init_std");
   s.model.seed = s.seed;
+  s.model.path = c.get_string("model.path");
+  // A Hugging Face model's dimensions (vocab for the data among them) come from its config.json.
+  if (s.model.type == "hf") s.model = model::resolve_spec(s.model);
   s.layer_drop = c.get_float("model.layer_drop");
   s.layer_drop_per_rank = c.get_bool("model.layer_drop_per_rank");
   s.rank = rank;

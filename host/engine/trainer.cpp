@@ -639,6 +639,10 @@ void Trainer::save_weights(const std::string& dir) const {
   nlohmann::json index = nlohmann::json::array();
   int64_t offset = 0;
   const auto& params = t.model->parameters();
+  // A Hugging Face model is also written back as a Hugging Face folder, RUN_DIR/hf (rank 0 holds it whole).
+  const bool hf = t.settings.model.type == "hf";
+  std::vector<std::string> hf_names;
+  std::vector<at::Tensor> hf_values;
   for (size_t id = 0; id < params.size(); ++id) {
     const auto& p = params[id];
     at::Tensor values;
@@ -655,11 +659,16 @@ void Trainer::save_weights(const std::string& dir) const {
     index.push_back(
         {{"name", p.name}, {"shape", p.tensor.sizes().vec()}, {"offset", offset}, {"numel", values.numel()}});
     offset += values.numel();
+    if (hf) {
+      hf_names.push_back(p.name);
+      hf_values.push_back(values);
+    }
   }
   if (t.world.rank() != 0) return;
   data.flush();
   if (!data) fail("cannot write {}/weights.bin (disk full?)", dir);
   std::ofstream(fs::path(dir) / "weights.json") << index.dump(1) << "\n";
+  if (hf) model::export_hf(t.settings.model, hf_names, hf_values, (fs::path(dir) / "hf").string());
 }
 
 }  // namespace zhost::engine

@@ -18,7 +18,7 @@
 namespace zhost::model {
 namespace {
 
-const std::vector<std::string> kModelTypes = {"mlp", "gpt", "llama"};
+const std::vector<std::string> kModelTypes = {"mlp", "gpt", "llama", "hf"};
 
 // "[2, 3]" for a shape, for messages.
 std::string shape_string(at::IntArrayRef shape) {
@@ -69,6 +69,7 @@ ModelSpec resolve_spec(const ModelSpec& spec) {
     fail_usage("model.type '{}' is unknown{}; use one of {}", spec.type, text::did_you_mean(spec.type, kModelTypes),
                text::join(kModelTypes));
   }
+  if (spec.type == "hf") return resolve_hf_spec(spec);
   require_positive("layers", spec.layers);
   require_positive("width", spec.width);
   require_positive("vocab", spec.vocab);
@@ -106,6 +107,7 @@ std::unique_ptr<Model> make_model(const ModelSpec& spec, const Placement& placem
   const ModelSpec resolved = resolve_spec(spec);
   if (resolved.type == "mlp") return make_mlp(resolved, placement);
   if (resolved.type == "gpt") return make_gpt(resolved, placement);
+  if (resolved.type == "hf") return make_hf(resolved, placement);
   return make_llama(resolved, placement);
 }
 
@@ -170,6 +172,7 @@ void Model::init_parameter_shard(size_t param_index, int64_t flat_offset, at::Te
   switch (init.kind) {
     case Init::kZeros: target.zero_(); return;
     case Init::kOnes: target.fill_(1.0); return;
+    case Init::kLoaded: load_parameter_shard(param_index, flat_offset, target); return;
     case Init::kNormal: {
       const uint64_t key = splitmix64(spec_.seed ^ splitmix64(static_cast<uint64_t>(param_index)));
       at::Tensor values = at::empty({valid}, at::TensorOptions().dtype(at::kFloat));
@@ -178,6 +181,10 @@ void Model::init_parameter_shard(size_t param_index, int64_t flat_offset, at::Te
       return;
     }
   }
+}
+
+void Model::load_parameter_shard(size_t param_index, int64_t, at::Tensor&) const {
+  fail("parameter {} ('{}') is marked as loaded, but this model loads nothing", param_index, params_[param_index].name);
 }
 
 at::Tensor Model::forward_block(size_t block, const at::Tensor& x) const {

@@ -1,5 +1,6 @@
-// host/model/model.hpp: zhost's built-in models (mlp, gpt, llama) as explicit sequences of blocks, the
-// parameter registry the engine and the partition plugins rely on, and deterministic initialisation.
+// host/model/model.hpp: zhost's built-in models (mlp, gpt, llama) and Hugging Face models (type "hf":
+// GPT-2, Llama, Mistral from config.json + safetensors, docs/models.md) as explicit sequences of blocks,
+// the parameter registry the engine and the partition plugins rely on, and deterministic initialisation.
 //
 // The block contract (what the engine and ZeRO plugins rely on):
 //   block 0          embedding:   tokens [B, T] int64 -> x [B, T, C]
@@ -13,7 +14,8 @@
 // The parameter registry: parameters() lists every trainable parameter once, in a fixed order that
 // depends only on the spec (identical on every rank): block 0's, then each layer's, then the head's.
 // Names follow "embed.tokens.weight", "blocks.<layer>.attn.qkv.weight", "head.norm.weight"; <layer> counts
-// transformer layers from 0, so layer i is block i+1. Each entry's tensor shares its TensorImpl with the
+// transformer layers from 0, so layer i is block i+1. Hugging Face models keep HF's names and layouts
+// ("model.layers.0.self_attn.q_proj.weight"; GPT-2's Conv1D weights stay [in, out]). Each entry's tensor shares its TensorImpl with the
 // model: to swap a parameter's storage (ZeRO stage 3) call tensor.set_data(...), never reassign it.
 //
 // Tied weights: gpt's head projection is the token embedding. It is ONE parameter
@@ -34,7 +36,9 @@
 namespace zhost::model {
 
 struct ModelSpec {
-  std::string type = "gpt";  // mlp | gpt | llama
+  std::string type = "gpt";  // mlp | gpt | llama | hf
+  std::string path;          // hf: the model folder (config.json + safetensors); the dimensions below then
+                             // come from config.json (resolve_spec fills them) and init_std is unused
   int64_t layers = 2;        // N: transformer (or mlp) blocks
   int64_t heads = 4;         // query heads (gpt, llama); width % heads == 0
   int64_t kv_heads = 0;      // llama key/value heads, 0 = heads; heads % kv_heads == 0 (gpt: must be 0 or heads)
@@ -47,7 +51,8 @@ struct ModelSpec {
   uint64_t seed = 0;         // the initialisation seed
 };
 
-// Checks the spec (UsageError with what to change) and fills its defaults (kv_heads, ffn_width).
+// Checks the spec (UsageError with what to change) and fills its defaults (kv_heads, ffn_width); for
+// "hf", reads config.json and fills every dimension from it.
 ModelSpec resolve_spec(const ModelSpec& spec);
 
 // Where and how the parameters are created.
@@ -97,7 +102,8 @@ class Model {
   double flops_per_token() const;
 
   // Fills `full` (any dtype, any device, the parameter's full shape) with parameter param_index's initial
-  // value, a function of (seed, param_index) alone: the same bits on every rank and process. Values come
+  // value. A Hugging Face model's come from its safetensors (read from the memory map: only the bytes of
+  // the range asked for are touched). The built-in models' are a function of (seed, param_index) alone: the same bits on every rank and process. Values come
   // from a counter-based generator (splitmix64 of (seed, param_index, element index) -> Box-Muller), so
   // each element is computed independently of the others, in fp32 on the CPU, then copied into `full`.
   void init_parameter(size_t param_index, at::Tensor& full) const;
@@ -112,7 +118,7 @@ class Model {
   void to(at::Device device);
 
  protected:
-  enum class Init { kNormal, kZeros, kOnes };
+  enum class Init { kNormal, kZeros, kOnes, kLoaded };  // kLoaded: load_parameter_shard gives the values
   struct ParamInit {
     Init kind;
     double std;         // kNormal only
@@ -127,6 +133,9 @@ class Model {
   // forward_block after the block index and the input have been checked.
   virtual at::Tensor run_block(size_t block, const at::Tensor& x) const = 0;
   virtual bool has_attention() const = 0;
+  // Init::kLoaded parameters: writes elements [flat_offset, flat_offset + target.numel()) (all inside the
+  // parameter) of parameter param_index's initial value into `target` (contiguous, any dtype and device).
+  virtual void load_parameter_shard(size_t param_index, int64_t flat_offset, at::Tensor& target) const;
 
  private:
   ModelSpec spec_;
@@ -143,6 +152,12 @@ class Model {
 std::unique_ptr<Model> make_model(const ModelSpec& spec, const Placement& placement);
 std::unique_ptr<Model> make_model(const ModelSpec& spec, at::Device device = at::kCPU,
                                   at::ScalarType dtype = at::kFloat);
+
+// Writes a Hugging Face model folder `out_dir` for an "hf" model: model.safetensors holding `values` (each
+// parameter's full value, written as F32) under `names` (parameters()' names: HF's), and spec.path's
+// config.json (torch_dtype set to "float32") and tokenizer files. Loading it back gives the same bits.
+void export_hf(const ModelSpec& spec, const std::vector<std::string>& names, const std::vector<at::Tensor>& values,
+               const std::string& out_dir);
 
 // Default llama feed-forward width for `width`: floor(8 * width / 3) rounded up to a multiple of 32.
 int64_t llama_default_ffn_width(int64_t width);

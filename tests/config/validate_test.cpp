@@ -107,7 +107,7 @@ TEST(Validate, BadChoiceListsTheChoices) {
             "train.toml:2: optimizer.type = \"adamw\" is not a valid choice; choose one of: AdamW, Adam, SGD, Lion "
             "(did you mean 'AdamW'?)");
   EXPECT_EQ(error_of("[model]\ntype = \"lama\"\n"),
-            "train.toml:2: model.type = \"lama\" is not a valid choice; choose one of: mlp, gpt, llama (did you "
+            "train.toml:2: model.type = \"lama\" is not a valid choice; choose one of: mlp, gpt, llama, hf (did you "
             "mean 'llama'?)");
   EXPECT_EQ(error_of("", {"comm.backend=glooo"}),
             "--set comm.backend=glooo: comm.backend = \"glooo\" is not a valid choice; choose one of: auto, gloo, nccl "
