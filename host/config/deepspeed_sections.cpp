@@ -151,14 +151,15 @@ void import_zero(Importer& importer, Section& root) {
   const json* stage = zero.object() && zero.has("stage") ? &(*zero.object())["stage"] : nullptr;
   if (stage && stage->is_number() && stage->get<double>() < 3 && zero.has("offload_param")) {
     zero.note("offload_param", "DeepSpeed reads offload_param only at stage 3, so it changes nothing at this stage");
+  } else {
+    Section param = zero.sub("offload_param");
+    param.map("device", "zero.offload_param.device");
+    param.map("buffer_count", "zero.offload_param.buffer_count");
+    param.map("buffer_size", "zero.offload_param.buffer_size");
+    param.note("pin_memory", "zhost's CPU tier keeps parameter shards in its own host buffers (no value changes)");
+    for (const char* key : {"nvme_path", "max_in_cpu"}) param.note(key, kNvmeKnob);
+    param.finish();
   }
-  Section param = zero.sub("offload_param");
-  param.map("device", "zero.offload_param.device");
-  param.map("buffer_count", "zero.offload_param.buffer_count");
-  param.map("buffer_size", "zero.offload_param.buffer_size");
-  param.note("pin_memory", "zhost's CPU tier keeps parameter shards in its own host buffers (no value changes)");
-  for (const char* key : {"nvme_path", "max_in_cpu"}) param.note(key, kNvmeKnob);
-  param.finish();
   auto deprecated_offload = [&](const char* key, const char* target, const char* table) {
     const json* value = zero.take(key);
     if (!value) return;
