@@ -14,7 +14,10 @@ struct PluginsOptions {
 };
 int plugins_command(const PluginsOptions& options);
 
-int config_check_command(const JobSetupOptions& options);
+// nproc > 0: also checks the batch arithmetic for world size nproc * nnodes, as `zhost run --nproc` does.
+int config_check_command(const JobSetupOptions& options, int nproc = 0, int nnodes = 1);
+// Prints a DeepSpeed JSON config as TOML; exit code 2 (with the problems on stderr) when keys were refused.
+int config_import_command(const JobSetupOptions& options);
 
 struct RunOptions {
   JobSetupOptions job;

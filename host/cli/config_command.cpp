@@ -1,10 +1,15 @@
 // host/cli/config_command.cpp: `zhost config check CONFIG`: validates a config as `zhost run` would and
 // prints it resolved (defaults included, each key's origin), then which plugin serves each need, and each
-// tier's roles (optimizer-compute, optimizer-storage, params). With the
-// training engine built, it also opens the data source and checks fp16 kernels as `zhost run` would.
+// tier's roles (optimizer-compute, optimizer-storage, params). With --nproc it checks the batch arithmetic
+// for that world size. With the training engine built, it also opens the data source and checks fp16
+// kernels as `zhost run` would. `zhost config import CONFIG.json` prints a DeepSpeed JSON config as TOML.
 #include <iostream>
 
 #include "host/cli/commands.hpp"
+#include "host/config/batch.hpp"
+#include "host/config/import_toml.hpp"
+#include "host/config/validate.hpp"
+#include "host/core/error.hpp"
 #include "host/core/text.hpp"
 
 #if ZHOST_HAS_ENGINE
@@ -12,16 +17,34 @@
 #endif
 
 namespace zhost::cli {
+namespace {
 
-int config_check_command(const JobSetupOptions& options) {
+// The batch sizes as `zhost run --nproc` resolves them at start-up.
+void check_batch_sizes(const config::ResolvedConfig& config, int world_size, int nproc, int nnodes) {
+  try {
+    config::resolve_batch_sizes(config.get_optional_int("train_batch_size"),
+                                config.get_optional_int("train_micro_batch_size_per_gpu"),
+                                config.get_optional_int("gradient_accumulation_steps"), world_size);
+  } catch (const UsageError& error) {
+    const std::string where = config.has("train_batch_size") ? config.location("train_batch_size")
+                                                             : config.location("train_micro_batch_size_per_gpu");
+    fail_usage("{} with --nproc {} --nnodes {} (world size {}): {}", where, nproc, nnodes, world_size, error.what());
+  }
+}
+
+}  // namespace
+
+int config_check_command(const JobSetupOptions& options, int nproc, int nnodes) {
   JobSetup job = prepare_job(options);
+  if (nproc > 0) check_batch_sizes(*job.config, nproc * nnodes, nproc, nnodes);
 #if ZHOST_HAS_ENGINE
   engine::check_data(*job.config);
   engine::check_precision(*job.config);
 #endif
   std::cout << "# zhost config check: " << (options.config_file.empty() ? "(no file)" : options.config_file.string())
-            << " is valid\n\n";
-  std::cout << job.config->to_toml() << "\n";
+            << " is valid" << (nproc > 0 ? " for " + std::to_string(nproc * nnodes) + " ranks" : "") << "\n";
+  for (const auto& note : job.notes) std::cout << "# " << note << "\n";
+  std::cout << "\n" << job.config->to_toml() << "\n";
   std::cout << "# plugins serving this config\n";
   for (const auto* plugin : job.resolution.plugins) {
     const std::vector<std::string> roles = job.resolution.roles_of(plugin);
@@ -30,6 +53,27 @@ int config_check_command(const JobSetupOptions& options) {
               << text::join(job.resolution.chosen_for.at(plugin), "; ") << "\n";
   }
   return 0;
+}
+
+int config_import_command(const JobSetupOptions& options) {
+  const config::Document document = load_job_document(options);
+  if (!document.is_deepspeed_json()) {
+    fail_usage("{}: is a TOML config already; `zhost config import` reads a DeepSpeed JSON config",
+               options.config_file.string());
+  }
+  try {
+    JobSetup job = prepare_job(options);
+    const std::vector<std::string> active = job.config->keys();
+    std::cout << config::imported_toml(document, [&active](const std::string& path) {
+      return std::find(active.begin(), active.end(), path) != active.end();
+    });
+    return 0;
+  } catch (const config::ConfigErrors& errors) {
+    // The TOML still, with the refusals as comments, so that they can be fixed in either file.
+    std::cout << config::imported_toml(
+        document, [](const std::string&) { return true; }, errors.errors());
+    throw;
+  }
 }
 
 }  // namespace zhost::cli

@@ -25,7 +25,8 @@ const CLI::Validator kRegularFile(
       if (::stat(path.c_str(), &info) != 0) return "no such file: '" + path + "'";
       if (!S_ISREG(info.st_mode)) {
         return "'" + path + "' is not a regular file (" +
-               (S_ISDIR(info.st_mode) ? "a folder" : "a FIFO, socket or device") + "); give a TOML file";
+               (S_ISDIR(info.st_mode) ? "a folder" : "a FIFO, socket or device") +
+               "); give a TOML file or a DeepSpeed JSON file";
       }
       return "";
     },
@@ -37,7 +38,13 @@ void add_plugin_path_option(CLI::App* command, std::vector<std::string>& dirs) {
 }
 
 void add_job_options(CLI::App* command, zhost::JobSetupOptions& job) {
-  command->add_option("config", job.config_file, "the job's TOML config")->required()->check(kRegularFile);
+  command->add_option("config", job.config_file, "the job's config: TOML, or DeepSpeed's JSON (docs/config.md)")
+      ->required()
+      ->check(kRegularFile);
+  command
+      ->add_option("--companion", job.companion_file,
+                   "with a DeepSpeed JSON config: a TOML file with zhost's own keys (model, data, steps, ...)")
+      ->check(kRegularFile);
   command->add_option("--set", job.overrides, "override a config key, e.g. --set zero.stage=2 (repeatable)")
       ->type_name("KEY=VALUE");
   add_plugin_path_option(command, job.plugin_dirs);
@@ -99,6 +106,19 @@ int main(int argc, char** argv) {
   config_cmd->require_subcommand(1);
   CLI::App* check_cmd = config_cmd->add_subcommand("check", "validate a config and print it resolved");
   add_job_options(check_cmd, check);
+  int check_nproc = 0, check_nnodes = 1;
+  CLI::Option* check_nproc_option =
+      check_cmd
+          ->add_option("--nproc", check_nproc, "check the batch arithmetic for this many ranks per node, as run would")
+          ->check(CLI::PositiveNumber);
+  check_cmd->add_option("--nnodes", check_nnodes, "number of nodes (with --nproc)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->needs(check_nproc_option);
+  zhost::JobSetupOptions import_options;
+  CLI::App* import_cmd = config_cmd->add_subcommand(
+      "import", "print a DeepSpeed JSON config as zhost TOML, with comments on what was mapped, noted or refused");
+  add_job_options(import_cmd, import_options);
 
   CLI::App* version_cmd = app.add_subcommand("version", "print versions of zhost, its ABI and LibTorch");
 
@@ -133,7 +153,8 @@ int main(int argc, char** argv) {
       return zhost::cli::run_command(run);
     }
     if (*plugins_cmd) return zhost::cli::plugins_command(plugins);
-    if (*check_cmd) return zhost::cli::config_check_command(check);
+    if (*check_cmd) return zhost::cli::config_check_command(check, check_nproc, check_nnodes);
+    if (*import_cmd) return zhost::cli::config_import_command(import_options);
     if (*version_cmd) return print_version();
     if (*merge_cmd) return zhost::cli::trace_merge_command(merge);
     if (*report_cmd) return zhost::cli::report_command(report);

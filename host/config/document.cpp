@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "host/config/json_reader.hpp"
 #include "host/config/key_path.hpp"
 #include "host/config/toml_node.hpp"
 #include "host/core/error.hpp"
@@ -72,16 +73,60 @@ std::string describe_parse_error(std::string_view text, const toml::parse_error&
   return fmt::format("{}:{}:{}: {}", source, line, column, reason);
 }
 
-// JSON (a DeepSpeed config) starts with '{', which TOML never does.
-bool looks_like_json(std::string_view text) {
-  size_t first = text.find_first_not_of(" \t\r\n");
-  return first != std::string_view::npos && text[first] == '{';
+std::string place_prefix(const std::string& file, TextPosition at) {
+  return at.line > 0 ? fmt::format("{}:{}:{}:", file, at.line, at.column) : file + ":";
+}
+
+// A DeepSpeed JSON config mapped onto zhost's tree (Note [DeepSpeed JSON] in docs/config.md).
+void load_deepspeed_json(DocumentData& data, std::string_view text) {
+  JsonConfig json = read_json_config(text, data.source_name);
+  DeepSpeedImport imported = import_deepspeed(json);
+  data.deepspeed = true;
+  data.root = std::move(imported.root);
+  for (const auto& [path, at] : imported.positions) data.places[path] = SourcePlace{data.source_name, at};
+  data.load_errors = std::move(json.duplicate_keys);
+  for (const auto& record : imported.records) {
+    if (record.kind == ImportRecord::Kind::Refused) {
+      data.load_errors.push_back(place_prefix(data.source_name, record.at) + " " + record.text);
+    }
+  }
+  data.import_records = std::move(imported.records);
+}
+
+// Copies the companion's tables and values into `into`, recording where each came from.
+void merge_table(DocumentData& data, toml::table& into, const toml::table& from, const std::string& prefix,
+                 const std::string& file) {
+  for (auto&& [key, node] : from) {
+    const std::string path = join_path(prefix, key.str());
+    const TextPosition at{static_cast<int64_t>(node.source().begin.line),
+                          static_cast<int64_t>(node.source().begin.column)};
+    toml::node* existing = into.get(key.str());
+    if (node.is_table() && (!existing || existing->is_table())) {
+      if (!existing) existing = &into.insert(key.str(), toml::table{}).first->second;
+      data.places.emplace(path, SourcePlace{file, at});
+      merge_table(data, *existing->as_table(), *node.as_table(), path, file);
+      continue;
+    }
+    if (existing) {
+      auto first = data.places.find(path);
+      data.load_errors.push_back(fmt::format("{} {} is set here and {}; keep one of them", place_prefix(file, at), path,
+                                             first == data.places.end()
+                                                 ? std::string("in the JSON")
+                                                 : "at " + place_prefix(first->second.file, first->second.at)));
+      continue;
+    }
+    into.insert(key.str(), node);
+    data.places[path] = SourcePlace{file, at};
+  }
 }
 
 // Where a value already in the document came from, for override messages.
 std::string where_set(const DocumentData& data, const std::string& path, const toml::node& node) {
   auto record = data.overrides.find(path);
   if (record != data.overrides.end()) return "by --set " + text::excerpt(record->second.assignment);
+  if (auto place = data.places.find(path); place != data.places.end()) {
+    return "at " + place_prefix(place->second.file, place->second.at);
+  }
   return fmt::format("at {}:{}", data.source_name, node.source().begin.line);
 }
 
@@ -122,15 +167,13 @@ Document Document::load_file(const std::string& path) {
 Document Document::parse(std::string_view toml_text, const std::string& source_name) {
   Document document;
   document.data_->source_name = source_name;
+  if (looks_like_json(toml_text)) {
+    load_deepspeed_json(*document.data_, toml_text);
+    return document;
+  }
   try {
     document.data_->root = toml::parse(toml_text, source_name);
   } catch (const toml::parse_error& error) {
-    if (looks_like_json(toml_text)) {
-      fail_usage(
-          "{}: this is JSON (a DeepSpeed config?), but zhost reads TOML; write it as TOML: docs/config.md, "
-          "'From DeepSpeed JSON', maps each DeepSpeed setting to its TOML key",
-          source_name);
-    }
     throw UsageError(describe_parse_error(toml_text, error, source_name));
   }
   return document;
@@ -190,7 +233,27 @@ void Document::apply_overrides(const std::vector<std::string>& assignments) {
   for (const auto& assignment : assignments) apply_override(assignment);
 }
 
+void Document::add_companion(const std::string& toml_path) {
+  Document companion = load_file(toml_path);
+  if (companion.is_deepspeed_json()) {
+    fail_usage("{}: a companion config holds zhost's own keys in TOML (model, data, steps, ...), not JSON", toml_path);
+  }
+  merge_table(*data_, data_->root, companion.data_->root, "", toml_path);
+}
+
 const std::string& Document::source_name() const { return data_->source_name; }
+
+bool Document::is_deepspeed_json() const { return data_->deepspeed; }
+
+std::vector<std::string> Document::notes() const {
+  std::vector<std::string> lines;
+  for (const auto& record : data_->import_records) {
+    if (record.kind == ImportRecord::Kind::Refused || record.text.empty()) continue;
+    const char* kind = record.kind == ImportRecord::Kind::Mapped ? " warning: " : " note: ";
+    lines.push_back(place_prefix(data_->source_name, record.at) + kind + record.text);
+  }
+  return lines;
+}
 
 bool Document::contains(const std::string& path) const {
   const toml::node* node = data_->root.at_path(path).node();

@@ -2,13 +2,13 @@
 // with the file position or override that each value came from. validate() turns it into values.
 #pragma once
 
-#include "host/config/value.hpp"
-
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "host/config/value.hpp"
 
 namespace zhost::config {
 
@@ -37,7 +37,15 @@ class Document {
   void apply_override(std::string_view assignment);
   void apply_overrides(const std::vector<std::string>& assignments);
 
+  // Merges zhost's own keys (model, data, steps, ...) from a TOML file into a DeepSpeed JSON config; a key
+  // both set is an error reported by validate(). Throws UsageError when the file is not TOML.
+  void add_companion(const std::string& toml_path);
+
   const std::string& source_name() const;
+  // True for a DeepSpeed JSON config (docs/config.md, "From DeepSpeed JSON").
+  bool is_deepspeed_json() const;
+  // "FILE:LINE:COL: note: ..." for each DeepSpeed key accepted with a note or read under a deprecated name.
+  std::vector<std::string> notes() const;
   // True when the file or an override sets a value (not a table) at the dotted path.
   bool contains(const std::string& path) const;
   // The value at the dotted path as written, before validation (to find plugins before the schema is

@@ -23,7 +23,7 @@ std::string ValueOrigin::describe() const {
 std::string ValueOrigin::location(const std::string& config_name) const {
   switch (kind) {
     case Kind::File:
-      return fmt::format("{}:{}:", file, line);
+      return show_column ? fmt::format("{}:{}:{}:", file, line, column) : fmt::format("{}:{}:", file, line);
     case Kind::Override:
       return fmt::format("--set {}:", text::excerpt(assignment));
     case Kind::Default:

@@ -2,13 +2,13 @@
 // active key (defaults filled in), where each value came from, and the printout of `zhost config check`.
 #pragma once
 
-#include "host/config/value.hpp"
-
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "host/config/value.hpp"
 
 namespace zhost::config {
 
@@ -20,10 +20,11 @@ class ResolvedConfigBuilder;  // validate()'s helper, the only writer
 struct ValueOrigin {
   enum class Kind { Default, File, Override };
   Kind kind = Kind::Default;
-  std::string file;        // Kind::File
-  int64_t line = 0;        // Kind::File
-  int64_t column = 0;      // Kind::File
-  std::string assignment;  // Kind::Override: what followed --set, e.g. "zero.stage=2"
+  std::string file;          // Kind::File
+  int64_t line = 0;          // Kind::File
+  int64_t column = 0;        // Kind::File
+  bool show_column = false;  // Kind::File: "FILE:LINE:COL:" in messages (JSON configs, whose lines hold many keys)
+  std::string assignment;    // Kind::Override: what followed --set, e.g. "zero.stage=2"
 
   // "default", "FILE:LINE" or "--set".
   std::string describe() const;
@@ -60,6 +61,9 @@ class ResolvedConfig {
   // The whole config as TOML, defaults included, each key followed by "# ORIGIN (OWNERS)"; tables and
   // keys in sorted order. Unset optional keys appear as comments. Parsing it again gives the same values.
   std::string to_toml() const;
+  // One line each ("FILE:LINE:COL: note: ..."): keys of a DeepSpeed JSON config that this config does not
+  // read (DeepSpeed ignores them too), accepted rather than refused.
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   friend class detail::ResolvedConfigBuilder;
@@ -75,6 +79,7 @@ class ResolvedConfig {
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> inactive_;  // dotted path -> why it is not in this config
   std::string source_name_;                      // the config file, empty without one
+  std::vector<std::string> notes_;
 };
 
 }  // namespace zhost::config

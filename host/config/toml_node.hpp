@@ -2,14 +2,15 @@
 // document's data, and reading TOML nodes as typed, range- and choice-checked config values.
 #pragma once
 
-#include "host/config/schema.hpp"
-
 #include <toml++/toml.h>
 
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "host/config/deepspeed_import.hpp"
+#include "host/config/schema.hpp"
 
 namespace zhost::config {
 
@@ -20,8 +21,19 @@ struct OverrideRecord {
   size_t sequence = 0;     // 0 for the first --set applied, 1 for the next, ...
 };
 
+// A value's place when the tree's own source regions do not tell it: keys mapped from a DeepSpeed JSON
+// file, and keys merged from a companion TOML file.
+struct SourcePlace {
+  std::string file;
+  TextPosition at;
+};
+
 struct DocumentData {
   toml::table root;
+  std::map<std::string, SourcePlace> places;        // dotted path -> place (JSON configs and companions only)
+  bool deepspeed = false;                           // read from DeepSpeed JSON: its semantics for unread keys
+  std::vector<ImportRecord> import_records;         // what became of each DeepSpeed key, in file order
+  std::vector<std::string> load_errors;             // whole lines ("FILE:LINE:COL: ..."): refusals, duplicates
   std::string source_name;                          // the file name, or the name given to parse()
   std::map<std::string, OverrideRecord> overrides;  // dotted path -> the last --set that wrote it
   size_t overrides_applied = 0;

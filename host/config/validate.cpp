@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <set>
 #include <tuple>
 
@@ -21,8 +23,36 @@ std::string summarize(const std::vector<std::string>& errors) {
   return fmt::format("{} (and {} more error{})", errors.front(), more, more == 1 ? "" : "s");
 }
 
-// The closest known name to an unknown one, trying in turn: the DeepSpeed -> zhost table renames, names
-// in the same table (by last segment), all full paths, and the same last segment in another table.
+// True when `typed` reads as a misspelling of `known` rather than another setting: the names have the same
+// words but one, and that word is close to its counterpart (stage3_model_persistence_threshold is not a
+// misspelling of stage3_param_persistence_threshold: "model" and "param" are different words).
+std::vector<std::string> words(const std::string& name) {
+  std::vector<std::string> out(1);
+  for (char c : name) {
+    if (c == '_')
+      out.emplace_back();
+    else
+      out.back() += c;
+  }
+  return out;
+}
+
+bool same_words_but_a_typo(const std::string& typed, const std::string& known) {
+  const std::vector<std::string> a = words(typed), b = words(known);
+  if (a.size() != b.size()) return text::edit_distance(typed, known) <= 2;
+  size_t differing = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    ++differing;
+    if (text::edit_distance(a[i], b[i]) * 2 > std::max(a[i].size(), b[i].size())) return false;
+  }
+  return differing <= 1;
+}
+
+// The known name an unknown one is a misspelling of, trying in turn: the DeepSpeed -> zhost table renames,
+// keys of the same table, and the same key under a misspelled table (or at the top level). Never a key of
+// another known table: a setting of one table is not a setting of another (offload_optimizer.buffer_count
+// is not offload_param.buffer_count).
 std::string suggest(std::string path, const std::vector<std::string>& known,
                     const std::vector<std::pair<std::string, std::string>>& rename_hints) {
   auto is_known = [&known](const std::string& candidate) {
@@ -35,14 +65,24 @@ std::string suggest(std::string path, const std::vector<std::string>& known,
   }
   std::string table = parent_path(path);
   std::string leaf = last_segment(path);
-  std::vector<std::string> sibling_leaves;
+  std::vector<std::string> siblings;
+  bool table_known = table.empty();
   for (const auto& candidate : known) {
-    if (parent_path(candidate) == table) sibling_leaves.push_back(last_segment(candidate));
+    if (parent_path(candidate) == table) siblings.push_back(candidate);
+    table_known = table_known || is_within(candidate, table);
   }
-  if (std::string match = text::closest_match(leaf, sibling_leaves); !match.empty()) return join_path(table, match);
-  if (std::string match = text::closest_match(path, known); !match.empty()) return match;
-  for (const auto& candidate : known) {
-    if (last_segment(candidate) == leaf) return candidate;
+  if (std::string match = text::closest_match(path, siblings);
+      !match.empty() && same_words_but_a_typo(leaf, last_segment(match))) {
+    return match;
+  }
+  // A key under a misspelled table, or at the top level instead of its table: the one key of that name.
+  if (!table_known || table.empty()) {
+    std::vector<std::string> same_leaf;
+    for (const auto& candidate : known) {
+      if (last_segment(candidate) == leaf) same_leaf.push_back(candidate);
+    }
+    if (same_leaf.size() == 1) return same_leaf.front();
+    if (std::string match = text::closest_match(path, same_leaf); !match.empty()) return match;
   }
   return {};
 }
@@ -71,6 +111,8 @@ class ResolvedConfigBuilder {
   }
 
   ResolvedConfig build() {
+    // Refusals found while reading the file (a DeepSpeed JSON's keys, a companion's clashes) join the rest.
+    for (const auto& line : data_.load_errors) errors_.push_back(PendingError{load_error_order(line), line});
     walk(data_.root, "");
     fill_unset_keys();
     run_rules();
@@ -97,6 +139,14 @@ class ResolvedConfigBuilder {
       std::string path = join_path(table_path, key.str());
       ValueOrigin origin = origin_of(path, node);
       if (auto inactive = inactive_.find(path); inactive != inactive_.end()) {
+        if (data_.deepspeed) {
+          // DeepSpeed ignores a setting the chosen stage or tier does not read: so does its JSON here.
+          result_.notes_.push_back(
+              fmt::format("{} note: {} is not read by this config: {} (DeepSpeed ignores it "
+                          "too)",
+                          origin.location(data_.source_name), path, inactive->second));
+          continue;
+        }
         report(origin, fmt::format("{} is set, but {}; remove it", path, inactive->second));
       } else if (const KeySpec* spec = schema_.find(path)) {
         read_value(path, node, *spec, origin);
@@ -202,6 +252,12 @@ class ResolvedConfigBuilder {
     if (const OverrideRecord* record = override_within(path, node)) {
       origin.kind = ValueOrigin::Kind::Override;
       origin.assignment = record->assignment;
+    } else if (auto place = data_.places.find(path); place != data_.places.end()) {
+      origin.kind = ValueOrigin::Kind::File;
+      origin.file = place->second.file;
+      origin.line = place->second.at.line;
+      origin.column = place->second.at.column;
+      origin.show_column = true;
     } else {
       origin.kind = ValueOrigin::Kind::File;
       origin.file = data_.source_name;
@@ -230,6 +286,16 @@ class ResolvedConfigBuilder {
       order = {1, static_cast<int64_t>(override_sequence(origin.assignment)), 0};
     }
     errors_.push_back(PendingError{order, origin.location(data_.source_name) + " " + message});
+  }
+
+  // "FILE:LINE:COL: ..." sorts with the file's other errors.
+  ErrorOrder load_error_order(const std::string& line) const {
+    int64_t row = 0, column = 0;
+    const std::string prefix = data_.source_name + ":";
+    if (line.rfind(prefix, 0) == 0 && std::sscanf(line.c_str() + prefix.size(), "%ld:%ld", &row, &column) >= 1) {
+      return {0, row, column};
+    }
+    return {0, INT64_MAX, 0};
   }
 
   size_t override_sequence(const std::string& assignment) const {

@@ -126,11 +126,25 @@ void add_plugin_keys(config::Schema& schema, const LoadedPlugin& plugin, bool re
   }
 }
 
-JobSetup prepare_job(const JobSetupOptions& options) {
-  JobSetup job;
+config::Document load_job_document(const JobSetupOptions& options) {
   config::Document document =
       options.config_file.empty() ? config::Document() : config::Document::load_file(options.config_file.string());
+  if (!options.companion_file.empty()) {
+    if (!document.is_deepspeed_json()) {
+      fail_usage(
+          "--companion {}: a companion goes with a DeepSpeed JSON config; {} is TOML already, so write its "
+          "keys there",
+          options.companion_file.string(), options.config_file.string());
+    }
+    document.add_companion(options.companion_file.string());
+  }
   document.apply_overrides(options.overrides);
+  return document;
+}
+
+JobSetup prepare_job(const JobSetupOptions& options) {
+  JobSetup job;
+  config::Document document = load_job_document(options);
 
   job.services = std::make_unique<HostServices>();
   job.discovery = discover_plugins(plugin_search_path(search_dirs(options, document)), PluginLoader(*job.services));
@@ -152,6 +166,9 @@ JobSetup prepare_job(const JobSetupOptions& options) {
   for (const auto* plugin : job.resolution.plugins) add_plugin_keys(job.schema, *plugin);
   job.config = std::make_unique<config::ResolvedConfig>(
       config::validate(document, job.schema, inactive_plugin_keys(job.resolution, job.discovery.plugins)));
+  job.notes = document.notes();
+  job.notes.insert(job.notes.end(), job.config->notes().begin(), job.config->notes().end());
+  for (const auto& line : job.notes) spdlog::debug("config: {}", line);
   return job;
 }
 

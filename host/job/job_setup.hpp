@@ -25,6 +25,8 @@ struct JobSetup {
   Resolution resolution;
   config::Schema schema;
   std::unique_ptr<config::ResolvedConfig> config;
+  // Keys accepted with a note or read under a deprecated name (DeepSpeed JSON configs), one line each.
+  std::vector<std::string> notes;
 
   // The values a chosen plugin declared, for its host context.
   std::map<std::string, ConfigValue> plugin_config(const LoadedPlugin& plugin) const;
@@ -32,6 +34,7 @@ struct JobSetup {
 
 struct JobSetupOptions {
   std::filesystem::path config_file;
+  std::filesystem::path companion_file;  // with a DeepSpeed JSON config: zhost's own keys in TOML
   std::vector<std::string> overrides;    // "a.b=c" from --set
   std::vector<std::string> plugin_dirs;  // --plugin-path, searched before the config's plugins.path
 };
@@ -40,6 +43,9 @@ struct JobSetupOptions {
 // default becomes optional, for the first pass, where plugins the config will not use must not demand
 // their required keys.
 void add_plugin_keys(config::Schema& schema, const LoadedPlugin& plugin, bool relax_required = false);
+
+// The config file with its companion and overrides applied, before validation.
+config::Document load_job_document(const JobSetupOptions& options);
 
 // Throws UsageError (or config::ConfigErrors) with one line per problem; nothing is created.
 JobSetup prepare_job(const JobSetupOptions& options);

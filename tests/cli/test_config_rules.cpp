@@ -103,8 +103,9 @@ std::vector<RuleCase> rule_cases() {
       {"TokenIdAboveVocab", "[model]\nvocab = 256\nseq_len = 8\n[data]\ntype = \"tokens\"\npath = \"tokens.bin\"\n",
        "train.toml:6: data.path: 'tokens.bin' holds token id 300 at token 5, but model.vocab is 256"},
       // The file itself.
-      {"JsonConfig", "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2}}\n",
-       "train.toml: this is JSON (a DeepSpeed config?), but zhost reads TOML"},
+      // A JSON file is DeepSpeed's config, read with DeepSpeed's names (test_deepspeed_json.cpp).
+      {"DeepSpeedJsonKeyChangingTheMath", "{\"train_batch_size\": 8, \"prescale_gradients\": true}\n",
+       "train.toml:1:25: prescale_gradients = true: dividing gradients by the world size before their reduction"},
       {"UnterminatedString", "[run]\nname = \"abc\nsteps = 1\n",
        "train.toml:2:8: the string that starts here (\"abc) is not closed before the end of the line"},
   };

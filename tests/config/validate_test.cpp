@@ -21,6 +21,22 @@ TEST(Validate, UnknownKeySuggestsTheSameNameInAnotherTable) {
   EXPECT_EQ(error_of("stage = 2\n"), "train.toml:1: unknown key 'stage'; did you mean 'zero.stage'? (or remove it)");
 }
 
+// Suggestions name a misspelling of a key of the same table, never another setting that looks alike.
+TEST(Validate, UnknownKeyIsNotPointedToAnotherSettingThatLooksAlike) {
+  const InactiveKeys stage3{
+      {"zero.offload_param.buffer_count", "it belongs to plugin 'stage3', which this config does not use"},
+      {"zero.stage3_param_persistence_threshold", "it belongs to plugin 'stage3', which this config does not use"}};
+  for (const char* toml :
+       {"[zero.offload_optimizer]\nbuffer_count = 4\n", "[zero.offload_optimizer]\nnvme_path = \"/x\"\n",
+        "[zero]\nstage3_model_persistence_threshold = 100\n"}) {
+    const std::string error = error_of(toml, {}, stage3);
+    EXPECT_TRUE(test_support::contains(error, "; remove it (`zhost config check` prints every known key)")) << error;
+  }
+  EXPECT_EQ(error_of("[zero]\nstage3_param_persistance_threshold = 100\n", {}, stage3),
+            "train.toml:2: unknown key 'zero.stage3_param_persistance_threshold'; did you mean "
+            "'zero.stage3_param_persistence_threshold'? (or remove it)");
+}
+
 TEST(Validate, UnknownKeySuggestsByFullPath) {
   EXPECT_EQ(error_of("[model]\nlayer = 2\n"),
             "train.toml:2: unknown key 'model.layer'; did you mean 'model.layers'? (or remove it)");

@@ -1,0 +1,37 @@
+// host/config/deepspeed_import.hpp: DeepSpeed's ds_config.json mapped onto zhost's config tree (the same
+// tree a TOML file gives), key by key: each DeepSpeed key is mapped, accepted with a note (it cannot
+// change anything here), or refused with why and what to write. Note [DeepSpeed JSON] in docs/config.md
+// ("From DeepSpeed JSON") is the mapping table. Internal to host/config (it holds toml++ nodes).
+#pragma once
+
+#include <toml++/toml.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "host/config/json_reader.hpp"
+
+namespace zhost::config {
+
+// What became of one DeepSpeed key.
+struct ImportRecord {
+  enum class Kind { Mapped, Noted, Refused };
+  Kind kind = Kind::Mapped;
+  std::string ds_path;     // "zero_optimization.offload_optimizer.device"
+  TextPosition at;         // the key's place in the file
+  std::string zhost_path;  // Mapped: the zhost key it sets ("zero.offload_optimizer.device")
+  std::string text;        // Noted, Refused: the one-line reason (and what to do); Mapped: a warning or ""
+};
+
+struct DeepSpeedImport {
+  toml::table root;                               // zhost's keys
+  std::map<std::string, TextPosition> positions;  // zhost path (keys and tables) -> the JSON key's place
+  std::vector<ImportRecord> records;              // in file order
+};
+
+// Maps the parsed JSON. The "zhost" table, when present, holds zhost's own keys (model, data, steps, ...)
+// as they are written in TOML; they join the tree as they are.
+DeepSpeedImport import_deepspeed(const JsonConfig& json);
+
+}  // namespace zhost::config

@@ -1,0 +1,83 @@
+// tests/cli/test_deepspeed_corpus.cpp: the corpus of real DeepSpeed configs (tests/config/deepspeed_corpus)
+// checked as `zhost config check` does (prepare_job, then the data and precision checks), in one process
+// so that 120 files take seconds: each file against its line in EXPECTED, "FILE accepted" or
+// "FILE refused TEXT", TEXT being part of the first error line. Every file must be listed.
+#include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "host/config/validate.hpp"
+#include "host/core/error.hpp"
+#include "host/engine/engine.hpp"
+#include "host/engine/preflight.hpp"
+#include "host/job/job_setup.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// "" when the config is accepted, else its first error line.
+std::string check(const fs::path& file) {
+  zhost::JobSetupOptions options;
+  options.config_file = file;
+  options.plugin_dirs = {ZHOST_PLUGIN_DIR};
+  try {
+    zhost::JobSetup job = zhost::prepare_job(options);
+    zhost::engine::check_data(*job.config);
+    zhost::engine::check_precision(*job.config);
+    return "";
+  } catch (const zhost::config::ConfigErrors& errors) {
+    return errors.errors().front();
+  } catch (const zhost::Error& error) {
+    return error.what();
+  }
+}
+
+TEST(DeepSpeedCorpus, EachRealConfigGivesItsExpectedOutcome) {
+  spdlog::set_level(spdlog::level::off);
+  zhost::engine::register_builtin_plugins();
+  const fs::path corpus = fs::path(ZHOST_SOURCE_DIR) / "tests/config/deepspeed_corpus";
+  std::ifstream expected_file(corpus / "EXPECTED");
+  ASSERT_TRUE(expected_file) << "missing " << (corpus / "EXPECTED");
+  std::vector<std::string> listed;
+  size_t accepted = 0, refused = 0;
+  for (std::string line; std::getline(expected_file, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string file, outcome, reason;
+    fields >> file >> outcome;
+    std::getline(fields, reason);
+    reason.erase(0, std::min(reason.size(), reason.find_first_not_of(' ')));
+    listed.push_back(file);
+    const std::string error = check(corpus / file);
+    // Each file's outcome in the log, for reviewing EXPECTED after a change.
+    std::printf("OUTCOME\t%s\t%s\n", file.c_str(), error.c_str());
+    if (outcome == "accepted") {
+      ++accepted;
+      EXPECT_EQ(error, "") << file;
+    } else {
+      ++refused;
+      EXPECT_EQ(outcome, "refused") << file;
+      EXPECT_FALSE(reason.empty()) << file;
+      EXPECT_NE(error.find(reason), std::string::npos) << file << ": expected '" << reason << "' in: " << error;
+    }
+  }
+  std::vector<std::string> present;
+  for (const auto& entry : fs::recursive_directory_iterator(corpus)) {
+    if (entry.path().extension() == ".json") present.push_back(fs::relative(entry.path(), corpus).string());
+  }
+  std::sort(present.begin(), present.end());
+  std::sort(listed.begin(), listed.end());
+  EXPECT_EQ(present, listed);
+  std::printf("DeepSpeed corpus: %zu files, %zu accepted, %zu refused\n", listed.size(), accepted, refused);
+}
+
+}  // namespace

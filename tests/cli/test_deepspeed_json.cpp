@@ -1,0 +1,169 @@
+// tests/cli/test_deepspeed_json.cpp: DeepSpeed's ds_config.json read directly by the zhost executable:
+// every problem of a file in one run with line:column, notes instead of refusals for keys that change
+// nothing here, deprecated names mapped, `config import` round-tripping, `config check --nproc`, a raw
+// JSON config training, and the corpus of real DeepSpeed configs (tests/config/deepspeed_corpus) each
+// giving its expected outcome (test_deepspeed_corpus.cpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/cli/cli_support.hpp"
+#include "tests/support/scratch_dir.hpp"
+
+namespace fs = std::filesystem;
+using zhost::testing::CliResult;
+using zhost::testing::run_zhost;
+using zhost::testing::ScratchDir;
+
+namespace {
+
+// zhost finds its own plugins next to the executable.
+const std::string kPlugins;
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The resolved values of `config check`'s printout, without the origin comments.
+std::vector<std::string> resolved_values(const std::string& out) {
+  std::vector<std::string> values;
+  for (std::string line : lines_of(out)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (size_t comment = line.find("  #"); comment != std::string::npos) line.resize(comment);
+    values.push_back(line);
+  }
+  return values;
+}
+
+TEST(DeepSpeedJson, ReportsEveryProblemOfAFileAtOnceWithLineAndColumn) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({
+  // comments and trailing commas, as people write them
+  "train_micro_batch_size_per_gpu": 2,
+  "prescale_gradients": true,
+  "optimizer": {"type": "Adam", "params": {"lr": "auto", "bias_correction": false,},},
+  "zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1e9, "reduce_bucket_sise": 5e8},
+  "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.0001, "cycle_max_lr": 0.001}},
+})");
+  CliResult r = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  const std::vector<std::string> expected = {
+      "zhost: error: ds.json:4:3: prescale_gradients = true: dividing gradients by the world size before",
+      "zhost: error: ds.json:5:44: optimizer.params.lr = \"auto\": \"auto\" is filled in by HF Trainer",
+      "zhost: error: ds.json:5:58: optimizer.params.bias_correction = false: Adam without bias correction is not "
+      "supported by zhost",
+      "zhost: error: ds.json:6:72: 'zero_optimization.reduce_bucket_sise' is not a DeepSpeed key in "
+      "zero_optimization; did you mean 'zero_optimization.reduce_bucket_size'?",
+      "zhost: error: ds.json:7:17: OneCycle cycles the momentum in DeepSpeed (cycle_momentum defaults to true)"};
+  const std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_EQ(lines.size(), 5u) << r.err;
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(lines[i].rfind(expected[i], 0), 0u) << lines[i];
+  // Never "remove it" for a key that changes the math.
+  EXPECT_EQ(r.err.find("remove it"), std::string::npos) << r.err;
+}
+
+TEST(DeepSpeedJson, KeysThatChangeNothingHereAreAcceptedWithANote) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({
+  "train_batch_size": "auto",
+  "train_micro_batch_size_per_gpu": 2,
+  "zero_optimization": {"stage": 2, "cpu_offload": true, "stage3_prefetch_bucket_size": 5e7,
+                        "allgather_partitions": true, "reduce_bucket_size": "auto"},
+  "bfloat16": {"enabled": false},
+  "tensorboard": {"enabled": true, "output_path": "tb/"},
+  "zhost": {"steps": 3, "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8}}
+})");
+  CliResult r = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* expected : {
+           "# ds.json:2:3: note: train_batch_size = \"auto\": derived as",
+           "# ds.json:4:37: warning: cpu_offload is deprecated in DeepSpeed; read as "
+           "zero_optimization.offload_optimizer.device = \"cpu\"",
+           "# ds.json:4:58: note: zero.stage3_prefetch_bucket_size is not read by this config",
+           "# ds.json:5:25: note: zero_optimization.allgather_partitions = true:",
+           "# ds.json:5:55: note: zero_optimization.reduce_bucket_size = \"auto\":",
+           "# ds.json:6:3: note: bfloat16 is DeepSpeed's deprecated name of bf16",
+           "# ds.json:7:19: note: tensorboard.enabled = true: monitoring only",
+       }) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+  EXPECT_NE(r.out.find("device = \"cpu\"  # ds.json:4 (host)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layers = 1  # ds.json:8 (host)"), std::string::npos) << r.out;
+}
+
+TEST(DeepSpeedJson, ImportRoundTripsToTheSameResolvedConfig) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({
+  "train_batch_size": 8, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0,
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10, "total_num_steps": 100}},
+  "zero_optimization": {"stage": 3, "overlap_comm": true, "allgather_bucket_size": 2e8,
+                        "offload_optimizer": {"device": "cpu", "pin_memory": true, "buffer_count": 4}},
+  "fp16": {"enabled": false, "loss_scale_window": 500}
+})");
+  dir.write("zhost.toml", "steps = 5\n[model]\nlayers = 1\nwidth = 32\nheads = 2\nseq_len = 8\n");
+  CliResult imported = run_zhost(dir.path(), "config import ds.json --companion zhost.toml" + kPlugins);
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  EXPECT_NE(imported.out.find("# allgather_bucket_size = 200000000.0  # from "
+                              "zero_optimization.allgather_bucket_size, ds.json:5:59: not read by this config"),
+            std::string::npos)
+      << imported.out;
+  dir.write("train.toml", imported.out);
+  CliResult from_json = run_zhost(dir.path(), "config check ds.json --companion zhost.toml" + kPlugins);
+  CliResult from_toml = run_zhost(dir.path(), "config check train.toml" + kPlugins);
+  ASSERT_EQ(from_json.exit_code, 0) << from_json.err;
+  ASSERT_EQ(from_toml.exit_code, 0) << from_toml.err;
+  EXPECT_EQ(resolved_values(from_json.out), resolved_values(from_toml.out));
+  EXPECT_NE(from_toml.out.find("warmup_max_lr = 0.001"), std::string::npos) << from_toml.out;  // DeepSpeed's default
+}
+
+TEST(DeepSpeedJson, CheckWithNprocChecksTheBatchArithmetic) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
+  "gradient_accumulation_steps": 2})");
+  CliResult unchecked = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  EXPECT_EQ(unchecked.exit_code, 0) << unchecked.err;
+  CliResult r = run_zhost(dir.path(), "config check ds.json --nproc 2 --nnodes 2" + kPlugins);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("zhost: error: ds.json:1:2: with --nproc 2 --nnodes 2 (world size 4): train_batch_size = 30 "
+                       "does not match train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size = "
+                       "4 * 2 * 4 = 32"),
+            std::string::npos)
+      << r.err;
+  dir.write("ok.json", R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4})");
+  CliResult ok = run_zhost(dir.path(), "config check ok.json --nproc 4" + kPlugins);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("is valid for 4 ranks"), std::string::npos) << ok.out;
+}
+
+TEST(DeepSpeedJson, SyntaxErrorsPointAtLineAndColumn) {
+  ScratchDir dir;
+  dir.write("bad.json", "{\n  \"zero_optimization\": {\"stage\": 2,, }\n}\n");
+  CliResult r = run_zhost(dir.path(), "config check bad.json" + kPlugins);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("zhost: error: bad.json:2:38: not valid JSON:", 0), 0u) << r.err;
+}
+
+TEST(DeepSpeedJson, ARawDeepSpeedConfigTrains) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({
+  "train_micro_batch_size_per_gpu": 2,
+  "gradient_accumulation_steps": 2,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}},
+  "zero_optimization": {"stage": 2, "contiguous_gradients": true, "overlap_comm": true},
+  "zhost": {"steps": 2, "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8}, "run": {"name": "json"}}
+})");
+  CliResult r = run_zhost(dir.path(), "run ds.json --nproc 2 --set run.intra_op_threads=1" + kPlugins, "timeout 120 ");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir.path() / "runs" / "json" / "metrics.jsonl")) << r.err;
+}
+
+}  // namespace
