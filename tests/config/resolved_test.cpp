@@ -69,6 +69,7 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
   // Root keys first, then tables in sorted order, keys sorted within each.
   EXPECT_EQ(toml.rfind("# gradient_accumulation_steps is not set (int, optional)  # default (host)\n"
                        "gradient_clipping = 0.0  # default (host)\n"
+                       "memory_breakdown = false  # default (host)\n"
                        "seed = 7  # train.toml:1 (host)\n",
                        0),
             0u)
@@ -83,7 +84,12 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
                                      "zero_quantized_gradients = false  # default (host)\n"
                                      "zero_quantized_weights = false  # default (host)\n"
                                      "\n[zero.offload_optimizer]\n"
+                                     "buffer_count = 4  # default (host)\n"
                                      "device = \"cpu\"  # --set (host)\n"
+                                     "fast_init = false  # default (host)\n"
+                                     "nvme_path = \"\"  # default (host)\n"
+                                     "pipeline_read = false  # default (host)\n"
+                                     "pipeline_write = false  # default (host)\n"
                                      "storage = \"none\"  # default (host)\n"
                                      "\n[zero.offload_param]\n"
                                      "device = \"none\"  # default (host)\n"))

@@ -27,8 +27,7 @@ TEST(Validate, UnknownKeyIsNotPointedToAnotherSettingThatLooksAlike) {
       {"zero.offload_param.buffer_count", "it belongs to plugin 'stage3', which this config does not use"},
       {"zero.stage3_param_persistence_threshold", "it belongs to plugin 'stage3', which this config does not use"}};
   for (const char* toml :
-       {"[zero.offload_optimizer]\nbuffer_count = 4\n", "[zero.offload_optimizer]\nnvme_path = \"/x\"\n",
-        "[zero]\nstage3_model_persistence_threshold = 100\n"}) {
+       {"[zero.offload_optimizer]\nbuffer_size = 4\n", "[zero]\nstage3_model_persistence_threshold = 100\n"}) {
     const std::string error = error_of(toml, {}, stage3);
     EXPECT_TRUE(test_support::contains(error, "; remove it (`zhost config check` prints every known key)")) << error;
   }

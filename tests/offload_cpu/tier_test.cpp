@@ -52,7 +52,10 @@ struct Tier {
     instances.create_all(resolution, [](const LoadedPlugin&) {
       return std::map<std::string, ConfigValue>{{"zero.offload_optimizer.pin_memory", false},
                                                 {"offload_cpu.threads", int64_t{1}},
-                                                {"offload_cpu.storage_chunk_elements", int64_t{1} << 20}};
+                                                {"offload_cpu.storage_chunk_elements", int64_t{1} << 20},
+                                                {"zero.offload_optimizer.buffer_count", int64_t{4}},
+                                                {"zero.offload_optimizer.pipeline_read", false},
+                                                {"zero.offload_optimizer.pipeline_write", false}};
     });
     const PluginInstance* live = instances.of_kind(ZHOST_KIND_OFFLOAD);
     instance = live->instance;
