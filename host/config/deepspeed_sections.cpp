@@ -13,7 +13,8 @@ constexpr const char* kNoPipeline =
 constexpr const char* kMonitor = "monitoring only; zhost writes its metrics to RUN_DIR/metrics.jsonl instead";
 
 // Knobs of DeepSpeed's NVMe path in a config that offloads nothing to NVMe (DeepSpeed ignores them then too).
-constexpr const char* kNvmeKnob = "a knob of NVMe offload, and this config offloads nothing to NVMe: it changes nothing";
+constexpr const char* kNvmeKnob =
+    "a knob of NVMe offload, and this config offloads nothing to NVMe: it changes nothing";
 
 // Whether `table` (an offload_optimizer or offload_param object) names device "nvme".
 bool names_nvme(const json* table) {
@@ -220,8 +221,8 @@ void import_features(Section& root) {
   // DeepSpeed's asynchronous I/O: the NVMe tier's settings when something is offloaded to NVMe.
   Section aio = root.sub("aio");
   if (offloads_to_nvme(root.object())) {
-    for (const char* key :
-         {"block_size", "queue_depth", "intra_op_parallelism", "single_submit", "overlap_events", "thread_count", "use_gds"})
+    for (const char* key : {"block_size", "queue_depth", "intra_op_parallelism", "single_submit", "overlap_events",
+                            "thread_count", "use_gds"})
       aio.map(key, std::string("aio.") + key);
   }
   aio.note_rest("configures DeepSpeed's NVMe I/O, and this config offloads nothing to NVMe: it changes nothing");

@@ -1,11 +1,11 @@
 // tests/config/document_test.cpp: loading TOML files and applying --set overrides.
-#include "config_test_support.hpp"
-
 #include "host/config/document.hpp"
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+
+#include "config_test_support.hpp"
 
 namespace zhost::config {
 namespace {
@@ -26,8 +26,9 @@ TEST(Document, DuplicateKeyIsAParseError) {
 
 TEST(Document, MissingFileIsOneLineUsageError) {
   std::string message = usage_error_of([] { Document::load_file("/nonexistent/zhost/train.toml"); });
-  EXPECT_EQ(message, "/nonexistent/zhost/train.toml: cannot read the config file (No such file or directory); check "
-                     "the path");
+  EXPECT_EQ(message,
+            "/nonexistent/zhost/train.toml: cannot read the config file (No such file or directory); check "
+            "the path");
 }
 
 TEST(Document, DirectoryIsNotAConfigFile) {

@@ -394,7 +394,7 @@ struct State {
   Padded<uint16_t> copy16;
 };
 
-const std::vector<int64_t> kLengths = {1, 7, 15, 16, 17, 33, 1000, 1000003};
+const std::vector<int64_t> kLengths = {1, 7, 15, 16, 17, 33, 1000, 100003};
 
 const Problem& problem_of_length(int64_t n) {
   static std::map<int64_t, Problem> cache;
