@@ -6,24 +6,12 @@
 #include <limits>
 
 #include "host/config/deepspeed_import_internal.hpp"
+#include "host/config/json_reader.hpp"
 #include "host/config/key_path.hpp"
 #include "host/core/text.hpp"
 
 namespace zhost::config::ds {
 namespace {
-
-std::string escape_pointer(const std::string& key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~')
-      out += "~0";
-    else if (c == '/')
-      out += "~1";
-    else
-      out += c;
-  }
-  return out;
-}
 
 // Writes a JSON scalar or array of scalars as table[key]; false for anything else (null, objects, nesting).
 bool to_toml_value(const json& value, toml::table& table, const std::string& key) {
@@ -83,7 +71,7 @@ const json* Section::take(const std::string& key) {
 std::string Section::path(const std::string& key) const { return join_path(ds_path_, key); }
 
 TextPosition Section::at(const std::string& key) const {
-  return importer_.position(pointer_ + "/" + escape_pointer(key));
+  return importer_.position(pointer_ + "/" + escape_json_pointer_token(key));
 }
 
 std::string Section::shown(const std::string& key) const {
@@ -136,7 +124,7 @@ Section Section::sub(const std::string& key) {
     refuse(key, "DeepSpeed reads a table ({...}) here; write the table");
     value = nullptr;
   }
-  return Section(importer_, value, path(key), pointer_ + "/" + escape_pointer(key));
+  return Section(importer_, value, path(key), pointer_ + "/" + escape_json_pointer_token(key));
 }
 
 void Section::note_rest(const std::string& reason) {
@@ -220,11 +208,11 @@ void Importer::insert_zhost_node(const json& value, const std::string& zhost_pat
     for (const auto& [key, item] : value.items()) {
       if (!is_valid_path(key)) {
         record(ImportRecord::Kind::Refused, "zhost." + join_path(zhost_path, key),
-               position(pointer + "/" + escape_pointer(key)), "",
+               position(pointer + "/" + escape_json_pointer_token(key)), "",
                fmt::format("'{}' is not a key name (letters, digits, _ and -); fix it", text::excerpt(key)));
         continue;
       }
-      insert_zhost_node(item, join_path(zhost_path, key), pointer + "/" + escape_pointer(key));
+      insert_zhost_node(item, join_path(zhost_path, key), pointer + "/" + escape_json_pointer_token(key));
     }
     if (value.empty() && !is_set(zhost_path)) {
       // An empty table: kept, so that an unknown table is still reported.

@@ -124,7 +124,7 @@ class Scanner {
     }
     frame.key = key;
     const TextPosition at = position_of(text_, begin);
-    const std::string pointer = frame.pointer + "/" + escape(key);
+    const std::string pointer = frame.pointer + "/" + escape_json_pointer_token(key);
     if (!frame.seen.insert(key).second) {
       out.duplicate_keys.push_back(fmt::format(
           "{}:{}:{}: key '{}' is written twice in the same object (DeepSpeed refuses this too); keep one of them",
@@ -136,20 +136,8 @@ class Scanner {
   std::string child_pointer() const {
     if (frames_.empty()) return "";
     const Frame& parent = frames_.back();
-    return parent.pointer + "/" + (parent.is_object ? escape(parent.key) : std::to_string(parent.index));
-  }
-
-  static std::string escape(const std::string& key) {
-    std::string out;
-    for (char c : key) {
-      if (c == '~')
-        out += "~0";
-      else if (c == '/')
-        out += "~1";
-      else
-        out += c;
-    }
-    return out;
+    return parent.pointer + "/" +
+           (parent.is_object ? escape_json_pointer_token(parent.key) : std::to_string(parent.index));
   }
 
   std::string_view text_;
@@ -169,6 +157,19 @@ std::string parser_reason(const std::string& what) {
 bool looks_like_json(std::string_view text) {
   size_t first = text.find_first_not_of(" \t\r\n");
   return first != std::string_view::npos && text[first] == '{';
+}
+
+std::string escape_json_pointer_token(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
+  }
+  return out;
 }
 
 JsonConfig read_json_config(std::string_view text, const std::string& source_name) {

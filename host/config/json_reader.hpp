@@ -31,4 +31,7 @@ JsonConfig read_json_config(std::string_view text, const std::string& source_nam
 // True when the text's first non-blank character is '{' (TOML never starts so).
 bool looks_like_json(std::string_view text);
 
+// `key` as one reference token of a JSON pointer (RFC 6901: "~" -> "~0", "/" -> "~1").
+std::string escape_json_pointer_token(const std::string& key);
+
 }  // namespace zhost::config
