@@ -47,22 +47,23 @@ struct Case {
   const char* model;
   int ranks, micro_batch, accumulation;
   const char* extra;
+  bool checkpointed;  // also with activation checkpointing (recomputation gathers what forward released)
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class Stage3EqualsStageZero : public ::testing::TestWithParam<Case> {};
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, Stage3EqualsStageZero,
-    ::testing::Values(Case{"GptOneRankAccumulating", "gpt", 1, 2, 2, ""},
-                      Case{"GptTwoRanksOverlapping", "gpt", 2, 2, 1, " --set zero.overlap_comm=true"},
-                      Case{"LlamaThreeRanks", "llama", 3, 2, 1, ""},
-                      Case{"LlamaTwoRanksAccumulating", "llama", 2, 1, 2, ""},
-                      Case{"GptThreeRanksAccumulatingOverlapping", "gpt", 3, 1, 2, " --set zero.overlap_comm=true"}),
-    [](const ::testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, Stage3EqualsStageZero,
+                         ::testing::Values(Case{"GptOneRankAccumulating", "gpt", 1, 2, 2, "", false},
+                                           Case{"GptTwoRanksOverlapping", "gpt", 2, 2, 1,
+                                                " --set zero.overlap_comm=true", true},
+                                           Case{"LlamaThreeRanks", "llama", 3, 2, 1, "", false},
+                                           Case{"LlamaTwoRanksAccumulating", "llama", 2, 1, 2, "", false},
+                                           Case{"GptThreeRanksAccumulatingOverlapping", "gpt", 3, 1, 2,
+                                                " --set zero.overlap_comm=true", true}),
+                         [](const ::testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
 
-// Every case with activation checkpointing too: the recomputation gathers in backward what forward released.
 TEST_P(Stage3EqualsStageZero, Fp32WeightsAfterTwentySteps) {
   const Case& c = GetParam();
   ScratchDir dir;
@@ -70,14 +71,16 @@ TEST_P(Stage3EqualsStageZero, Fp32WeightsAfterTwentySteps) {
   const std::string order = c.accumulation > 1 ? " --set zero.reduce_each_micro_batch=true" : "";
   RunOutput base = train(dir, "stage0", args + " --set zero.stage=0" + order);
   RunOutput three = train(dir, "stage3", args + kStage3 + c.extra);
-  RunOutput recomputed =
-      train(dir, "stage3ck", args + kStage3 + c.extra + " --set activation_checkpointing.enabled=true");
   ASSERT_EQ(base.losses.size(), 20u);
   expect_clipping_acted(base);
   EXPECT_EQ(weights_mismatch(three, base, 0, 0), "") << "bit for bit";
-  EXPECT_EQ(weights_mismatch(recomputed, base, 0, 0), "") << "bit for bit, checkpointed";
   EXPECT_EQ(three.losses, base.losses);
-  EXPECT_EQ(recomputed.losses, base.losses);
+  if (c.checkpointed) {
+    RunOutput recomputed =
+        train(dir, "stage3ck", args + kStage3 + c.extra + " --set activation_checkpointing.enabled=true");
+    EXPECT_EQ(weights_mismatch(recomputed, base, 0, 0), "") << "bit for bit, checkpointed";
+    EXPECT_EQ(recomputed.losses, base.losses);
+  }
 }
 
 // Every way of scheduling gathers and reductions gives the same bits on 2 ranks: no prefetch, prefetch of
@@ -224,7 +227,7 @@ TEST(Stage3Memory, FourRanksTrainAModelStageZeroCannotHold) {
   ScratchDir dir;
   const std::string model =
       " --set model.type=llama --set model.width=512 --set model.heads=8 --set model.layers=32 --set model.vocab=256"
-      " --set steps=2 --set train_micro_batch_size_per_gpu=1 --set run.save_final_weights=false";
+      " --set steps=1 --set train_micro_batch_size_per_gpu=1 --set run.save_final_weights=false";  // peak: step 1
   const std::string stage3 =
       " --set zero.stage=3 --set zero.stage3_param_persistence_threshold=1000 --set zero.stage3_max_reuse_distance=0"
       " --set zero.sub_group_size=1000000 --set zero.stage3_prefetch_bucket_size=3200000"
