@@ -48,8 +48,8 @@ void fill_normal(uint64_t key, int64_t first, int64_t count, double std, float* 
   at::parallel_for(0, count, 1 << 15, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const uint64_t bits = splitmix64(key + static_cast<uint64_t>(first + i) * kGolden);
-      const double u1 = (static_cast<double>(bits >> 32) + 1.0) * kInv2Pow32;        // (0, 1]
-      const double u2 = static_cast<double>(bits & 0xFFFFFFFFull) * kInv2Pow32;      // [0, 1)
+      const double u1 = (static_cast<double>(bits >> 32) + 1.0) * kInv2Pow32;    // (0, 1]
+      const double u2 = static_cast<double>(bits & 0xFFFFFFFFull) * kInv2Pow32;  // [0, 1)
       out[i] = static_cast<float>(std * std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2));
     }
   });
@@ -77,8 +77,10 @@ ModelSpec resolve_spec(const ModelSpec& spec) {
   if (!(spec.init_std > 0.0) || !std::isfinite(spec.init_std)) {
     fail_usage("model.init_std must be a positive number (got {})", spec.init_std);
   }
-  if (spec.ffn_width < 0) fail_usage("model.ffn_width must be at least 1, or 0 for the default (got {})", spec.ffn_width);
-  if (spec.ffn_width == 0) resolved.ffn_width = spec.type == "llama" ? llama_default_ffn_width(spec.width) : 4 * spec.width;
+  if (spec.ffn_width < 0)
+    fail_usage("model.ffn_width must be at least 1, or 0 for the default (got {})", spec.ffn_width);
+  if (spec.ffn_width == 0)
+    resolved.ffn_width = spec.type == "llama" ? llama_default_ffn_width(spec.width) : 4 * spec.width;
   if (spec.type == "mlp") return resolved;  // no attention: heads and kv_heads are unused
 
   require_positive("heads", spec.heads);
@@ -89,16 +91,20 @@ ModelSpec resolve_spec(const ModelSpec& spec) {
   if (spec.kv_heads < 0) fail_usage("model.kv_heads must be at least 1, or 0 for heads (got {})", spec.kv_heads);
   resolved.kv_heads = spec.kv_heads == 0 ? spec.heads : spec.kv_heads;
   if (spec.type == "gpt" && resolved.kv_heads != spec.heads) {
-    fail_usage("model.kv_heads {} differs from model.heads {}, but gpt has no grouped-query attention; leave "
-               "kv_heads at 0 or use model.type = \"llama\"", spec.kv_heads, spec.heads);
+    fail_usage(
+        "model.kv_heads {} differs from model.heads {}, but gpt has no grouped-query attention; leave "
+        "kv_heads at 0 or use model.type = \"llama\"",
+        spec.kv_heads, spec.heads);
   }
   if (spec.heads % resolved.kv_heads != 0) {
     fail_usage("model.heads {} is not a multiple of model.kv_heads {}; pick kv_heads that divide heads", spec.heads,
                resolved.kv_heads);
   }
   if (spec.type == "llama" && (spec.width / spec.heads) % 2 != 0) {
-    fail_usage("llama's rotary embedding needs an even head dimension, but model.width / model.heads = {}; "
-               "change width or heads", spec.width / spec.heads);
+    fail_usage(
+        "llama's rotary embedding needs an even head dimension, but model.width / model.heads = {}; "
+        "change width or heads",
+        spec.width / spec.heads);
   }
   return resolved;
 }
@@ -170,9 +176,15 @@ void Model::init_parameter_shard(size_t param_index, int64_t flat_offset, at::Te
   if (valid == 0) return;
   at::Tensor target = flat.narrow(0, 0, valid);
   switch (init.kind) {
-    case Init::kZeros: target.zero_(); return;
-    case Init::kOnes: target.fill_(1.0); return;
-    case Init::kLoaded: load_parameter_shard(param_index, flat_offset, target); return;
+    case Init::kZeros:
+      target.zero_();
+      return;
+    case Init::kOnes:
+      target.fill_(1.0);
+      return;
+    case Init::kLoaded:
+      load_parameter_shard(param_index, flat_offset, target);
+      return;
     case Init::kNormal: {
       const uint64_t key = splitmix64(spec_.seed ^ splitmix64(static_cast<uint64_t>(param_index)));
       at::Tensor values = at::empty({valid}, at::TensorOptions().dtype(at::kFloat));

@@ -15,8 +15,8 @@
 // depends only on the spec (identical on every rank): block 0's, then each layer's, then the head's.
 // Names follow "embed.tokens.weight", "blocks.<layer>.attn.qkv.weight", "head.norm.weight"; <layer> counts
 // transformer layers from 0, so layer i is block i+1. Hugging Face models keep HF's names and layouts
-// ("model.layers.0.self_attn.q_proj.weight"; GPT-2's Conv1D weights stay [in, out]). Each entry's tensor shares its TensorImpl with the
-// model: to swap a parameter's storage (ZeRO stage 3) call tensor.set_data(...), never reassign it.
+// ("model.layers.0.self_attn.q_proj.weight"; GPT-2's Conv1D weights stay [in, out]). Each entry's tensor shares its
+// TensorImpl with the model: to swap a parameter's storage (ZeRO stage 3) call tensor.set_data(...), never reassign it.
 //
 // Tied weights: gpt's head projection is the token embedding. It is ONE parameter
 // ("embed.tokens.weight"), owned by block 0 and also used by the head block N+1; partitioners must keep
@@ -103,9 +103,10 @@ class Model {
 
   // Fills `full` (any dtype, any device, the parameter's full shape) with parameter param_index's initial
   // value. A Hugging Face model's come from its safetensors (read from the memory map: only the bytes of
-  // the range asked for are touched). The built-in models' are a function of (seed, param_index) alone: the same bits on every rank and process. Values come
-  // from a counter-based generator (splitmix64 of (seed, param_index, element index) -> Box-Muller), so
-  // each element is computed independently of the others, in fp32 on the CPU, then copied into `full`.
+  // the range asked for are touched). The built-in models' are a function of (seed, param_index) alone: the same bits
+  // on every rank and process. Values come from a counter-based generator (splitmix64 of (seed, param_index, element
+  // index) -> Box-Muller), so each element is computed independently of the others, in fp32 on the CPU, then copied
+  // into `full`.
   void init_parameter(size_t param_index, at::Tensor& full) const;
   // Stage 3's sharded variant: fills `shard` (contiguous, any dtype/device) with elements
   // [flat_offset, flat_offset + shard.numel()) of the flattened initial value; elements past the end of
@@ -121,8 +122,8 @@ class Model {
   enum class Init { kNormal, kZeros, kOnes, kLoaded };  // kLoaded: load_parameter_shard gives the values
   struct ParamInit {
     Init kind;
-    double std;         // kNormal only
-    bool lookup_only;   // an embedding table read by index only (excluded from flops_per_token's N)
+    double std;        // kNormal only
+    bool lookup_only;  // an embedding table read by index only (excluded from flops_per_token's N)
   };
 
   Model(const ModelSpec& resolved_spec, const Placement& placement);
