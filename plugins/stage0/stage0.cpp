@@ -57,12 +57,13 @@ class DataParallel : public sdk::PartitionHooks {
     world_size_ = collectives.world_size(host_.context(), nullptr);
     layout_ = zero::FlatLayout(numels, world_size_);
     const at::TensorOptions options = params_.front().model.options();
-    grads_ = at::zeros({layout_.padded()}, options);
+    grads_ = at::empty({layout_.padded()}, options);
+    mine_ = at::zeros({layout_.partition_size()}, options);
     // One bucket when it holds the model (nothing to overlap with); else two, one reducing while backward
     // fills the other.
     const bool overlap = bucket_elements_ < layout_.total();
     reducer_ = zero::GradientReducer(host_, layout_, rank_, options, bucket_elements_, overlap, zero::HostCopies(),
-                                     [this] { return my_grads(); });
+                                     [this] { return mine_; });
   }
 
   void begin_micro_batch(const zhost_micro_batch_args& args) { boundary_ = args.is_boundary != 0; }
@@ -74,7 +75,7 @@ class DataParallel : public sdk::PartitionHooks {
       if (!p.master.is_same(p.model)) out.master += p.master.nbytes();
       out.optimizer += static_cast<uint64_t>(p.state.bytes());
     }
-    out.buffers = reducer_.buffer_bytes() + grads_.nbytes();
+    out.buffers = reducer_.buffer_bytes() + mine_.nbytes() + grads_.nbytes();
   }
 
   void grad_ready(uint32_t id, const DLTensor& grad_view) {
@@ -89,8 +90,7 @@ class DataParallel : public sdk::PartitionHooks {
   }
 
   void step(zhost_step_args& args) {
-    at::Tensor mine = my_grads();
-    const zero::StepDecision decision = zero::step_prologue(host_, {mine}, world_size_, mine.device(), args);
+    const zero::StepDecision decision = zero::step_prologue(host_, {mine_}, world_size_, mine_.device(), args);
     if (!decision.overflow) {
       gather_reduced_gradients();
       for (size_t id = 0; id < params_.size(); ++id) {
@@ -102,7 +102,7 @@ class DataParallel : public sdk::PartitionHooks {
         if (!p.master.is_same(p.model)) kit::copy_master_to_model(p.model, p.master);
       }
     }
-    mine.zero_();
+    mine_.zero_();
   }
 
  private:
@@ -112,15 +112,9 @@ class DataParallel : public sdk::PartitionHooks {
     kit::OptimizerState state;
   };
 
-  // This rank's split of the reduced gradients (zero at the start of every step): a view of its part of the
-  // gathered buffer.
-  at::Tensor my_grads() const { return grads_.narrow(0, rank_ * layout_.partition_size(), layout_.partition_size()); }
-
   // Every rank's split of the reduced gradients into every rank's buffer.
   void gather_reduced_gradients() {
-    at::Tensor mine = my_grads();
-    const at::Tensor send = mine.clone();  // the all-gather writes the buffer `mine` is part of
-    DLTensor send_dl = kit::dl_view(send), recv_dl = kit::dl_view(grads_);
+    DLTensor send_dl = kit::dl_view(mine_), recv_dl = kit::dl_view(grads_);
     zhost_collective_args args = zero::collective_args(ZHOST_INTENT_GRAD_REDUCE);
     args.send = &send_dl;
     args.recv = &recv_dl;
@@ -135,7 +129,8 @@ class DataParallel : public sdk::PartitionHooks {
   bool boundary_ = true;
   std::vector<Param> params_;
   zero::FlatLayout layout_;
-  at::Tensor grads_;  // [N*S] compute dtype: the reduced gradients; this rank's split accumulates, then all
+  at::Tensor mine_;   // [S] compute dtype: this rank's split of the reduced gradients, accumulated to the step
+  at::Tensor grads_;  // [N*S] compute dtype: every rank's split, gathered at the step
   zero::GradientReducer reducer_;
   std::unique_ptr<kit::Optimizer> optimizer_;
 };
