@@ -16,6 +16,7 @@
 
 #include "host/comm/c10d_compat.hpp"
 #include "host/comm/progress.hpp"
+#include "host/comm/store_listener.hpp"
 #include "host/core/error.hpp"
 #include "host/core/text.hpp"
 
@@ -519,6 +520,11 @@ void join(Job& job, const Rendezvous& rendezvous) {
 }
 
 compat::StorePtr connect_store(const Rendezvous& rendezvous, bool host_it) {
+  if (!host_it) {
+    detail::wait_until_listening(rendezvous.master_addr, rendezvous.master_port,
+                                 Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(rendezvous.timeout_s)));
+  }
   return compat::make_tcp_store(rendezvous.master_addr, rendezvous.master_port, host_it, rendezvous.world_size,
                                 to_ms(rendezvous.timeout_s));
 }
