@@ -65,6 +65,7 @@ Discovery discover_plugins(const std::vector<fs::path>& search_path, const Plugi
           continue;
         }
         LoadedPlugin plugin = loader.load(file);
+        note_plugin_file_loaded(file);
         auto same = std::find_if(discovery.plugins.begin(), discovery.plugins.end(),
                                  [&](const LoadedPlugin& p) { return p.info.name == plugin.info.name; });
         if (same != discovery.plugins.end()) {

@@ -4,11 +4,15 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
+#include <tuple>
 
 #include "host/core/error.hpp"
 
@@ -56,10 +60,36 @@ bool read_until_closed(int fd, Clock::time_point deadline, std::string& text) {
   }
 }
 
+// A file as loaded: device, inode, size and modification time, so that a file replaced on disk is new.
+using FileIdentity = std::tuple<dev_t, ino_t, off_t, time_t, long>;
+
+std::optional<FileIdentity> identify(const std::filesystem::path& file) {
+  struct stat info {};
+  if (::stat(file.c_str(), &info) != 0) return std::nullopt;
+  return FileIdentity{info.st_dev, info.st_ino, info.st_size, info.st_mtim.tv_sec, info.st_mtim.tv_nsec};
+}
+
+std::mutex loaded_mutex;
+std::set<FileIdentity>& loaded_files() {
+  static std::set<FileIdentity> files;
+  return files;
+}
+
 }  // namespace
+
+void note_plugin_file_loaded(const std::filesystem::path& file) {
+  if (std::optional<FileIdentity> id = identify(file)) {
+    std::lock_guard<std::mutex> lock(loaded_mutex);
+    loaded_files().insert(*id);
+  }
+}
 
 std::optional<std::string> probe_plugin_file(const std::filesystem::path& file, const PluginLoader& loader,
                                              std::chrono::milliseconds deadline) {
+  if (std::optional<FileIdentity> id = identify(file)) {
+    std::lock_guard<std::mutex> lock(loaded_mutex);
+    if (loaded_files().count(*id) != 0) return std::nullopt;  // it loaded here already
+  }
   const std::string where = file.string();
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) fail("plugin {}: cannot probe it: pipe: {}", where, std::strerror(errno));

@@ -20,7 +20,13 @@ namespace zhost {
 // How long loading one plugin file in the child may take.
 inline constexpr std::chrono::milliseconds kPluginProbeDeadline{10000};
 
-// nullopt when `loader.load(file)` succeeded in a child process; else its failure line ("plugin FILE: ...").
+// A file that this process (or the launcher it was forked from: Note [Forked ranks]) has already loaded
+// without harm is not probed again: note_plugin_file_loaded() records it, by device, inode, size and
+// modification time, so that a file replaced since is probed anew.
+void note_plugin_file_loaded(const std::filesystem::path& file);
+
+// nullopt when `loader.load(file)` succeeded in a child process, or the file loaded in this process before;
+// else its failure line ("plugin FILE: ...").
 std::optional<std::string> probe_plugin_file(const std::filesystem::path& file, const PluginLoader& loader,
                                              std::chrono::milliseconds deadline = kPluginProbeDeadline);
 
