@@ -1,12 +1,17 @@
 // host/cli/commands.hpp: the subcommands of the zhost executable, each returning the process exit code.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "host/job/job_setup.hpp"
 
 namespace zhost::cli {
+
+// Runs a command and returns its exit code; a zhost::Error (or any exception) it throws becomes one
+// "zhost: error: ..." line per problem on stderr and the error's exit code (kRuntime for other exceptions).
+int report_errors(const std::function<int()>& command);
 
 struct PluginsOptions {
   bool json = false;

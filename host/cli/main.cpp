@@ -1,5 +1,5 @@
-// host/cli/main.cpp: the zhost command line (CLI11): parses arguments, dispatches to a subcommand, and
-// turns every zhost::Error into one "zhost: error: ..." line and its exit code.
+// host/cli/main.cpp: the zhost command line (CLI11): parses arguments and dispatches to a subcommand
+// (report_errors() turns every zhost::Error into one "zhost: error: ..." line and its exit code).
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -9,6 +9,7 @@
 #include "host/cli/commands.hpp"
 #include "host/config/validate.hpp"
 #include "host/core/error.hpp"
+#include "host/core/fast_exit.hpp"
 #include "host/core/log.hpp"
 #include "zhost/core.h"
 
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : static_cast<int>(zhost::ExitCode::kUsage);
   }
 
-  try {
+  const int exit_code = zhost::cli::report_errors([&]() -> int {
     zhost::log::init(log_level);
 #if ZHOST_HAS_ENGINE
     zhost::engine::register_builtin_plugins();
@@ -158,15 +159,8 @@ int main(int argc, char** argv) {
     if (*version_cmd) return print_version();
     if (*merge_cmd) return zhost::cli::trace_merge_command(merge);
     if (*report_cmd) return zhost::cli::report_command(report);
-  } catch (const zhost::config::ConfigErrors& e) {
-    for (const auto& line : e.errors()) std::cerr << "zhost: error: " << line << "\n";
-    return e.exit_code();
-  } catch (const zhost::Error& e) {
-    std::cerr << "zhost: error: " << e.what() << "\n";
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::cerr << "zhost: error: " << e.what() << "\n";
-    return static_cast<int>(zhost::ExitCode::kRuntime);
-  }
-  return 0;
+    return 0;
+  });
+  if (*run_cmd) zhost::fast_exit(exit_code);  // Note [Fast exit]
+  return exit_code;
 }

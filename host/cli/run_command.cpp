@@ -11,6 +11,7 @@
 
 #if ZHOST_HAS_ENGINE
 #include "host/engine/engine.hpp"
+#include "host/engine/native_libs.hpp"
 #include "host/engine/preflight.hpp"
 #include "host/launch/launcher.hpp"
 #include "host/launch/rank_env.hpp"
@@ -20,8 +21,24 @@ namespace zhost::cli {
 
 #if ZHOST_HAS_ENGINE
 namespace {
+
 constexpr double kStoppedRankSlack_s = 5;
+
+// One rank of a job: its place comes from the environment (zhost's launcher, torchrun, Slurm, Open MPI).
+int run_rank(const RunOptions& options) {
+  const bool is_launched_rank = std::getenv("ZHOST_LAUNCHED") != nullptr;
+  engine::apply_log_environment();
+  launch::RankEnv env = launch::detect_rank_env(launch::current_env());
+  if (is_launched_rank) launch::name_this_rank_process(env.rank);
+  if (env.world_size > 1) launch::check_address_resolves(env.master_addr, "MASTER_ADDR (from " + env.source + ")");
+  // Ranks started by zhost's launcher already get a "[rank N]" prefix on every line.
+  if (env.world_size > 1 && !is_launched_rank) log::set_rank(env.rank);
+  JobSetup job = prepare_job(options.job);
+  if (!options.log_level_from_command_line) spdlog::set_level(log::parse_level(job.config->get_string("log.level")));
+  return engine::run_training(job, env);
 }
+
+}  // namespace
 #endif
 
 int run_command(const RunOptions& options) {
@@ -46,15 +63,17 @@ int run_command(const RunOptions& options) {
                               world_size, options.nproc);
     // The ranks notice a stopped peer after comm.timeout_s and name it; the launcher steps in a little later.
     launch.stopped_rank_limit_s = job.config->get_float("comm.timeout_s") + kStoppedRankSlack_s;
+    // Each rank a fork of this process, LibTorch already loaded (Note [Forked ranks]): the logger is made
+    // again for the pipe that is now stderr, at the level this process runs with.
+    launch.rank_main = [&options, level = spdlog::get_level()] {
+      return report_errors([&] {
+        log::init(level);
+        return run_rank(options);
+      });
+    };
     return launch::launch_local_ranks(launch);
   }
-  launch::RankEnv env = launch::detect_rank_env(launch::current_env());
-  if (env.world_size > 1) launch::check_address_resolves(env.master_addr, "MASTER_ADDR (from " + env.source + ")");
-  // Ranks started by zhost's launcher already get a "[rank N]" prefix on every line.
-  if (env.world_size > 1 && !is_launched_rank) log::set_rank(env.rank);
-  JobSetup job = prepare_job(options.job);
-  if (!options.log_level_from_command_line) spdlog::set_level(log::parse_level(job.config->get_string("log.level")));
-  return engine::run_training(job, env);
+  return run_rank(options);
 #else
   prepare_job(options.job);
   fail_usage("this zhost was built without the training engine (ZHOST_WITH_TORCH=OFF): rebuild with LibTorch to train");

@@ -19,11 +19,14 @@ spdlog::level::level_enum parse_level(const std::string& level) {
   fail_usage("unknown log level '{}': use one of trace, debug, info, warn, error", level);
 }
 
-void init(const std::string& level) {
+void init(const std::string& level) { init(parse_level(level)); }
+
+void init(spdlog::level::level_enum level) {
+  spdlog::drop("zhost");  // a second call (a forked rank: Note [Forked ranks]) replaces the logger
   auto logger = spdlog::stderr_color_mt("zhost");
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("%H:%M:%S.%e %^%-5l%$ %v");
-  spdlog::set_level(parse_level(level));
+  spdlog::set_level(level);
 }
 
 void set_rank(int rank) { spdlog::set_pattern(fmt::format("%H:%M:%S.%e %^%-5l%$ [rank {}] %v", rank)); }

@@ -9,8 +9,10 @@
 
 namespace zhost::log {
 
-// Installs the process-wide logger writing to stderr. `level` is one of trace, debug, info, warn, error.
+// Installs the process-wide logger writing to stderr (replacing an earlier one: colours follow whether stderr
+// is a terminal now). `level` is one of trace, debug, info, warn, error.
 void init(const std::string& level = "info");
+void init(spdlog::level::level_enum level);
 // Once the process knows its rank, every line shows it as "[rank N]".
 void set_rank(int rank);
 // While it lives, every line the process logs is also appended to `path` (with the rank, as on stderr),

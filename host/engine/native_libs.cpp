@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
@@ -78,6 +80,22 @@ std::string native_libs_summary() {
   std::string line = "BLAS " + blas.name;
   if (!blas.detail.empty()) line += " (" + blas.detail + ")";
   return line + "; malloc " + allocator_in_use().name;
+}
+
+}  // namespace zhost::engine
+
+namespace zhost::engine {
+
+void apply_log_environment() {
+  const char* level = std::getenv("GLOG_minloglevel");
+  if (level == nullptr) return;
+  char* end = nullptr;
+  const long value = std::strtol(level, &end, 10);
+  if (end == level || *end != '\0') return;  // glog would ignore it too
+  // glog's flag, as LibTorch's c10 links it (libglog exports it with C++ linkage).
+  if (auto* min_log_level = static_cast<int32_t*>(::dlsym(RTLD_DEFAULT, "_ZN3fLI17FLAGS_minloglevelE"))) {
+    *min_log_level = static_cast<int32_t>(value);
+  }
 }
 
 }  // namespace zhost::engine

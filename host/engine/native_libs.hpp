@@ -26,6 +26,10 @@ struct AllocatorInfo {
 BlasInfo blas_in_use();
 AllocatorInfo allocator_in_use();
 
+// LibTorch logs through glog, which reads GLOG_minloglevel once, when it is loaded. A rank forked from the
+// launcher (Note [Forked ranks]) gets its environment later: this applies the variable, when set, again.
+void apply_log_environment();
+
 // One line for logs and `zhost version`: "BLAS OpenBLAS (0.3.21, OpenMP threads, core Haswell); malloc tcmalloc".
 std::string native_libs_summary();
 

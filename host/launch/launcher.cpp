@@ -1,5 +1,5 @@
-// host/launch/launcher.cpp: the local-rank supervisor: fork+exec of each rank with its pipes, a poll loop
-// that prefixes output lines, reaps ranks, forwards signals and stops the job when a rank fails.
+// host/launch/launcher.cpp: the local-rank supervisor: fork (Note [Forked ranks]) or fork+exec of each rank with its
+// pipes, a poll loop that prefixes output lines, reaps ranks, forwards signals and stops the job when a rank fails.
 #include "host/launch/launcher.hpp"
 
 #include <arpa/inet.h>
@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -17,12 +18,16 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
 
 #include "host/core/error.hpp"
+#include "host/core/fast_exit.hpp"
 #include "host/launch/rank_env.hpp"
 
 namespace zhost::launch {
@@ -116,6 +121,7 @@ class SignalCapture {
   SignalCapture& operator=(const SignalCapture&) = delete;
 
   int fd() const { return pipe_[0]; }
+  std::vector<int> fds() const { return {pipe_[0], pipe_[1]}; }
 
   std::vector<int> take() {
     std::vector<int> signals;
@@ -233,7 +239,9 @@ struct ExecImage {
   }
 };
 
-[[noreturn]] void exec_in_child(const ExecImage& image, pid_t parent, int out_fd, int err_fd, int status_fd) {
+// What a rank's process sets up first, exec or not: it dies with the launcher, leads its own process group,
+// takes signals as a fresh process would and writes into the launcher's pipes. Async-signal-safe only.
+void prepare_child(pid_t parent, int out_fd, int err_fd) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);  // the launcher died before prctl took effect
   ::setpgid(0, 0);
@@ -243,10 +251,57 @@ struct ExecImage {
   ::signal(SIGPIPE, SIG_DFL);
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
+}
+
+[[noreturn]] void exec_in_child(const ExecImage& image, pid_t parent, int out_fd, int err_fd, int status_fd) {
+  prepare_child(parent, out_fd, err_fd);
   ::execve(image.argv[0], image.argv.data(), image.envp.data());
   const int error = errno;
   [[maybe_unused]] const ssize_t ignored = ::write(status_fd, &error, sizeof error);
   ::_exit(127);
+}
+
+// Note [Forked ranks]
+// Loading Debian's LibTorch (about 290 shared objects and their static initialisers) costs a process about
+// 1 s of CPU before main() runs, and an exec'd rank pays it again. Given LaunchOptions::rank_main, the
+// launcher, which has paid it once, forks each rank and calls rank_main in the child without exec.
+// Forking without exec is sound only from a single-threaded process (a lock held by a thread that does not
+// exist in the child stays held forever), so the launcher counts its threads (/proc/self/task) first and
+// execs when there is more than one, or when ZHOST_LAUNCH=exec asks for it (a debugger or a preloaded tool
+// that must see a fresh process). What exec would have reset, the child resets by hand: the launcher's
+// signal handlers and descriptors, and the environment, replaced by the rank's. Libraries that read the
+// environment only when loaded keep the launcher's values: zhost sets what it relies on through their APIs
+// instead (thread counts: host/engine/cpu_threads.cpp; LibTorch's log level: engine::apply_log_environment).
+bool fork_without_exec_is_safe(std::string& why_not) {
+  const char* mode = std::getenv("ZHOST_LAUNCH");
+  if (mode != nullptr && std::string_view(mode) == "exec") {
+    why_not = "ZHOST_LAUNCH=exec";
+    return false;
+  }
+  std::error_code error;
+  size_t threads = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", error);
+       !error && it != std::filesystem::directory_iterator(); it.increment(error)) {
+    ++threads;
+  }
+  if (error || threads != 1) {
+    why_not = error ? "cannot count this process's threads: " + error.message()
+                    : fmt::format("the launcher runs {} threads", threads);
+    return false;
+  }
+  return true;
+}
+
+[[noreturn]] void run_forked_rank(const std::function<int()>& rank_main, const EnvMap& env,
+                                  const std::vector<int>& launcher_fds, pid_t parent, int out_fd, int err_fd) {
+  prepare_child(parent, out_fd, err_fd);
+  for (int signal : {SIGINT, SIGTERM, SIGCHLD}) ::signal(signal, SIG_DFL);  // SignalCapture's, in the launcher
+  for (int fd : launcher_fds) ::close(fd);
+  ::close(out_fd);
+  ::close(err_fd);
+  ::clearenv();
+  for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+  fast_exit(rank_main());  // as `zhost run` ends in main(): Note [Fast exit]
 }
 
 class Supervisor {
@@ -266,9 +321,16 @@ class Supervisor {
   }
 
   LaunchResult run() {
+    std::string why_not;
+    fork_only_ = options_.rank_main && fork_without_exec_is_safe(why_not);
+    if (fork_only_) {
+      spdlog::debug("launch: forking the ranks from this process (Note [Forked ranks])");
+    } else if (options_.rank_main) {
+      spdlog::debug("launch: starting the ranks by exec: {}", why_not);
+    }
     SignalCapture signals;
     try {
-      for (int local = 0; local < options_.nproc; ++local) start(local);
+      for (int local = 0; local < options_.nproc; ++local) start(local, signals.fds());
     } catch (...) {
       signal_running(SIGKILL);
       for (RankProcess& process : ranks_) {
@@ -300,15 +362,26 @@ class Supervisor {
     return env;
   }
 
-  void start(int local_rank) {
+  void start(int local_rank, const std::vector<int>& launcher_fds) {
     RankProcess& process = ranks_.emplace_back();
     process.local_rank = local_rank;
     process.rank = options_.node_rank * options_.nproc + local_rank;
-    const ExecImage image(options_.program, args_, rank_env(local_rank));
+    const EnvMap env = rank_env(local_rank);
+    std::optional<ExecImage> image;
+    if (!fork_only_) image.emplace(options_.program, args_, env);
     std::array<int, 2> out = make_pipe(), err = make_pipe(), status = make_pipe();
+    std::vector<int> child_closes = launcher_fds;
+    for (const RankProcess& other : ranks_) {
+      for (const LineReader* reader : {other.out.get(), other.err.get()}) {
+        if (reader != nullptr && reader->open()) child_closes.push_back(reader->fd());
+      }
+    }
+    child_closes.insert(child_closes.end(), {out[0], err[0], status[0], status[1]});
+    std::fflush(nullptr);  // nothing buffered in the launcher is written twice
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
-    if (pid == 0) exec_in_child(image, parent, out[1], err[1], status[1]);
+    if (pid == 0 && fork_only_) run_forked_rank(options_.rank_main, env, child_closes, parent, out[1], err[1]);
+    if (pid == 0) exec_in_child(*image, parent, out[1], err[1], status[1]);
     const int fork_error = errno;
     for (int* fd : {&out[1], &err[1], &status[1]}) close_fd(*fd);
     process.out = std::make_unique<LineReader>(out[0], OutputStream::kStdout);
@@ -487,6 +560,7 @@ class Supervisor {
   std::vector<RankProcess> ranks_;
   std::optional<Clock::time_point> kill_at_;
   bool interrupted_ = false;
+  bool fork_only_ = false;  // Note [Forked ranks]
   LaunchResult result_;
 };
 
@@ -531,6 +605,11 @@ std::string signal_name(int signal) {
     default:
       return fmt::format("signal {}", signal);
   }
+}
+
+void name_this_rank_process(int rank) {
+  const std::string name = fmt::format("zhost rank {}", rank);
+  ::prctl(PR_SET_NAME, name.c_str(), 0, 0, 0);  // the kernel keeps the first 15 characters
 }
 
 int pick_free_port() {

@@ -7,7 +7,8 @@
 // MASTER_ADDR, MASTER_PORT and ZHOST_LAUNCHED=1 (detect_rank_env() reads them back), and GLOG_minloglevel=3
 // unless set (LibTorch's own log lines would come before zhost's error). By default a rank runs
 // /proc/self/exe with this process's own arguments: the CLI must then act as a rank, not launch again, when
-// ZHOST_LAUNCHED=1. Ranks die with the launcher (PR_SET_PDEATHSIG); SIGINT/SIGTERM to the launcher are
+// ZHOST_LAUNCHED=1. Given rank_main, a rank is instead this process forked, running rank_main (Note [Forked
+// ranks] in launcher.cpp). Ranks die with the launcher (PR_SET_PDEATHSIG); SIGINT/SIGTERM to the launcher are
 // forwarded to them. Each rank runs in its own process group so that stopping it reaches its helpers too.
 #pragma once
 
@@ -40,6 +41,10 @@ struct LaunchOptions {
   // notice a stopped peer themselves after comm.timeout_s; this limit is the launcher's own, a bit longer.
   double stopped_rank_limit_s = 0;
   OutputSink on_output;  // default: "[rank N] line" to this process's stdout/stderr
+  // Optional. When set, each rank is a fork of this process that calls rank_main with the rank's environment
+  // in place and exits with what it returns; program and args are used only where forking is not safe
+  // (Note [Forked ranks]). Called in the child only; it must not return into the launcher's state.
+  std::function<int()> rank_main;
 };
 
 struct RankExit {
@@ -77,6 +82,11 @@ void check_address_resolves(const std::string& address, const std::string& what)
 // The most ranks --nproc may start on this node: kMaxRanksPerCore per online CPU core.
 inline constexpr int kMaxRanksPerCore = 4;
 int max_local_ranks();
+
+// Names this process "zhost rank R" (truncated to the kernel's 15 characters) in ps, top and /proc/PID/comm,
+// so that a rank can be told from the launcher and found by its rank: a forked rank's /proc/PID/environ
+// still shows the launcher's environment (Note [Forked ranks]).
+void name_this_rank_process(int rank);
 
 // "SIGKILL", "SIGSEGV", ... ("signal 42" when unknown).
 std::string signal_name(int signal);

@@ -1,6 +1,7 @@
 // tests/launch/launcher_test.cpp: the local-rank supervisor with a stand-in rank program: a killed or
 // failing rank stops the others within the bound and is named in one line, no rank outlives the launcher,
-// output lines are prefixed, exit codes propagate, signals to the launcher are forwarded.
+// output lines are prefixed, exit codes propagate, signals to the launcher are forwarded; ranks are forked
+// when a rank_main is given and forking is safe, and executed otherwise.
 #include "host/launch/launcher.hpp"
 
 #include <gtest/gtest.h>
@@ -10,12 +11,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <thread>
 
 #include "host/core/error.hpp"
+#include "tests/support/scoped_env.hpp"
 #include "tests/support/scratch_dir.hpp"
 
 namespace zhost::launch {
@@ -191,6 +195,55 @@ TEST(LauncherTest, RanksGetTheirEnvironment) {
         "ZHOST_LAUNCHED=1",           "GLOG_minloglevel=3",    "EXTRA=x"};
     EXPECT_EQ(launch.lines_of(rank), expected);
   }
+}
+
+// Note [Forked ranks]: given rank_main, a rank is this process forked. The child has the rank's environment
+// and default signal dispositions (not the launcher's handlers), its output is captured like an exec'd
+// rank's, and what rank_main returns is the rank's exit code. The program is not run.
+int forked_rank_main() {
+  struct sigaction term {};
+  ::sigaction(SIGTERM, nullptr, &term);
+  std::printf("forked RANK=%s LOCAL_WORLD_SIZE=%s ZHOST_LAUNCHED=%s EXTRA=%s SIGTERM %s\n", ::getenv("RANK"),
+              ::getenv("LOCAL_WORLD_SIZE"), ::getenv("ZHOST_LAUNCHED"), ::getenv("EXTRA"),
+              term.sa_handler == SIG_DFL ? "default" : "handled");
+  return std::string(::getenv("RANK")) == "1" ? 2 : 0;
+}
+
+TEST(LauncherTest, ForkedRanksRunRankMainWithTheirEnvironment) {
+  TestLaunch launch(2, {"--print-env"});
+  launch.options.env = {{"EXTRA", "x"}};
+  launch.options.rank_main = forked_rank_main;
+  const LaunchResult result = run_local_ranks(launch.options);
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.error.find("rank 1 (pid "), std::string::npos) << result.error;
+  EXPECT_NE(result.error.find("exited with code 2"), std::string::npos) << result.error;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(launch.lines_of(rank),
+              std::vector<std::string>{
+                  fmt::format("forked RANK={} LOCAL_WORLD_SIZE=2 ZHOST_LAUNCHED=1 EXTRA=x SIGTERM default", rank)});
+  }
+}
+
+// Forking without exec is unsafe from a process with other threads: the launcher then execs the program.
+TEST(LauncherTest, RanksAreExecutedWhenTheLauncherRunsOtherThreads) {
+  TestLaunch launch(2, {"--print-env"});
+  launch.options.rank_main = forked_rank_main;
+  std::promise<void> finish;
+  std::thread other([done = finish.get_future()]() mutable { done.wait(); });
+  const LaunchResult result = run_local_ranks(launch.options);
+  finish.set_value();
+  other.join();
+  EXPECT_EQ(result.exit_code, 0) << result.error;
+  EXPECT_EQ(launch.lines_of(1).at(0), "RANK=1");  // the program's output, not rank_main's
+}
+
+TEST(LauncherTest, ZhostLaunchExecForcesExec) {
+  zhost::testing::ScopedEnv exec("ZHOST_LAUNCH", "exec");
+  TestLaunch launch(2, {"--print-env"});
+  launch.options.rank_main = forked_rank_main;
+  const LaunchResult result = run_local_ranks(launch.options);
+  EXPECT_EQ(result.exit_code, 0) << result.error;
+  EXPECT_EQ(launch.lines_of(0).at(0), "RANK=0");
 }
 
 TEST(LauncherTest, MultiNodeGlobalRanks) {

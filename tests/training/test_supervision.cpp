@@ -172,3 +172,20 @@ TEST(ExitCodes, EveryDocumentedCodeIsWhatTheBinaryReturns) {
   EXPECT_EQ(WEXITSTATUS(*status), 128 + SIGINT) << job.err();
   EXPECT_TRUE(job.all_ranks_gone());
 }
+
+// Note [Forked ranks]: ranks forked from the launcher (the default) and ranks that exec zhost again
+// (ZHOST_LAUNCH=exec) train bit for bit alike, stage 2 on 2 ranks, and the launcher says which it did.
+TEST(Launch, ForkedAndExecutedRanksTrainBitForBitAlike) {
+  ScratchDir dir;
+  const std::string args = " --nproc 2 --set zero.stage=2 --set steps=4 --log-level debug";
+  RunOutput forked = run_zhost(dir.path(), small_job_config(), "forked", args);
+  RunOutput executed = run_zhost(dir.path(), small_job_config(), "executed", args, "ZHOST_LAUNCH=exec ");
+  ASSERT_EQ(forked.exit_code, 0) << forked.err;
+  ASSERT_EQ(executed.exit_code, 0) << executed.err;
+  EXPECT_NE(forked.err.find("launch: forking the ranks from this process"), std::string::npos) << forked.err;
+  EXPECT_NE(executed.err.find("launch: starting the ranks by exec: ZHOST_LAUNCH=exec"), std::string::npos)
+      << executed.err;
+  ASSERT_EQ(forked.losses.size(), 4u);
+  EXPECT_EQ(forked.losses, executed.losses);
+  EXPECT_EQ(weights_mismatch(forked, executed, 0, 0), "");
+}

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -27,13 +28,14 @@ std::vector<pid_t> children_of(pid_t pid) {
   return pids;
 }
 
-// RANK from the process's environment; -1 when it cannot be read.
+// The rank from the process's name ("zhost rank R", launch::name_this_rank_process); -1 before it has one.
 int rank_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  for (std::string entry; std::getline(in, entry, '\0');) {
-    if (entry.rfind("RANK=", 0) == 0) return std::stoi(entry.substr(5));
-  }
-  return -1;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  constexpr std::string_view kPrefix = "zhost rank ";
+  if (name.rfind(kPrefix, 0) != 0) return -1;
+  return std::atoi(name.c_str() + kPrefix.size());
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ class BackgroundJob {
   BackgroundJob(const BackgroundJob&) = delete;
   BackgroundJob& operator=(const BackgroundJob&) = delete;
 
-  // Waits until the launcher started its `nproc` ranks (known by RANK in their environment).
+  // Waits until the launcher started its `nproc` ranks (known by their process names, "zhost rank R").
   bool wait_for_ranks(double seconds);
   // Waits until training runs: the first metrics record, and the ranks known.
   bool wait_for_training();
