@@ -329,7 +329,7 @@ DeepSpeedImport Importer::run() {
   import_zero(*this, root);
   import_optimizer(*this, root);
   import_scheduler(*this, root);
-  import_features(root);
+  import_features(*this, root);
   root.finish();
   std::stable_sort(out_.records.begin(), out_.records.end(), [](const ImportRecord& a, const ImportRecord& b) {
     return std::tie(a.at.line, a.at.column) < std::tie(b.at.line, b.at.column);
@@ -340,5 +340,7 @@ DeepSpeedImport Importer::run() {
 }  // namespace zhost::config::ds
 
 namespace zhost::config {
-DeepSpeedImport import_deepspeed(const JsonConfig& json) { return ds::Importer(json).run(); }
+DeepSpeedImport import_deepspeed(const JsonConfig& json, const ImportOverrides& overrides) {
+  return ds::Importer(json, overrides).run();
+}
 }  // namespace zhost::config

@@ -6,7 +6,9 @@
 
 #include <toml++/toml.h>
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,8 +32,17 @@ struct DeepSpeedImport {
   std::vector<ImportRecord> records;              // in file order
 };
 
+// What the command line (--set) puts over the JSON's values where the mapping depends on them: DeepSpeed
+// reads offload_param only at stage 3, and the NVMe knobs and the aio table only when something goes to
+// NVMe. Unset members: the JSON's own values decide.
+struct ImportOverrides {
+  std::optional<int64_t> stage;                 // zero.stage
+  std::optional<std::string> optimizer_device;  // zero.offload_optimizer.device
+  std::optional<std::string> param_device;      // zero.offload_param.device
+};
+
 // Maps the parsed JSON. The "zhost" table, when present, holds zhost's own keys (model, data, steps, ...)
 // as they are written in TOML; they join the tree as they are.
-DeepSpeedImport import_deepspeed(const JsonConfig& json);
+DeepSpeedImport import_deepspeed(const JsonConfig& json, const ImportOverrides& overrides = {});
 
 }  // namespace zhost::config

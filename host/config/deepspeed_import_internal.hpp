@@ -59,8 +59,9 @@ class Section {
 
 class Importer {
  public:
-  explicit Importer(const JsonConfig& json) : json_(json) {}
+  Importer(const JsonConfig& json, const ImportOverrides& overrides) : json_(json), overrides_(overrides) {}
   DeepSpeedImport run();
+  const ImportOverrides& overrides() const { return overrides_; }
 
   // Sets a zhost key from the DeepSpeed key at `ds_path`; a key set twice is refused.
   void set(const std::string& zhost_path, const json& value, const std::string& ds_path, TextPosition at,
@@ -78,6 +79,7 @@ class Importer {
   void insert_zhost_node(const json& value, const std::string& zhost_path, const std::string& pointer);
 
   const JsonConfig& json_;
+  const ImportOverrides& overrides_;
   DeepSpeedImport out_;
 };
 
@@ -85,6 +87,6 @@ class Importer {
 void import_zero(Importer& importer, Section& root);
 void import_optimizer(Importer& importer, Section& root);
 void import_scheduler(Importer& importer, Section& root);
-void import_features(Section& root);  // monitoring, profiling, and features zhost lacks
+void import_features(Importer& importer, Section& root);  // monitoring, profiling, and features zhost lacks
 
 }  // namespace zhost::config::ds

@@ -16,19 +16,22 @@ constexpr const char* kMonitor = "monitoring only; zhost writes its metrics to R
 constexpr const char* kNvmeKnob =
     "a knob of NVMe offload, and this config offloads nothing to NVMe: it changes nothing";
 
-// Whether `table` (an offload_optimizer or offload_param object) names device "nvme".
-bool names_nvme(const json* table) {
+// Whether `table` (an offload_optimizer or offload_param object) names device "nvme"; a device set on the
+// command line (`device_override`) decides instead.
+bool names_nvme(const json* table, const std::optional<std::string>& device_override) {
+  if (device_override) return *device_override == "nvme";
   return table && table->is_object() && table->contains("device") && (*table)["device"] == "nvme";
 }
 
 // Whether the config offloads anything to NVMe (then aio and the NVMe knobs mean something).
-bool offloads_to_nvme(const json* root) {
-  if (!root || !root->is_object() || !root->contains("zero_optimization")) return false;
-  const json& zero = (*root)["zero_optimization"];
-  if (!zero.is_object()) return false;
-  for (const char* table : {"offload_optimizer", "offload_param"})
-    if (zero.contains(table) && names_nvme(&zero[table])) return true;
-  return false;
+bool offloads_to_nvme(const json* root, const ImportOverrides& overrides) {
+  const json* zero =
+      root && root->is_object() && root->contains("zero_optimization") ? &(*root)["zero_optimization"] : nullptr;
+  const auto table = [zero](const char* name) {
+    return zero && zero->is_object() && zero->contains(name) ? &(*zero)[name] : nullptr;
+  };
+  return names_nvme(table("offload_optimizer"), overrides.optimizer_device) ||
+         names_nvme(table("offload_param"), overrides.param_device);
 }
 
 }  // namespace
@@ -157,7 +160,7 @@ void import_zero(Importer& importer, Section& root) {
   Section optimizer = zero.sub("offload_optimizer");
   optimizer.map("device", "zero.offload_optimizer.device");
   optimizer.map("pin_memory", "zero.offload_optimizer.pin_memory");
-  const bool optimizer_on_nvme = names_nvme(optimizer.object());
+  const bool optimizer_on_nvme = names_nvme(optimizer.object(), importer.overrides().optimizer_device);
   for (const char* key : {"nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "fast_init"}) {
     if (optimizer_on_nvme)
       optimizer.map(key, std::string("zero.offload_optimizer.") + key);
@@ -168,8 +171,11 @@ void import_zero(Importer& importer, Section& root) {
   optimizer.inert("super_offload", false, "SuperOffload is a feature zhost lacks; set it to false");
   optimizer.note("cpuadam_cores_perc", "zhost's CPU optimizer threads are offload_cpu.threads");
   optimizer.finish();
-  const json* stage = zero.object() && zero.has("stage") ? &(*zero.object())["stage"] : nullptr;
-  if (stage && stage->is_number() && stage->get<double>() < 3 && zero.has("offload_param")) {
+  // The stage that will run: --set zero.stage over the JSON's.
+  const json* json_stage = zero.object() && zero.has("stage") ? &(*zero.object())["stage"] : nullptr;
+  std::optional<double> stage = importer.overrides().stage;
+  if (!stage && json_stage && json_stage->is_number()) stage = json_stage->get<double>();
+  if (stage && *stage < 3 && zero.has("offload_param")) {
     zero.note("offload_param", "DeepSpeed reads offload_param only at stage 3, so it changes nothing at this stage");
   } else {
     Section param = zero.sub("offload_param");
@@ -177,7 +183,7 @@ void import_zero(Importer& importer, Section& root) {
     param.map("buffer_count", "zero.offload_param.buffer_count");
     param.map("buffer_size", "zero.offload_param.buffer_size");
     param.note("pin_memory", "zhost's CPU tier keeps parameter shards in its own host buffers (no value changes)");
-    if (names_nvme(param.object()))
+    if (names_nvme(param.object(), importer.overrides().param_device))
       param.map("nvme_path", "zero.offload_param.nvme_path");
     else
       param.note("nvme_path", kNvmeKnob);
@@ -204,7 +210,7 @@ void import_zero(Importer& importer, Section& root) {
   zero.finish();
 }
 
-void import_features(Section& root) {
+void import_features(Importer& importer, Section& root) {
   // Monitoring and profiling: they observe the run, they do not change it. zhost has DeepSpeed's
   // comms_logger and the flops profiler's keys (enabling the profiler is refused: not built).
   Section comms = root.sub("comms_logger");
@@ -220,7 +226,7 @@ void import_features(Section& root) {
   }
   // DeepSpeed's asynchronous I/O: the NVMe tier's settings when something is offloaded to NVMe.
   Section aio = root.sub("aio");
-  if (offloads_to_nvme(root.object())) {
+  if (offloads_to_nvme(root.object(), importer.overrides())) {
     for (const char* key : {"block_size", "queue_depth", "intra_op_parallelism", "single_submit", "overlap_events",
                             "thread_count", "use_gds"})
       aio.map(key, std::string("aio.") + key);

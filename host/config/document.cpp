@@ -77,10 +77,29 @@ std::string place_prefix(const std::string& file, TextPosition at) {
   return at.line > 0 ? fmt::format("{}:{}:{}:", file, at.line, at.column) : file + ":";
 }
 
+// The values of --set assignments the DeepSpeed mapping depends on. A malformed assignment is skipped here:
+// apply_override() reports it.
+ImportOverrides import_overrides_from(const std::vector<std::string>& assignments) {
+  ImportOverrides overrides;
+  for (const std::string& assignment : assignments) {
+    const size_t equals = assignment.find('=');
+    if (equals == std::string::npos) continue;
+    const std::string path = trim(std::string_view(assignment).substr(0, equals));
+    const std::string value = trim(std::string_view(assignment).substr(equals + 1));
+    auto literal = parse_toml_literal(value);
+    const toml::node* node = literal ? literal->get(kLiteralKey) : nullptr;
+    if (path == "zero.stage" && node && node->is_integer()) overrides.stage = node->as_integer()->get();
+    const std::string text = node && node->is_string() ? node->as_string()->get() : value;
+    if (path == "zero.offload_optimizer.device") overrides.optimizer_device = text;
+    if (path == "zero.offload_param.device") overrides.param_device = text;
+  }
+  return overrides;
+}
+
 // A DeepSpeed JSON config mapped onto zhost's tree (Note [DeepSpeed JSON] in docs/config.md).
-void load_deepspeed_json(DocumentData& data, std::string_view text) {
+void load_deepspeed_json(DocumentData& data, std::string_view text, const std::vector<std::string>& overrides) {
   JsonConfig json = read_json_config(text, data.source_name);
-  DeepSpeedImport imported = import_deepspeed(json);
+  DeepSpeedImport imported = import_deepspeed(json, import_overrides_from(overrides));
   data.deepspeed = true;
   data.root = std::move(imported.root);
   for (const auto& [path, at] : imported.positions) data.places[path] = SourcePlace{data.source_name, at};
@@ -142,7 +161,7 @@ Document& Document::operator=(const Document& other) {
 Document::Document(Document&& other) noexcept = default;
 Document& Document::operator=(Document&& other) noexcept = default;
 
-Document Document::load_file(const std::string& path) {
+Document Document::load_file(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code ignored;
   const auto status = std::filesystem::status(path, ignored);
   if (std::filesystem::is_directory(status)) {
@@ -161,14 +180,15 @@ Document Document::load_file(const std::string& path) {
   std::ostringstream text;
   text << file.rdbuf();
   spdlog::debug("config: read {}", path);
-  return parse(text.str(), path);
+  return parse(text.str(), path, overrides);
 }
 
-Document Document::parse(std::string_view toml_text, const std::string& source_name) {
+Document Document::parse(std::string_view toml_text, const std::string& source_name,
+                         const std::vector<std::string>& overrides) {
   Document document;
   document.data_->source_name = source_name;
   if (looks_like_json(toml_text)) {
-    load_deepspeed_json(*document.data_, toml_text);
+    load_deepspeed_json(*document.data_, toml_text, overrides);
     return document;
   }
   try {

@@ -24,10 +24,13 @@ class Document {
   Document(Document&& other) noexcept;
   Document& operator=(Document&& other) noexcept;
 
-  // Throws UsageError "FILE: cannot read ..." or "FILE:LINE:COL: <parser's reason>".
-  static Document load_file(const std::string& path);
+  // Throws UsageError "FILE: cannot read ..." or "FILE:LINE:COL: <parser's reason>". `overrides`: the
+  // --set assignments that apply_overrides() will apply; a DeepSpeed JSON file is mapped with the stage and
+  // offload devices they set (what DeepSpeed would read depends on them), the other keys stay theirs.
+  static Document load_file(const std::string& path, const std::vector<std::string>& overrides = {});
   // `source_name` stands in for the file name in messages ("FILE:LINE:").
-  static Document parse(std::string_view toml_text, const std::string& source_name);
+  static Document parse(std::string_view toml_text, const std::string& source_name,
+                        const std::vector<std::string>& overrides = {});
 
   // Applies one override, the text after --set: "zero.stage=2", "zero.offload_optimizer.device=cpu",
   // "optimizer.betas=[0.9,0.95]". The value is read as TOML when it parses as one value (true, 3, 5e8,

@@ -127,8 +127,9 @@ void add_plugin_keys(config::Schema& schema, const LoadedPlugin& plugin, bool re
 }
 
 config::Document load_job_document(const JobSetupOptions& options) {
-  config::Document document =
-      options.config_file.empty() ? config::Document() : config::Document::load_file(options.config_file.string());
+  config::Document document = options.config_file.empty()
+                                  ? config::Document()
+                                  : config::Document::load_file(options.config_file.string(), options.overrides);
   if (!options.companion_file.empty()) {
     if (!document.is_deepspeed_json()) {
       fail_usage(

@@ -125,6 +125,40 @@ TEST(DeepSpeedJson, ImportRoundTripsToTheSameResolvedConfig) {
   EXPECT_NE(from_toml.out.find("warmup_max_lr = 0.001"), std::string::npos) << from_toml.out;  // DeepSpeed's default
 }
 
+// What DeepSpeed reads depends on the stage (offload_param only at stage 3) and on the offload devices (the
+// aio table only when something goes to NVMe): --set zero.stage and --set zero.offload_*.device decide that
+// mapping as they would in DeepSpeed's own config.
+TEST(DeepSpeedJson, SetStageAndDevicesDecideWhatTheJsonMapsTo) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({
+  "train_micro_batch_size_per_gpu": 2,
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}},
+  "aio": {"queue_depth": 16},
+  "zhost": {"steps": 3, "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8}}
+})");
+  const std::string param_note = "DeepSpeed reads offload_param only at stage 3, so it changes nothing at this stage";
+  const std::string aio_note =
+      "aio.queue_depth = 16: configures DeepSpeed's NVMe I/O, and this config offloads nothing";
+  CliResult two = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_NE(two.out.find(param_note), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("[zero.offload_param]\ndevice = \"none\"  # default"), std::string::npos) << two.out;
+
+  CliResult three = run_zhost(dir.path(), "config check ds.json --set zero.stage=3" + kPlugins);
+  ASSERT_EQ(three.exit_code, 0) << three.err;
+  EXPECT_EQ(three.out.find(param_note), std::string::npos) << three.out;
+  EXPECT_NE(three.out.find("device = \"cpu\"  # ds.json:3 (host)\n\n# plugins"), std::string::npos) << three.out;
+
+  CliResult nvme = run_zhost(
+      dir.path(),
+      "config check ds.json --set zero.offload_optimizer.device=nvme --set zero.offload_optimizer.nvme_path=." +
+          kPlugins);
+  ASSERT_EQ(nvme.exit_code, 0) << nvme.err;
+  EXPECT_NE(two.out.find(aio_note), std::string::npos) << two.out;
+  EXPECT_EQ(nvme.out.find(aio_note), std::string::npos) << nvme.out;
+  EXPECT_NE(nvme.out.find("queue_depth = 16  # ds.json:4"), std::string::npos) << nvme.out;
+}
+
 TEST(DeepSpeedJson, CheckWithNprocChecksTheBatchArithmetic) {
   ScratchDir dir;
   dir.write("ds.json", R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
