@@ -1,4 +1,4 @@
-// plugins/zero_common/gradient_reducer.hpp: the one bucketed gradient reduction of ZeRO stages 0, 1 and 2.
+// plugins/zero_common/gradient_reducer.hpp: the one bucketed gradient reduction of ZeRO stages 1 and 2.
 //
 // Gradients arrive in autograd's ready order (the same on every rank) and are copied into a bucket of up to
 // reduce_bucket_size elements; a parameter larger than the bucket gets a bucket of its own. A full bucket is

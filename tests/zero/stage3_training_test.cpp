@@ -218,9 +218,9 @@ std::vector<double> peak_memory_per_rank(const RunOutput& r, int ranks) {
 }
 
 // A llama of 101M parameters (fp32 model states 1.6 GB per rank at stage 0, 16Ψ) on 4 ranks. Each rank's
-// peak resident memory at stage 3 is at most 35% of a stage 0 rank's peak (measured 565 MB vs 3421 MB; stage
+// peak resident memory at stage 3 is at most 35% of a stage 0 rank's peak (measured 565 MB vs 2843 MB; stage
 // 0 runs on 2 ranks, as what a data-parallel rank holds does not depend on their number apart from its
-// split of the reduced gradients; its 3421 MB include 1.7 GB of communication buffers), and falls from 2 to
+// split of the reduced gradients; its 2843 MB include 609 MB of communication buffers), and falls from 2 to
 // 4 ranks. Under a per-process data limit of 1.2 GB
 // (ulimit -d, inherited by every rank) stage 3 trains and stage 0 stops with an out-of-memory message that
 // says what the states need and what to change. Gathers are bounded (prefetch one layer, at most two live,
