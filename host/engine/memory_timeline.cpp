@@ -38,7 +38,7 @@ double live_allocated_bytes(bool cuda) {
   return static_cast<double>(info.uordblks + info.hblkhd);
 }
 
-MemoryCategories memory_categories(const ModelStateBytes& s, double pinned, double activations) {
+MemoryCategories memory_categories(const ModelStateBytes& s, double pinned, double activations, double tier_storage) {
   const MemoryUsage usage = current_memory();
   return {{"params", s.params},
           {"grads", s.grads},
@@ -48,7 +48,7 @@ MemoryCategories memory_categories(const ModelStateBytes& s, double pinned, doub
           {"gather_window", s.gather_window},
           {"pinned", pinned},
           {"tier_host", s.offloaded},
-          {"tier_nvme", 0.0},
+          {"tier_nvme", tier_storage},
           {"activations", activations},
           {"rss", usage.rss_mb * 1048576.0},
           {"peak_rss", usage.peak_rss_mb * 1048576.0}};

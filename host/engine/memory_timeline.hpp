@@ -12,7 +12,10 @@
 //   gather_window      stage 3: parameter storage materialised at that moment (ParamStore)
 //   pinned             page-locked host buffers plugins hold from the host services (ZHOST_MEMORY_PINNED)
 //   tier_host          bytes an offload tier holds in host memory (the plugin's "offloaded")
-//   tier_nvme          always 0: no NVMe tier exists yet
+//   tier_nvme          bytes the storing offload tiers keep in storage of their own (storage_bytes of the
+//                      tiers without optimizer_setup: the NVMe tier's files, in whole 4 KiB blocks). These
+//                      bytes are also inside tier_host, which counts what the tiers hold for the partition
+//                      plugin wherever it is (the plugin's "offloaded")
 //   activations        bytes the forward of a micro-batch allocated and still held when it ended (malloc's
 //                      live bytes after the forward minus before: tcmalloc's current_allocated_bytes, or
 //                      glibc's mallinfo2), the largest over the step's micro-batches; on CUDA the caching
@@ -35,7 +38,8 @@ using MemoryCategories = std::vector<std::pair<std::string, double>>;  // name -
 // activations measurement; 0 when neither can tell.
 double live_allocated_bytes(bool cuda);
 
-MemoryCategories memory_categories(const ModelStateBytes& states, double pinned, double activations);
+MemoryCategories memory_categories(const ModelStateBytes& states, double pinned, double activations,
+                                   double tier_storage);
 
 // DeepSpeed's see_memory_usage: "<phase> | MA ... GB Max_MA ... GB CA ... GB | CPU Virtual Memory: used =
 // ... GB, percent = ...%" plus zhost's categories.

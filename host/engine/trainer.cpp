@@ -258,7 +258,8 @@ struct Trainer::Impl {
   // The memory categories (Note [Memory categories]) now, with this step's activation bytes.
   MemoryCategories memory_now() {
     return memory_categories(measure_model_states(false),
-                             static_cast<double>(services.live_buffer_bytes(ZHOST_MEMORY_PINNED)), activation_bytes);
+                             static_cast<double>(services.live_buffer_bytes(ZHOST_MEMORY_PINNED)), activation_bytes,
+                             static_cast<double>(services.tier_storage_bytes()));
   }
   void see_memory(const char* phase) {
     if (log_memory) spdlog::info("{}", see_memory_usage(phase, memory_now()));

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -437,6 +438,30 @@ void HostServices::set_tier(zhost_tier_role role, std::optional<TierRef> tier) {
   else
     state_->tiers.erase(role);
 }
+uint64_t HostServices::tier_storage_bytes() const {
+  std::vector<TierRef> tiers;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    for (const auto& entry : state_->tiers) {
+      const TierRef& tier = entry.second;
+      const bool seen = std::any_of(tiers.begin(), tiers.end(),
+                                    [&tier](const TierRef& other) { return other.instance == tier.instance; });
+      if (!seen) tiers.push_back(tier);
+    }
+  }
+  uint64_t bytes = 0;
+  for (const TierRef& tier : tiers) {  // outside the lock: a tier may call back into the services
+    if (!tier.api || !ZHOST_HAS_FIELD(tier.api, zhost_offload_api, memory) || !tier.api->memory) continue;
+    // A computing tier's storage_bytes are what it placed in a storing tier, which reports them itself.
+    if (ZHOST_HAS_FIELD(tier.api, zhost_offload_api, optimizer_setup) && tier.api->optimizer_setup) continue;
+    zhost_tier_memory memory{};
+    memory.struct_size = sizeof(memory);
+    throw_if_error(tier.api->memory(tier.instance, &memory), "offload tier '" + tier.name + "' memory");
+    bytes += memory.storage_bytes;
+  }
+  return bytes;
+}
+
 void HostServices::set_kv_store(std::shared_ptr<KvStore> store) { state_->kv = std::move(store); }
 void HostServices::set_default_timeout(std::chrono::milliseconds timeout) { state_->default_timeout = timeout; }
 

@@ -84,6 +84,10 @@ class HostServices {
   void set_pinned_allocator(PinnedAllocator allocate);
   // The tier that serves `role` (tier_for), or none.
   void set_tier(zhost_tier_role role, std::optional<TierRef> tier);
+  // What the installed storing tiers (no optimizer_setup) keep in storage of their own
+  // (zhost_tier_memory.storage_bytes, e.g. the NVMe tier's files), summed over distinct instances; a
+  // computing tier's storage_bytes are counted by the tier holding them. Call it from the training thread.
+  uint64_t tier_storage_bytes() const;
   void set_kv_store(std::shared_ptr<KvStore> store);
   void set_default_timeout(std::chrono::milliseconds timeout);
 

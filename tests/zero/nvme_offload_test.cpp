@@ -13,6 +13,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <regex>
 #include <string>
@@ -44,6 +46,15 @@ std::string on_nvme(const fs::path& folder, const std::string& engine) {
 }
 
 bool empty_folder(const fs::path& folder) { return fs::is_empty(folder); }
+
+// Rank 0's memory category `name` (Note [Memory categories]) in the run's last metrics.jsonl record.
+double last_memory_category(const RunOutput& r, const std::string& name) {
+  std::ifstream in(r.run_dir / "metrics.jsonl");
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return nlohmann::json::parse(last).at("memory").at(name).get<double>();
+}
 
 struct Case {
   const char* name;
@@ -87,6 +98,15 @@ TEST_P(NvmeOffload, EqualsPlainCpuOffloadBitForBit) {
   EXPECT_EQ(nvme.losses, plain.losses);
   EXPECT_EQ(weights_mismatch(nvme, plain, 0, 0), "");
   EXPECT_TRUE(empty_folder(dir.path() / "nvme")) << "the job left files under nvme_path";
+  // Memory category tier_nvme: the tier's files. On one rank they hold the fp32 master, exp_avg and
+  // exp_avg_sq of every parameter (12 bytes each), in chunks of 1000 elements rounded up to 4 KiB blocks.
+  EXPECT_EQ(last_memory_category(plain, "tier_nvme"), 0);
+  if (std::string(GetParam().args).find("--nproc 1") != std::string::npos) {
+    const double states = 12 * read_model_states(nvme).at("num_params").get<double>();
+    const double on_nvme = last_memory_category(nvme, "tier_nvme");
+    EXPECT_GE(on_nvme, states);
+    EXPECT_LE(on_nvme, states * 1.1);
+  }
 }
 
 // Stage 3's parameter shards on NVMe (zero.offload_param.device = "nvme", the optimizer on the CPU tier):

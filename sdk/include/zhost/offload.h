@@ -96,6 +96,9 @@ typedef struct zhost_tier_step_args {
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_step_args, ZHOST_TIER_STEP_ARGS_SIZE);
 
 /* Bytes a tier holds in host memory (and on its storage) for all its groups and buffers. */
+/* What a tier holds now. host_bytes: host memory it allocated (buffers, staging, resident states).
+ * storage_bytes: a storing tier: what its own storage holds (the NVMe tier: its files, in whole blocks);
+ * a computing tier: what it placed in its storing tier (that tier counts the same bytes itself). */
 typedef struct zhost_tier_memory {
   size_t struct_size;
   const zhost_ext_header* ext;
