@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <stdexcept>
 #include <thread>
 
 #include "host/comm/c10d_compat.hpp"
@@ -520,10 +521,14 @@ void join(Job& job, const Rendezvous& rendezvous) {
 }
 
 compat::StorePtr connect_store(const Rendezvous& rendezvous, bool host_it) {
-  if (!host_it) {
-    detail::wait_until_listening(rendezvous.master_addr, rendezvous.master_port,
-                                 Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                    std::chrono::duration<double>(rendezvous.timeout_s)));
+  // The client's own retries would wait the whole timeout again after this one (store_listener.hpp).
+  if (!host_it &&
+      !detail::wait_until_listening(rendezvous.master_addr, rendezvous.master_port,
+                                    Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                       std::chrono::duration<double>(rendezvous.timeout_s)))) {
+    throw std::runtime_error(
+        "nothing accepted a connection there; rank 0 hosts the store: check that it started and that MASTER_ADDR "
+        "and MASTER_PORT name its host and port");
   }
   return compat::make_tcp_store(rendezvous.master_addr, rendezvous.master_port, host_it, rendezvous.world_size,
                                 to_ms(rendezvous.timeout_s));

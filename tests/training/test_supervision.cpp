@@ -189,3 +189,18 @@ TEST(Launch, ForkedAndExecutedRanksTrainBitForBitAlike) {
   EXPECT_EQ(forked.losses, executed.losses);
   EXPECT_EQ(weights_mismatch(forked, executed, 0, 0), "");
 }
+
+// A rank whose rank 0 never comes gives up once, after comm.timeout_s, naming the store and what to check
+// (waiting for the store's port first must not add the TCPStore client's own timeout on top).
+TEST(Rendezvous, ARankWithoutRankZeroGivesUpAfterOneTimeout) {
+  ScratchDir dir;
+  const auto started = Clock::now();
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "alone", "--set comm.timeout_s=4",
+                          "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) + " ");
+  const double seconds = seconds_since(started);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("rendezvous: rank 1 could not reach the store at 127.0.0.1:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 0 hosts the store: check that it started"), std::string::npos) << r.err;
+  EXPECT_GE(seconds, 4.0);
+  EXPECT_LT(seconds, 7.5) << "two timeouts: the store's port and then the client";
+}
