@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "host/config/json_reader.hpp"
@@ -77,15 +78,21 @@ std::string place_prefix(const std::string& file, TextPosition at) {
   return at.line > 0 ? fmt::format("{}:{}:{}:", file, at.line, at.column) : file + ":";
 }
 
+// A --set assignment's KEY and VALUE, trimmed; nullopt without '='.
+std::optional<std::pair<std::string, std::string>> split_assignment(std::string_view assignment) {
+  const size_t equals = assignment.find('=');
+  if (equals == std::string_view::npos) return std::nullopt;
+  return std::make_pair(trim(assignment.substr(0, equals)), trim(assignment.substr(equals + 1)));
+}
+
 // The values of --set assignments the DeepSpeed mapping depends on. A malformed assignment is skipped here:
 // apply_override() reports it.
 ImportOverrides import_overrides_from(const std::vector<std::string>& assignments) {
   ImportOverrides overrides;
   for (const std::string& assignment : assignments) {
-    const size_t equals = assignment.find('=');
-    if (equals == std::string::npos) continue;
-    const std::string path = trim(std::string_view(assignment).substr(0, equals));
-    const std::string value = trim(std::string_view(assignment).substr(equals + 1));
+    const auto split = split_assignment(assignment);
+    if (!split) continue;
+    const auto& [path, value] = *split;
     auto literal = parse_toml_literal(value);
     const toml::node* node = literal ? literal->get(kLiteralKey) : nullptr;
     if (path == "zero.stage" && node && node->is_integer()) overrides.stage = node->as_integer()->get();
@@ -201,12 +208,9 @@ Document Document::parse(std::string_view toml_text, const std::string& source_n
 
 void Document::apply_override(std::string_view assignment) {
   const std::string shown = text::excerpt(assignment);  // in messages
-  size_t equals = assignment.find('=');
-  if (equals == std::string_view::npos) {
-    fail_usage("--set {}: expected KEY=VALUE, e.g. --set zero.stage=2", shown);
-  }
-  std::string path = trim(assignment.substr(0, equals));
-  std::string value_text = trim(assignment.substr(equals + 1));
+  const auto split = split_assignment(assignment);
+  if (!split) fail_usage("--set {}: expected KEY=VALUE, e.g. --set zero.stage=2", shown);
+  const auto& [path, value_text] = *split;
   const std::string shown_path = text::excerpt(path);
   if (!is_valid_path(path)) {
     fail_usage(
