@@ -234,7 +234,7 @@ TEST(Stage3Memory, FourRanksTrainAModelStageZeroCannotHold) {
       " --set zero.stage=3 --set zero.stage3_param_persistence_threshold=1000 --set zero.stage3_max_reuse_distance=0"
       " --set zero.sub_group_size=1000000 --set zero.stage3_prefetch_bucket_size=3200000"
       " --set zero.stage3_max_live_parameters=6400000";
-  const std::string limit = "ulimit -d 1200000 && ";  // KiB: 1.2 GB of data per process
+  const std::string limit = "ulimit -d 1200000 && ";                               // KiB: 1.2 GB of data per process
   RunOutput base = train(dir, "stage0", model + " --nproc 2 --set zero.stage=0");  // a rank's share: N-free
   RunOutput two = train(dir, "stage3x2", model + " --nproc 2" + stage3);
   RunOutput four = run_zhost(dir.path(), small_job_config(), "stage3x4", model + " --nproc 4" + stage3, limit);
