@@ -189,8 +189,8 @@ const zhost_plugin_descriptor* describe() {
   static sdk::DescriptorBuilder builder("stage0", "0.1.0", ZHOST_KIND_PARTITION);
   builder
       .summary(
-          "data parallelism (the host's own): whole model states on every rank, bucketed gradient reduction shared "
-          "with stages 1-3")
+          "data parallelism (the host's own): whole model states on every rank, gradients reduce-scattered and "
+          "gathered from one flat buffer, summed in the rank order of stages 1-3")
       .provides({"partition:stage0"})
       .config_int("zero.reduce_bucket_size", 500000000, "elements per gradient reduction bucket", 1, 1e15)
       .config_bool("zero.reduce_each_micro_batch", false,
