@@ -33,6 +33,7 @@
 #include "zhost/kit/dlpack_views.hpp"
 #include "zhost/kit/grad_numerics.hpp"
 #include "zhost/kit/optimizer.hpp"
+#include "zhost/kit/state_io.hpp"
 
 namespace zhost::stage0 {
 namespace {
@@ -115,6 +116,26 @@ class DataParallel : public sdk::PartitionHooks {
       }
     }
     mine_.zero_();
+  }
+
+  // Checkpoints (docs/checkpoints.md): every rank holds every state, and saves only its split of the flat
+  // layout, so that the ranks write in parallel and each element once.
+  void save_state(const zhost_state_io& io) {
+    const int64_t split = layout_.partition_size(), begin = rank_ * split;
+    for (const zero::Segment& s : layout_.segments(begin, begin + split)) {
+      const Param& p = params_[s.param];
+      for (const auto& [name, values] : kit::flat_states(p.master.view({-1}), p.state))
+        host_.check(kit::put_state(io, s.param, name, s.param_offset, values.narrow(0, s.param_offset, s.length)));
+    }
+  }
+
+  void load_state(const zhost_state_io& io) {
+    for (size_t id = 0; id < params_.size(); ++id) {
+      Param& p = params_[id];
+      for (const auto& [name, values] : kit::flat_states(p.master.view({-1}), p.state))
+        host_.check(kit::get_state(io, static_cast<uint32_t>(id), name, 0, values));
+      if (!p.master.is_same(p.model)) kit::copy_master_to_model(p.model, p.master);
+    }
   }
 
  private:

@@ -29,8 +29,8 @@ Stage3Options read_options(const sdk::Host& host) {
         "regardless, as with true");
   if (!host.config_bool("zero.stage3_gather_16bit_weights_on_model_save"))
     host.info(
-        "zero.stage3_gather_16bit_weights_on_model_save = false: zhost has no per-rank checkpoint format yet, so "
-        "run.save_final_weights gathers the weights regardless (unit by unit)");
+        "zero.stage3_gather_16bit_weights_on_model_save = false: zhost's checkpoints keep every rank's shards "
+        "(docs/checkpoints.md), and run.save_final_weights gathers the weights regardless (unit by unit)");
   return o;
 }
 

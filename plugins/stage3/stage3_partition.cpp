@@ -16,6 +16,7 @@
 #include "zhost/kit/format.hpp"
 #include "zhost/kit/grad_numerics.hpp"
 #include "zhost/kit/optimizer.hpp"
+#include "zhost/kit/state_io.hpp"
 #include "zhost/offload.h"
 
 namespace zhost::stage3 {
@@ -660,6 +661,46 @@ void Stage3Partition::memory(zhost_model_state_bytes& out) const {
   // Gradient staging lives only while a unit reduces (at most reduce_bucket_size); parameter staging stays.
   out.buffers = 0;
   for (const Staging& slot : staging_) out.buffers += slot.buffer.nbytes();
+}
+
+template <typename Visit>
+void Stage3Partition::for_each_shard_run(Visit&& visit) const {
+  for (const FetchUnit& unit : layout_.units()) {
+    const int64_t begin = rank_ * unit.shard, end = begin + unit.shard;
+    for (size_t i = 0; i < unit.params.size(); ++i) {
+      const int64_t p_begin = unit.offsets[i], p_end = p_begin + param_numels_[unit.params[i]];
+      const int64_t lo = std::max(begin, p_begin), hi = std::min(end, p_end);
+      if (lo < hi) visit(unit.params[i], lo - p_begin, unit.sub_group, unit.sub_group_offset + (lo - begin), hi - lo);
+    }
+  }
+}
+
+// Checkpoints (docs/checkpoints.md): this rank's shards of the masters and optimizer states, parameter by
+// parameter. Loading fills them from whatever ranks and stage saved them, refreshes the 16-bit shards and
+// gathers the persistent unit again (the others are gathered when next needed).
+void Stage3Partition::save_state(const zhost_state_io& io) {
+  tier_.refuse_checkpoint("save");
+  for_each_shard_run([&](uint32_t param, int64_t param_offset, int group, int64_t offset, int64_t length) {
+    const SubGroupState& g = sub_groups_[static_cast<size_t>(group)];
+    for (const auto& [name, values] : kit::flat_states(g.master, g.state))
+      host_.check(kit::put_state(io, param, name, param_offset, values.narrow(0, offset, length)));
+  });
+}
+
+void Stage3Partition::load_state(const zhost_state_io& io) {
+  tier_.refuse_checkpoint("load");
+  if (in_micro_batch_) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "stage3: load_state called inside a micro-batch");
+  for_each_shard_run([&](uint32_t param, int64_t param_offset, int group, int64_t offset, int64_t length) {
+    const SubGroupState& g = sub_groups_[static_cast<size_t>(group)];
+    for (const auto& [name, values] : kit::flat_states(g.master, g.state))
+      host_.check(kit::get_state(io, param, name, param_offset, values.narrow(0, offset, length)));
+  });
+  for (SubGroupState& g : sub_groups_)
+    if (g.shard.defined()) kit::copy_master_to_model(g.shard, g.master);
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].residency == Residency::kLive && !layout_.units()[u].persistent) release(static_cast<int>(u));
+  saving_unit_ = -1;
+  gather_persistent();
 }
 
 }  // namespace zhost::stage3

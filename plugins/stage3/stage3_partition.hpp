@@ -87,6 +87,8 @@ class Stage3Partition : public sdk::PartitionHooks {
   void step(zhost_step_args& args);
   void memory(zhost_model_state_bytes& out) const;
   void gather_param(uint32_t id, DLTensor& out);
+  void save_state(const zhost_state_io& io);
+  void load_state(const zhost_state_io& io);
 
  private:
   // A tier, and device memory apart from host memory: copies stage the data (copies_ is found with a tier).
@@ -155,6 +157,10 @@ class Stage3Partition : public sdk::PartitionHooks {
   void step_offloaded(double grad_scale, int64_t step, double lr);
   void step_into_parameter_tier(size_t sub_group, double grad_scale, int64_t step, double lr);
   std::string unit_name(int unit) const;
+  // Checkpoints: calls visit(param, param_offset, sub_group, offset in the sub-group, length) for each run of
+  // this rank's shards that belongs to one parameter.
+  template <typename Visit>
+  void for_each_shard_run(Visit&& visit) const;
   const zhost_param_services& params() const;
 
   sdk::Host host_;

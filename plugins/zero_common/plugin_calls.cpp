@@ -158,6 +158,15 @@ uint64_t OptimizerTier::bytes() const {
   return memory.host_bytes + memory.storage_bytes;
 }
 
+void OptimizerTier::refuse_checkpoint(const char* action) const {
+  if (!active()) return;
+  throw sdk::PluginError(
+      ZHOST_ERR_UNSUPPORTED,
+      kit::format("cannot {} a checkpoint while tier '{}' holds the optimizer: checkpoints do not carry offload "
+                  "tiers' state yet (docs/checkpoints.md); train without zero.offload_optimizer to checkpoint",
+                  action, name()));
+}
+
 HostCopies::Copy& HostCopies::Copy::operator=(Copy&& other) noexcept {
   if (this != &other) {
     Copy old(std::move(*this));

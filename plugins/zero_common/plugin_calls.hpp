@@ -121,6 +121,9 @@ class OptimizerTier {
   void step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& params_out) const;
   // Bytes the tier holds (host memory and storage) for all its groups.
   uint64_t bytes() const;
+  // Throws ZHOST_ERR_UNSUPPORTED when active: checkpoints do not carry a tier's groups yet (docs/checkpoints.md).
+  // `action`: "save" or "load".
+  void refuse_checkpoint(const char* action) const;
 
   // Whether the tier steps ranges of a group (offload table 0.3), and one such step: elements [offset,
   // offset + numel(params_out)) of group `key`.

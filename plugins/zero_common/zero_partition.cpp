@@ -13,6 +13,7 @@
 #include "zhost/kit/format.hpp"
 #include "zhost/kit/grad_numerics.hpp"
 #include "zhost/kit/optimizer.hpp"
+#include "zhost/kit/state_io.hpp"
 
 namespace zhost::zero {
 
@@ -196,6 +197,27 @@ void ZeroPartition::memory(zhost_model_state_bytes& out) const {
   out.master = master_.nbytes();
   out.optimizer = static_cast<uint64_t>(state_.bytes());
   out.grads = options_.stage == 2 ? grad_partition_.nbytes() : 0;  // stage 1: the host's .grad holds them
+}
+
+// Checkpoints (docs/checkpoints.md): this rank's partition of the masters and optimizer states, parameter by
+// parameter; loading fills the partition from whatever ranks saved it, then all-gathers the parameters.
+void ZeroPartition::save_state(const zhost_state_io& io) {
+  tier_.refuse_checkpoint("save");
+  const int64_t begin = rank_ * layout_.partition_size();
+  const auto states = kit::flat_states(master_, state_);
+  for (const Segment& s : layout_.segments(begin, begin + layout_.partition_size()))
+    for (const auto& [name, values] : states)
+      host_.check(kit::put_state(io, s.param, name, s.param_offset, values.narrow(0, s.flat_offset - begin, s.length)));
+}
+
+void ZeroPartition::load_state(const zhost_state_io& io) {
+  tier_.refuse_checkpoint("load");
+  const int64_t begin = rank_ * layout_.partition_size();
+  const auto states = kit::flat_states(master_, state_);
+  for (const Segment& s : layout_.segments(begin, begin + layout_.partition_size()))
+    for (const auto& [name, values] : states)
+      host_.check(kit::get_state(io, s.param, name, s.param_offset, values.narrow(0, s.flat_offset - begin, s.length)));
+  gather_updated_partitions(master_);
 }
 
 }  // namespace zhost::zero

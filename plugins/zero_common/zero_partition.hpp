@@ -58,6 +58,8 @@ class ZeroPartition : public sdk::PartitionHooks {
   void backward_end();
   void step(zhost_step_args& args);
   void memory(zhost_model_state_bytes& out) const;
+  void save_state(const zhost_state_io& io);
+  void load_state(const zhost_state_io& io);
 
  private:
   // A tier, and device memory apart from host memory: copies stage the data (copies_ is found with a tier).

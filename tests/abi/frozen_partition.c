@@ -17,6 +17,8 @@
 #define PLUGIN_NAME "frozen_dp_v0_2"
 #elif ZHOST_ABI_MINOR == 3
 #define PLUGIN_NAME "frozen_dp_v0_3"
+#elif ZHOST_ABI_MINOR == 4
+#define PLUGIN_NAME "frozen_dp_v0_4"
 #else
 #error "built against headers of an unexpected minor"
 #endif

@@ -15,6 +15,8 @@
 #define TIER_NAME "frozen_tier_v0_2"
 #elif ZHOST_ABI_MINOR == 3
 #define TIER_NAME "frozen_tier_v0_3"
+#elif ZHOST_ABI_MINOR == 4
+#define TIER_NAME "frozen_tier_v0_4"
 #else
 #error "built against headers of an unexpected minor"
 #endif
@@ -164,6 +166,9 @@ static const zhost_offload_api k_offload = {
     NULL, NULL, NULL, tier_memory, /* a storing tier: no optimizer */
 #if ZHOST_ABI_MINOR >= 3
     NULL, NULL, /* 0.3: optimizer_step_range, order_compute_after */
+#endif
+#if ZHOST_ABI_MINOR >= 4
+    NULL, NULL, /* 0.4: test_event, optimizer_drop */
 #endif
 };
 

@@ -141,10 +141,8 @@ TEST_P(FrozenPlugins, LoadNegotiateCreateRunAndDestroy) {
   EXPECT_EQ(host.live_buffer_bytes(ZHOST_MEMORY_HOST), 0u);  // released by the plugin's destroy()
 }
 
-INSTANTIATE_TEST_SUITE_P(Minors, FrozenPlugins,
-                         ::testing::Values(FrozenTier{1, ZHOST_OFFLOAD_API_SIZE_0_2},
-                                           FrozenTier{2, ZHOST_OFFLOAD_API_SIZE_0_2},
-                                           FrozenTier{3, ZHOST_OFFLOAD_API_SIZE_0_3}),
-                         [](const ::testing::TestParamInfo<FrozenTier>& tier) {
-                           return "v0_" + std::to_string(tier.param.minor);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Minors, FrozenPlugins,
+    ::testing::Values(FrozenTier{1, ZHOST_OFFLOAD_API_SIZE_0_2}, FrozenTier{2, ZHOST_OFFLOAD_API_SIZE_0_2},
+                      FrozenTier{3, ZHOST_OFFLOAD_API_SIZE_0_3}, FrozenTier{4, ZHOST_OFFLOAD_API_SIZE}),
+    [](const ::testing::TestParamInfo<FrozenTier>& tier) { return "v0_" + std::to_string(tier.param.minor); });

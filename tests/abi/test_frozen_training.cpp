@@ -1,5 +1,5 @@
 // tests/abi/test_frozen_training.cpp: a real `zhost run` on two ranks (processes over Gloo) trains with a
-// partition plugin built against the frozen 0.1, 0.2 and 0.3 SDK headers (frozen_partition.c), and ends
+// partition plugin built against the frozen 0.1 to 0.4 SDK headers (frozen_partition.c), and ends
 // with the same losses and weights as the host's own data-parallel stage 0 on the same job: the old
 // plugin's tables, setup, hooks, collectives and step are all served right by this host.
 #include <gtest/gtest.h>
@@ -39,7 +39,23 @@ TEST_P(FrozenPartition, TrainsAsTheHostsOwnDataParallelStage) {
   EXPECT_LT(old_plugin.losses.back(), old_plugin.losses.front());  // it trains
 }
 
-INSTANTIATE_TEST_SUITE_P(Minors, FrozenPartition, ::testing::Values(1, 2, 3),
+// Checkpoints need the 0.5 table's save_state: an older plugin trains, but a job that saves is refused at start.
+TEST(FrozenPartitionCheckpoint, AJobThatSavesIsRefusedAtStartNamingTheRebuild) {
+  ScratchDir dir;
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "old",
+                          kSgd +
+                              " --set zero.stage=1 --set checkpoint.interval=2 --set checkpoint.dir=ckpt "
+                              "--plugin-path " +
+                              ZHOST_FROZEN_PARTITION_DIR + "/v0_4");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(
+      r.err.find("partition plugin 'frozen_dp_v0_4' cannot save its state (built against zhost ABI 0.4 or older)"),
+      std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.losses.empty());  // refused before the first step
+}
+
+INSTANTIATE_TEST_SUITE_P(Minors, FrozenPartition, ::testing::Values(1, 2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& minor) {
                            return "v0_" + std::to_string(minor.param);
                          });

@@ -32,8 +32,9 @@ extern "C" {
  *                4 = the tier contract: descriptor flags TIER_STORES/TIER_COMPUTES/TIER_USES_STORAGE, tier
  *                    role ZHOST_TIER_FOR_OPTIMIZER_STORAGE, the offload table gains test_event and
  *                    optimizer_drop, zhost_tier_step_args gains offset, zhost_optimizer_desc moves to
- *                    zhost/optimizer.h. */
-#define ZHOST_ABI_MINOR 4
+ *                    zhost/optimizer.h;
+ *                5 = the partition table gains save_state and load_state (zhost_state_io, checkpoints). */
+#define ZHOST_ABI_MINOR 5
 
 /* The exported entry symbol for a major version. Hosts probe the newest major they know first. */
 #define ZHOST_ENTRY_SYMBOL_V0 "zhost_plugin_v0"

@@ -119,6 +119,41 @@ typedef struct zhost_model_state_bytes {
 #define ZHOST_MODEL_STATE_BYTES_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_model_state_bytes, offloaded) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_model_state_bytes, ZHOST_MODEL_STATE_BYTES_SIZE);
 
+/* ---- 0.5: model state out and in, for checkpoints (docs/checkpoints.md, "Fragments") ----------------------
+ * A partition plugin's model state is, for each parameter, its fp32 master ("master") and its optimizer states
+ * under the names of zhost/optimizer.h's kinds ("exp_avg", "exp_avg_sq", "momentum_buffer"), each an fp32
+ * tensor of the parameter's shape, of which each rank holds some element ranges. The plugin describes what
+ * it holds as fragments: elements [offset, offset + numel(data)) of the flattened parameter's state `state`. */
+typedef struct zhost_state_fragment {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  uint32_t param_id;
+  const char* state; /* "master" or an optimizer state's name; borrowed for the call */
+  int64_t offset;    /* first element, in the flattened parameter */
+  DLTensor* data;    /* 1-D, contiguous, fp32, in host memory or on the training device; borrowed for the call.
+                      * save_state: the values (the host copies them before put returns); load_state: the
+                      * destination get fills */
+} zhost_state_fragment;
+#define ZHOST_STATE_FRAGMENT_SIZE ZHOST_STRUCT_SIZE(zhost_state_fragment, data)
+#define ZHOST_STATE_FRAGMENT_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_state_fragment, data) /* since 0.5 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_state_fragment, ZHOST_STATE_FRAGMENT_SIZE);
+
+/* The host's side of save_state and load_state; the table and `user` are borrowed for the call. */
+typedef struct zhost_state_io {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  void* user; /* pass back unchanged */
+  /* save_state: one fragment of state this rank saves. Across the ranks every element of every state is put
+   * exactly once: a plugin whose ranks hold copies (data parallelism) puts only a share of them. */
+  zhost_status* (*put)(void* user, const zhost_state_fragment* fragment);
+  /* load_state: fills fragment->data from the checkpoint, whatever world size, stage or plugin saved it;
+   * fails (a status naming the parameter and the state) when the checkpoint lacks an element. */
+  zhost_status* (*get)(void* user, zhost_state_fragment* fragment);
+} zhost_state_io;
+#define ZHOST_STATE_IO_SIZE ZHOST_STRUCT_SIZE(zhost_state_io, get)
+#define ZHOST_STATE_IO_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_state_io, get) /* since 0.5 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_state_io, ZHOST_STATE_IO_SIZE);
+
 typedef struct zhost_partition_api {
   size_t struct_size;
   const zhost_ext_header* ext;
@@ -141,8 +176,18 @@ typedef struct zhost_partition_api {
    * parameter `param_id` into `out` (its shape, contiguous, any dtype; host memory), e.g. to save the model.
    * Collective: every rank calls it with the same ids in the same order, outside a micro-batch. */
   zhost_status* (*gather_param)(zhost_plugin_instance* self, uint32_t param_id, DLTensor* out);
+  /* 0.5, optional (NULL, or ZHOST_ERR_UNSUPPORTED: the job cannot save checkpoints): io->put for every
+   * fragment of master and optimizer state this rank saves. Called on every rank at a step boundary, outside
+   * a micro-batch; the plugin's state does not change. */
+  zhost_status* (*save_state)(zhost_plugin_instance* self, const zhost_state_io* io);
+  /* 0.5, optional (NULL: the job cannot resume): io->get for every fragment of state this rank holds, then
+   * the parameters' values made consistent with the loaded masters (16-bit copies, shards, all-gathers), as
+   * after a step. Collective: every rank calls it once, after setup() and before the first micro-batch. */
+  zhost_status* (*load_state)(zhost_plugin_instance* self, const zhost_state_io* io);
 } zhost_partition_api;
-#define ZHOST_PARTITION_API_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, gather_param)
+#define ZHOST_PARTITION_API_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, load_state)
+/* What a plugin built for ABI 0.2 to 0.4 fills: everything up to gather_param. */
+#define ZHOST_PARTITION_API_SIZE_0_4 ZHOST_STRUCT_SIZE(zhost_partition_api, gather_param)
 #define ZHOST_PARTITION_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, memory) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_partition_api, ZHOST_PARTITION_API_SIZE);
 

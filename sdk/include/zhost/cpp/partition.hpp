@@ -32,6 +32,13 @@ struct PartitionHooks {
   void gather_param(uint32_t, DLTensor&) {
     throw PluginError(ZHOST_ERR_UNSUPPORTED, "this partition plugin keeps whole parameters: nothing to gather");
   }
+  // Checkpoints (0.5): a class that does not define these cannot save or resume.
+  void save_state(const zhost_state_io&) {
+    throw PluginError(ZHOST_ERR_UNSUPPORTED, "this partition plugin cannot save its state to a checkpoint");
+  }
+  void load_state(const zhost_state_io&) {
+    throw PluginError(ZHOST_ERR_UNSUPPORTED, "this partition plugin cannot load its state from a checkpoint");
+  }
 };
 
 template <typename T>
@@ -57,7 +64,11 @@ struct PartitionTableOf {
       [](zhost_plugin_instance* s) { return guard([&] { self(s).backward_end(); }); },
       [](zhost_plugin_instance* s, zhost_step_args* args) { return guard([&] { self(s).step(*args); }); },
       [](zhost_plugin_instance* s, zhost_model_state_bytes* out) { return guard([&] { self(s).memory(*out); }); },
-      [](zhost_plugin_instance* s, uint32_t id, DLTensor* out) { return guard([&] { self(s).gather_param(id, *out); }); },
+      [](zhost_plugin_instance* s, uint32_t id, DLTensor* out) {
+        return guard([&] { self(s).gather_param(id, *out); });
+      },
+      [](zhost_plugin_instance* s, const zhost_state_io* io) { return guard([&] { self(s).save_state(*io); }); },
+      [](zhost_plugin_instance* s, const zhost_state_io* io) { return guard([&] { self(s).load_state(*io); }); },
   };
 };
 
