@@ -96,6 +96,12 @@ int main(int argc, char** argv) {
   run_cmd
       ->add_option("--master-port", run.master_port, "port of rank 0's rendezvous (with --nproc; 0: pick a free one)")
       ->needs(nproc);
+  std::string resume;
+  run_cmd
+      ->add_option("--resume", resume,
+                   "resume from a checkpoint: latest (under checkpoint.dir), a step-NNNNNNNN folder, or a folder "
+                   "holding `latest` (sets checkpoint.resume)")
+      ->type_name("PATH|latest");
 
   zhost::cli::PluginsOptions plugins;
   CLI::App* plugins_cmd = app.add_subcommand("plugins", "list the plugins found on the search path");
@@ -149,6 +155,7 @@ int main(int argc, char** argv) {
     zhost::engine::register_builtin_plugins();
 #endif
     if (*run_cmd) {
+      if (!resume.empty()) run.job.overrides.push_back("checkpoint.resume=" + resume);
       run.argv.assign(argv, argv + argc);
       run.log_level_from_command_line = app.get_option("--log-level")->count() > 0;
       return zhost::cli::run_command(run);

@@ -3,6 +3,7 @@
 // zhost's launcher, by torchrun, Slurm or Open MPI, or the single process of a one-rank run).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "host/cli/commands.hpp"
@@ -63,6 +64,11 @@ int run_command(const RunOptions& options) {
                               world_size, options.nproc);
     // The ranks notice a stopped peer after comm.timeout_s and name it; the launcher steps in a little later.
     launch.stopped_rank_limit_s = job.config->get_float("comm.timeout_s") + kStoppedRankSlack_s;
+    // Ranks that save a checkpoint on a signal get the time of a collective to do it (Note [Stop at a step
+    // boundary]) before the launcher kills them.
+    if (job.config->get_bool("checkpoint.on_signal") &&
+        (job.config->get_int("checkpoint.interval") > 0 || job.config->get_bool("checkpoint.at_end")))
+      launch.grace_period_s = std::max(launch.grace_period_s, launch.stopped_rank_limit_s);
     // Each rank a fork of this process, LibTorch already loaded (Note [Forked ranks]): the logger is made
     // again for the pipe that is now stderr, at the level this process runs with.
     launch.rank_main = [&options, level = spdlog::get_level()] {

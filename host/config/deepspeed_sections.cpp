@@ -140,7 +140,9 @@ void import_zero(Importer& importer, Section& root) {
             "value changes)");
   zero.note("use_multi_rank_bucket_allreduce", "a DeepSpeed reduction knob; no value changes");
   zero.note("load_from_fp32_weights", "a knob of loading DeepSpeed checkpoints, which zhost does not read");
-  zero.note("elastic_checkpoint", "a knob of DeepSpeed checkpoints, which zhost does not write");
+  zero.note("elastic_checkpoint",
+            "a knob of DeepSpeed checkpoints; zhost's own checkpoints reshard across world sizes always "
+            "(docs/checkpoints.md)");
   zero.note("legacy_stage1", "DeepSpeed's old stage-1 code path; zhost has one stage 1 (no value changes)");
   zero.note("memory_efficient_linear", "DeepSpeed's stage-3 linear layer that frees inputs early; no value changes");
   zero.note("pipeline_loading_checkpoint", "a knob of loading DeepSpeed checkpoints, which zhost does not read");
@@ -238,7 +240,10 @@ void import_features(Importer& importer, Section& root) {
     const char* reason;
   };
   for (const Noted& noted : {
-           Noted{"checkpoint", "a knob of DeepSpeed checkpoints, which zhost does not write"},
+           Noted{"checkpoint",
+                 "knobs of DeepSpeed's checkpoint format (tags, universal conversion, node-local files); zhost "
+                 "writes its own checkpoints, which load on any world size without conversion: set the \"zhost\" "
+                 "table's checkpoint.* keys (docs/checkpoints.md)"},
            Noted{"nebula", "a DeepSpeed checkpoint service; zhost does not write DeepSpeed checkpoints"},
            Noted{"datastates", "a DeepSpeed checkpoint engine; zhost does not write DeepSpeed checkpoints"},
            Noted{"pipeline", kNoPipeline},

@@ -239,6 +239,16 @@ void add_runtime_keys(HostKeys& keys) {
   keys.flag("run.pin_ranks", false, "bind each local rank to its own slice of this node's CPUs");
   keys.flag("run.memory_check", true,
             "refuse to start when the model states need more host memory than the machine has available");
+  keys.text("checkpoint.dir", "checkpoints",
+            "folder of the job's checkpoints: step-NNNNNNNN folders and `latest` (docs/checkpoints.md)");
+  keys.integer("checkpoint.interval", 0, "save a checkpoint every this many steps; 0 = never by count", at_least(0));
+  keys.integer("checkpoint.keep_last", 2, "checkpoints kept under checkpoint.dir; older ones are removed", at_least(1));
+  keys.flag("checkpoint.at_end", false, "save a checkpoint after the last step");
+  keys.flag("checkpoint.on_signal", true,
+            "on SIGTERM or SIGINT, save a checkpoint at the next step boundary, then stop (exit code 0)");
+  keys.text("checkpoint.resume", "",
+            "resume from this checkpoint: \"latest\" (under checkpoint.dir), a step-NNNNNNNN folder, or a folder "
+            "holding `latest`; empty = start afresh (zhost run --resume sets it)");
   keys.text_list("plugins.path", {}, "extra folders to search for plugins");
   keys.choice("log.level", "info", {"trace", "debug", "info", "warn", "error"}, "log verbosity");
 }

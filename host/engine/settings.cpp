@@ -138,6 +138,12 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.device = c.get_string("run.device");
   s.run_dir = c.get_string("run.dir");
   s.run_name = c.get_string("run.name");
+  s.checkpoint.dir = c.get_string("checkpoint.dir");
+  s.checkpoint.interval = c.get_int("checkpoint.interval");
+  s.checkpoint.keep_last = c.get_int("checkpoint.keep_last");
+  s.checkpoint.at_end = c.get_bool("checkpoint.at_end");
+  s.checkpoint.on_signal = c.get_bool("checkpoint.on_signal");
+  s.checkpoint.resume = c.get_string("checkpoint.resume");
   s.intra_op_threads = static_cast<int>(c.get_int("run.intra_op_threads"));
   s.pin_ranks = c.get_bool("run.pin_ranks");
   s.zero_stage = c.get_int("zero.stage");

@@ -20,6 +20,16 @@ namespace zhost::engine {
 enum class Precision { kFp32, kBf16, kFp16 };
 const char* precision_name(Precision precision);
 
+// The [checkpoint] table (docs/checkpoints.md).
+struct CheckpointSettings {
+  std::string dir = "checkpoints";  // checkpoint.dir
+  int64_t interval = 0;             // checkpoint.interval: every N steps, 0 = never by count
+  int64_t keep_last = 2;
+  bool at_end = false;
+  bool on_signal = true;
+  std::string resume;  // checkpoint.resume: "" = start afresh
+};
+
 struct TrainSettings {
   config::BatchSizes batch;
   int64_t steps = 0;
@@ -55,6 +65,7 @@ struct TrainSettings {
   bool params_offloaded = false;     // zero.offload_param.device names a tier (stage 3)
   int local_rank = 0;                // picks the CUDA device
   int local_world_size = 1;          // ranks on this node
+  CheckpointSettings checkpoint;
 };
 
 // The inputs of ZeRO's model-state formula (model_states.hpp) for this job on `world_size` ranks with

@@ -18,17 +18,21 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "host/core/error.hpp"
+#include "host/engine/checkpointing.hpp"
 #include "host/engine/device.hpp"
 #include "host/engine/memory_timeline.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/engine/param_store.hpp"
 #include "host/engine/preflight.hpp"
+#include "host/engine/stop_request.hpp"
 #include "host/engine/trace.hpp"
 #include "host/services/host_services.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 #include "zhost/kit/optimizer.hpp"
+#include "zhost/kit/state_io.hpp"
 #include "zhost/partition.h"
 
 #if ZHOST_WITH_CUDA
@@ -160,6 +164,8 @@ struct Trainer::Impl {
   double activation_bytes = 0;                     // the step's largest forward allocation (Note [Memory categories])
   bool log_memory = false;                         // memory_breakdown and this step is printed (see_memory_usage)
   std::map<std::string, double> window_plugin_ms;  // plugin spans' ms summed since the last printed record
+  std::unique_ptr<Checkpointer> checkpoints;
+  TrainingPosition start;  // where training starts: step 0, or the resumed checkpoint's position
 
   Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r, HostServices& h, TraceWriter* t)
       : settings(s), world(w), partition(p), api(*p.plugin->api->partition), run_dir(r), services(h), trace(t) {}
@@ -210,6 +216,8 @@ struct Trainer::Impl {
     check_registry_agrees_across_ranks();
     partition_takes_grads = (plugin_flags() & ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS) != 0;
     setup_partition();
+    make_checkpointer();
+    if (!settings.checkpoint.resume.empty()) resume();
     report_model_states(false);
     install_grad_hooks();
     for (size_t b = 0; b < model->num_blocks(); ++b) {
@@ -328,6 +336,35 @@ struct Trainer::Impl {
     setup.master_dtype = kit::dl_dtype(at::kFloat);
     setup.gradient_accumulation_steps = static_cast<int32_t>(settings.batch.gradient_accumulation_steps);
     call(api.setup(partition.instance, &setup), "setup");
+  }
+
+  // What a checkpoint holds of this job (docs/checkpoints.md): the parameters, the states of its optimizer, and
+  // the job's identity, checked on resume.
+  void make_checkpointer() {
+    std::vector<checkpoint::ParamShape> shapes;
+    for (const auto& p : model->parameters()) shapes.push_back({p.name, p.tensor.sizes().vec()});
+    std::vector<std::string> states{kit::kMasterState};
+    for (const std::string& name : kit::make_optimizer(settings.optimizer)->state_names()) states.push_back(name);
+    const nlohmann::json job = {{"model", settings.model.type},
+                                {"optimizer", std::string(kit::optimizer_kind_name(settings.optimizer.kind))},
+                                {"precision", precision_name(settings.precision)},
+                                {"zero_stage", settings.zero_stage},
+                                {"partition_plugin", partition.plugin->info.name},
+                                {"train_batch_size", settings.batch.train_batch_size},
+                                {"seed", settings.seed},
+                                {"world_size", world.world_size()}};
+    checkpoints = std::make_unique<Checkpointer>(settings.checkpoint, world, partition, std::move(shapes),
+                                                 std::move(states), job);
+  }
+
+  void resume() {
+    start = checkpoints->load();
+    // The loss scaler carries over between fp16 jobs; a job in another precision starts its own.
+    if (settings.precision == Precision::kFp16 && start.precision == precision_name(Precision::kFp16))
+      scaler.restore(start.scaler);
+    if (start.step >= settings.steps && world.rank() == 0)
+      spdlog::warn("the checkpoint is at step {} and the job ends at step {} (steps): nothing left to train",
+                   start.step, settings.steps);
   }
 
   // Runs after autograd accumulated a parameter's gradient into .grad (a post hook on AccumulateGrad).
@@ -559,22 +596,28 @@ TrainResult Trainer::run() {
   const TrainSettings& s = t.settings;
   TrainResult result;
   Timing window;  // since the last printed record
-  int64_t applied = 0;
+  int64_t applied = t.start.applied_steps;
+  result.skipped_steps = t.start.skipped_steps;
   double window_loss = 0;
   int64_t window_steps = 0;
   auto window_start = Clock::now();
   ProgressBar progress(t.world.rank() == 0 ? s.steps : 0);
-  for (int64_t step = 1; step <= s.steps; ++step) {
+  // Note [Stop at a step boundary]: only a job that saves checkpoints turns a signal into a last save.
+  std::optional<StopRequest> stop_request;
+  if (s.checkpoint.on_signal && (s.checkpoint.interval > 0 || s.checkpoint.at_end)) stop_request.emplace();
+  for (int64_t step = t.start.step + 1; step <= s.steps; ++step) {
     if (services_.abort_requested()) throw Error(fmt::format("stopped at step {}: {}", step, services_.abort_reason()));
     const bool printed = step % s.steps_per_print == 0 || step == s.steps;
     t.log_memory = s.memory_breakdown && printed && t.world.rank() == 0;
     const auto step_start = Clock::now();
     Timing timing;
     StepRecord record = t.train_step(step, applied, timing);
-    // Every step's loss is the mean over ranks (one small all-reduce, outside the step's comm counters).
-    at::Tensor total = at::tensor({record.loss}, at::kDouble);
+    // Every step's loss is the mean over ranks (one small all-reduce, outside the step's comm counters); it
+    // carries the ranks' stop requests too.
+    at::Tensor total = at::tensor({record.loss, StopRequest::requested() ? 1.0 : 0.0}, at::kDouble);
     t.world.all_reduce(total);
-    record.loss = total.item<double>() / t.world.world_size();
+    record.loss = total[0].item<double>() / t.world.world_size();
+    const bool stop = total[1].item<double>() > 0;
     const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     window.add(timing);
     window_loss += record.loss;
@@ -597,6 +640,18 @@ TrainResult Trainer::run() {
     record.printed = printed;
     t.run_dir.append_rank_record(record);
     if (t.world.rank() == 0) t.run_dir.append_metrics(record);
+    if (t.checkpoints->due(step, s.steps) || (stop && stop_request))
+      t.checkpoints->save({step, applied, result.skipped_steps, t.scaler.state(), precision_name(s.precision)});
+    if (stop && stop_request) {
+      if (t.world.rank() == 0) {
+        progress.clear();
+        spdlog::warn("stopping after step {} on {} (checkpoint saved; resume with --resume latest)", step,
+                     StopRequest::requested() ? StopRequest::signal_name() : "another rank's signal");
+      }
+      result.stopped_early = true;
+      result.records.push_back(record);
+      break;
+    }
     if (!printed) {
       // plugin spans of unprinted steps join the window's average below
       for (const auto& [name, ms] : record.plugin_ms) t.window_plugin_ms[name] += ms;

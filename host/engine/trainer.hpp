@@ -19,6 +19,7 @@ struct TrainResult {
   double final_loss = 0;
   int64_t applied_steps = 0;
   int64_t skipped_steps = 0;
+  bool stopped_early = false;  // a signal stopped the job at a step boundary (Note [Stop at a step boundary])
 };
 
 class Trainer {
