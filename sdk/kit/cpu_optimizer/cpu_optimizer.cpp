@@ -1,6 +1,7 @@
 // sdk/kit/cpu_optimizer/cpu_optimizer.cpp: the fused CPU optimizer's front: argument checks, the per-call
 // constants (in double), the choice of ISA (CPU detection, ZHOST_CPU_ISA), and the spread of tiles over
-// a small persistent thread pool. The kernels live in cpu_optimizer_{scalar,avx2,avx512}.cpp.
+// a small persistent thread pool (the ISA choice itself: cpu_isa.cpp). The kernels live in
+// cpu_optimizer_{scalar,avx2,avx512}.cpp.
 #include "zhost/kit/cpu_optimizer.hpp"
 
 #include <unistd.h>
@@ -9,7 +10,6 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -24,23 +24,8 @@
 namespace zhost::cpu_optim {
 namespace {
 
-constexpr const char* kIsaVariable = "ZHOST_CPU_ISA";
-constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
-
-// "scalar, avx2, avx512": the ISAs this CPU can run, for messages.
-std::string supported_list() {
-  std::string list;
-  for (const Isa isa : kAllIsas) {
-    if (isa_supported(isa)) list += std::string(list.empty() ? "" : ", ") + isa_name(isa);
-  }
-  return list;
-}
-
 detail::KernelTable kernels(Isa isa) {
-  if (!isa_supported(isa)) {
-    throw std::runtime_error(std::string("cpu optimizer: the ") + isa_name(isa) +
-                             " kernels need instructions this CPU lacks; it supports " + supported_list());
-  }
+  require_isa(isa, "cpu optimizer");
 #if defined(ZHOST_CPU_OPTIM_X86)
   if (isa == Isa::kAvx512) return detail::avx512_kernels();
   if (isa == Isa::kAvx2) return detail::avx2_kernels();
@@ -179,59 +164,6 @@ void check_common(const float* param, const void* grad, GradType grad_type, cons
 }
 
 }  // namespace
-
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::kScalar:
-      return "scalar";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kAvx512:
-      return "avx512";
-  }
-  return "unknown";
-}
-
-bool isa_supported(Isa isa) {
-  switch (isa) {
-    case Isa::kScalar:
-      return true;
-#if defined(ZHOST_CPU_OPTIM_X86)
-    case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    case Isa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-#else
-    case Isa::kAvx2:
-    case Isa::kAvx512:
-      return false;
-#endif
-  }
-  return false;
-}
-
-Isa best_isa() {
-  if (isa_supported(Isa::kAvx512)) return Isa::kAvx512;
-  if (isa_supported(Isa::kAvx2)) return Isa::kAvx2;
-  return Isa::kScalar;
-}
-
-Isa selected_isa() {
-  const char* forced = std::getenv(kIsaVariable);
-  if (forced == nullptr || *forced == '\0') return best_isa();
-  const std::string name(forced);
-  for (const Isa isa : kAllIsas) {
-    if (name != isa_name(isa)) continue;
-    if (isa_supported(isa)) return isa;
-    throw std::runtime_error(std::string(kIsaVariable) + "=" + name + " asks for an instruction set this CPU " +
-                             "lacks; it supports " + supported_list() + ": set " + kIsaVariable +
-                             " to one of those, or unset it to use " + isa_name(best_isa()));
-  }
-  throw std::runtime_error(std::string(kIsaVariable) + "=" + name + " is not an instruction set zhost knows; " +
-                           "this CPU supports " + supported_list() + ": set " + kIsaVariable +
-                           " to one of those, or unset it to use " + isa_name(best_isa()));
-}
 
 void adam_step(const AdamHyper& hyper, float* param, const void* grad, GradType grad_type, float* exp_avg,
                float* exp_avg_sq, void* copy16, Copy16 copy16_type, int64_t n, const StepOptions& options) {

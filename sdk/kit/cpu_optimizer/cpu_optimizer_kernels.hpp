@@ -2,19 +2,18 @@
 // of Adam, Lion and SGD, written once as templates over a lane type (float, or an ISA file's SIMD wrapper),
 // the loops that apply it over a range of elements, and the entry points each ISA file defines.
 //
-// An ISA file (cpu_optimizer_{scalar,avx2,avx512}.cpp, each compiled with its own -m flags) supplies an
-// "Ops" struct: its lane type F with + - * / sqrt_of sign_of, and the loads and stores of fp32, bf16 and
-// fp16 lanes. ScalarOps below is the one-lane Ops: the scalar path and the AVX2 tails use it.
+// An ISA file (cpu_optimizer_{scalar,avx2,avx512}.cpp, each compiled with its own -m flags) instantiates
+// them with its "Ops" struct, shared with the kit's other CPU kernels (sdk/kit/simd/ops_*.hpp): a lane type
+// F with + - * / sqrt_of sign_of, and the loads and stores of fp32, bf16 and fp16 lanes.
 //
 // Everything templated or inline here has internal linkage (anonymous namespace) on purpose: each ISA
 // file compiles its own copy with its own instruction set, and the linker must never merge an AVX-512
-// copy into the scalar path. For the same reason this header uses builtins, not <cmath>'s inline
-// functions.
+// copy into the scalar path.
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
+#include "../simd/ops_scalar.hpp"
 #include "zhost/kit/cpu_optimizer.hpp"
 
 namespace zhost::cpu_optim::detail {
@@ -76,99 +75,26 @@ KernelTable avx512_kernels();
 
 namespace {
 
-// ---- Bit-exact scalar conversions (scalar path, AVX2 tails; the SIMD paths match them bit for bit) ----
+using simd::ScalarOps;
+using simd::sign_of;
+using simd::sqrt_of;
 
-inline uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
+constexpr simd::Elem elem_of(GradType type) {
+  return type == GradType::kBf16 ? simd::Elem::kBf16 : (type == GradType::kF16 ? simd::Elem::kF16 : simd::Elem::kF32);
 }
 
-inline float float_of(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
+// The gradient's element i, as an fp32.
+template <class Ops, GradType G, class Lanes>
+inline typename Ops::F load_grad(const void* grad, int64_t i, Lanes lanes) {
+  return Ops::template load_elems<elem_of(G)>(grad, i, lanes);
 }
 
-inline float float_from_bf16(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
-
-// Round to nearest even; a NaN stays a NaN with its sign and top payload bits, made quiet.
-inline uint16_t bf16_from_float(float x) {
-  const uint32_t u = bits_of(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+// The 16-bit copy's element i = x rounded (nothing for Copy16::kNone).
+template <class Ops, Copy16 C, class Lanes>
+inline void store_copy(void* copy, int64_t i, typename Ops::F x, Lanes lanes) {
+  if constexpr (C == Copy16::kBf16) Ops::template store_elems<simd::Elem::kBf16>(copy, i, x, lanes);
+  if constexpr (C == Copy16::kF16) Ops::template store_elems<simd::Elem::kF16>(copy, i, x, lanes);
 }
-
-// Exact, as F16C's VCVTPH2PS (a signaling NaN comes out quiet).
-inline float float_from_f16(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  const uint32_t mantissa = h & 0x3FFu;
-  if (exponent == 0x1F) {  // inf, NaN
-    return float_of(sign | 0x7F800000u | (mantissa << 13) | (mantissa != 0 ? 0x00400000u : 0u));
-  }
-  if (exponent == 0) return float_of(sign | bits_of(static_cast<float>(mantissa) * 0x1p-24f));
-  return float_of(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
-}
-
-// Round to nearest even, as F16C's VCVTPS2PH with imm8 0: overflow goes to inf, fp16 subnormals are
-// kept; a NaN stays a NaN with its sign and top payload bits, made quiet.
-inline uint16_t f16_from_float(float x) {
-  const uint32_t u = bits_of(x);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  const uint32_t magnitude = u & 0x7FFFFFFFu;
-  if (magnitude > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((magnitude >> 13) & 0x3FFu));
-  if (magnitude >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520: inf
-  if (magnitude >= 0x38800000u) {                                              // >= 2^-14: normal
-    const uint32_t rounded = magnitude + 0xFFFu + ((magnitude >> 13) & 1u);
-    return static_cast<uint16_t>(sign | ((rounded >> 13) - ((127u - 15u) << 10)));
-  }
-  // fp16 subnormal or zero: the value in units of 2^-24, rounded to an integer.
-  const uint32_t exponent = magnitude >> 23;
-  if (exponent < 102) return static_cast<uint16_t>(sign);  // below 2^-25: rounds to zero
-  const uint32_t mantissa = (magnitude & 0x7FFFFFu) | 0x800000u;
-  const uint32_t shift = 126 - exponent;  // 14 .. 24
-  uint32_t units = mantissa >> shift;
-  const uint32_t rest = mantissa & ((1u << shift) - 1u);
-  const uint32_t half = 1u << (shift - 1);
-  if (rest > half || (rest == half && (units & 1u))) ++units;
-  return static_cast<uint16_t>(sign | units);
-}
-
-// ---- The lane operations of a plain float ----
-
-inline float sqrt_of(float x) { return __builtin_sqrtf(x); }
-// torch.sign: 1, -1, or 0 for zeros and NaN.
-inline float sign_of(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
-
-// One lane at a time: the scalar path, and the tails of SIMD paths without masked loads.
-struct ScalarOps {
-  using F = float;
-  static constexpr int64_t kWidth = 1;
-  static constexpr bool kMaskedTail = false;
-  struct All {};  // every lane of a block (here the only one)
-
-  static float splat(float x) { return x; }
-  static float load(const float* src, All) { return *src; }
-  static void store(float* dst, float x, All) { *dst = x; }
-
-  template <GradType G>
-  static float load_grad(const void* grad, int64_t i, All) {
-    if constexpr (G == GradType::kF32) {
-      return static_cast<const float*>(grad)[i];
-    } else if constexpr (G == GradType::kBf16) {
-      return float_from_bf16(static_cast<const uint16_t*>(grad)[i]);
-    } else {
-      return float_from_f16(static_cast<const uint16_t*>(grad)[i]);
-    }
-  }
-
-  template <Copy16 C>
-  static void store_copy(void* copy, int64_t i, float x, All) {
-    if constexpr (C == Copy16::kBf16) static_cast<uint16_t*>(copy)[i] = bf16_from_float(x);
-    if constexpr (C == Copy16::kF16) static_cast<uint16_t*>(copy)[i] = f16_from_float(x);
-  }
-};
 
 // ---- The per-element updates, for any lane type F ----
 
@@ -254,11 +180,11 @@ inline void adam_block(const AdamLanes<typename Ops::F>& k, const Buffers& b, in
   F p = Ops::load(b.param + i, lanes);
   F m = Ops::load(b.exp_avg + i, lanes);
   F v = Ops::load(b.exp_avg_sq + i, lanes);
-  adam_update<kL2>(k, p, Ops::template load_grad<G>(b.grad, i, lanes), m, v);
+  adam_update<kL2>(k, p, load_grad<Ops, G>(b.grad, i, lanes), m, v);
   Ops::store(b.param + i, p, lanes);
   Ops::store(b.exp_avg + i, m, lanes);
   Ops::store(b.exp_avg_sq + i, v, lanes);
-  Ops::template store_copy<C>(b.copy16, i, p, lanes);
+  store_copy<Ops, C>(b.copy16, i, p, lanes);
 }
 
 template <class Ops, GradType G, Copy16 C, class Lanes>
@@ -266,10 +192,10 @@ inline void lion_block(const LionLanes<typename Ops::F>& k, const Buffers& b, in
   using F = typename Ops::F;
   F p = Ops::load(b.param + i, lanes);
   F m = Ops::load(b.exp_avg + i, lanes);
-  lion_update(k, p, Ops::template load_grad<G>(b.grad, i, lanes), m);
+  lion_update(k, p, load_grad<Ops, G>(b.grad, i, lanes), m);
   Ops::store(b.param + i, p, lanes);
   Ops::store(b.exp_avg + i, m, lanes);
-  Ops::template store_copy<C>(b.copy16, i, p, lanes);
+  store_copy<Ops, C>(b.copy16, i, p, lanes);
 }
 
 template <class Ops, GradType G, Copy16 C, bool kL2, bool kMomentum, class Lanes>
@@ -277,10 +203,10 @@ inline void sgd_block(const SgdLanes<typename Ops::F>& k, const Buffers& b, int6
   using F = typename Ops::F;
   F p = Ops::load(b.param + i, lanes);
   F buf = kMomentum ? Ops::load(b.exp_avg + i, lanes) : Ops::splat(0.0f);
-  sgd_update<kL2, kMomentum>(k, p, Ops::template load_grad<G>(b.grad, i, lanes), buf);
+  sgd_update<kL2, kMomentum>(k, p, load_grad<Ops, G>(b.grad, i, lanes), buf);
   Ops::store(b.param + i, p, lanes);
   if constexpr (kMomentum) Ops::store(b.exp_avg + i, buf, lanes);
-  Ops::template store_copy<C>(b.copy16, i, p, lanes);
+  store_copy<Ops, C>(b.copy16, i, p, lanes);
 }
 
 template <class Ops, GradType G, Copy16 C, bool kL2>

@@ -23,24 +23,9 @@
 #include <cstdint>
 #include <optional>
 
+#include "zhost/kit/cpu_isa.hpp"
+
 namespace zhost::cpu_optim {
-
-// Instruction sets with a kernel. kAvx512 needs AVX-512 F, BW, VL and DQ; kAvx2 needs AVX2, FMA and F16C.
-enum class Isa { kScalar, kAvx2, kAvx512 };
-
-// "scalar", "avx2", "avx512": the names ZHOST_CPU_ISA takes.
-const char* isa_name(Isa isa);
-
-// Whether this CPU (and this build) can run `isa`. kScalar always can.
-bool isa_supported(Isa isa);
-
-// The widest ISA this CPU supports.
-Isa best_isa();
-
-// best_isa(), unless the environment variable ZHOST_CPU_ISA (scalar, avx2 or avx512) names another. Read
-// at every call. Throws std::runtime_error (one line: what the CPU supports and what to set) when the
-// variable names an unknown ISA or one this CPU lacks.
-Isa selected_isa();
 
 enum class GradType { kF32, kBf16, kF16 };  // element type of the gradient buffer
 enum class Copy16 { kNone, kBf16, kF16 };   // 16-bit copy of the updated parameter to write, if any

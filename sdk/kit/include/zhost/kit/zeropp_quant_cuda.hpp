@@ -1,0 +1,27 @@
+// zhost/kit/zeropp_quant_cuda.hpp: the ZeRO++ quantization kernels of zhost/kit/zeropp_quant.hpp for CUDA
+// device memory: the same block format (docs/zeropp.md) and the same arithmetic (Note [Block quantization
+// arithmetic]: separate IEEE multiplies and adds, round half to even), so they are meant to give the CPU
+// kernels' bits (NaN payloads aside). Built only with ZHOST_WITH_CUDA (target zhost_zeropp_quant_cuda).
+// Compile-checked with nvcc; never run on a GPU so far.
+//
+// Every call enqueues its kernel on `stream` (a cudaStream_t; nullptr: the legacy default stream) and
+// returns without waiting. Arguments are checked as on the CPU; a failed launch throws sdk::PluginError
+// (ZHOST_ERR_INTERNAL) with CUDA's message.
+#pragma once
+
+#include <cstdint>
+
+#include "zhost/kit/zeropp_quant.hpp"
+
+namespace zhost::zeropp::cuda {
+
+void quantize(const void* src, Dtype src_type, int64_t n, const BlockFormat& format, void* data, float* scales,
+              void* stream);
+
+void dequantize(const void* data, const float* scales, int64_t n, const BlockFormat& format, void* dst, Dtype dst_type,
+                void* stream);
+
+void dequantize_add(const void* data, const float* scales, int64_t n, const BlockFormat& format, float* sum,
+                    void* stream);
+
+}  // namespace zhost::zeropp::cuda

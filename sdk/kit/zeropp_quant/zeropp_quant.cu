@@ -1,0 +1,200 @@
+// sdk/kit/zeropp_quant/zeropp_quant.cu: the CUDA kernels of zhost/kit/zeropp_quant_cuda.hpp: one thread
+// block per quantization block for quantize (absmax on the bit patterns, reduced through warp shuffles and
+// shared memory), grid-stride loops for dequantize and dequantize-and-add. Note [Block quantization
+// arithmetic] with explicit round-to-nearest intrinsics (__fmul_rn, __fadd_rn, __fdiv_rn,
+// __float2int_rn), so no FMA contraction or fast division changes a bit. Never run on a GPU so far.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "zhost/cpp/error.hpp"
+#include "zhost/kit/zeropp_quant_cuda.hpp"
+
+namespace zhost::zeropp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ inline float to_float(float x) { return x; }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float to_float(__half x) { return __half2float(x); }
+
+template <class T>
+__device__ inline T from_float(float x);
+template <>
+__device__ inline float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ inline __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+template <int kBits>
+__device__ inline int stored_q(const uint8_t* data, int64_t i) {
+  if (kBits == 8) return static_cast<int8_t>(data[i]);
+  const int nibble = (i % 2 == 0) ? (data[i / 2] & 0xF) : (data[i / 2] >> 4);
+  return (nibble ^ 8) - 8;
+}
+
+template <int kBits>
+__device__ inline int quantized(float x, float prescale, float inverse) {
+  const float q_max = kBits == 8 ? 127.0f : 7.0f;
+  const float t = __fmul_rn(__fmul_rn(x, prescale), inverse);
+  return __float2int_rn(fminf(fmaxf(t, -q_max), q_max));
+}
+
+// One thread block per quantization block.
+template <class T, int kBits>
+__global__ void quantize_kernel(const T* src, int64_t n, int64_t block, uint8_t* data, float* scales) {
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * block;
+  const int64_t end = min(n, begin + block);
+  uint32_t largest = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    largest = max(largest, __float_as_uint(to_float(src[i])) & 0x7FFFFFFFu);
+  }
+  for (int offset = 16; offset > 0; offset /= 2) largest = max(largest, __shfl_xor_sync(0xFFFFFFFFu, largest, offset));
+  __shared__ uint32_t warp_max[kThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = largest;
+  __syncthreads();
+  uint32_t a_bits = 0;
+  for (int w = 0; w < kThreads / 32; ++w) a_bits = max(a_bits, warp_max[w]);
+
+  const float q_max = kBits == 8 ? 127.0f : 7.0f;
+  bool nonzero = false;  // finite, not all zeros: quantize (else every q is 0)
+  float scale = 0, prescale = 1, inverse = 0;
+  if (a_bits >= 0x7F800000u) {
+    scale = __uint_as_float(0x7FC00000u);
+  } else if (a_bits != 0) {
+    const float a = __uint_as_float(a_bits);
+    scale = __fdiv_rn(a, q_max);
+    prescale = a < 0x1p-64f ? 0x1p64f : 1.0f;
+    inverse = __fdiv_rn(q_max, __fmul_rn(a, prescale));
+    nonzero = true;
+  }
+  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  if (kBits == 8) {
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const int q = nonzero ? quantized<8>(to_float(src[i]), prescale, inverse) : 0;
+      data[i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    }
+  } else {  // pairs; block and begin are even
+    for (int64_t i = begin + 2 * threadIdx.x; i < end; i += 2 * blockDim.x) {
+      const int low = nonzero ? quantized<4>(to_float(src[i]), prescale, inverse) : 0;
+      const int high = (nonzero && i + 1 < end) ? quantized<4>(to_float(src[i + 1]), prescale, inverse) : 0;
+      data[i / 2] = static_cast<uint8_t>((low & 0xF) | ((high & 0xF) << 4));
+    }
+  }
+}
+
+template <class T, int kBits>
+__global__ void dequantize_kernel(const uint8_t* data, const float* scales, int64_t n, int64_t block, T* dst) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = from_float<T>(__fmul_rn(static_cast<float>(stored_q<kBits>(data, i)), scales[i / block]));
+  }
+}
+
+template <int kBits>
+__global__ void add_kernel(const uint8_t* data, const float* scales, int64_t n, int64_t block, float* sum) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    sum[i] = __fadd_rn(sum[i], __fmul_rn(static_cast<float>(stored_q<kBits>(data, i)), scales[i / block]));
+  }
+}
+
+void check_launch(const char* what) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) {
+    throw sdk::PluginError(ZHOST_ERR_INTERNAL, std::string("zeropp cuda ") + what + ": " + cudaGetErrorString(status));
+  }
+}
+
+void check_call(int64_t n, const BlockFormat& format, const void* data, const float* scales, const void* values) {
+  check_format(format);
+  if (n < 0 || (n > 0 && (data == nullptr || scales == nullptr || values == nullptr))) {
+    throw sdk::PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                           "zeropp cuda: negative element count or null buffer (" + std::to_string(n) + " elements)");
+  }
+}
+
+unsigned elementwise_grid(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+}
+
+// f(T{}) with T the CUDA type of `type`.
+template <class F>
+void with_type(Dtype type, F&& f) {
+  switch (type) {
+    case Dtype::kF32:
+      return f(float{});
+    case Dtype::kBf16:
+      return f(__nv_bfloat16{});
+    case Dtype::kF16:
+      return f(__half{});
+  }
+  throw sdk::PluginError(ZHOST_ERR_INVALID_ARGUMENT, "zeropp cuda: unknown element type");
+}
+
+}  // namespace
+
+void quantize(const void* src, Dtype src_type, int64_t n, const BlockFormat& format, void* data, float* scales,
+              void* stream) {
+  check_call(n, format, data, scales, src);
+  if (n == 0) return;
+  const auto blocks = static_cast<unsigned>(block_count(n, format));
+  auto* s = static_cast<cudaStream_t>(stream);
+  auto* bytes = static_cast<uint8_t*>(data);
+  with_type(src_type, [&](auto zero) {
+    using T = decltype(zero);
+    const T* values = static_cast<const T*>(src);
+    if (format.bits == Bits::kInt8) {
+      quantize_kernel<T, 8><<<blocks, kThreads, 0, s>>>(values, n, format.block_size, bytes, scales);
+    } else {
+      quantize_kernel<T, 4><<<blocks, kThreads, 0, s>>>(values, n, format.block_size, bytes, scales);
+    }
+  });
+  check_launch("quantize");
+}
+
+void dequantize(const void* data, const float* scales, int64_t n, const BlockFormat& format, void* dst, Dtype dst_type,
+                void* stream) {
+  check_call(n, format, data, scales, dst);
+  if (n == 0) return;
+  auto* s = static_cast<cudaStream_t>(stream);
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  with_type(dst_type, [&](auto zero) {
+    using T = decltype(zero);
+    T* out = static_cast<T*>(dst);
+    if (format.bits == Bits::kInt8) {
+      dequantize_kernel<T, 8><<<elementwise_grid(n), kThreads, 0, s>>>(bytes, scales, n, format.block_size, out);
+    } else {
+      dequantize_kernel<T, 4><<<elementwise_grid(n), kThreads, 0, s>>>(bytes, scales, n, format.block_size, out);
+    }
+  });
+  check_launch("dequantize");
+}
+
+void dequantize_add(const void* data, const float* scales, int64_t n, const BlockFormat& format, float* sum,
+                    void* stream) {
+  check_call(n, format, data, scales, sum);
+  if (n == 0) return;
+  auto* s = static_cast<cudaStream_t>(stream);
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  if (format.bits == Bits::kInt8) {
+    add_kernel<8><<<elementwise_grid(n), kThreads, 0, s>>>(bytes, scales, n, format.block_size, sum);
+  } else {
+    add_kernel<4><<<elementwise_grid(n), kThreads, 0, s>>>(bytes, scales, n, format.block_size, sum);
+  }
+  check_launch("dequantize_add");
+}
+
+}  // namespace zhost::zeropp::cuda
