@@ -23,7 +23,7 @@ except ImportError:
     sys.exit(2)
 
 CATEGORIES = ["params", "grads", "master", "optimizer", "buffers", "gather_window", "pinned", "tier_host",
-              "tier_nvme", "activations"]
+              "tier_nvme", "activations", "checkpoints_host"]
 PHASES = [("forward_ms", "forward"), ("backward_ms", "backward"), ("reduction_ms", "gradient reduction"),
           ("step_ms", "optimizer step")]
 MB = 1048576.0

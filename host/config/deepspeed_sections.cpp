@@ -234,6 +234,17 @@ void import_features(Importer& importer, Section& root) {
       aio.map(key, std::string("aio.") + key);
   }
   aio.note_rest("configures DeepSpeed's NVMe I/O, and this config offloads nothing to NVMe: it changes nothing");
+  // Activation checkpointing: DeepSpeed's section configures the checkpointing API that models call
+  // themselves; zhost's switch is activation_checkpointing.enabled in the "zhost" table. The refinements map
+  // to zhost's keys, which are read only with that switch (partition_activations = true is refused: zhost
+  // has no model parallelism).
+  Section checkpointing = root.sub("activation_checkpointing");
+  for (const char* key :
+       {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization", "number_checkpoints"})
+    checkpointing.map(key, std::string("activation_checkpointing.") + key);
+  checkpointing.note_rest(
+      "a knob of DeepSpeed's checkpointing API (synchronisation, profiling); zhost's recomputation changes no "
+      "value");
   // Mechanisms zhost does its own way, or does not need: no value changes.
   struct Noted {
     const char* table;
@@ -248,9 +259,6 @@ void import_features(Importer& importer, Section& root) {
            Noted{"datastates", "a DeepSpeed checkpoint engine; zhost does not write DeepSpeed checkpoints"},
            Noted{"pipeline", kNoPipeline},
            Noted{"autotuning", "read by DeepSpeed's launcher (deepspeed --autotuning), not by training"},
-           Noted{"activation_checkpointing",
-                 "configures DeepSpeed's checkpointing API, used only by models that call it; zhost's own "
-                 "switch is activation_checkpointing.enabled in the \"zhost\" table (recomputing changes no value)"},
        }) {
     Section section = root.sub(noted.table);
     section.note_rest(noted.reason);

@@ -392,30 +392,35 @@ void add_checkpoint_rules(Schema& schema) {
        });
 }
 
-// DeepSpeed's activation-checkpointing refinements zhost does not have: a config that turns one on is
-// refused with the reason, never accepted with a changed meaning (their defaults, which change nothing,
-// are accepted). cpu_checkpointing, contiguous_memory_optimization and number_checkpoints are issue #22.
+// DeepSpeed's activation-checkpointing refinements. partition_activations is refused with the reason, never
+// accepted with a changed meaning (its default, which changes nothing, is accepted). cpu_checkpointing,
+// contiguous_memory_optimization and number_checkpoints (host/engine/activation_checkpoints.hpp) refine
+// activation_checkpointing.enabled, zhost's own switch, and are read only with it.
 void add_activation_checkpointing_rules(Schema& schema) {
-  const std::vector<std::pair<std::string, std::string>> refinements = {
-      {"activation_checkpointing.partition_activations",
-       "it shards activations that model-parallel ranks replicate, and zhost has no model parallelism, so "
-       "no activation is replicated"},
-      {"activation_checkpointing.cpu_checkpointing",
-       "zhost keeps checkpointed activations on the training device; moving them to host memory is not "
-       "implemented yet"},
-      {"activation_checkpointing.contiguous_memory_optimization",
-       "zhost does not copy checkpointed activations into one preallocated buffer yet"},
-      {"activation_checkpointing.number_checkpoints",
-       "zhost checkpoints every transformer block when activation_checkpointing.enabled; choosing how many is "
-       "not implemented yet"}};
-  for (const auto& [key, reason] : refinements) {
-    rule(schema, {key},
-         [key = key, reason = reason, fallback = schema.default_value(key)](const ResolvedConfig& config) -> Problem {
-           if (!config.has(key) || config.get(key) == fallback) return std::nullopt;
-           return fmt::format("{} = {} is not supported: {}; remove it (DeepSpeed's default keeps the same math)", key,
-                              to_toml_literal(*config.get(key)), reason);
-         });
-  }
+  const std::string partition = "activation_checkpointing.partition_activations";
+  rule(schema, {partition},
+       [partition, fallback = schema.default_value(partition)](const ResolvedConfig& config) -> Problem {
+         if (!config.has(partition) || config.get(partition) == fallback) return std::nullopt;
+         return fmt::format(
+             "{} = {} is not supported: it shards activations that model-parallel ranks replicate, and zhost has no "
+             "model parallelism, so no activation is replicated; remove it (DeepSpeed's default keeps the same math)",
+             partition, to_toml_literal(*config.get(partition)));
+       });
+  read_only_when(
+      schema, "activation_checkpointing.enabled", {"true"},
+      {"activation_checkpointing.cpu_checkpointing", "activation_checkpointing.contiguous_memory_optimization",
+       "activation_checkpointing.number_checkpoints"});
+  // A Hugging Face model's layer count comes from its config.json: the engine checks it there.
+  rule(schema, {"activation_checkpointing.number_checkpoints", "model.layers", "model.type"},
+       [](const ResolvedConfig& config) -> Problem {
+         const auto count = config.get_optional_int("activation_checkpointing.number_checkpoints");
+         const int64_t layers = config.get_int("model.layers");
+         if (!count || config.get_string("model.type") == "hf" || *count <= layers) return std::nullopt;
+         return fmt::format(
+             "activation_checkpointing.number_checkpoints = {} is more than the model's {} transformer blocks "
+             "(model.layers); set it to {} or less",
+             *count, layers, layers);
+       });
 }
 
 // DeepSpeed's flops profiler (per-module parameters, MACs, latency, FLOPS) is not built: a config that

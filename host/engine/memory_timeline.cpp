@@ -38,7 +38,8 @@ double live_allocated_bytes(bool cuda) {
   return static_cast<double>(info.uordblks + info.hblkhd);
 }
 
-MemoryCategories memory_categories(const ModelStateBytes& s, double pinned, double activations, double tier_storage) {
+MemoryCategories memory_categories(const ModelStateBytes& s, double pinned, double activations, double checkpoints_host,
+                                   double tier_storage) {
   const MemoryUsage usage = current_memory();
   return {{"params", s.params},
           {"grads", s.grads},
@@ -50,6 +51,7 @@ MemoryCategories memory_categories(const ModelStateBytes& s, double pinned, doub
           {"tier_host", s.offloaded},
           {"tier_nvme", tier_storage},
           {"activations", activations},
+          {"checkpoints_host", checkpoints_host},
           {"rss", usage.rss_mb * 1048576.0},
           {"peak_rss", usage.peak_rss_mb * 1048576.0}};
 }

@@ -20,7 +20,12 @@
 //                      live bytes after the forward minus before: tcmalloc's current_allocated_bytes, or
 //                      glibc's mallinfo2), the largest over the step's micro-batches; on CUDA the caching
 //                      allocator's allocated bytes instead. It includes the forward's outputs and any buffer
-//                      a hook allocated and kept.
+//                      a hook allocated and kept, and activation checkpointing's contiguous buffer on the
+//                      device (contiguous_memory_optimization), allocated once before the first forward.
+//   checkpoints_host   the inputs of checkpointed blocks kept in host memory (cpu_checkpointing: pinned on
+//                      CUDA, mapped pages on CPU jobs, so not in activations), Note [Checkpointed block
+//                      inputs] in activation_checkpoints.hpp. They leave the device: activations drop by
+//                      the bytes of every checkpointed block's input
 //   rss, peak_rss      the process's resident set and its high-water mark (/proc/self/status)
 #pragma once
 
@@ -39,7 +44,7 @@ using MemoryCategories = std::vector<std::pair<std::string, double>>;  // name -
 double live_allocated_bytes(bool cuda);
 
 MemoryCategories memory_categories(const ModelStateBytes& states, double pinned, double activations,
-                                   double tier_storage);
+                                   double checkpoints_host, double tier_storage);
 
 // DeepSpeed's see_memory_usage: "<phase> | MA ... GB Max_MA ... GB CA ... GB | CPU Virtual Memory: used =
 // ... GB, percent = ...%" plus zhost's categories.

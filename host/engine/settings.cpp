@@ -78,7 +78,10 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.trace = c.get_bool("run.trace");
   s.comms_logger = c.get_bool("comms_logger.enabled");
   s.comms_logger_verbose = c.get_bool("comms_logger.verbose");
-  s.activation_checkpointing = c.get_bool("activation_checkpointing.enabled");
+  s.activation_checkpointing.enabled = c.get_bool("activation_checkpointing.enabled");
+  s.activation_checkpointing.cpu = c.get_bool("activation_checkpointing.cpu_checkpointing");
+  s.activation_checkpointing.contiguous = c.get_bool("activation_checkpointing.contiguous_memory_optimization");
+  s.activation_checkpointing.count = c.get_optional_int("activation_checkpointing.number_checkpoints").value_or(0);
 
   s.model.type = c.get_string("model.type");
   s.model.layers = c.get_int("model.layers");

@@ -9,6 +9,7 @@
 #include "host/config/batch.hpp"
 #include "host/config/resolved.hpp"
 #include "host/data/data.hpp"
+#include "host/engine/activation_checkpoints.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/model/model.hpp"
 #include "host/optim/loss_scaler.hpp"
@@ -37,11 +38,11 @@ struct TrainSettings {
   int64_t steps_per_print = 10;
   double gradient_clipping = 0;
   bool wall_clock_breakdown = false;
-  bool memory_breakdown = false;      // DeepSpeed's see_memory_usage lines at every phase of printed steps
-  bool trace = false;                 // run.trace: RUN_DIR/trace.rankN.json (Note [Trace file])
-  bool comms_logger = false;          // comms_logger.enabled: per-op summary (Note [Collective figures])
-  bool comms_logger_verbose = false;  // comms_logger.verbose: one line per collective
-  bool activation_checkpointing = false;
+  bool memory_breakdown = false;               // DeepSpeed's see_memory_usage lines at every phase of printed steps
+  bool trace = false;                          // run.trace: RUN_DIR/trace.rankN.json (Note [Trace file])
+  bool comms_logger = false;                   // comms_logger.enabled: per-op summary (Note [Collective figures])
+  bool comms_logger_verbose = false;           // comms_logger.verbose: one line per collective
+  CheckpointingSpec activation_checkpointing;  // activation_checkpointing.* (activation_checkpoints.hpp)
   // LayerDrop (Fan et al., 2019): each transformer block is skipped with this probability per micro-batch,
   // drawn from (seed, step, micro-batch, block) and, with layer_drop_per_rank, the rank.
   double layer_drop = 0;

@@ -5,10 +5,8 @@
 #include <ATen/ops/mul.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
-#include <c10/core/GradMode.h>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 #include <xxhash.h>
@@ -21,6 +19,7 @@
 #include <optional>
 
 #include "host/core/error.hpp"
+#include "host/engine/activation_checkpoints.hpp"
 #include "host/engine/checkpointing.hpp"
 #include "host/engine/device.hpp"
 #include "host/engine/memory_timeline.hpp"
@@ -100,32 +99,6 @@ struct Timing {
   }
 };
 
-// Activation checkpointing of one block: forward without keeping activations, recompute in backward.
-// The recompute runs a nested backward (as PyTorch's reentrant checkpoint does), so the parameters'
-// gradient hooks fire there exactly as without checkpointing.
-struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const model::Model* model,
-                            int64_t block) {
-    ctx->saved_data["block"] = block;
-    ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
-    ctx->save_for_backward({x});
-    return model->forward_block(static_cast<size_t>(block), x);  // autograd runs this without grad
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_output) {
-    const auto* model = reinterpret_cast<const model::Model*>(ctx->saved_data["model"].toInt());
-    auto block = static_cast<size_t>(ctx->saved_data["block"].toInt());
-    at::Tensor input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    at::Tensor output;
-    {
-      at::AutoGradMode enable_grad(true);
-      output = model->forward_block(block, input);
-    }
-    torch::autograd::backward({output}, {grad_output[0]});
-    return {input.grad(), at::Tensor(), at::Tensor()};
-  }
-};
-
 // The trace's memory counter: the categories in MB (counters sum in Perfetto's stacked view).
 std::string memory_counter_json(const MemoryCategories& categories) {
   nlohmann::json values = nlohmann::json::object();
@@ -157,6 +130,8 @@ struct Trainer::Impl {
   // ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS: the model is built without storage and the plugin
   // materialises parameters through this store.
   std::unique_ptr<ParamStore> param_store;
+  // activation_checkpointing.enabled: the checkpointed blocks and their inputs (Note [Checkpointed block inputs])
+  std::unique_ptr<ActivationCheckpoints> activation_checkpoints;
   TraceWriter* trace = nullptr;                            // Note [Trace file]; null when run.trace is off
   std::vector<std::string> forward_names, backward_names;  // "forward block 3": trace event names
   int32_t backward_block = -1;  // trace: the block whose backward runs since backward_block_start
@@ -164,7 +139,7 @@ struct Trainer::Impl {
   double activation_bytes = 0;                     // the step's largest forward allocation (Note [Memory categories])
   bool log_memory = false;                         // memory_breakdown and this step is printed (see_memory_usage)
   std::map<std::string, double> window_plugin_ms;  // plugin spans' ms summed since the last printed record
-  std::unique_ptr<Checkpointer> checkpoints;
+  std::unique_ptr<Checkpointer> checkpointer;
   TrainingPosition start;  // where training starts: step 0, or the resumed checkpoint's position
 
   Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r, HostServices& h, TraceWriter* t)
@@ -218,6 +193,10 @@ struct Trainer::Impl {
     setup_partition();
     make_checkpointer();
     if (!settings.checkpoint.resume.empty()) resume();
+    if (settings.activation_checkpointing.enabled)
+      activation_checkpoints = std::make_unique<ActivationCheckpoints>(settings.activation_checkpointing, *model,
+                                                                       settings.batch.micro_batch_per_gpu, device,
+                                                                       compute_dtype(settings.precision), services);
     report_model_states(false);
     install_grad_hooks();
     for (size_t b = 0; b < model->num_blocks(); ++b) {
@@ -265,9 +244,12 @@ struct Trainer::Impl {
 
   // The memory categories (Note [Memory categories]) now, with this step's activation bytes.
   MemoryCategories memory_now() {
-    return memory_categories(measure_model_states(false),
-                             static_cast<double>(services.live_buffer_bytes(ZHOST_MEMORY_PINNED)), activation_bytes,
-                             static_cast<double>(services.tier_storage_bytes()));
+    // The contiguous checkpoint buffer on the device was allocated before any forward: activations too.
+    const double checkpoint_device = activation_checkpoints ? activation_checkpoints->device_bytes() : 0;
+    const double checkpoint_host = activation_checkpoints ? activation_checkpoints->host_bytes() : 0;
+    return memory_categories(
+        measure_model_states(false), static_cast<double>(services.live_buffer_bytes(ZHOST_MEMORY_PINNED)),
+        activation_bytes + checkpoint_device, checkpoint_host, static_cast<double>(services.tier_storage_bytes()));
   }
   void see_memory(const char* phase) {
     if (log_memory) spdlog::info("{}", see_memory_usage(phase, memory_now()));
@@ -353,12 +335,12 @@ struct Trainer::Impl {
                                 {"train_batch_size", settings.batch.train_batch_size},
                                 {"seed", settings.seed},
                                 {"world_size", world.world_size()}};
-    checkpoints = std::make_unique<Checkpointer>(settings.checkpoint, world, partition, std::move(shapes),
-                                                 std::move(states), job);
+    checkpointer = std::make_unique<Checkpointer>(settings.checkpoint, world, partition, std::move(shapes),
+                                                  std::move(states), job);
   }
 
   void resume() {
-    start = checkpoints->load();
+    start = checkpointer->load();
     // The loss scaler carries over between fp16 jobs; a job in another precision starts its own.
     if (settings.precision == Precision::kFp16 && start.precision == precision_name(Precision::kFp16))
       scaler.restore(start.scaler);
@@ -437,7 +419,6 @@ struct Trainer::Impl {
 
   at::Tensor forward(const at::Tensor& tokens, int64_t step, int32_t micro_step) {
     at::Tensor x = tokens;
-    const size_t last_layer = model->num_blocks() - 2;
     for (size_t b = 0; b < model->num_blocks(); ++b) {
       if (dropped(step, micro_step, b)) continue;  // the residual stream passes the block unchanged
       auto block = static_cast<int32_t>(b);
@@ -446,9 +427,9 @@ struct Trainer::Impl {
         const TraceScope span(trace, "hook", "pre_forward", "block", block);
         call(api.pre_forward(partition.instance, block), "pre_forward");
       }
-      bool checkpoint = settings.activation_checkpointing && b >= 1 && b <= last_layer;
       check_materialized(block, "forward");
-      x = checkpoint ? CheckpointedBlock::apply(x, model.get(), static_cast<int64_t>(b)) : model->forward_block(b, x);
+      x = activation_checkpoints && activation_checkpoints->checkpointed(b) ? activation_checkpoints->forward(b, x)
+                                                                            : model->forward_block(b, x);
       if (x.requires_grad())
         x.register_hook([this, block](const at::Tensor&) {
           if (trace) begin_backward_block(block);
@@ -509,6 +490,7 @@ struct Trainer::Impl {
     {
       const TraceScope span(trace, "backward", "backward");
       loss.mul(scaler.scale() / static_cast<double>(gas)).backward();
+      if (activation_checkpoints) activation_checkpoints->end_micro_batch();
       if (trace) end_backward_block();
       if (settings.layer_drop > 0) report_accumulated_grads();
       if (!hook_error.empty()) throw Error(hook_error);
@@ -640,8 +622,8 @@ TrainResult Trainer::run() {
     record.printed = printed;
     t.run_dir.append_rank_record(record);
     if (t.world.rank() == 0) t.run_dir.append_metrics(record);
-    if (t.checkpoints->due(step, s.steps) || (stop && stop_request))
-      t.checkpoints->save({step, applied, result.skipped_steps, t.scaler.state(), precision_name(s.precision)});
+    if (t.checkpointer->due(step, s.steps) || (stop && stop_request))
+      t.checkpointer->save({step, applied, result.skipped_steps, t.scaler.state(), precision_name(s.precision)});
     if (stop && stop_request) {
       if (t.world.rank() == 0) {
         progress.clear();

@@ -48,10 +48,16 @@ std::vector<RuleCase> rule_cases() {
       {"PartitionActivations", "[activation_checkpointing]\npartition_activations = true\n",
        "train.toml:2: activation_checkpointing.partition_activations = true is not supported: it shards "
        "activations that model-parallel ranks replicate"},
-      {"CpuCheckpointing", "[activation_checkpointing]\nenabled = true\ncpu_checkpointing = true\n",
-       "train.toml:3: activation_checkpointing.cpu_checkpointing = true is not supported"},
-      {"NumberCheckpoints", "[activation_checkpointing]\nnumber_checkpoints = 2\n",
-       "train.toml:2: activation_checkpointing.number_checkpoints = 2 is not supported"},
+      {"CpuCheckpointingWithoutCheckpointing", "[activation_checkpointing]\ncpu_checkpointing = true\n",
+       "train.toml:2: activation_checkpointing.cpu_checkpointing is set, but only activation_checkpointing.enabled "
+       "= true reads it"},
+      {"NumberCheckpointsWithoutCheckpointing", "[activation_checkpointing]\nnumber_checkpoints = 2\n",
+       "train.toml:2: activation_checkpointing.number_checkpoints is set, but only activation_checkpointing.enabled "
+       "= true reads it"},
+      {"MoreCheckpointsThanBlocks",
+       "[model]\nlayers = 2\n[activation_checkpointing]\nenabled = true\nnumber_checkpoints = 3\n",
+       "train.toml:5: activation_checkpointing.number_checkpoints = 3 is more than the model's 2 transformer "
+       "blocks (model.layers); set it to 2 or less"},
       // Rules across keys.
       {"KvHeadsOnGpt", kModel + "kv_heads = 1\n",
        "train.toml:7: model.kv_heads is set, but only model.type = \"llama\" reads it"},
@@ -162,6 +168,8 @@ TEST(ConfigRuleNeighbours, AreAccepted) {
       "[run]\nname = \"exp-1.b\"\n",
       "[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"cpu\"\n",
       "[optimizer]\nlr = 10\n[model]\nlayer_drop = 0.99\n",
+      "[activation_checkpointing]\nenabled = true\ncpu_checkpointing = true\ncontiguous_memory_optimization = "
+      "true\nnumber_checkpoints = 2\n",
   };
   for (const auto& config : configs) {
     scratch.write("train.toml", config);

@@ -159,6 +159,43 @@ TEST(DeepSpeedJson, SetStageAndDevicesDecideWhatTheJsonMapsTo) {
   EXPECT_NE(nvme.out.find("queue_depth = 16  # ds.json:4"), std::string::npos) << nvme.out;
 }
 
+// DeepSpeed's activation_checkpointing keys map to zhost's own. They refine zhost's switch (the "zhost"
+// table's activation_checkpointing.enabled): without it they are refused with the reason, as is
+// partition_activations = true (no model parallelism).
+TEST(DeepSpeedJson, ActivationCheckpointingKeysMapToZhostsOwn) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({
+  "train_micro_batch_size_per_gpu": 2,
+  "activation_checkpointing": {"partition_activations": false, "cpu_checkpointing": true,
+                               "contiguous_memory_optimization": true, "number_checkpoints": 1,
+                               "synchronize_checkpoint_boundary": false},
+  "zhost": {"steps": 3, "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8},
+            "activation_checkpointing": {"enabled": true}}
+})");
+  CliResult r = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* expected :
+       {"cpu_checkpointing = true  # ds.json:3 (host)", "contiguous_memory_optimization = true  # ds.json:4 (host)",
+        "number_checkpoints = 1  # ds.json:4 (host)",
+        "note: activation_checkpointing.synchronize_checkpoint_boundary = false: a knob of "
+        "DeepSpeed's checkpointing API"}) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+  CliResult off = run_zhost(dir.path(), "config check ds.json --set activation_checkpointing.enabled=false" + kPlugins);
+  EXPECT_EQ(off.exit_code, 2);
+  EXPECT_NE(off.err.find("zhost: error: ds.json:3:64: activation_checkpointing.cpu_checkpointing is set, but only "
+                         "activation_checkpointing.enabled = true reads it"),
+            std::string::npos)
+      << off.err;
+  dir.write("partition.json", R"({"activation_checkpointing": {"partition_activations": true}})");
+  CliResult partition = run_zhost(dir.path(), "config check partition.json" + kPlugins);
+  EXPECT_EQ(partition.exit_code, 2);
+  EXPECT_NE(partition.err.find("activation_checkpointing.partition_activations = true is not supported: it shards "
+                               "activations that model-parallel ranks replicate"),
+            std::string::npos)
+      << partition.err;
+}
+
 TEST(DeepSpeedJson, CheckWithNprocChecksTheBatchArithmetic) {
   ScratchDir dir;
   dir.write("ds.json", R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
