@@ -373,25 +373,6 @@ void add_run_rules(Schema& schema) {
 
 }  // namespace
 
-// Checkpoints carry the partition plugins' states but not yet an offload tier's (docs/checkpoints.md): a job
-// that offloads the optimizer is refused checkpointing at `config check` rather than failing at its first save.
-void add_checkpoint_rules(Schema& schema) {
-  rule(schema, {"checkpoint.interval", "checkpoint.at_end", "checkpoint.resume", "zero.offload_optimizer.device"},
-       [](const ResolvedConfig& config) -> Problem {
-         const std::string& device = config.get_string("zero.offload_optimizer.device");
-         if (device == "none") return std::nullopt;
-         const char* asked = config.get_int("checkpoint.interval") > 0         ? "checkpoint.interval"
-                             : config.get_bool("checkpoint.at_end")            ? "checkpoint.at_end"
-                             : !config.get_string("checkpoint.resume").empty() ? "checkpoint.resume (--resume)"
-                                                                               : nullptr;
-         if (asked == nullptr) return std::nullopt;
-         return fmt::format(
-             "{} with zero.offload_optimizer.device = \"{}\" is not supported yet: checkpoints do not carry an "
-             "offload tier's state; checkpoint without offload, or drop the checkpoint settings",
-             asked, device);
-       });
-}
-
 // DeepSpeed's activation-checkpointing refinements. partition_activations is refused with the reason, never
 // accepted with a changed meaning (its default, which changes nothing, is accepted). cpu_checkpointing,
 // contiguous_memory_optimization and number_checkpoints (host/engine/activation_checkpoints.hpp) refine
@@ -444,7 +425,6 @@ void add_host_rules(Schema& schema) {
   add_zero_rules(schema);
   add_nvme_rules(schema);
   add_activation_checkpointing_rules(schema);
-  add_checkpoint_rules(schema);
   add_run_rules(schema);
 }
 

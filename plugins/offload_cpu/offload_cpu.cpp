@@ -231,6 +231,10 @@ class CpuTier : public zhost::sdk::TierDefaults {
   void optimizer_step_range(const zhost_tier_step_args& args, int64_t offset) { step(args, offset, true); }
   void optimizer_drop(uint64_t key) { groups_.erase(key); }
 
+  // Checkpoints (docs/checkpoints.md): a range of one state of a group, resident or in the storage tier.
+  void optimizer_read_state(const zhost_tier_state_args& args) { copy_state(args, false); }
+  void optimizer_write_state(const zhost_tier_state_args& args) { copy_state(args, true); }
+
   void memory(zhost_tier_memory& out) const {
     uint64_t host = storage_.staging.bytes(), stored = 0;
     for (const auto& [key, buffer] : buffers_) host += buffer.bytes();
@@ -446,6 +450,35 @@ class CpuTier : public zhost::sdk::TierDefaults {
       return d;
     }
   };
+
+  void copy_state(const zhost_tier_state_args& args, bool into_group) {
+    Group& g = group(args.key);
+    const std::string name = args.state ? args.state : "";
+    int s = -1;
+    if (name == "master") s = GroupStates::kMaster;
+    if (name == "exp_avg") s = GroupStates::kExpAvg;
+    if (name == "exp_avg_sq" && g.states.num_states() > 2) s = GroupStates::kExpAvgSq;
+    if (s < 0)
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                        "offload_cpu: optimizer group " + std::to_string(args.key) + " keeps no state '" + name + "'");
+    if (!args.data || !is_float(*args.data, 32) || args.data->ndim != 1 || !is_contiguous(*args.data))
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: a state range is a contiguous 1-D fp32 tensor");
+    auto* data = reinterpret_cast<float*>(host_data(*args.data, "a state range"));
+    const int64_t count = numel(*args.data);
+    if (args.offset < 0 || args.offset + count > g.numel)
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: state range [" + std::to_string(args.offset) + ", " +
+                                                        std::to_string(args.offset + count) + ") is outside group " +
+                                                        std::to_string(args.key));
+    const uint32_t mask = 1u << static_cast<uint32_t>(s);
+    g.states.visit(args.offset, args.offset + count, mask, into_group ? mask : 0,
+                   [&](float* const* states, int64_t begin, int64_t n) {
+                     float* at = data + (begin - args.offset);
+                     if (into_group)
+                       std::memcpy(states[s], at, static_cast<size_t>(n) * 4);
+                     else
+                       std::memcpy(at, states[s], static_cast<size_t>(n) * 4);
+                   });
+  }
 
   Group& group(uint64_t key) {
     auto it = groups_.find(key);

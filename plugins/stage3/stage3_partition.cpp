@@ -61,6 +61,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   world_size_ = collectives.world_size(host_.context(), nullptr);
   if (setup.num_params == 0) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "the model has no parameters to partition");
   tier_ = OptimizerTier::find(host_);
+  state_names_ = kit::checkpoint_state_names(kit::optimizer_spec_from_abi(setup.optimizer));
   params_tier_.struct_size = sizeof(params_tier_);
   host_.check(host_.services()->tier_for(host_.context(), ZHOST_TIER_FOR_PARAMS, &params_tier_));
   if (params_tier_.instance && !tier_.active())
@@ -676,11 +677,19 @@ void Stage3Partition::for_each_shard_run(Visit&& visit) const {
 }
 
 // Checkpoints (docs/checkpoints.md): this rank's shards of the masters and optimizer states, parameter by
-// parameter. Loading fills them from whatever ranks and stage saved them, refreshes the 16-bit shards and
-// gathers the persistent unit again (the others are gathered when next needed).
+// parameter, from the sub-groups or the tier that holds them. Loading fills them from whatever ranks and stage
+// saved them, refreshes the 16-bit shards (in the parameter tier with parameter offload) and gathers the
+// persistent unit again (the others are gathered when next needed).
 void Stage3Partition::save_state(const zhost_state_io& io) {
-  tier_.refuse_checkpoint("save");
   for_each_shard_run([&](uint32_t param, int64_t param_offset, int group, int64_t offset, int64_t length) {
+    if (tier_.active()) {
+      for (const std::string& name : state_names_) {
+        const at::Tensor values = at::empty({length}, at::kFloat);
+        tier_.read_state(static_cast<uint64_t>(group), name, offset, values);
+        host_.check(kit::put_state(io, param, name, param_offset, values));
+      }
+      return;
+    }
     const SubGroupState& g = sub_groups_[static_cast<size_t>(group)];
     for (const auto& [name, values] : kit::flat_states(g.master, g.state))
       host_.check(kit::put_state(io, param, name, param_offset, values.narrow(0, offset, length)));
@@ -688,19 +697,49 @@ void Stage3Partition::save_state(const zhost_state_io& io) {
 }
 
 void Stage3Partition::load_state(const zhost_state_io& io) {
-  tier_.refuse_checkpoint("load");
   if (in_micro_batch_) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "stage3: load_state called inside a micro-batch");
   for_each_shard_run([&](uint32_t param, int64_t param_offset, int group, int64_t offset, int64_t length) {
+    if (tier_.active()) {
+      for (const std::string& name : state_names_) {
+        const at::Tensor values = at::empty({length}, at::kFloat);
+        host_.check(kit::get_state(io, param, name, param_offset, values));
+        tier_.write_state(static_cast<uint64_t>(group), name, offset, values);
+      }
+      return;
+    }
     const SubGroupState& g = sub_groups_[static_cast<size_t>(group)];
     for (const auto& [name, values] : kit::flat_states(g.master, g.state))
       host_.check(kit::get_state(io, param, name, param_offset, values.narrow(0, offset, length)));
   });
-  for (SubGroupState& g : sub_groups_)
-    if (g.shard.defined()) kit::copy_master_to_model(g.shard, g.master);
   for (size_t u = 0; u < units_.size(); ++u)
     if (units_[u].residency == Residency::kLive && !layout_.units()[u].persistent) release(static_cast<int>(u));
   saving_unit_ = -1;
+  if (tier_.active()) {
+    refresh_shards_from_tier();
+  } else {
+    for (SubGroupState& g : sub_groups_)
+      if (g.shard.defined()) kit::copy_master_to_model(g.shard, g.master);
+  }
   gather_persistent();
+}
+
+// The 16-bit shards from the tier's masters, sub-group by sub-group: into the device shards, or with parameter
+// offload into the parameter tier, unit by unit.
+void Stage3Partition::refresh_shards_from_tier() {
+  for (size_t g = 0; g < sub_groups_.size(); ++g) {
+    const at::Tensor master = at::empty({layout_.sub_groups()[g].numel}, at::kFloat);
+    tier_.read_state(g, kit::kMasterState, 0, master);
+    if (!params_tier_.instance) {
+      sub_groups_[g].shard.copy_(master);
+      continue;
+    }
+    for (int unit : layout_.sub_groups()[g].units) {
+      const FetchUnit& u = layout_.units()[static_cast<size_t>(unit)];
+      const at::Tensor shard = master.narrow(0, u.sub_group_offset, u.shard).to(compute_dtype_).contiguous();
+      DLTensor src = dl_view(shard);
+      tier_io(params_tier_.api->store, param_key(unit), src);
+    }
+  }
 }
 
 }  // namespace zhost::stage3

@@ -161,6 +161,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   // this rank's shards that belongs to one parameter.
   template <typename Visit>
   void for_each_shard_run(Visit&& visit) const;
+  void refresh_shards_from_tier();
   const zhost_param_services& params() const;
 
   sdk::Host host_;
@@ -183,6 +184,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   std::unique_ptr<BlockTrace> trace_;
   RankAgreement agreement_;
   std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
+  std::vector<std::string> state_names_;       // what a checkpoint holds: "master" and the optimizer's states
   zero::OptimizerTier tier_;                   // zero.offload_optimizer's tier (inactive without one)
   zhost_tier_ref params_tier_{};               // zero.offload_param's tier (with parameter offload)
   std::vector<Staging> staging_;               // parameter offload: buffers the shards are gathered from

@@ -158,13 +158,29 @@ uint64_t OptimizerTier::bytes() const {
   return memory.host_bytes + memory.storage_bytes;
 }
 
-void OptimizerTier::refuse_checkpoint(const char* action) const {
-  if (!active()) return;
-  throw sdk::PluginError(
-      ZHOST_ERR_UNSUPPORTED,
-      kit::format("cannot {} a checkpoint while tier '{}' holds the optimizer: checkpoints do not carry offload "
-                  "tiers' state yet (docs/checkpoints.md); train without zero.offload_optimizer to checkpoint",
-                  action, name()));
+void OptimizerTier::check_checkpointable(const char* action) const {
+  const zhost_offload_api& api = *ref_.api;
+  if (ZHOST_HAS_FIELD(&api, zhost_offload_api, optimizer_write_state) && api.optimizer_read_state &&
+      api.optimizer_write_state)
+    return;
+  throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED,
+                         kit::format("cannot {} a checkpoint: tier '{}' holds the optimizer and cannot hand out its "
+                                     "states (no optimizer_read_state, ABI 0.5)",
+                                     action, name()));
+}
+
+void OptimizerTier::copy_state(uint64_t key, const std::string& state, int64_t offset, const at::Tensor& data,
+                               bool into_group) const {
+  check_checkpointable(into_group ? "load" : "save");
+  DLTensor view = dl_view(data);
+  zhost_tier_state_args args{};
+  args.struct_size = sizeof(args);
+  args.key = key;
+  args.state = state.c_str();
+  args.offset = offset;
+  args.data = &view;
+  host_.check(into_group ? ref_.api->optimizer_write_state(ref_.instance, &args)
+                         : ref_.api->optimizer_read_state(ref_.instance, &args));
 }
 
 HostCopies::Copy& HostCopies::Copy::operator=(Copy&& other) noexcept {

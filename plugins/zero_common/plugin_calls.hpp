@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -121,9 +122,15 @@ class OptimizerTier {
   void step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& params_out) const;
   // Bytes the tier holds (host memory and storage) for all its groups.
   uint64_t bytes() const;
-  // Throws ZHOST_ERR_UNSUPPORTED when active: checkpoints do not carry a tier's groups yet (docs/checkpoints.md).
-  // `action`: "save" or "load".
-  void refuse_checkpoint(const char* action) const;
+  // Checkpoints (docs/checkpoints.md): elements [offset, offset + numel(data)) of group `key`'s state ("master",
+  // "exp_avg", ...) into `data` (read_state) or from it (write_state); `data` is 1-D fp32, contiguous, in host
+  // memory. Throws ZHOST_ERR_UNSUPPORTED, naming the tier, when it cannot (ABI 0.4 or older).
+  void read_state(uint64_t key, const std::string& state, int64_t offset, const at::Tensor& data) const {
+    copy_state(key, state, offset, data, false);
+  }
+  void write_state(uint64_t key, const std::string& state, int64_t offset, const at::Tensor& data) const {
+    copy_state(key, state, offset, data, true);
+  }
 
   // Whether the tier steps ranges of a group (offload table 0.3), and one such step: elements [offset,
   // offset + numel(params_out)) of group `key`.
@@ -133,6 +140,9 @@ class OptimizerTier {
 
  private:
   explicit OptimizerTier(const sdk::Host& host) : host_(host) {}
+  void check_checkpointable(const char* action) const;
+  void copy_state(uint64_t key, const std::string& state, int64_t offset, const at::Tensor& data,
+                  bool into_group) const;
   zhost_tier_step_args step_args(uint64_t key, int64_t step, double lr, double grad_scale) const;
   sdk::Host host_{nullptr, nullptr};
   zhost_tier_ref ref_{};

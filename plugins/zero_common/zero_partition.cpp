@@ -48,6 +48,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   // This rank's fp32 master partition, from the (identically initialised) parameters; padding stays 0. With
   // a tier it only passes through here on its way to host memory: it is built there.
   tier_ = OptimizerTier::find(host_);
+  state_names_ = kit::checkpoint_state_names(kit::optimizer_spec_from_abi(setup.optimizer));
   master_ = at::zeros({partition}, (tier_.active() ? at::TensorOptions() : on_device).dtype(at::kFloat));
   const int64_t begin = rank_ * partition;
   for (const Segment& s : layout_.segments(begin, begin + partition))
@@ -200,22 +201,43 @@ void ZeroPartition::memory(zhost_model_state_bytes& out) const {
 }
 
 // Checkpoints (docs/checkpoints.md): this rank's partition of the masters and optimizer states, parameter by
-// parameter; loading fills the partition from whatever ranks saved it, then all-gathers the parameters.
+// parameter: its own tensors, or read from the tier that holds them. Loading fills the partition from whatever
+// ranks saved it, then all-gathers the parameters.
 void ZeroPartition::save_state(const zhost_state_io& io) {
-  tier_.refuse_checkpoint("save");
   const int64_t begin = rank_ * layout_.partition_size();
-  const auto states = kit::flat_states(master_, state_);
-  for (const Segment& s : layout_.segments(begin, begin + layout_.partition_size()))
-    for (const auto& [name, values] : states)
+  const std::vector<Segment> segments = layout_.segments(begin, begin + layout_.partition_size());
+  if (tier_.active()) {
+    for (const std::string& name : state_names_)
+      for (const Segment& s : segments) {
+        const at::Tensor values = at::empty({s.length}, at::kFloat);
+        tier_.read_state(0, name, s.flat_offset - begin, values);
+        host_.check(kit::put_state(io, s.param, name, s.param_offset, values));
+      }
+    return;
+  }
+  for (const auto& [name, values] : kit::flat_states(master_, state_))
+    for (const Segment& s : segments)
       host_.check(kit::put_state(io, s.param, name, s.param_offset, values.narrow(0, s.flat_offset - begin, s.length)));
 }
 
 void ZeroPartition::load_state(const zhost_state_io& io) {
-  tier_.refuse_checkpoint("load");
   const int64_t begin = rank_ * layout_.partition_size();
-  const auto states = kit::flat_states(master_, state_);
-  for (const Segment& s : layout_.segments(begin, begin + layout_.partition_size()))
-    for (const auto& [name, values] : states)
+  const std::vector<Segment> segments = layout_.segments(begin, begin + layout_.partition_size());
+  if (tier_.active()) {
+    for (const std::string& name : state_names_)
+      for (const Segment& s : segments) {
+        const at::Tensor values = at::empty({s.length}, at::kFloat);
+        host_.check(kit::get_state(io, s.param, name, s.param_offset, values));
+        tier_.write_state(0, name, s.flat_offset - begin, values);
+      }
+    const at::Tensor master = at::empty({layout_.partition_size()}, at::kFloat);
+    tier_.read_state(0, kit::kMasterState, 0, master);  // the padding too: the tier keeps it at 0
+    updated_.copy_(master);
+    gather_updated_partitions(updated_);
+    return;
+  }
+  for (const auto& [name, values] : kit::flat_states(master_, state_))
+    for (const Segment& s : segments)
       host_.check(kit::get_state(io, s.param, name, s.param_offset, values.narrow(0, s.flat_offset - begin, s.length)));
   gather_updated_partitions(master_);
 }

@@ -85,6 +85,7 @@ class ZeroPartition : public sdk::PartitionHooks {
   std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
   at::Tensor master_;                          // [S] fp32: this rank's partition of the parameters
   kit::OptimizerState state_;
+  std::vector<std::string> state_names_;  // what a checkpoint holds: "master" and the optimizer's states
   at::Tensor grad_partition_;  // [S] compute dtype: this rank's reduced gradients (stage 1: boundary to step)
   GradientReducer reducer_;
   at::Tensor gather_buffer_;  // [N * chunk] compute dtype

@@ -51,18 +51,26 @@ std::string resume_args(const fs::path& from) { return " --resume " + from.strin
 struct ResumeCase {
   int stage;
   bool bf16;
+  const char* offload = "";  // --set arguments that offload, and a name for them
+  const char* offload_name = "";
 };
-void PrintTo(const ResumeCase& c, std::ostream* out) { *out << "stage " << c.stage << (c.bf16 ? " bf16" : " fp32"); }
+void PrintTo(const ResumeCase& c, std::ostream* out) {
+  *out << "stage " << c.stage << (c.bf16 ? " bf16 " : " fp32 ") << c.offload_name;
+}
 
 class ExactResume : public ::testing::TestWithParam<ResumeCase> {};
 
 // 6 steps saving every 3 (2 ranks, accumulation 2), then a job resumed from step 3 to 6.
 TEST_P(ExactResume, ContinuesBitForBit) {
   ScratchDir dir;
+  fs::create_directories(dir.path() / "nvme");
   const std::string job =
       "--nproc 2 --set train_batch_size=8 --set train_micro_batch_size_per_gpu=2 --set zero.stage=" +
       std::to_string(GetParam().stage) + (GetParam().bf16 ? " --set bf16.enabled=true" : "") +
-      " --set checkpoint.interval=3";
+      " --set checkpoint.interval=3" + GetParam().offload +
+      (std::string(GetParam().offload).find("nvme") != std::string::npos
+           ? " --set zero.offload_optimizer.nvme_path=" + (dir.path() / "nvme").string()
+           : "");
   RunOutput full = run_zhost(dir.path(), small_job_config(), "full", job + " --set checkpoint.dir=full_ckpt");
   ASSERT_EQ(full.exit_code, 0) << full.err << full.out;
   RunOutput resumed =
@@ -81,9 +89,16 @@ TEST_P(ExactResume, ContinuesBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Stages, ExactResume,
                          ::testing::Values(ResumeCase{0, false}, ResumeCase{1, false}, ResumeCase{2, false},
-                                           ResumeCase{3, false}, ResumeCase{0, true}, ResumeCase{3, true}),
+                                           ResumeCase{3, false}, ResumeCase{0, true}, ResumeCase{3, true},
+                                           ResumeCase{2, false, " --set zero.offload_optimizer.device=cpu", "_cpu"},
+                                           ResumeCase{3, true, " --set zero.offload_optimizer.device=nvme", "_nvme"},
+                                           ResumeCase{3, false,
+                                                      " --set zero.offload_optimizer.device=cpu"
+                                                      " --set zero.offload_param.device=cpu",
+                                                      "_cpu_params"}),
                          [](const ::testing::TestParamInfo<ResumeCase>& c) {
-                           return "stage" + std::to_string(c.param.stage) + (c.param.bf16 ? "_bf16" : "_fp32");
+                           return "stage" + std::to_string(c.param.stage) + (c.param.bf16 ? "_bf16" : "_fp32") +
+                                  c.param.offload_name;
                          });
 
 // One global batch (12 = 4 x 3 = 2 x 6 = 3 x 4) on every world size: the same samples each step.
@@ -115,6 +130,34 @@ TEST(Reshard, FourToTwoToThreeRanksAcrossStagesContinuesAsTheUninterruptedRun) {
   }
   EXPECT_EQ(weights_mismatch(three, four, kFp32Tolerance, kFp32Absolute), "");
   EXPECT_LT(three.losses.back(), four.losses.front());  // it trained
+}
+
+// Offloaded states come out as the same fragments: a checkpoint of an NVMe-offloaded job resumes without offload
+// on another world size, and one saved without offload resumes into the CPU tier.
+TEST(Reshard, OffloadedAndNotOffloadedCheckpointsResumeIntoEachOther) {
+  ScratchDir dir;
+  fs::create_directories(dir.path() / "nvme");
+  const std::string nvme = " --set zero.offload_optimizer.nvme_path=" + (dir.path() / "nvme").string();
+  RunOutput offloaded =
+      run_zhost(dir.path(), small_job_config(), "offloaded",
+                "--nproc 2 --set zero.stage=2 --set zero.offload_optimizer.device=nvme" + nvme +
+                    " --set checkpoint.interval=3 --set checkpoint.keep_last=3 --set checkpoint.dir=offloaded_ckpt" +
+                                      kReshardBatch);
+  ASSERT_EQ(offloaded.exit_code, 0) << offloaded.err;
+  RunOutput plain =
+      run_zhost(dir.path(), small_job_config(), "plain",
+                "--nproc 3 --set zero.stage=3 --set checkpoint.interval=3 --set checkpoint.dir=plain_ckpt" +
+                    kReshardBatch + resume_args(dir.path() / "offloaded_ckpt" / "step-00000003"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  RunOutput back = run_zhost(dir.path(), small_job_config(), "back",
+                             "--nproc 2 --set zero.stage=1 --set zero.offload_optimizer.device=cpu" + kReshardBatch +
+                                 resume_args(dir.path() / "plain_ckpt" / "step-00000006"));
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  ASSERT_EQ(offloaded.losses.size(), 9u);
+  ASSERT_EQ(back.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(back.losses[i], offloaded.losses[i + 6], kFp32Tolerance * offloaded.losses[i + 6]) << "step " << i + 7;
+  EXPECT_EQ(weights_mismatch(back, offloaded, kFp32Tolerance, kFp32Absolute), "");
 }
 
 TEST(Reshard, AnIncompatibleCheckpointIsRefusedBeforeTraining) {

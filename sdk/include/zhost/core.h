@@ -33,7 +33,8 @@ extern "C" {
  *                    role ZHOST_TIER_FOR_OPTIMIZER_STORAGE, the offload table gains test_event and
  *                    optimizer_drop, zhost_tier_step_args gains offset, zhost_optimizer_desc moves to
  *                    zhost/optimizer.h;
- *                5 = the partition table gains save_state and load_state (zhost_state_io, checkpoints). */
+ *                5 = the partition table gains save_state and load_state (zhost_state_io), the offload table
+ *                    optimizer_read_state and optimizer_write_state (checkpoints). */
 #define ZHOST_ABI_MINOR 5
 
 /* The exported entry symbol for a major version. Hosts probe the newest major they know first. */

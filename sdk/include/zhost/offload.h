@@ -109,6 +109,20 @@ typedef struct zhost_tier_memory {
 #define ZHOST_TIER_MEMORY_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_tier_memory, storage_bytes) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_memory, ZHOST_TIER_MEMORY_SIZE);
 
+/* 0.5: a range of one state of a computing tier's optimizer group, read or written for a checkpoint
+ * (docs/checkpoints.md). */
+typedef struct zhost_tier_state_args {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  uint64_t key;      /* the optimizer group */
+  const char* state; /* "master" or an optimizer state's name ("exp_avg", "exp_avg_sq"); borrowed for the call */
+  int64_t offset;    /* first element, in the group */
+  DLTensor* data;    /* 1-D, contiguous, fp32, in host memory, numel(data) elements; borrowed for the call */
+} zhost_tier_state_args;
+#define ZHOST_TIER_STATE_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_tier_state_args, data)
+#define ZHOST_TIER_STATE_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_tier_state_args, data) /* since 0.5 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_state_args, ZHOST_TIER_STATE_ARGS_SIZE);
+
 typedef struct zhost_offload_api {
   size_t struct_size;
   const zhost_ext_header* ext;
@@ -148,8 +162,15 @@ typedef struct zhost_offload_api {
    * states and accumulator; the accumulator view of optimizer_grad() dies with it). Dropping an unknown
    * group is not an error. */
   zhost_status* (*optimizer_drop)(zhost_plugin_instance* self, uint64_t key);
+  /* 0.5, computing tiers (NULL: a job whose optimizer this tier runs cannot save or resume checkpoints):
+   * synchronous copies of elements [offset, offset + numel(data)) of group key's state `state` into `data`
+   * (read), or from `data` into the group (write: nothing else of the group changes). Called between steps. */
+  zhost_status* (*optimizer_read_state)(zhost_plugin_instance* self, const zhost_tier_state_args* args);
+  zhost_status* (*optimizer_write_state)(zhost_plugin_instance* self, const zhost_tier_state_args* args);
 } zhost_offload_api;
-#define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_drop)
+#define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_write_state)
+/* What a tier built for ABI 0.4 fills: everything up to optimizer_drop. */
+#define ZHOST_OFFLOAD_API_SIZE_0_4 ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_drop)
 /* What a tier built for ABI 0.3 fills: everything up to order_compute_after. */
 #define ZHOST_OFFLOAD_API_SIZE_0_3 ZHOST_STRUCT_SIZE(zhost_offload_api, order_compute_after)
 /* What a tier built for ABI 0.1 or 0.2 fills: everything up to memory (= ZHOST_OFFLOAD_API_MIN_SIZE). */

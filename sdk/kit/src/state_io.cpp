@@ -6,6 +6,12 @@
 
 namespace zhost::kit {
 
+std::vector<std::string> checkpoint_state_names(const OptimizerSpec& optimizer) {
+  std::vector<std::string> names{kMasterState};
+  for (const std::string& name : make_optimizer(optimizer)->state_names()) names.push_back(name);
+  return names;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> flat_states(const at::Tensor& master, const OptimizerState& state) {
   std::vector<std::pair<std::string, at::Tensor>> states{{kMasterState, master}};
   for (const std::string& name : state.names()) states.emplace_back(name, state.get(name).view({-1}));

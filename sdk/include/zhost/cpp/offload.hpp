@@ -20,6 +20,7 @@
 //     void optimizer_step(const zhost_tier_step_args& args);
 //     void optimizer_step_range(const zhost_tier_step_args& args, int64_t offset);  // offset resolved here
 //     void optimizer_drop(uint64_t key);
+// (and, for checkpoints, optimizer_read_state / optimizer_write_state: TierDefaults' refuse)
 // and gets their table entries; a storing-only tier gets NULL there, as the contract says. Every entry
 // runs the method inside guard(), so exceptions become statuses. Asynchronous tiers override
 // wait_event/test_event (and order_compute_after); TierDefaults' versions serve tiers whose events are
@@ -45,6 +46,13 @@ struct TierDefaults {
   }
   void order_compute_after(zhost_tier_event* event) { wait_event(event); }
   void memory(zhost_tier_memory&) const {}
+  // Computing tiers whose groups can be checkpointed override these (0.5).
+  void optimizer_read_state(const zhost_tier_state_args&) {
+    throw PluginError(ZHOST_ERR_UNSUPPORTED, "this tier cannot hand out its optimizer states for a checkpoint");
+  }
+  void optimizer_write_state(const zhost_tier_state_args&) {
+    throw PluginError(ZHOST_ERR_UNSUPPORTED, "this tier cannot take optimizer states from a checkpoint");
+  }
 };
 
 // The offset of a range step: the 0.4 field when the caller's struct has it, else the 0.3 argument.
@@ -111,6 +119,16 @@ struct OffloadTableOf {
       if constexpr (kComputes) self(s).optimizer_drop(key);
     });
   }
+  static zhost_status* optimizer_read_state(zhost_plugin_instance* s, const zhost_tier_state_args* a) {
+    return guard([&] {
+      if constexpr (kComputes) self(s).optimizer_read_state(*a);
+    });
+  }
+  static zhost_status* optimizer_write_state(zhost_plugin_instance* s, const zhost_tier_state_args* a) {
+    return guard([&] {
+      if constexpr (kComputes) self(s).optimizer_write_state(*a);
+    });
+  }
 
   static constexpr zhost_offload_api table = {
       sizeof(zhost_offload_api),
@@ -129,6 +147,8 @@ struct OffloadTableOf {
       order_compute_after,
       test_event,
       kComputes ? optimizer_drop : nullptr,
+      kComputes ? optimizer_read_state : nullptr,
+      kComputes ? optimizer_write_state : nullptr,
   };
 };
 

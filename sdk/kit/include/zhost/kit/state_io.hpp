@@ -18,6 +18,9 @@ namespace zhost::kit {
 // The state name of fp32 master weights; optimizer states keep their OptimizerState names.
 inline constexpr const char* kMasterState = "master";
 
+// The names of the states a checkpoint holds for an optimizer: "master", then the optimizer's state names.
+std::vector<std::string> checkpoint_state_names(const OptimizerSpec& optimizer);
+
 // The states one flat fp32 buffer of master weights carries: ("master", master), then each optimizer state
 // (same length, aligned element for element). The tensors share storage with `master` and `state`.
 std::vector<std::pair<std::string, at::Tensor>> flat_states(const at::Tensor& master, const OptimizerState& state);
