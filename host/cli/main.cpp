@@ -142,6 +142,23 @@ int main(int argc, char** argv) {
   report_cmd->add_option("run_dirs", report.run_dirs, "run directories")->required()->check(CLI::ExistingDirectory);
   report_cmd->add_option("-o,--output", report.output, "the HTML file (default FIRST_RUN_DIR/report.html)");
 
+  zhost::cli::ExportOptions export_options;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "write a checkpoint's fp32 weights as safetensors (Hugging Face names and config.json, or zhost's)");
+  export_cmd
+      ->add_option("checkpoint", export_options.checkpoint,
+                   "a checkpoint folder (step-NNNNNNNN), or one holding `latest`")
+      ->required();
+  export_cmd->add_option("out", export_options.out_dir, "the folder to write")->required();
+  export_cmd->add_option("--names", export_options.names, "hf: Hugging Face's names and layouts; zhost: as saved")
+      ->check(CLI::IsMember({"hf", "zhost"}))
+      ->capture_default_str();
+  export_cmd
+      ->add_option("--max-shard-size", export_options.max_shard_bytes,
+                   "tensor bytes per safetensors file, e.g. 5GB or 500MB (one file when all fit)")
+      ->transform(CLI::AsSizeValue(true))
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -165,6 +182,7 @@ int main(int argc, char** argv) {
     if (*import_cmd) return zhost::cli::config_import_command(import_options);
     if (*version_cmd) return print_version();
     if (*merge_cmd) return zhost::cli::trace_merge_command(merge);
+    if (*export_cmd) return zhost::cli::export_command(export_options);
     if (*report_cmd) return zhost::cli::report_command(report);
     return 0;
   });

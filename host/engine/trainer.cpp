@@ -28,6 +28,7 @@
 #include "host/engine/preflight.hpp"
 #include "host/engine/stop_request.hpp"
 #include "host/engine/trace.hpp"
+#include "host/model/hf_layout.hpp"
 #include "host/services/host_services.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 #include "zhost/kit/optimizer.hpp"
@@ -325,9 +326,9 @@ struct Trainer::Impl {
   void make_checkpointer() {
     std::vector<checkpoint::ParamShape> shapes;
     for (const auto& p : model->parameters()) shapes.push_back({p.name, p.tensor.sizes().vec()});
-    std::vector<std::string> states{kit::kMasterState};
-    for (const std::string& name : kit::make_optimizer(settings.optimizer)->state_names()) states.push_back(name);
+    std::vector<std::string> states = kit::checkpoint_state_names(settings.optimizer);
     const nlohmann::json job = {{"model", settings.model.type},
+                                {"model_spec", model::model_spec_record(model->spec())},
                                 {"optimizer", std::string(kit::optimizer_kind_name(settings.optimizer.kind))},
                                 {"precision", precision_name(settings.precision)},
                                 {"zero_stage", settings.zero_stage},

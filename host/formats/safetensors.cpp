@@ -3,6 +3,8 @@
 #include "host/formats/safetensors.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -231,8 +233,9 @@ std::vector<std::string> SafetensorsSet::names() const {
 
 std::string SafetensorsSet::describe() const { return described_; }
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path), partial_(path + ".partial") {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -247,23 +250,52 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
         {"dtype", tensor.dtype}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + tensor.bytes}}};
     offset += tensor.bytes;
   }
+  data_bytes_ = offset;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
+  header_bytes_ = 8 + text.size();
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>((text.size() >> (8 * i)) & 0xff);
-  const std::string temporary = path + ".partial";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(length), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const TensorToWrite& tensor : tensors)
-      out.write(static_cast<const char*>(tensor.data), static_cast<std::streamsize>(tensor.bytes));
-    out.flush();
-    if (!out) fail("cannot write '{}' (disk full, or no permission?)", temporary);
+  out_ = std::fopen(partial_.c_str(), "wb");
+  if (out_ == nullptr) fail("cannot create '{}': {}", partial_, std::strerror(errno));
+  if (std::fwrite(length, 1, 8, out_) != 8 || std::fwrite(text.data(), 1, text.size(), out_) != text.size())
+    fail("cannot write '{}' (disk full, or no permission?)", partial_);
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (out_ == nullptr) return;
+  std::fclose(out_);
+  std::remove(partial_.c_str());
+}
+
+void SafetensorsWriter::append(const void* data, size_t bytes) {
+  if (written_ + bytes > data_bytes_) fail("write_safetensors '{}': more data than the header describes", path_);
+  if (bytes > 0 && std::fwrite(data, 1, bytes, out_) != bytes)
+    fail("cannot write '{}' (disk full, or no permission?)", partial_);
+  written_ += bytes;
+}
+
+void SafetensorsWriter::finish() {
+  if (written_ != data_bytes_)
+    fail("write_safetensors '{}': {} bytes of tensor data written, the header describes {}", path_, written_,
+         data_bytes_);
+  const bool flushed = std::fflush(out_) == 0;
+  const bool closed = std::fclose(out_) == 0;
+  out_ = nullptr;
+  if (!flushed || !closed) {
+    std::remove(partial_.c_str());
+    fail("cannot write '{}' (disk full, or no permission?)", partial_);
   }
   std::error_code error;
-  fs::rename(temporary, path, error);
-  if (error) fail("cannot rename '{}' to '{}': {}", temporary, path, error.message());
+  fs::rename(partial_, path_, error);
+  if (error) fail("cannot rename '{}' to '{}': {}", partial_, path_, error.message());
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  SafetensorsWriter writer(path, tensors, metadata);
+  for (const TensorToWrite& tensor : tensors) writer.append(tensor.data, tensor.bytes);
+  writer.finish();
 }
 
 }  // namespace zhost::formats

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -106,5 +107,29 @@ struct TensorToWrite {
 // order), through a temporary file renamed into place. Fails (zhost::Error) on a bad entry or I/O error.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// The same file streamed: the header from the tensors' names, dtypes and shapes (their `data` unused), then
+// each tensor's bytes in order through append(), so that a writer holds one tensor at a time. Written to
+// PATH.partial, renamed into place by finish(); a writer destroyed before finish() removes the partial file.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  // Appends bytes of the current tensor; a tensor may come in several pieces.
+  void append(const void* data, size_t bytes);
+  // Checks that every tensor got exactly its bytes, flushes, and renames the file into place.
+  void finish();
+  // Bytes the file will have: 8 + header + data.
+  uint64_t file_bytes() const { return header_bytes_ + data_bytes_; }
+
+ private:
+  std::string path_, partial_;
+  std::FILE* out_ = nullptr;
+  uint64_t header_bytes_ = 0, data_bytes_ = 0, written_ = 0;
+};
 
 }  // namespace zhost::formats

@@ -33,12 +33,21 @@ void export_hf(const ModelSpec& spec, const std::vector<std::string>& names, con
   if (config.is_discarded() || !config.is_object()) fail("cannot re-read '{}/config.json' to export it", spec.path);
   config["torch_dtype"] = "float32";
   std::ofstream(fs::path(out_dir) / "config.json") << config.dump(2) << "\n";
+  copy_hf_side_files(spec.path, out_dir);
+}
+
+int copy_hf_side_files(const std::string& from, const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  int copied = 0;
   for (const char* file : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                            "generation_config.json", "vocab.json", "merges.txt"}) {
-    if (!fs::is_regular_file(fs::path(spec.path) / file, error)) continue;
-    fs::copy_file(fs::path(spec.path) / file, fs::path(out_dir) / file, fs::copy_options::overwrite_existing, error);
-    if (error) fail("cannot copy '{}/{}' into the export folder '{}': {}", spec.path, file, out_dir, error.message());
+    if (!fs::is_regular_file(fs::path(from) / file, error)) continue;
+    fs::copy_file(fs::path(from) / file, fs::path(out_dir) / file, fs::copy_options::overwrite_existing, error);
+    if (error) fail("cannot copy '{}/{}' into the export folder '{}': {}", from, file, out_dir, error.message());
+    ++copied;
   }
+  return copied;
 }
 
 }  // namespace zhost::model

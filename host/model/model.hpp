@@ -160,6 +160,10 @@ std::unique_ptr<Model> make_model(const ModelSpec& spec, at::Device device = at:
 void export_hf(const ModelSpec& spec, const std::vector<std::string>& names, const std::vector<at::Tensor>& values,
                const std::string& out_dir);
 
+// Copies a Hugging Face folder's tokenizer and generation files (those of them that exist) from `from` into
+// `out_dir`; returns how many it copied.
+int copy_hf_side_files(const std::string& from, const std::string& out_dir);
+
 // Default llama feed-forward width for `width`: floor(8 * width / 3) rounded up to a multiple of 32.
 int64_t llama_default_ffn_width(int64_t width);
 
