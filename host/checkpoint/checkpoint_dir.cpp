@@ -90,7 +90,7 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& root)
     const fs::path pointer = dir / kLatest;
     std::error_code error;
     if (!fs::is_regular_file(pointer, error))
-      fail_usage("no checkpoint to resume from: '{}' does not exist (no checkpoint was saved under '{}')",
+      fail_usage("no checkpoint found: '{}' does not exist (no checkpoint was saved under '{}')",
                  pointer.string(), dir.string());
     const std::string name = trimmed(read_small_file(pointer.string(), "the checkpoint pointer"));
     if (!is_step_dir_name(name))
@@ -100,7 +100,7 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& root)
   if (spec == kLatest) return via_latest(fs::path(root));
   std::error_code error;
   if (!fs::is_directory(spec, error))
-    fail_usage("cannot resume from '{}': no such folder (give a checkpoint folder, its parent, or 'latest')", spec);
+    fail_usage("no checkpoint at '{}': no such folder (give a checkpoint folder, its parent, or 'latest')", spec);
   if (fs::is_regular_file(fs::path(spec) / kLatest, error)) return via_latest(fs::path(spec));
   return spec;
 }

@@ -244,6 +244,8 @@ void add_runtime_keys(HostKeys& keys) {
   keys.integer("checkpoint.interval", 0, "save a checkpoint every this many steps; 0 = never by count", at_least(0));
   keys.integer("checkpoint.keep_last", 2, "checkpoints kept under checkpoint.dir; older ones are removed", at_least(1));
   keys.flag("checkpoint.at_end", false, "save a checkpoint after the last step");
+  keys.flag("checkpoint.async", false,
+            "copy the states into host memory at the save and write them while training goes on");
   keys.flag("checkpoint.on_signal", true,
             "on SIGTERM or SIGINT, save a checkpoint at the next step boundary, then stop (exit code 0)");
   keys.text("checkpoint.resume", "",

@@ -27,7 +27,8 @@ using Clock = std::chrono::steady_clock;
 // ---- the host's side of zhost_state_io ----------------------------------------------------------------------
 
 struct SaveContext {
-  checkpoint::ShardWriter& writer;
+  checkpoint::ShardWriter* writer;          // synchronous save: straight to the file
+  std::vector<SnapshotFragment>* snapshot;  // asynchronous save: copied into host memory
   const std::vector<checkpoint::ParamShape>& params;
   const std::vector<std::string>& states;
   uint64_t bytes = 0;
@@ -71,7 +72,12 @@ zhost_status* put_fragment(void* user, const zhost_state_fragment* fragment) {
       fail("a '{}' fragment of '{}' lies outside the parameter ([{}, {}) of {})", state, param.name, fragment->offset,
            fragment->offset + values.numel(), param.numel());
     if (values.numel() == 0) return;
-    c.writer.write(fragment->param_id, state, fragment->offset, values.data_ptr<float>(), values.numel());
+    const float* data = values.data_ptr<float>();
+    if (c.writer != nullptr)
+      c.writer->write(fragment->param_id, state, fragment->offset, data, values.numel());
+    else
+      c.snapshot->push_back(
+          {fragment->param_id, state, fragment->offset, std::vector<float>(data, data + values.numel())});
     c.bytes += static_cast<uint64_t>(values.numel()) * sizeof(float);
   });
 }
@@ -140,7 +146,11 @@ Checkpointer::Checkpointer(const CheckpointSettings& settings, comm::Comm& world
         partition_.plugin->info.name);
 }
 
-Checkpointer::~Checkpointer() = default;
+// A job failing while an asynchronous save is written: the thread ends before the snapshot it reads; the staging
+// folder stays unpublished (the next save removes it).
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
 
 bool Checkpointer::due(int64_t step, int64_t last_step) const {
   return (settings_.interval > 0 && step % settings_.interval == 0) || (settings_.at_end && step == last_step);
@@ -172,41 +182,93 @@ const zhost_partition_api& partition_api(const PluginInstance& partition) { retu
 
 }  // namespace
 
+// A save in three phases (Note [Checkpoint atomicity]): rank 0 prepares the staging folder; every rank writes its
+// shard (now, or with checkpoint.async from a snapshot on a thread while training goes on); rank 0 publishes once
+// every rank has written. Each phase ends with every rank agreeing on its outcome.
 void Checkpointer::save(const TrainingPosition& position) {
+  drain();  // one save in flight at a time
   const auto start = Clock::now();
+  const std::string what = fmt::format("checkpoint of step {} not saved", position.step);
+  std::string error;
+  if (world_.rank() == 0) error = capture_error([&] { checkpoint::begin_staging(settings_.dir, position.step); });
+  agree(world_, error, what);
+  auto save = std::make_unique<PendingSave>();
+  save->position = position;
+  save->start = start;
+  const std::string staging = checkpoint::staging_path(settings_.dir, position.step);
+  if (!settings_.async) {
+    save->error = capture_error([&] {
+      checkpoint::ShardWriter writer(staging, world_.rank(), params_);
+      save->bytes = collect_state(&writer, nullptr);
+      writer.finish({{"rng_cpu", cpu_rng_state_hex()}});
+    });
+    complete(*save);
+    return;
+  }
+  // The snapshot: the plugin's states copied into host memory now; the files written on a thread.
+  save->error = capture_error([&] { save->bytes = collect_state(nullptr, &save->snapshot); });
+  if (!save->error.empty()) {
+    complete(*save);
+    return;
+  }
+  save->snapshot_s = std::chrono::duration<double>(Clock::now() - start).count();
+  const json host = {{"rng_cpu", cpu_rng_state_hex()}};
+  PendingSave* raw = save.get();
+  save->writer = std::thread([this, raw, staging, host] {
+    raw->error = capture_error([&] {
+      checkpoint::ShardWriter writer(staging, world_.rank(), params_);
+      for (const SnapshotFragment& f : raw->snapshot)
+        writer.write(f.param, f.state, f.offset, f.values.data(), static_cast<int64_t>(f.values.size()));
+      writer.finish(host);
+    });
+    raw->snapshot.clear();
+    raw->snapshot.shrink_to_fit();
+    raw->written.store(true);
+  });
+  pending_ = std::move(save);
+}
+
+uint64_t Checkpointer::collect_state(checkpoint::ShardWriter* writer, std::vector<SnapshotFragment>* snapshot) {
+  const zhost_partition_api& api = partition_api(partition_);
+  if (!ZHOST_HAS_FIELD(&api, zhost_partition_api, save_state) || api.save_state == nullptr)
+    fail(
+        "partition plugin '{}' cannot save its state (built against zhost ABI 0.4 or older): rebuild it against "
+        "this SDK",
+        partition_.plugin->info.name);
+  SaveContext context{writer, snapshot, params_, states_};
+  zhost_state_io io{sizeof(io), nullptr, &context, put_fragment, get_fragment};
+  HostServices::throw_if_error(api.save_state(partition_.instance, &io),
+                               fmt::format("partition plugin '{}' save_state", partition_.plugin->info.name));
+  return context.bytes;
+}
+
+void Checkpointer::progress() {
+  if (!pending_) return;
+  at::Tensor unwritten = at::tensor({pending_->written.load() ? int64_t{0} : int64_t{1}}, at::kLong);
+  world_.all_reduce(unwritten);
+  if (unwritten.item<int64_t>() == 0) drain();
+}
+
+void Checkpointer::drain() {
+  if (!pending_) return;
+  std::unique_ptr<PendingSave> save = std::move(pending_);
+  if (save->writer.joinable()) save->writer.join();
+  complete(*save);
+}
+
+void Checkpointer::complete(PendingSave& save) {
   const int rank = world_.rank();
   const std::string& root = settings_.dir;
+  const TrainingPosition& position = save.position;
   const std::string what = fmt::format("checkpoint of step {} not saved", position.step);
-  const std::string staging = checkpoint::staging_path(root, position.step);
-  std::string error;
-  if (rank == 0) error = capture_error([&] { checkpoint::begin_staging(root, position.step); });
-  agree(world_, error, what);
-
-  uint64_t bytes = 0;
-  error = capture_error([&] {
-    const zhost_partition_api& api = partition_api(partition_);
-    if (!ZHOST_HAS_FIELD(&api, zhost_partition_api, save_state) || api.save_state == nullptr)
-      fail(
-          "partition plugin '{}' cannot save its state (built against zhost ABI 0.4 or older): rebuild it against "
-          "this SDK",
-          partition_.plugin->info.name);
-    checkpoint::ShardWriter writer(staging, rank, params_);
-    SaveContext context{writer, params_, states_};
-    zhost_state_io io{sizeof(io), nullptr, &context, put_fragment, get_fragment};
-    HostServices::throw_if_error(api.save_state(partition_.instance, &io),
-                                 fmt::format("partition plugin '{}' save_state", partition_.plugin->info.name));
-    writer.finish({{"rng_cpu", cpu_rng_state_hex()}});
-    bytes = context.bytes;
-  });
-  if (!error.empty()) spdlog::error("{}: {}", what, error);
+  if (!save.error.empty()) spdlog::error("{}: {}", what, save.error);
   try {
-    agree(world_, error, what);
+    agree(world_, save.error, what);
   } catch (const Error&) {
     if (rank == 0) checkpoint::discard_staging(root, position.step);
     throw;
   }
-
-  std::string published;
+  std::string published, error;
   if (rank == 0) {
     error = capture_error([&] {
       json params = json::array();
@@ -226,20 +288,26 @@ void Checkpointer::save(const TrainingPosition& position) {
                              {"last_overflow_iteration", position.scaler.last_overflow_iteration},
                              {"hysteresis_left", position.scaler.hysteresis_left}}}}},
                          {"job", job_}};
-      checkpoint::write_checkpoint_json(staging, meta);
+      checkpoint::write_checkpoint_json(checkpoint::staging_path(root, position.step), meta);
       published = checkpoint::publish(root, position.step);
       checkpoint::prune(root, settings_.keep_last);
     });
     if (!error.empty()) checkpoint::discard_staging(root, position.step);
   }
   agree(world_, error, what);
-  at::Tensor total = at::tensor({static_cast<int64_t>(bytes)}, at::kLong);
+  at::Tensor total = at::tensor({static_cast<int64_t>(save.bytes)}, at::kLong);
   world_.all_reduce(total);
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (rank == 0)
-    spdlog::info("checkpoint of step {} saved to {}: {:.1f} MB in {:.2f} s ({:.0f} MB/s)", position.step, published,
-                 static_cast<double>(total.item<int64_t>()) / 1e6, seconds,
-                 static_cast<double>(total.item<int64_t>()) / 1e6 / std::max(seconds, 1e-9));
+  const double seconds = std::chrono::duration<double>(Clock::now() - save.start).count();
+  const double mb = static_cast<double>(total.item<int64_t>()) / 1e6;
+  if (rank != 0) return;
+  if (settings_.async)
+    spdlog::info(
+        "checkpoint of step {} saved to {}: {:.1f} MB, {:.2f} s of training for the snapshot, {:.2f} s until "
+        "published",
+        position.step, published, mb, save.snapshot_s, seconds);
+  else
+    spdlog::info("checkpoint of step {} saved to {}: {:.1f} MB in {:.2f} s ({:.0f} MB/s)", position.step, published, mb,
+                 seconds, mb / std::max(seconds, 1e-9));
 }
 
 namespace {

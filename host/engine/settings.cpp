@@ -146,6 +146,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.checkpoint.keep_last = c.get_int("checkpoint.keep_last");
   s.checkpoint.at_end = c.get_bool("checkpoint.at_end");
   s.checkpoint.on_signal = c.get_bool("checkpoint.on_signal");
+  s.checkpoint.async = c.get_bool("checkpoint.async");
   s.checkpoint.resume = c.get_string("checkpoint.resume");
   s.intra_op_threads = static_cast<int>(c.get_int("run.intra_op_threads"));
   s.pin_ranks = c.get_bool("run.pin_ranks");

@@ -28,6 +28,7 @@ struct CheckpointSettings {
   int64_t keep_last = 2;
   bool at_end = false;
   bool on_signal = true;
+  bool async = false;  // checkpoint.async: write from a snapshot while training goes on
   std::string resume;  // checkpoint.resume: "" = start afresh
 };
 

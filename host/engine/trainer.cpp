@@ -625,7 +625,10 @@ TrainResult Trainer::run() {
     if (t.world.rank() == 0) t.run_dir.append_metrics(record);
     if (t.checkpointer->due(step, s.steps) || (stop && stop_request))
       t.checkpointer->save({step, applied, result.skipped_steps, t.scaler.state(), precision_name(s.precision)});
+    else
+      t.checkpointer->progress();
     if (stop && stop_request) {
+      t.checkpointer->drain();
       if (t.world.rank() == 0) {
         progress.clear();
         spdlog::warn("stopping after step {} on {} (checkpoint saved; resume with --resume latest)", step,
@@ -662,6 +665,7 @@ TrainResult Trainer::run() {
     window = Timing{};
     window_start = Clock::now();
   }
+  t.checkpointer->drain();  // an asynchronous save still being written is published before the job ends
   if (t.param_store) t.report_model_states(true);
   result.applied_steps = applied;
   result.final_loss = result.records.empty() ? 0 : result.records.back().loss;

@@ -46,6 +46,12 @@ std::string checkpoint_files_differ(const fs::path& a, const fs::path& b) {
   return compared == 0 ? "no data files in " + a.string() : "";
 }
 
+std::string step_dir(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
 std::string resume_args(const fs::path& from) { return " --resume " + from.string(); }
 
 struct ResumeCase {
@@ -101,6 +107,27 @@ INSTANTIATE_TEST_SUITE_P(Stages, ExactResume,
                                   c.param.offload_name;
                          });
 
+// checkpoint.async writes the same files from a snapshot while training goes on, and publishes each one.
+TEST(AsyncSave, WritesWhatASynchronousSaveWritesAndResumesExactly) {
+  ScratchDir dir;
+  const std::string job = "--nproc 2 --set zero.stage=3 --set checkpoint.interval=2 --set checkpoint.keep_last=3";
+  RunOutput sync = run_zhost(dir.path(), small_job_config(), "sync", job + " --set checkpoint.dir=sync_ckpt");
+  RunOutput async = run_zhost(dir.path(), small_job_config(), "async",
+                              job + " --set checkpoint.async=true --set checkpoint.dir=async_ckpt");
+  ASSERT_EQ(sync.exit_code, 0) << sync.err;
+  ASSERT_EQ(async.exit_code, 0) << async.err;
+  EXPECT_NE(async.err.find("s of training for the snapshot"), std::string::npos) << async.err;
+  for (int64_t step : {2, 4, 6})
+    EXPECT_EQ(
+        checkpoint_files_differ(dir.path() / "sync_ckpt" / step_dir(step), dir.path() / "async_ckpt" / step_dir(step)),
+        "")
+        << "step " << step;
+  RunOutput resumed = run_zhost(dir.path(), small_job_config(), "resumed",
+                                "--nproc 2 --set zero.stage=3" + resume_args(dir.path() / "async_ckpt" / step_dir(4)));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(weights_mismatch(resumed, async, 0, 0), "");
+}
+
 // One global batch (12 = 4 x 3 = 2 x 6 = 3 x 4) on every world size: the same samples each step.
 const std::string kReshardBatch = " --set train_batch_size=12 --set train_micro_batch_size_per_gpu=1 --set steps=9";
 
@@ -142,7 +169,7 @@ TEST(Reshard, OffloadedAndNotOffloadedCheckpointsResumeIntoEachOther) {
       run_zhost(dir.path(), small_job_config(), "offloaded",
                 "--nproc 2 --set zero.stage=2 --set zero.offload_optimizer.device=nvme" + nvme +
                     " --set checkpoint.interval=3 --set checkpoint.keep_last=3 --set checkpoint.dir=offloaded_ckpt" +
-                                      kReshardBatch);
+                    kReshardBatch);
   ASSERT_EQ(offloaded.exit_code, 0) << offloaded.err;
   RunOutput plain =
       run_zhost(dir.path(), small_job_config(), "plain",
@@ -176,19 +203,13 @@ TEST(Reshard, AnIncompatibleCheckpointIsRefusedBeforeTraining) {
   EXPECT_NE(other_optimizer.err.find("was saved with optimizer AdamW"), std::string::npos) << other_optimizer.err;
   RunOutput none = run_zhost(dir.path(), small_job_config(), "none", "--resume latest --set checkpoint.dir=empty");
   EXPECT_EQ(none.exit_code, 2) << none.err;
-  EXPECT_NE(none.err.find("no checkpoint to resume from"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("no checkpoint found"), std::string::npos) << none.err;
 }
 
 // Kills every process of a background job at once, as a crash of the machine would.
 void kill_job(const BackgroundJob& job) {
   for (const auto& [rank, pid] : job.ranks()) kill(pid, SIGKILL);
   kill(job.launcher(), SIGKILL);
-}
-
-std::string step_dir(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
-  return name;
 }
 
 // The step `latest` under `root` names; -1 when there is no `latest`.
