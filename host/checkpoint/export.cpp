@@ -72,13 +72,19 @@ void write_tensor(CheckpointReader& reader, const ExportTensor& t, formats::Safe
     }
     return;
   }
-  // Source [R, K] row by row into the output [K, R]: the whole output, and one source row.
+  // Source [R, K] into the output [K, R]: the whole output, and kRowBlock source rows at a time, so that each
+  // output row receives kRowBlock consecutive values per pass (a cache-friendly transpose).
+  constexpr int64_t kRowBlock = 64;
   const int64_t rows = t.shape[1], cols = t.shape[0];
   std::vector<float> out(static_cast<size_t>(numel));
-  buffer.resize(static_cast<size_t>(cols));
-  for (int64_t i = 0; i < rows; ++i) {
-    reader.read(t.source, "master", i * cols, cols, buffer.data());
-    for (int64_t j = 0; j < cols; ++j) out[static_cast<size_t>(j * rows + i)] = buffer[static_cast<size_t>(j)];
+  buffer.resize(static_cast<size_t>(std::min(rows, kRowBlock) * cols));
+  for (int64_t i0 = 0; i0 < rows; i0 += kRowBlock) {
+    const int64_t block = std::min(kRowBlock, rows - i0);
+    reader.read(t.source, "master", i0 * cols, block * cols, buffer.data());
+    for (int64_t j = 0; j < cols; ++j) {
+      float* row = out.data() + j * rows + i0;
+      for (int64_t i = 0; i < block; ++i) row[i] = buffer[static_cast<size_t>(i * cols + j)];
+    }
   }
   writer.append(out.data(), out.size() * sizeof(float));
 }
