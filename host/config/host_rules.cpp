@@ -306,6 +306,22 @@ void add_nvme_rules(Schema& schema) {
         return check_nvme_path(config.get_string("zero.offload_param.nvme_path"), "zero.offload_param.nvme_path",
                                params, "zero.offload_param.device");
       });
+  // Note [Delayed parameter update] (plugins/zero_common/delayed_update.hpp): the tier's step is what is delayed.
+  rule(schema, {"zero.offload_optimizer.delayed_update", "zero.offload_optimizer.device", "zero.stage"},
+       [](const ResolvedConfig& config) -> Problem {
+         if (!config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;
+         if (config.get_string("zero.offload_optimizer.device") == "none")
+           return std::string(
+               "zero.offload_optimizer.delayed_update = true delays the offload tier's optimizer step, and this "
+               "config has no tier running the optimizer; set zero.offload_optimizer.device = \"cpu\", or remove it");
+         const int64_t stage = config.get_int("zero.stage");
+         if (stage != 1 && stage != 2)
+           return fmt::format(
+               "zero.offload_optimizer.delayed_update = true is built for zero.stage 1 and 2, and this config has "
+               "zero.stage = {}; use stage 1 or 2, or remove it",
+               stage);
+         return std::nullopt;
+       });
   rule(schema, {"aio.use_gds"}, [](const ResolvedConfig& config) -> Problem {
     if (!config.get_bool("aio.use_gds")) return std::nullopt;
     return std::string(

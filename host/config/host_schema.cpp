@@ -206,6 +206,8 @@ void add_zero_keys(HostKeys& keys) {
             "with a storage tier: read the next chunks while one steps (needs buffer_count >= 2)");
   keys.flag("zero.offload_optimizer.pipeline_write", false,
             "with a storage tier: write a stepped chunk back while the next one steps");
+  keys.flag("zero.offload_optimizer.delayed_update", false,
+            "zhost: the offload tier's optimizer step overlaps the next step (one step stale; stages 1 and 2)");
   keys.flag("zero.offload_optimizer.fast_init", false,
             "DeepSpeed's fast NVMe optimizer initialisation; only its default is accepted");
   keys.flag("aio.use_gds", false, "GPUDirect Storage between NVMe and GPU memory; refused (no CUDA, no cuFile)");

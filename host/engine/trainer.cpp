@@ -526,6 +526,8 @@ struct Trainer::Impl {
     args.lr = schedule->lr_for_step(applied + 1);
     args.loss_scale = scaler.scale();
     args.clip_norm = settings.gradient_clipping;
+    const zhost_ext_header last_step{sizeof(zhost_ext_header), ZHOST_EXT_LAST_STEP, nullptr};
+    if (step == settings.steps) args.ext = &last_step;  // the plugin completes deferred work (docs/abi.md 8)
     auto start = Clock::now();
     {
       const TraceScope span(trace, "optimizer", "optimizer_step", "step", step);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "plugins/zero_common/plugin_calls.hpp"
 #include "plugins/zero_common/step_prologue.hpp"
@@ -54,11 +55,20 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   for (const Segment& s : layout_.segments(begin, begin + partition))
     master_.narrow(0, s.flat_offset - begin, s.length)
         .copy_(params_[s.param].model.reshape({-1}).narrow(0, s.param_offset, s.length));
+  if (options_.delayed_update && !tier_.active())
+    throw PluginError(ZHOST_ERR_CONFIG,
+                      "zero.offload_optimizer.delayed_update = true needs a tier that runs the optimizer; set "
+                      "zero.offload_optimizer.device = \"cpu\" or \"nvme\"");
   attach_optimizer_tier(setup);
   if (tier_.active()) {
     updated_ = at::empty({partition}, on_device.dtype(compute_dtype_));
     copies_ = HostCopies::find(host_, on_device.device());
     if (staged()) staged_step_ = StagedStep(tier_, copies_, options_.step_chunk, compute_dtype_);
+    if (options_.delayed_update) {  // the stage's own accumulator; the tier's is the step's (Note [Delayed ...])
+      tier_accumulator_ = std::exchange(grad_partition_, at::zeros({partition}, at::kFloat));
+      if (staged()) updated_host_ = copies_.host_empty(partition, compute_dtype_);
+      tier_bytes_ = tier_.bytes();
+    }
   } else {
     optimizer_ = kit::make_optimizer(kit::optimizer_spec_from_abi(setup.optimizer));
     optimizer_->allocate_state(state_, master_);
@@ -78,7 +88,9 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
       "of {} elements per rank{}",
       options_.stage, layout_.total(), layout_.padded(), world_size_, partition, begin, begin + partition,
       reducer_.bucket_elements(), options_.overlap_comm ? ", two overlapping with backward" : "", gather_chunk_,
-      tier_.active() ? kit::format("; optimizer offloaded to tier '{}'", tier_.name()) : ""));
+      tier_.active() ? kit::format("; optimizer offloaded to tier '{}'{}", tier_.name(),
+                                   options_.delayed_update ? ", delayed parameter update" : "")
+                     : ""));
 }
 
 // The tier named by zero.offload_optimizer.device, if any, takes the master partition and the optimizer;
@@ -136,6 +148,7 @@ void ZeroPartition::step(zhost_step_args& args) {
     release_gradients();
     return;
   }
+  if (options_.delayed_update) return step_delayed(args, decision.grad_scale, decision.overflow);
   const int64_t step = args.applied_steps + 1;
   if (tier_.active()) {  // the tier applies the factor in its one pass, and zeroes its accumulator
     if (staged()) {      // chunk by chunk, each chunk's copy to the device running while the next steps
@@ -152,6 +165,33 @@ void ZeroPartition::step(zhost_step_args& args) {
   optimizer_->step(master_, grad, state_, step, args.lr, decision.grad_scale);
   gather_updated_partitions(master_);
   release_gradients();
+}
+
+// Note [Delayed parameter update]: the previous step's weights are applied, then this step's gradients move
+// into the tier's (zeroed) accumulator and its optimizer step starts in the background; on the job's last
+// step it is applied at once.
+void ZeroPartition::step_delayed(const zhost_step_args& args, double grad_scale, bool overflow) {
+  apply_delayed_update();
+  if (overflow) {  // dropped, as without the delay; nothing starts
+    grad_partition_.zero_();
+    return;
+  }
+  tier_accumulator_.copy_(grad_partition_);
+  grad_partition_.zero_();
+  const int64_t step = args.applied_steps + 1;
+  const double lr = args.lr;
+  const at::Tensor out = staged() ? updated_host_ : updated_;
+  delayed_.start([this, step, lr, grad_scale, out] { tier_.step(0, step, lr, grad_scale, out); });
+  if (zhost_ext_find(args.ext, ZHOST_EXT_LAST_STEP)) apply_delayed_update();
+}
+
+// Waits for the optimizer step in flight, if any, and all-gathers its updated partitions (from the device
+// copy of updated_host_ when staged). Called at step boundaries and before anything reads the states.
+void ZeroPartition::apply_delayed_update() {
+  if (!delayed_.wait()) return;
+  if (staged()) copies_.start(updated_host_, updated_).wait();
+  gather_updated_partitions(updated_);
+  tier_bytes_ = tier_.bytes();
 }
 
 // After a step (or a skipped one): stage 2 and a tier's accumulator keep their buffer, zeroed; stage 1
@@ -191,8 +231,10 @@ void ZeroPartition::memory(zhost_model_state_bytes& out) const {
   out.buffers =
       reducer_.buffer_bytes() + gather_buffer_.nbytes() + (gather_send_.defined() ? gather_send_.nbytes() : 0);
   if (tier_.active()) {  // master, states and gradient partition are the tier's
-    out.offloaded = tier_.bytes();
+    out.offloaded = options_.delayed_update ? tier_bytes_ : tier_.bytes();
     out.buffers += updated_.nbytes();
+    if (options_.delayed_update)  // the stage's own accumulator, and the staged step's host copy
+      out.buffers += grad_partition_.nbytes() + (updated_host_.defined() ? updated_host_.nbytes() : 0);
     return;
   }
   out.master = master_.nbytes();
@@ -204,6 +246,7 @@ void ZeroPartition::memory(zhost_model_state_bytes& out) const {
 // parameter: its own tensors, or read from the tier that holds them. Loading fills the partition from whatever
 // ranks saved it, then all-gathers the parameters.
 void ZeroPartition::save_state(const zhost_state_io& io) {
+  apply_delayed_update();  // Note [Delayed parameter update]: a checkpoint holds the last step's states
   const int64_t begin = rank_ * layout_.partition_size();
   const std::vector<Segment> segments = layout_.segments(begin, begin + layout_.partition_size());
   if (tier_.active()) {
@@ -221,6 +264,7 @@ void ZeroPartition::save_state(const zhost_state_io& io) {
 }
 
 void ZeroPartition::load_state(const zhost_state_io& io) {
+  apply_delayed_update();
   const int64_t begin = rank_ * layout_.partition_size();
   const std::vector<Segment> segments = layout_.segments(begin, begin + layout_.partition_size());
   if (tier_.active()) {

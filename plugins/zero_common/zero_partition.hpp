@@ -21,6 +21,10 @@
 // goes on; the tier writes the updated partition to pinned host memory chunk by chunk
 // (zero.offload_optimizer.step_chunk_size), each chunk's copy to the device running while the next chunk
 // steps, all before the all-gather.
+//
+// With zero.offload_optimizer.delayed_update the tier's step runs in the background while the next step's
+// forward and backward run, and its weights are all-gathered at the next step boundary (Note [Delayed
+// parameter update], delayed_update.hpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -29,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "plugins/zero_common/delayed_update.hpp"
 #include "plugins/zero_common/flat_layout.hpp"
 #include "plugins/zero_common/gradient_reducer.hpp"
 #include "plugins/zero_common/plugin_calls.hpp"
@@ -45,6 +50,7 @@ struct ZeroOptions {
   bool overlap_comm = false;
   bool ignore_unused_parameters = true;
   int64_t step_chunk = kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
+  bool delayed_update = false;             // zero.offload_optimizer.delayed_update (needs a tier)
 };
 
 class ZeroPartition : public sdk::PartitionHooks {
@@ -75,6 +81,8 @@ class ZeroPartition : public sdk::PartitionHooks {
   void gather_updated_partitions(const at::Tensor& updated);
   at::Tensor ensure_grad_partition();
   void release_gradients();
+  void step_delayed(const zhost_step_args& args, double grad_scale, bool overflow);
+  void apply_delayed_update();
 
   sdk::Host host_;
   ZeroOptions options_;
@@ -97,6 +105,12 @@ class ZeroPartition : public sdk::PartitionHooks {
   int64_t gather_chunk_ = 0;
   std::vector<uint8_t> arrived_;  // per parameter: its gradient reached grad_ready this micro-batch
   bool boundary_ = true;
+  // Delayed update (Note [Delayed parameter update]): grad_partition_ is then this fp32 host buffer and the
+  // tier's accumulator apart; the step in flight writes updated_host_ (staged) or updated_.
+  at::Tensor tier_accumulator_;
+  at::Tensor updated_host_;
+  uint64_t tier_bytes_ = 0;  // the tier's bytes, read while no step runs (memory() never calls a busy tier)
+  DelayedUpdate delayed_;    // last: joined before the buffers and the tier ref it uses are destroyed
 };
 
 }  // namespace zhost::zero

@@ -18,6 +18,9 @@ void declare_keys(sdk::DescriptorBuilder& builder, int stage) {
                   "elements per all-gather of updated parameters (all ranks together)", 1, 1e15)
       .config_bool("zero.round_robin_gradients", false,
                    "DeepSpeed: interleave gradient partitions for CPU offload; no effect without it");
+  builder.config_bool("zero.offload_optimizer.delayed_update", false,
+                      "zhost: ZeRO-Offload's delayed parameter update: the tier's optimizer step overlaps the next "
+                      "step's forward and backward, which run on weights one step stale (needs an optimizer tier)");
   if (stage == 2)
     builder.config_bool("zero.contiguous_gradients", true,
                         "keep reduced gradients in one contiguous partition (zhost always does)");
@@ -32,6 +35,7 @@ ZeroOptions read_options(const sdk::Host& host, int stage) {
   note_reduce_scatter_key(host);
   o.ignore_unused_parameters = host.config_bool("zero.ignore_unused_parameters");
   o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
+  o.delayed_update = host.config_bool("zero.offload_optimizer.delayed_update");
   if (host.config_bool("zero.round_robin_gradients"))
     host.warn(
         "zero.round_robin_gradients = true has no effect: DeepSpeed uses it to interleave gradient "

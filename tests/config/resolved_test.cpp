@@ -85,6 +85,7 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
                                      "zero_quantized_weights = false  # default (host)\n"
                                      "\n[zero.offload_optimizer]\n"
                                      "buffer_count = 4  # default (host)\n"
+                                     "delayed_update = false  # default (host)\n"
                                      "device = \"cpu\"  # --set (host)\n"
                                      "fast_init = false  # default (host)\n"
                                      "nvme_path = \"\"  # default (host)\n"

@@ -102,6 +102,11 @@ typedef struct zhost_step_args {
 #define ZHOST_STEP_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_step_args, overflow) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_step_args, ZHOST_STEP_ARGS_SIZE);
 
+/* Extension type 1 (docs/abi.md 8), on the step args of the job's last step: after this step() returns the
+ * host reads the parameters (final weights) and ends the job, so a plugin that defers work past step() (a
+ * delayed parameter update) completes it before returning. The extension is the bare header. */
+#define ZHOST_EXT_LAST_STEP 1u
+
 /* Bytes of model state one rank holds, by kind, as ZeRO's memory analysis counts them. A plugin reports
  * what it allocated; the host adds what it holds itself (the parameters it owns, and full-size gradients
  * when the plugin does not take them) and compares the total with ZeRO's formula for the stage. */
