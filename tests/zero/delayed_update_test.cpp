@@ -88,10 +88,17 @@ TEST(DelayedUpdate, FortyStepsLossWithinTwoPercentOfNoDelay) {
   ScratchDir dir;
   RunOutput plain = train(dir, "plain", "--set steps=40 --set steps_per_print=40");
   RunOutput delayed = train(dir, "delayed", std::string("--set steps=40 --set steps_per_print=40") + kDelayed);
-  ASSERT_EQ(plain.losses.size(), 1u);
-  ASSERT_EQ(delayed.losses.size(), 1u);
-  EXPECT_LT(std::abs(delayed.losses[0] - plain.losses[0]), 0.02 * plain.losses[0])
-      << delayed.losses[0] << " vs " << plain.losses[0];
+  ASSERT_EQ(plain.losses.size(), 40u);  // metrics.jsonl: every step
+  ASSERT_EQ(delayed.losses.size(), 40u);
+  // The mean of the last 5 steps' losses (one step's loss alone is as noisy as its batch).
+  auto tail_mean = [](const std::vector<double>& losses) {
+    double sum = 0;
+    for (size_t i = losses.size() - 5; i < losses.size(); ++i) sum += losses[i];
+    return sum / 5;
+  };
+  const double plain_loss = tail_mean(plain.losses), delayed_loss = tail_mean(delayed.losses);
+  EXPECT_LT(std::abs(delayed_loss - plain_loss), 0.02 * plain_loss) << delayed_loss << " vs " << plain_loss;
+  EXPECT_LT(delayed_loss, delayed.losses.front());  // it trains
 }
 
 TEST(DelayedUpdate, RefusedAtConfigCheckWithoutAnOptimizerTier) {
