@@ -420,19 +420,7 @@ void add_activation_checkpointing_rules(Schema& schema) {
        });
 }
 
-// DeepSpeed's flops profiler (per-module parameters, MACs, latency, FLOPS) is not built: a config that
-// turns it on is refused rather than run without the profile it asked for.
-void add_profiler_rules(Schema& schema) {
-  rule(schema, {"flops_profiler.enabled"}, [](const ResolvedConfig& config) -> Problem {
-    if (!config.get_bool("flops_profiler.enabled")) return std::nullopt;
-    return std::string(
-        "flops_profiler.enabled = true is not supported: zhost has no flops profiler yet; remove it (the step "
-        "lines already give model TFLOP/s, and run.trace = true the time of every block)");
-  });
-}
-
 void add_host_rules(Schema& schema) {
-  add_profiler_rules(schema);
   add_precision_rules(schema);
   add_optimizer_rules(schema);
   add_scheduler_rules(schema);

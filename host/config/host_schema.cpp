@@ -92,12 +92,15 @@ void add_training_keys(HostKeys& keys) {
   keys.flag("comms_logger.enabled", false,
             "log per collective kind and size: count, latency, algbw, busbw at the end (comms.rankN.json)");
   keys.flag("comms_logger.verbose", false, "with comms_logger.enabled: also one log line per collective");
-  keys.flag("flops_profiler.enabled", false, "DeepSpeed's flops profiler: not implemented in zhost, refused");
-  keys.integer("flops_profiler.profile_step", 1, "flops profiler: the step to profile (refused with it)", at_least(1));
-  keys.integer("flops_profiler.module_depth", -1, "flops profiler: depth of the module tree (refused with it)");
-  keys.integer("flops_profiler.top_modules", 1, "flops profiler: modules listed (refused with it)", at_least(0));
-  keys.flag("flops_profiler.detailed", true, "flops profiler: per-module detail (refused with it)");
-  keys.text("flops_profiler.output_file", "", "flops profiler: output file (refused with it)");
+  keys.flag("flops_profiler.enabled", false,
+            "DeepSpeed's flops profiler: params, MACs, latency and FLOPS per block at profile_step (rank 0)");
+  keys.integer("flops_profiler.profile_step", 1, "flops profiler: the step to profile", at_least(1));
+  keys.integer("flops_profiler.module_depth", -1,
+               "flops profiler: depth of the module tree; zhost's models are one level of blocks, so any depth "
+               "lists the blocks");
+  keys.integer("flops_profiler.top_modules", 1, "flops profiler: blocks listed in the aggregated profile", at_least(0));
+  keys.flag("flops_profiler.detailed", true, "flops profiler: the per-block profile");
+  keys.text("flops_profiler.output_file", "", "flops profiler: write the profile here instead of the log");
 }
 
 void add_model_keys(HostKeys& keys) {

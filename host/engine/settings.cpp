@@ -141,6 +141,11 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.device = c.get_string("run.device");
   s.run_dir = c.get_string("run.dir");
   s.run_name = c.get_string("run.name");
+  s.flops_profiler.enabled = c.get_bool("flops_profiler.enabled");
+  s.flops_profiler.profile_step = c.get_int("flops_profiler.profile_step");
+  s.flops_profiler.top_modules = c.get_int("flops_profiler.top_modules");
+  s.flops_profiler.detailed = c.get_bool("flops_profiler.detailed");
+  s.flops_profiler.output_file = c.get_string("flops_profiler.output_file");
   s.checkpoint.dir = c.get_string("checkpoint.dir");
   s.checkpoint.interval = c.get_int("checkpoint.interval");
   s.checkpoint.keep_last = c.get_int("checkpoint.keep_last");

@@ -10,6 +10,7 @@
 #include "host/config/resolved.hpp"
 #include "host/data/data.hpp"
 #include "host/engine/activation_checkpoints.hpp"
+#include "host/engine/flops_profiler.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/model/model.hpp"
 #include "host/optim/loss_scaler.hpp"
@@ -68,6 +69,7 @@ struct TrainSettings {
   int local_rank = 0;                // picks the CUDA device
   int local_world_size = 1;          // ranks on this node
   CheckpointSettings checkpoint;
+  FlopsProfilerSettings flops_profiler;
 };
 
 // The inputs of ZeRO's model-state formula (model_states.hpp) for this job on `world_size` ranks with

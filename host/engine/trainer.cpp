@@ -141,7 +141,9 @@ struct Trainer::Impl {
   bool log_memory = false;                         // memory_breakdown and this step is printed (see_memory_usage)
   std::map<std::string, double> window_plugin_ms;  // plugin spans' ms summed since the last printed record
   std::unique_ptr<Checkpointer> checkpointer;
-  TrainingPosition start;  // where training starts: step 0, or the resumed checkpoint's position
+  std::unique_ptr<FlopsProfiler> flops_profiler;
+  ProfiledStep* profiled = nullptr;  // the flops profiler's step in progress: block timings go here
+  TrainingPosition start;            // where training starts: step 0, or the resumed checkpoint's position
 
   Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r, HostServices& h, TraceWriter* t)
       : settings(s), world(w), partition(p), api(*p.plugin->api->partition), run_dir(r), services(h), trace(t) {}
@@ -193,6 +195,7 @@ struct Trainer::Impl {
     partition_takes_grads = (plugin_flags() & ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS) != 0;
     setup_partition();
     make_checkpointer();
+    flops_profiler = std::make_unique<FlopsProfiler>(settings.flops_profiler, *model, world.world_size());
     if (!settings.checkpoint.resume.empty()) resume();
     if (settings.activation_checkpointing.enabled)
       activation_checkpoints = std::make_unique<ActivationCheckpoints>(settings.activation_checkpointing, *model,
@@ -429,11 +432,16 @@ struct Trainer::Impl {
         call(api.pre_forward(partition.instance, block), "pre_forward");
       }
       check_materialized(block, "forward");
+      const auto block_start = Clock::now();
       x = activation_checkpoints && activation_checkpoints->checkpointed(b) ? activation_checkpoints->forward(b, x)
                                                                             : model->forward_block(b, x);
+      if (profiled) {
+        sync_for_timing();
+        profiled->block_forward_ms[b] += ms_since(block_start);
+      }
       if (x.requires_grad())
         x.register_hook([this, block](const at::Tensor&) {
-          if (trace) begin_backward_block(block);
+          if (trace || profiled) begin_backward_block(block);
           const TraceScope span(trace, "hook", "pre_backward", "block", block);
           if (hook_error.empty()) call_in_hook(api.pre_backward(partition.instance, block), "pre_backward");
           if (param_store) {  // without its parameters the block's backward cannot run: stop it here
@@ -447,8 +455,8 @@ struct Trainer::Impl {
     return x;
   }
 
-  // Trace: block b's backward starts when the gradient of its output is ready, and ends when the next
-  // block's (b - 1) starts or backward returns (end_backward_block).
+  // Trace and flops profiler: block b's backward starts when the gradient of its output is ready, and ends
+  // when the next block's (b - 1) starts or backward returns (end_backward_block).
   void begin_backward_block(int32_t block) {
     end_backward_block();
     backward_block = block;
@@ -456,8 +464,13 @@ struct Trainer::Impl {
   }
   void end_backward_block() {
     if (backward_block < 0) return;
-    trace->complete("backward", backward_names[static_cast<size_t>(backward_block)], backward_block_start,
-                    TraceWriter::now_ns(), fmt::format(R"({{"block": {}}})", backward_block));
+    const uint64_t end = TraceWriter::now_ns();
+    if (trace)
+      trace->complete("backward", backward_names[static_cast<size_t>(backward_block)], backward_block_start, end,
+                      fmt::format(R"({{"block": {}}})", backward_block));
+    if (profiled)
+      profiled->block_backward_ms[static_cast<size_t>(backward_block)] +=
+          static_cast<double>(end - backward_block_start) / 1e6;
     backward_block = -1;
   }
 
@@ -492,7 +505,7 @@ struct Trainer::Impl {
       const TraceScope span(trace, "backward", "backward");
       loss.mul(scaler.scale() / static_cast<double>(gas)).backward();
       if (activation_checkpoints) activation_checkpoints->end_micro_batch();
-      if (trace) end_backward_block();
+      if (trace || profiled) end_backward_block();
       if (settings.layer_drop > 0) report_accumulated_grads();
       if (!hook_error.empty()) throw Error(hook_error);
       sync_for_timing();
@@ -561,7 +574,7 @@ struct Trainer::Impl {
 
   void sync_for_timing() const {
 #if ZHOST_WITH_CUDA
-    if (settings.wall_clock_breakdown && device.is_cuda()) c10::cuda::device_synchronize();
+    if ((settings.wall_clock_breakdown || profiled) && device.is_cuda()) c10::cuda::device_synchronize();
 #endif
   }
 };
@@ -596,7 +609,24 @@ TrainResult Trainer::run() {
     t.log_memory = s.memory_breakdown && printed && t.world.rank() == 0;
     const auto step_start = Clock::now();
     Timing timing;
+    ProfiledStep profiled;
+    if (t.flops_profiler->profiles(step)) {
+      profiled.block_forward_ms.assign(t.model->num_blocks(), 0);
+      profiled.block_backward_ms.assign(t.model->num_blocks(), 0);
+      t.profiled = &profiled;
+    }
     StepRecord record = t.train_step(step, applied, timing);
+    if (t.profiled) {  // Timing's sums are this step's alone
+      t.profiled = nullptr;
+      const int64_t gas = s.batch.gradient_accumulation_steps;
+      profiled.forward_ms = timing.forward;
+      profiled.backward_ms = timing.backward;
+      profiled.step_ms = timing.step;
+      profiled.iteration_ms = ms_since(step_start);
+      profiled.samples = s.batch.micro_batch_per_gpu * gas;
+      profiled.tokens = profiled.samples * s.model.seq_len;
+      if (t.world.rank() == 0) t.flops_profiler->report(step, profiled, t.run_dir.path());
+    }
     // Every step's loss is the mean over ranks (one small all-reduce, outside the step's comm counters); it
     // carries the ranks' stop requests too.
     at::Tensor total = at::tensor({record.loss, StopRequest::requested() ? 1.0 : 0.0}, at::kDouble);
@@ -625,10 +655,12 @@ TrainResult Trainer::run() {
     record.printed = printed;
     t.run_dir.append_rank_record(record);
     if (t.world.rank() == 0) t.run_dir.append_metrics(record);
-    if (t.checkpointer->due(step, s.steps) || (stop && stop_request))
+    if (t.checkpointer->due(step, s.steps) || (stop && stop_request)) {
+      const TraceScope span(t.trace, "checkpoint", "checkpoint_save", "step", step);
       t.checkpointer->save({step, applied, result.skipped_steps, t.scaler.state(), precision_name(s.precision)});
-    else
+    } else {
       t.checkpointer->progress();
+    }
     if (stop && stop_request) {
       t.checkpointer->drain();
       if (t.world.rank() == 0) {

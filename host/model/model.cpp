@@ -240,6 +240,16 @@ double Model::flops_per_token() const {
   return 6.0 * matmul_params + attention;
 }
 
+double Model::forward_macs_per_token(size_t block) const {
+  if (block == 0) return 0;  // block 0 looks its tables up by token id: no matmul
+  double macs = 0;
+  for (size_t id : used_by_block_[block])
+    if (!inits_[id].lookup_only) macs += static_cast<double>(params_[id].tensor.numel());
+  const bool layer = block + 1 < num_blocks();
+  if (layer && has_attention()) macs += 2.0 * static_cast<double>(spec_.width) * static_cast<double>(spec_.seq_len);
+  return macs;
+}
+
 void Model::to(at::ScalarType dtype) {
   const at::NoGradGuard no_grad;
   for (ParamEntry& param : params_) {

@@ -100,6 +100,10 @@ class Model {
   // are negligible); L = layers, H * Q = heads * head_dim = width, T = seq_len (the attention term counts
   // the full T x T score matrix, as PaLM does; 0 for mlp).
   double flops_per_token() const;
+  // Forward multiply-accumulates per token of block b (the flops profiler's MACs): the elements of the parameters
+  // block b reads in matmuls (not block 0's lookups, nor lookup-only tables), plus 2 * width * seq_len for a
+  // transformer layer's attention (scores and weighted sum). 6 x their sum over the blocks is flops_per_token().
+  double forward_macs_per_token(size_t block) const;
 
   // Fills `full` (any dtype, any device, the parameter's full shape) with parameter param_index's initial
   // value. A Hugging Face model's come from its safetensors (read from the memory map: only the bytes of

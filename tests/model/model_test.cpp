@@ -1,6 +1,8 @@
 // tests/model/model_test.cpp: the built-in models' contract: deterministic initialisation (whole and
 // sharded), block chaining, the parameter registry (order, names, owners, tied gpt head), GQA shapes,
 // parameter and FLOP counts, spec checks and dtype conversion.
+#include "host/model/model.hpp"
+
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/abs.h>
@@ -18,7 +20,6 @@
 #include <vector>
 
 #include "host/core/error.hpp"
-#include "host/model/model.hpp"
 
 namespace zhost::model {
 namespace {
@@ -160,12 +161,14 @@ TEST(Gpt, ParameterNamesOrderAndOwnersAreFixed) {
   spec.layers = 1;
   const auto model = make_model(spec);
   const std::vector<std::pair<std::string, int>> expected = {
-      {"embed.tokens.weight", 0},      {"embed.positions.weight", 0},  {"blocks.0.attn_norm.weight", 1},
-      {"blocks.0.attn_norm.bias", 1},  {"blocks.0.attn.qkv.weight", 1}, {"blocks.0.attn.qkv.bias", 1},
-      {"blocks.0.attn.proj.weight", 1}, {"blocks.0.attn.proj.bias", 1}, {"blocks.0.mlp_norm.weight", 1},
-      {"blocks.0.mlp_norm.bias", 1},   {"blocks.0.mlp.fc.weight", 1},   {"blocks.0.mlp.fc.bias", 1},
-      {"blocks.0.mlp.proj.weight", 1}, {"blocks.0.mlp.proj.bias", 1},   {"head.norm.weight", 2},
-      {"head.norm.bias", 2}};
+      {"embed.tokens.weight", 0},       {"embed.positions.weight", 0},
+      {"blocks.0.attn_norm.weight", 1}, {"blocks.0.attn_norm.bias", 1},
+      {"blocks.0.attn.qkv.weight", 1},  {"blocks.0.attn.qkv.bias", 1},
+      {"blocks.0.attn.proj.weight", 1}, {"blocks.0.attn.proj.bias", 1},
+      {"blocks.0.mlp_norm.weight", 1},  {"blocks.0.mlp_norm.bias", 1},
+      {"blocks.0.mlp.fc.weight", 1},    {"blocks.0.mlp.fc.bias", 1},
+      {"blocks.0.mlp.proj.weight", 1},  {"blocks.0.mlp.proj.bias", 1},
+      {"head.norm.weight", 2},          {"head.norm.bias", 2}};
   ASSERT_EQ(model->parameters().size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(model->parameters()[i].name, expected[i].first);
@@ -237,23 +240,34 @@ TEST(Llama, GroupedQueryAttentionShapes) {
   for (const ParamEntry& param : model->parameters()) EXPECT_EQ(param.name.find(".bias"), std::string::npos);
   const int64_t per_layer = 2 * C + 8 * D * C * 2 + 2 * D * C * 2 + 3 * F * C;
   EXPECT_EQ(model->num_parameters(), spec.vocab * C * 2 + spec.layers * per_layer + C);
-  EXPECT_DOUBLE_EQ(model->flops_per_token(),
-                   6.0 * static_cast<double>(model->num_parameters() - spec.vocab * C) +
-                       12.0 * spec.layers * C * spec.seq_len);
+  EXPECT_DOUBLE_EQ(model->flops_per_token(), 6.0 * static_cast<double>(model->num_parameters() - spec.vocab * C) +
+                                                 12.0 * spec.layers * C * spec.seq_len);
   EXPECT_EQ(model->forward(random_tokens(model->spec(), 2, 6)).sizes(), (std::vector<int64_t>{2, 6, spec.vocab}));
 }
 
 TEST(Llama, DefaultFeedForwardWidth) {
   EXPECT_EQ(llama_default_ffn_width(4096), 10944);  // 2/3 * 4 * 4096 = 10922.7 -> 10944
-  EXPECT_EQ(llama_default_ffn_width(64), 192);       // 170.7 -> 192
+  EXPECT_EQ(llama_default_ffn_width(64), 192);      // 170.7 -> 192
   EXPECT_EQ(resolve_spec(small_spec("llama")).ffn_width, llama_default_ffn_width(32));
   EXPECT_EQ(resolve_spec(small_spec("gpt")).ffn_width, 4 * 32);
+}
+
+// The flops profiler's per-block MACs add up to the step lines' estimate: 6 x their sum = flops_per_token.
+TEST(Model, ForwardMacsPerBlockAddUpToFlopsPerToken) {
+  for (const char* type : {"gpt", "llama", "mlp"}) {
+    const auto model = make_model(small_spec(type));
+    double macs = 0;
+    for (size_t b = 0; b < model->num_blocks(); ++b) macs += model->forward_macs_per_token(b);
+    EXPECT_DOUBLE_EQ(6 * macs, model->flops_per_token()) << type;
+    EXPECT_EQ(model->forward_macs_per_token(0), 0) << type;  // lookups only
+  }
 }
 
 TEST(Mlp, FlopsHaveNoAttentionTerm) {
   const auto model = make_model(small_spec("mlp"));
   const ModelSpec& spec = model->spec();
-  EXPECT_DOUBLE_EQ(model->flops_per_token(), 6.0 * static_cast<double>(model->num_parameters() - spec.vocab * spec.width));
+  EXPECT_DOUBLE_EQ(model->flops_per_token(),
+                   6.0 * static_cast<double>(model->num_parameters() - spec.vocab * spec.width));
 }
 
 void expect_usage_error(const ModelSpec& spec, const std::string& fragment) {

@@ -274,18 +274,43 @@ TEST_F(Observe, ReportRendersInChromium) {
   }
 }
 
-TEST(ObserveConfig, FlopsProfilerIsRefusedWithTheReason) {
+// DeepSpeed's flops profiler: its summary at the profiled step, and per-block figures that add up.
+TEST(FlopsProfiler, PrintsDeepSpeedsSummaryWithBlocksThatAddUp) {
   ScratchDir dir;
-  const fs::path config = dir.path() / "train.toml";
-  std::ofstream(config) << small_job_config();
-  const fs::path out = dir.path() / "out.txt";
-  const int status = std::system((std::string(ZHOST_EXE) + " config check " + config.string() +
-                                  " --set flops_profiler.enabled=true >" + out.string() + " 2>&1")
-                                     .c_str());
-  EXPECT_EQ(WEXITSTATUS(status), 2);
-  EXPECT_NE(read_text(out).find("flops_profiler.enabled = true is not supported: zhost has no flops profiler yet"),
-            std::string::npos)
-      << read_text(out);
+  const fs::path text = dir.path() / "flops.txt";
+  RunOutput r =
+      run_zhost(dir.path(), small_job_config(), "profiled",
+                "--nproc 2 --set steps=3 --set flops_profiler.enabled=true --set flops_profiler.profile_step=2 "
+                "--set flops_profiler.top_modules=2 --set flops_profiler.output_file=" +
+                    text.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string profile = read_text(text);
+  for (const char* expected : {"DeepSpeed Flops Profiler", "Profile Summary at step 2:", "fwd MACs per GPU:",
+                               "bwd latency:", "FLOPS per GPU = 3 * fwd flops per GPU / iter latency:", "Top 2 blocks",
+                               "Detailed Profile per GPU", "block 3:"})
+    EXPECT_NE(profile.find(expected), std::string::npos) << expected << "\n" << profile;
+  const json json_profile = read_json_file(r.run_dir / "flops_profile.json");
+  EXPECT_EQ(json_profile.at("step"), 2);
+  const json& blocks = json_profile.at("blocks");
+  ASSERT_EQ(blocks.size(), 4u);  // embedding, 2 layers, head
+  double params = 0, macs = 0;
+  for (const json& block : blocks) {
+    params += block.at("params").get<double>();
+    macs += block.at("macs").get<double>();
+    EXPECT_GT(block.at("fwd_latency_ms").get<double>(), 0) << block;
+    EXPECT_GT(block.at("bwd_latency_ms").get<double>(), 0) << block;
+  }
+  double saved = 0;
+  for (const auto& [name, values] : r.weights) saved += static_cast<double>(values.size());
+  EXPECT_EQ(params, saved);
+  EXPECT_EQ(json_profile.at("params").get<double>(), saved);
+  EXPECT_DOUBLE_EQ(macs, json_profile.at("fwd_macs").get<double>());
+  // 6 x MACs per token = flops_per_token, which the step's metrics give as tflops * 1e12 / tokens_per_s.
+  const std::map<std::string, double>& metrics = r.metrics.at(1);
+  const double flops_per_token = metrics.at("tflops") * 1e12 / metrics.at("tokens_per_s");
+  const double tokens = json_profile.at("tokens_per_rank").get<double>();
+  EXPECT_NEAR(6 * macs / tokens, flops_per_token, 1e-6 * flops_per_token);
+  EXPECT_EQ(r.err.find("DeepSpeed Flops Profiler"), std::string::npos);  // output_file, not the log
 }
 
 }  // namespace
