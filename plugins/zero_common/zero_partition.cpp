@@ -144,11 +144,13 @@ void ZeroPartition::step(zhost_step_args& args) {
   // Note [Step prologue]: the tier's accumulator is in host memory, the collectives' scalars on the device.
   const StepDecision decision =
       step_prologue(host_, {grad_partition_}, world_size_, params_.front().model.device(), args);
+  // Note [Delayed parameter update]: the update in flight is applied at this boundary even when this step
+  // overflows.
+  if (options_.delayed_update) return step_delayed(args, decision.grad_scale, decision.overflow);
   if (decision.overflow) {  // skipped alike on every rank; the gradients are dropped
     release_gradients();
     return;
   }
-  if (options_.delayed_update) return step_delayed(args, decision.grad_scale, decision.overflow);
   const int64_t step = args.applied_steps + 1;
   if (tier_.active()) {  // the tier applies the factor in its one pass, and zeroes its accumulator
     if (staged()) {      // chunk by chunk, each chunk's copy to the device running while the next steps
