@@ -245,16 +245,26 @@ void import_features(Importer& importer, Section& root) {
   checkpointing.note_rest(
       "a knob of DeepSpeed's checkpointing API (synchronisation, profiling); zhost's recomputation changes no "
       "value");
+  // DeepSpeed's checkpoint table shapes DeepSpeed's own files; zhost writes its format (docs/checkpoints.md),
+  // which loads on any world size and stage without conversion. Node-local files are refused: zhost's ranks
+  // write one folder that rank 0 publishes, which every node must see.
+  Section checkpoint = root.sub("checkpoint");
+  checkpoint.note("tag_validation",
+                  "DeepSpeed checks that every rank saves under one tag; zhost's ranks save one step folder together");
+  checkpoint.note("load_universal",
+                  "zhost's checkpoints load on any world size and stage without a universal conversion");
+  checkpoint.inert("use_node_local_storage", false,
+                   "zhost's ranks write one checkpoint folder that rank 0 publishes, so every node must see "
+                   "checkpoint.dir (shared storage); node-local checkpoints are not supported: remove it");
+  checkpoint.note_rest(
+      "a knob of DeepSpeed's checkpoint files; zhost writes its own (the \"zhost\" table's checkpoint.* keys, "
+      "docs/checkpoints.md)");
   // Mechanisms zhost does its own way, or does not need: no value changes.
   struct Noted {
     const char* table;
     const char* reason;
   };
   for (const Noted& noted : {
-           Noted{"checkpoint",
-                 "knobs of DeepSpeed's checkpoint format (tags, universal conversion, node-local files); zhost "
-                 "writes its own checkpoints, which load on any world size without conversion: set the \"zhost\" "
-                 "table's checkpoint.* keys (docs/checkpoints.md)"},
            Noted{"nebula", "a DeepSpeed checkpoint service; zhost does not write DeepSpeed checkpoints"},
            Noted{"datastates", "a DeepSpeed checkpoint engine; zhost does not write DeepSpeed checkpoints"},
            Noted{"pipeline", kNoPipeline},

@@ -196,6 +196,28 @@ TEST(DeepSpeedJson, ActivationCheckpointingKeysMapToZhostsOwn) {
       << partition.err;
 }
 
+TEST(DeepSpeedJson, CheckpointKeysAreNotedOrRefusedWithTheReason) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({
+  "train_micro_batch_size_per_gpu": 2,
+  "checkpoint": {"tag_validation": "Warn", "load_universal": true, "parallel_write": {"pipeline_stage": false}},
+  "zhost": {"steps": 3, "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8}}
+})");
+  CliResult r = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* expected :
+       {"note: checkpoint.tag_validation = \"Warn\": DeepSpeed checks that every rank saves under one tag",
+        "note: checkpoint.load_universal = true: zhost's checkpoints load on any world size and stage",
+        "note: checkpoint.parallel_write"})
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  dir.write("local.json", R"({"checkpoint": {"use_node_local_storage": true}})");
+  CliResult local = run_zhost(dir.path(), "config check local.json" + kPlugins);
+  EXPECT_EQ(local.exit_code, 2);
+  EXPECT_NE(local.err.find("checkpoint.use_node_local_storage = true: zhost's ranks write one checkpoint folder"),
+            std::string::npos)
+      << local.err;
+}
+
 TEST(DeepSpeedJson, CheckWithNprocChecksTheBatchArithmetic) {
   ScratchDir dir;
   dir.write("ds.json", R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
