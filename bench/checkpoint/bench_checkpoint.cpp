@@ -59,8 +59,8 @@ int write(const std::string& dir, int argc, char** argv) {
   const int ranks = static_cast<int>(flag(argc, argv, "--ranks", 1));
   bool adam = false;
   for (int i = 0; i < argc; ++i) adam = adam || std::string(argv[i]) == "adam";
-  const std::vector<std::string> states = adam ? std::vector<std::string>{"master", "exp_avg", "exp_avg_sq"}
-                                               : std::vector<std::string>{"master"};
+  const std::vector<std::string> states =
+      adam ? std::vector<std::string>{"master", "exp_avg", "exp_avg_sq"} : std::vector<std::string>{"master"};
   const std::vector<ParamShape> params = gpt_params(C, L, V, T);
   int64_t total = 0;
   for (const auto& p : params) total += p.numel();
@@ -88,18 +88,23 @@ int write(const std::string& dir, int argc, char** argv) {
   }
   nlohmann::json shapes = nlohmann::json::array();
   for (const auto& p : params) shapes.push_back({{"name", p.name}, {"shape", p.shape}});
-  zhost::checkpoint::write_checkpoint_json(
-      dir, {{"format", zhost::checkpoint::kFormatName},
-            {"version", zhost::checkpoint::kFormatVersion},
-            {"world_size", ranks},
-            {"params", shapes},
-            {"states", states},
-            {"host", {{"step", 1}, {"applied_steps", 1}, {"skipped_steps", 0}}},
-            {"job",
-             {{"model", "gpt"},
-              {"model_spec",
-               {{"type", "gpt"}, {"layers", L}, {"heads", C / 64}, {"kv_heads", C / 64}, {"width", C},
-                {"ffn_width", 4 * C}, {"vocab", V}, {"seq_len", T}}}}}});
+  zhost::checkpoint::write_checkpoint_json(dir, {{"format", zhost::checkpoint::kFormatName},
+                                                 {"version", zhost::checkpoint::kFormatVersion},
+                                                 {"world_size", ranks},
+                                                 {"params", shapes},
+                                                 {"states", states},
+                                                 {"host", {{"step", 1}, {"applied_steps", 1}, {"skipped_steps", 0}}},
+                                                 {"job",
+                                                  {{"model", "gpt"},
+                                                   {"model_spec",
+                                                    {{"type", "gpt"},
+                                                     {"layers", L},
+                                                     {"heads", C / 64},
+                                                     {"kv_heads", C / 64},
+                                                     {"width", C},
+                                                     {"ffn_width", 4 * C},
+                                                     {"vocab", V},
+                                                     {"seq_len", T}}}}}});
   const double s = seconds_since(start);
   std::printf("write %.3f GB (%lld parameters, %zu state(s), %d rank file(s)) in %.2f s: %.3f GB/s\n", bytes / 1e9,
               static_cast<long long>(total), states.size(), ranks, s, bytes / 1e9 / s);
@@ -147,7 +152,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_checkpoint: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: bench_checkpoint write DIR --width C --layers L [--vocab V] [--seq T] [--ranks R] "
-                       "[--states adam] | read DIR\n");
+  std::fprintf(stderr,
+               "usage: bench_checkpoint write DIR --width C --layers L [--vocab V] [--seq T] [--ranks R] "
+               "[--states adam] | read DIR\n");
   return 2;
 }

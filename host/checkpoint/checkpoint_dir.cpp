@@ -31,6 +31,19 @@ std::string staging_path(const std::string& root, int64_t step) {
   return (fs::path(root) / (kStagingPrefix + step_dir_name(step))).string();
 }
 
+void check_writable(const std::string& root) {
+  std::error_code error;
+  fs::create_directories(root, error);
+  if (error) fail("cannot create '{}': {}; set checkpoint.dir to a folder this job can write", root, error.message());
+  const std::string probe = (fs::path(root) / ".zhost-write-probe").string();
+  try {
+    write_file_synced(probe, "");
+  } catch (const Error& e) {
+    fail("{}; set checkpoint.dir to a folder this job can write", e.what());
+  }
+  fs::remove(probe, error);
+}
+
 std::string begin_staging(const std::string& root, int64_t step) {
   std::error_code error;
   fs::create_directories(root, error);
@@ -90,8 +103,8 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& root)
     const fs::path pointer = dir / kLatest;
     std::error_code error;
     if (!fs::is_regular_file(pointer, error))
-      fail_usage("no checkpoint found: '{}' does not exist (no checkpoint was saved under '{}')",
-                 pointer.string(), dir.string());
+      fail_usage("no checkpoint found: '{}' does not exist (no checkpoint was saved under '{}')", pointer.string(),
+                 dir.string());
     const std::string name = trimmed(read_small_file(pointer.string(), "the checkpoint pointer"));
     if (!is_step_dir_name(name))
       fail_usage("'{}' is damaged: it names '{}', not a checkpoint folder", pointer.string(), name);

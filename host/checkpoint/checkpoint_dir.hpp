@@ -18,6 +18,8 @@ std::string step_dir_name(int64_t step);  // "step-00000012"
 
 // The staging folder of `step`'s checkpoint: ROOT/.tmp-step-NNNNNNNN.
 std::string staging_path(const std::string& root, int64_t step);
+// Creates ROOT (if needed) and checks that a file can be created in it; fails (zhost::Error) saying what to set.
+void check_writable(const std::string& root);
 // Creates ROOT (if needed) and an empty staging folder for `step`, removing stale staging folders first.
 // Returns the staging folder's path.
 std::string begin_staging(const std::string& root, int64_t step);

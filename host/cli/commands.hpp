@@ -39,7 +39,7 @@ int run_command(const RunOptions& options);
 struct ExportOptions {
   std::string checkpoint;  // a step-NNNNNNNN folder, or a folder holding `latest`
   std::string out_dir;
-  std::string names = "hf";                      // hf | zhost
+  std::string names = "hf";                     // hf | zhost
   uint64_t max_shard_bytes = 5'000'000'000ull;  // Hugging Face's default "5GB"
 };
 int export_command(const ExportOptions& options);

@@ -128,34 +128,6 @@ void restore_cpu_rng_state(const std::string& hex, const std::string& file) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(const CheckpointSettings& settings, comm::Comm& world, const PluginInstance& partition,
-                           std::vector<checkpoint::ParamShape> params, std::vector<std::string> states, json job)
-    : settings_(settings),
-      world_(world),
-      partition_(partition),
-      params_(std::move(params)),
-      states_(std::move(states)),
-      job_(std::move(job)) {
-  // A job that will save learns at start, not at its first save, that its plugin cannot.
-  const zhost_partition_api& api = *partition_.plugin->api->partition;
-  const bool saves = settings_.interval > 0 || settings_.at_end;
-  if (saves && !(ZHOST_HAS_FIELD(&api, zhost_partition_api, save_state) && api.save_state != nullptr))
-    fail_usage(
-        "partition plugin '{}' cannot save its state (built against zhost ABI 0.4 or older): rebuild it against this "
-        "SDK, or drop checkpoint.interval and checkpoint.at_end",
-        partition_.plugin->info.name);
-}
-
-// A job failing while an asynchronous save is written: the thread ends before the snapshot it reads; the staging
-// folder stays unpublished (the next save removes it).
-Checkpointer::~Checkpointer() {
-  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
-}
-
-bool Checkpointer::due(int64_t step, int64_t last_step) const {
-  return (settings_.interval > 0 && step % settings_.interval == 0) || (settings_.at_end && step == last_step);
-}
-
 namespace {
 
 // Every rank learns whether any rank failed a phase; all throw, each with its own error or the failing rank's.
@@ -181,6 +153,38 @@ std::string capture_error(Body&& body) {
 const zhost_partition_api& partition_api(const PluginInstance& partition) { return *partition.plugin->api->partition; }
 
 }  // namespace
+
+Checkpointer::Checkpointer(const CheckpointSettings& settings, comm::Comm& world, const PluginInstance& partition,
+                           std::vector<checkpoint::ParamShape> params, std::vector<std::string> states, json job)
+    : settings_(settings),
+      world_(world),
+      partition_(partition),
+      params_(std::move(params)),
+      states_(std::move(states)),
+      job_(std::move(job)) {
+  // A job that will save learns at start, not at its first save hours later, that its plugin cannot or that
+  // checkpoint.dir cannot be written (every save, a signal's included, needs interval or at_end).
+  const zhost_partition_api& api = partition_api(partition_);
+  if (!settings_.interval && !settings_.at_end) return;
+  if (!(ZHOST_HAS_FIELD(&api, zhost_partition_api, save_state) && api.save_state != nullptr))
+    fail_usage(
+        "partition plugin '{}' cannot save its state (built against zhost ABI 0.4 or older): rebuild it against this "
+        "SDK, or drop checkpoint.interval and checkpoint.at_end",
+        partition_.plugin->info.name);
+  std::string error;
+  if (world_.rank() == 0) error = capture_error([&] { checkpoint::check_writable(settings_.dir); });
+  agree(world_, error, "checkpoint.dir cannot hold checkpoints");
+}
+
+// A job failing while an asynchronous save is written: the thread ends before the snapshot it reads; the staging
+// folder stays unpublished (the next save removes it).
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+bool Checkpointer::due(int64_t step, int64_t last_step) const {
+  return (settings_.interval > 0 && step % settings_.interval == 0) || (settings_.at_end && step == last_step);
+}
 
 // A save in three phases (Note [Checkpoint atomicity]): rank 0 prepares the staging folder; every rank writes its
 // shard (now, or with checkpoint.async from a snapshot on a thread while training goes on); rank 0 publishes once
@@ -229,12 +233,7 @@ void Checkpointer::save(const TrainingPosition& position) {
 }
 
 uint64_t Checkpointer::collect_state(checkpoint::ShardWriter* writer, std::vector<SnapshotFragment>* snapshot) {
-  const zhost_partition_api& api = partition_api(partition_);
-  if (!ZHOST_HAS_FIELD(&api, zhost_partition_api, save_state) || api.save_state == nullptr)
-    fail(
-        "partition plugin '{}' cannot save its state (built against zhost ABI 0.4 or older): rebuild it against "
-        "this SDK",
-        partition_.plugin->info.name);
+  const zhost_partition_api& api = partition_api(partition_);  // save_state checked at construction
   SaveContext context{writer, snapshot, params_, states_};
   zhost_state_io io{sizeof(io), nullptr, &context, put_fragment, get_fragment};
   HostServices::throw_if_error(api.save_state(partition_.instance, &io),

@@ -109,7 +109,8 @@ void expect_hf_export_gives_the_builtin_loss(const std::string& model_sets) {
   std::string config = small_job_config();
   const size_t model = config.find("[model]"), data = config.find("[data]");
   config.replace(model, data - model, "[model]\ntype = \"hf\"\npath = \"" + out.string() + "\"\nseq_len = 16\n");
-  RunOutput hf = run_zhost(dir.path(), config, "hf", "--set steps=1 --set optimizer.lr=0 --set scheduler.warmup_max_lr=0");
+  RunOutput hf =
+      run_zhost(dir.path(), config, "hf", "--set steps=1 --set optimizer.lr=0 --set scheduler.warmup_max_lr=0");
   ASSERT_EQ(hf.exit_code, 0) << hf.err;
   ASSERT_EQ(builtin.losses.size(), 1u);
   ASSERT_EQ(hf.losses.size(), 1u);

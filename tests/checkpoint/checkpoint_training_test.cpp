@@ -202,6 +202,14 @@ TEST(Reshard, AnIncompatibleCheckpointIsRefusedBeforeTraining) {
                 "--set optimizer.type=SGD --set optimizer.momentum=0.9 --resume latest --set checkpoint.dir=ckpt");
   EXPECT_EQ(other_optimizer.exit_code, 2) << other_optimizer.err;
   EXPECT_NE(other_optimizer.err.find("was saved with optimizer AdamW"), std::string::npos) << other_optimizer.err;
+  // A checkpoint.dir that cannot be created (under a file): refused before the first step, not at the first save.
+  const std::string file = dir.write("a_file", "x");
+  RunOutput unwritable = run_zhost(dir.path(), small_job_config(), "unwritable",
+                                   "--nproc 2 --set checkpoint.interval=1 --set checkpoint.dir=" + file + "/ckpt");
+  EXPECT_NE(unwritable.exit_code, 0);
+  EXPECT_NE(unwritable.err.find("set checkpoint.dir to a folder this job can write"), std::string::npos)
+      << unwritable.err;
+  EXPECT_TRUE(unwritable.losses.empty());
   RunOutput none = run_zhost(dir.path(), small_job_config(), "none", "--resume latest --set checkpoint.dir=empty");
   EXPECT_EQ(none.exit_code, 2) << none.err;
   EXPECT_NE(none.err.find("no checkpoint found"), std::string::npos) << none.err;
