@@ -6,9 +6,12 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 
@@ -130,14 +133,25 @@ void restore_cpu_rng_state(const std::string& hex, const std::string& file) {
 
 namespace {
 
-// Every rank learns whether any rank failed a phase; all throw, each with its own error or the failing rank's.
+// Every rank learns whether any rank failed a phase. A failing rank throws its own error; the others throw the
+// first failing rank's, so whichever exit the launcher reports first names the real cause.
 void agree(comm::Comm& world, const std::string& error, const std::string& what) {
-  at::Tensor failed = at::tensor({error.empty() ? int64_t{0} : int64_t{world.rank()} + 1}, at::kLong);
-  world.all_reduce(failed, comm::ReduceOp::kMax);
-  const int64_t first = failed.item<int64_t>();
-  if (first == 0) return;
+  const int64_t none = world.world_size();
+  at::Tensor first = at::tensor({error.empty() ? none : int64_t{world.rank()}}, at::kLong);
+  world.all_reduce(first, comm::ReduceOp::kMin);
+  const int64_t root = first.item<int64_t>();
+  if (root == none) return;
+  constexpr int64_t kMaxErrorBytes = 2048;
+  const bool sender = root == world.rank();
+  at::Tensor length =
+      at::tensor({sender ? std::min<int64_t>(static_cast<int64_t>(error.size()), kMaxErrorBytes) : 0}, at::kLong);
+  world.broadcast(length, static_cast<int>(root));
+  at::Tensor bytes = at::zeros({length.item<int64_t>()}, at::kByte);
+  if (sender) std::memcpy(bytes.data_ptr<uint8_t>(), error.data(), static_cast<size_t>(bytes.numel()));
+  world.broadcast(bytes, static_cast<int>(root));
   if (!error.empty()) fail("{}: {}", what, error);
-  fail("{}: rank {} failed (its error is in its log)", what, first - 1);
+  fail("{}: rank {}: {}", what, root,
+       std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel())));
 }
 
 template <typename Body>

@@ -209,6 +209,10 @@ TEST(Reshard, AnIncompatibleCheckpointIsRefusedBeforeTraining) {
   EXPECT_NE(unwritable.exit_code, 0);
   EXPECT_NE(unwritable.err.find("set checkpoint.dir to a folder this job can write"), std::string::npos)
       << unwritable.err;
+  // Every rank names the cause, so the launcher's summary does whichever rank exits first.
+  const size_t summary = unwritable.err.rfind("zhost: error: rank ");
+  ASSERT_NE(summary, std::string::npos) << unwritable.err;
+  EXPECT_NE(unwritable.err.find("Not a directory", summary), std::string::npos) << unwritable.err;
   EXPECT_TRUE(unwritable.losses.empty());
   RunOutput none = run_zhost(dir.path(), small_job_config(), "none", "--resume latest --set checkpoint.dir=empty");
   EXPECT_EQ(none.exit_code, 2) << none.err;
