@@ -286,8 +286,8 @@ Problem check_nvme_path(const std::string& path, const std::string& key, bool us
 // The NVMe tier's keys (docs/config.md "NVMe offload"): its folder must be there and writable before a rank
 // starts; what zhost's NVMe tier does not do is refused with the reason.
 void add_nvme_rules(Schema& schema) {
-  // Each role's tier has its own folder key; one NVMe tier serves one role (the resolver refuses one tier
-  // serving optimizer-storage and params: their buffer keys would share a namespace).
+  // Each role's tier has its own folder key; with both roles on NVMe each gets its own instance (Note [One
+  // instance per storing role], host/plugins/resolver.hpp), so the two folders may be the same.
   rule(
       schema,
       {"zero.offload_optimizer.nvme_path", "zero.offload_optimizer.device", "zero.offload_optimizer.storage",
@@ -296,10 +296,6 @@ void add_nvme_rules(Schema& schema) {
         const bool optimizer = config.get_string("zero.offload_optimizer.device") == "nvme" ||
                                config.get_string("zero.offload_optimizer.storage") == "nvme";
         const bool params = config.get_string("zero.offload_param.device") == "nvme";
-        if (optimizer && params)
-          return std::string(
-              "zero.offload_optimizer and zero.offload_param both on \"nvme\" is not supported: a job has one NVMe "
-              "tier, serving one of them; keep one on \"nvme\" and the other on \"cpu\"");
         if (Problem p = check_nvme_path(config.get_string("zero.offload_optimizer.nvme_path"),
                                         "zero.offload_optimizer.nvme_path", optimizer, "zero.offload_optimizer.device"))
           return p;

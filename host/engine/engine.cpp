@@ -108,7 +108,7 @@ class TierInstallation {
     for (const auto& [role, provider] : job.resolution.tiers) {
       roles_.push_back(role);
       for (const auto& live : instances.all())
-        if (live.plugin == provider)
+        if (live.plugin == provider && (live.tier_role == 0 || live.tier_role == static_cast<uint32_t>(role)))
           services_.set_tier(role, TierRef{live.instance, live.plugin->api->offload, live.plugin->info.name});
     }
   }

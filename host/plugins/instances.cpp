@@ -13,9 +13,11 @@ void PluginInstances::create_all(
     const Resolution& resolution,
     const std::function<std::map<std::string, ConfigValue>(const LoadedPlugin&)>& config_for) {
   try {
-    for (const LoadedPlugin* plugin : resolution.plugins) {
+    for (const InstanceSpec& spec : resolution.instances) {
+      const LoadedPlugin* plugin = spec.plugin;
       PluginInstance live;
       live.plugin = plugin;
+      live.tier_role = spec.tier_role;
       live.ctx = services_.create_context({plugin->info.name, config_for(*plugin)});
       const std::string where = fmt::format("plugin '{}' ({})", plugin->info.name, plugin->path.string());
       if (plugin->api->probe) {
@@ -28,6 +30,7 @@ void PluginInstances::create_all(
       args.struct_size = sizeof(args);
       args.host = services_.table();
       args.ctx = live.ctx;
+      args.tier_role = spec.tier_role;
       if (zhost_status* status = plugin->api->create(&args)) {
         services_.destroy_context(live.ctx);
         HostServices::throw_if_error(status, where + " failed to initialise");

@@ -17,6 +17,7 @@ struct PluginInstance {
   const LoadedPlugin* plugin = nullptr;
   zhost_host_context* ctx = nullptr;
   zhost_plugin_instance* instance = nullptr;
+  uint32_t tier_role = 0;  // the one role it serves, or 0 (Note [One instance per storing role])
 };
 
 class PluginInstances {

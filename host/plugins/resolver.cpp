@@ -145,12 +145,26 @@ void check_tier_roles(const std::vector<Need>& needs, Resolution& resolution) {
   if (storage->second == compute)
     fail_usage("plugin '{}' would store the optimizer states it steps itself; remove zero.offload_optimizer.storage",
                compute->info.name);
-  auto params = resolution.tiers.find(ZHOST_TIER_FOR_PARAMS);
-  if (params != resolution.tiers.end() && params->second == storage->second)
-    fail_usage(
-        "plugin '{}' would store both the optimizer states and the parameters, whose buffer keys share one "
-        "namespace; choose different tiers for zero.offload_optimizer.storage and zero.offload_param.device",
-        storage->second->info.name);
+}
+
+// Note [One instance per storing role]: a plugin storing for both roles is created twice.
+std::vector<InstanceSpec> instance_specs(const Resolution& resolution) {
+  const auto storage = resolution.tiers.find(ZHOST_TIER_FOR_OPTIMIZER_STORAGE);
+  const auto params = resolution.tiers.find(ZHOST_TIER_FOR_PARAMS);
+  const LoadedPlugin* split =
+      storage != resolution.tiers.end() && params != resolution.tiers.end() && storage->second == params->second
+          ? storage->second
+          : nullptr;
+  std::vector<InstanceSpec> specs;
+  for (const LoadedPlugin* plugin : resolution.plugins) {
+    if (plugin != split) {
+      specs.push_back({plugin, 0});
+      continue;
+    }
+    specs.push_back({plugin, ZHOST_TIER_FOR_OPTIMIZER_STORAGE});
+    specs.push_back({plugin, ZHOST_TIER_FOR_PARAMS});
+  }
+  return specs;
 }
 
 }  // namespace
@@ -218,6 +232,7 @@ Resolution resolve_plugins(const std::vector<Need>& needs, const std::vector<Loa
   for (zhost_tier_role role : {ZHOST_TIER_FOR_OPTIMIZER_STORAGE, ZHOST_TIER_FOR_OPTIMIZER, ZHOST_TIER_FOR_PARAMS})
     if (auto tier = resolution.tiers.find(role); tier != resolution.tiers.end()) visit(tier->second);
   for (const auto* plugin : chosen) visit(plugin);
+  resolution.instances = instance_specs(resolution);
   return resolution;
 }
 

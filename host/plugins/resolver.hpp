@@ -10,6 +10,12 @@
 // to store its states or to store parameters carries the role, and the resolver checks that the chosen
 // tier declares it; the resolution maps each role to its tier, and orders tiers before the plugins that
 // use them (storage before compute before the rest), so they are created before and destroyed after them.
+//
+// Note [One instance per storing role]: a tier plugin chosen for both storing roles (optimizer-storage and
+// params, e.g. both offload devices "nvme") gets one instance per role, each told its role at create
+// (zhost_plugin_create_args.tier_role, ABI 0.6): the two never share buffer keys, folders or queues. Any
+// other plugin gets one instance, with tier_role 0 (it serves every role it was given: the CPU tier that
+// runs the optimizer and stores parameters keeps them in its two key namespaces).
 #pragma once
 
 #include <map>
@@ -48,9 +54,16 @@ struct ZeroSelection {
 // Throws UsageError for a selection no plugin set could serve (a storage tier without a computing one).
 std::vector<Need> needs_for(const ZeroSelection& zero);
 
+// One plugin instance to create: its plugin, and the role it alone serves (0: every role of the plugin).
+struct InstanceSpec {
+  const LoadedPlugin* plugin = nullptr;
+  uint32_t tier_role = 0;  // a zhost_tier_role, or 0
+};
+
 struct Resolution {
-  std::vector<const LoadedPlugin*> plugins;                            // initialisation order
-  std::map<std::string, const LoadedPlugin*> provider;                 // capability -> chosen plugin
+  std::vector<const LoadedPlugin*> plugins;             // initialisation order
+  std::vector<InstanceSpec> instances;                  // initialisation order (Note [One instance per storing role])
+  std::map<std::string, const LoadedPlugin*> provider;  // capability -> chosen plugin
   std::map<const LoadedPlugin*, std::vector<std::string>> chosen_for;  // plugin -> reasons it was chosen
   std::map<zhost_tier_role, const LoadedPlugin*> tiers;                // role -> the tier serving it
 

@@ -84,11 +84,14 @@ std::unique_ptr<IoEngine> choose_engine(const Host& host, const EngineOptions& o
   }
 }
 
-// The folder of the role this tier serves: one NVMe tier per job serves the optimizer's states or stage 3's
-// parameter shards, never both (the host refuses that), and only that role's nvme_path is set.
+// The folder of the role this instance serves: with both roles on NVMe the host makes one instance per role
+// and tells each its role (Note [One instance per storing role], host/plugins/resolver.hpp); an instance
+// given no role serves the one role whose nvme_path is set.
 std::string nvme_path(const Host& host) {
+  if (host.tier_role() == ZHOST_TIER_FOR_PARAMS) return host.config_string("zero.offload_param.nvme_path");
   const std::string optimizer = host.config_string("zero.offload_optimizer.nvme_path");
-  return optimizer.empty() ? host.config_string("zero.offload_param.nvme_path") : optimizer;
+  if (host.tier_role() == ZHOST_TIER_FOR_OPTIMIZER_STORAGE || !optimizer.empty()) return optimizer;
+  return host.config_string("zero.offload_param.nvme_path");
 }
 
 class NvmeTier : public sdk::TierDefaults {

@@ -19,6 +19,8 @@
 #define PLUGIN_NAME "frozen_dp_v0_3"
 #elif ZHOST_ABI_MINOR == 4
 #define PLUGIN_NAME "frozen_dp_v0_4"
+#elif ZHOST_ABI_MINOR == 5
+#define PLUGIN_NAME "frozen_dp_v0_5"
 #else
 #error "built against headers of an unexpected minor"
 #endif
@@ -200,6 +202,9 @@ static const zhost_partition_api k_partition = {
     backward_end, step, memory,
 #if ZHOST_ABI_MINOR >= 2
     NULL, /* 0.2: gather_param, for plugins that partition parameters */
+#endif
+#if ZHOST_ABI_MINOR >= 5
+    NULL, NULL, /* 0.5: save_state, load_state (this plugin cannot checkpoint) */
 #endif
 };
 

@@ -17,6 +17,8 @@
 #define TIER_NAME "frozen_tier_v0_3"
 #elif ZHOST_ABI_MINOR == 4
 #define TIER_NAME "frozen_tier_v0_4"
+#elif ZHOST_ABI_MINOR == 5
+#define TIER_NAME "frozen_tier_v0_5"
 #else
 #error "built against headers of an unexpected minor"
 #endif
@@ -169,6 +171,9 @@ static const zhost_offload_api k_offload = {
 #endif
 #if ZHOST_ABI_MINOR >= 4
     NULL, NULL, /* 0.4: test_event, optimizer_drop */
+#endif
+#if ZHOST_ABI_MINOR >= 5
+    NULL, NULL, /* 0.5: optimizer_read_state, optimizer_write_state */
 #endif
 };
 

@@ -144,5 +144,6 @@ TEST_P(FrozenPlugins, LoadNegotiateCreateRunAndDestroy) {
 INSTANTIATE_TEST_SUITE_P(
     Minors, FrozenPlugins,
     ::testing::Values(FrozenTier{1, ZHOST_OFFLOAD_API_SIZE_0_2}, FrozenTier{2, ZHOST_OFFLOAD_API_SIZE_0_2},
-                      FrozenTier{3, ZHOST_OFFLOAD_API_SIZE_0_3}, FrozenTier{4, ZHOST_OFFLOAD_API_SIZE_0_4}),
+                      FrozenTier{3, ZHOST_OFFLOAD_API_SIZE_0_3}, FrozenTier{4, ZHOST_OFFLOAD_API_SIZE_0_4},
+                      FrozenTier{5, ZHOST_OFFLOAD_API_SIZE}),
     [](const ::testing::TestParamInfo<FrozenTier>& tier) { return "v0_" + std::to_string(tier.param.minor); });

@@ -1,5 +1,5 @@
 // tests/abi/test_frozen_training.cpp: a real `zhost run` on two ranks (processes over Gloo) trains with a
-// partition plugin built against the frozen 0.1 to 0.4 SDK headers (frozen_partition.c), and ends
+// partition plugin built against the frozen 0.1 to 0.5 SDK headers (frozen_partition.c), and ends
 // with the same losses and weights as the host's own data-parallel stage 0 on the same job: the old
 // plugin's tables, setup, hooks, collectives and step are all served right by this host.
 #include <gtest/gtest.h>
@@ -55,7 +55,7 @@ TEST(FrozenPartitionCheckpoint, AJobThatSavesIsRefusedAtStartNamingTheRebuild) {
   EXPECT_TRUE(r.losses.empty());  // refused before the first step
 }
 
-INSTANTIATE_TEST_SUITE_P(Minors, FrozenPartition, ::testing::Values(1, 2, 3, 4),
+INSTANTIATE_TEST_SUITE_P(Minors, FrozenPartition, ::testing::Values(1, 2, 3, 4, 5),
                          [](const ::testing::TestParamInfo<int>& minor) {
                            return "v0_" + std::to_string(minor.param);
                          });

@@ -34,8 +34,9 @@ extern "C" {
  *                    optimizer_drop, zhost_tier_step_args gains offset, zhost_optimizer_desc moves to
  *                    zhost/optimizer.h;
  *                5 = the partition table gains save_state and load_state (zhost_state_io), the offload table
- *                    optimizer_read_state and optimizer_write_state (checkpoints). */
-#define ZHOST_ABI_MINOR 5
+ *                    optimizer_read_state and optimizer_write_state (checkpoints);
+ *                6 = zhost_plugin_create_args gains tier_role (one instance per storing role). */
+#define ZHOST_ABI_MINOR 6
 
 /* The exported entry symbol for a major version. Hosts probe the newest major they know first. */
 #define ZHOST_ENTRY_SYMBOL_V0 "zhost_plugin_v0"

@@ -45,8 +45,12 @@ typedef struct zhost_plugin_create_args {
   const zhost_host_services* host; /* valid until destroy() returns */
   zhost_host_context* ctx;         /* valid until destroy() returns */
   zhost_plugin_instance* instance; /* out: the plugin's state, handed back to every call */
+  /* in, 0.6 (check with ZHOST_HAS_FIELD): for an offload tier, the one zhost_tier_role this instance serves
+   * when the job created an instance per storing role (docs/abi.md "One instance per storing role"); 0
+   * when the instance serves every role the job gave its plugin, when it is no tier, or from an older host */
+  uint32_t tier_role;
 } zhost_plugin_create_args;
-#define ZHOST_PLUGIN_CREATE_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, instance)
+#define ZHOST_PLUGIN_CREATE_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, tier_role)
 #define ZHOST_PLUGIN_CREATE_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, instance) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_create_args, ZHOST_PLUGIN_CREATE_ARGS_SIZE);
 

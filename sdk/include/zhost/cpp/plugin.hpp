@@ -84,9 +84,13 @@ zhost_status* guard(Body&& body) noexcept {
 // PluginError on failure. Cheap to copy.
 class Host {
  public:
-  Host(const zhost_host_services* services, zhost_host_context* ctx) : services_(services), ctx_(ctx) {}
+  Host(const zhost_host_services* services, zhost_host_context* ctx, uint32_t tier_role = 0)
+      : services_(services), ctx_(ctx), tier_role_(tier_role) {}
   const zhost_host_services* services() const { return services_; }
   zhost_host_context* context() const { return ctx_; }
+  // For an offload tier, the one zhost_tier_role this instance was created for (ABI 0.6,
+  // zhost_plugin_create_args.tier_role); 0 when it serves every role its plugin was given.
+  uint32_t tier_role() const { return tier_role_; }
 
   void log(zhost_log_level level, const std::string& message) const { services_->log(ctx_, level, message.c_str()); }
   void info(const std::string& message) const { log(ZHOST_LOG_INFO, message); }
@@ -132,6 +136,7 @@ class Host {
  private:
   const zhost_host_services* services_;
   zhost_host_context* ctx_;
+  uint32_t tier_role_ = 0;
 };
 
 // Builds a plugin descriptor and owns everything it points to. Keep the builder in static storage (e.g.
@@ -256,7 +261,8 @@ template <typename T>
 struct InstanceOf {
   static zhost_status* create(zhost_plugin_create_args* args) {
     return guard(args->host, [&] {
-      args->instance = reinterpret_cast<zhost_plugin_instance*>(new T(Host(args->host, args->ctx)));
+      const uint32_t role = ZHOST_HAS_FIELD(args, zhost_plugin_create_args, tier_role) ? args->tier_role : 0;
+      args->instance = reinterpret_cast<zhost_plugin_instance*>(new T(Host(args->host, args->ctx, role)));
     });
   }
   static void destroy(zhost_plugin_instance* instance) { delete reinterpret_cast<T*>(instance); }
