@@ -105,7 +105,11 @@ double host_model_state_bytes(const TrainSettings& settings, int world_size, int
   const ModelStateShape shape = model_state_shape(settings, world_size, parameter_count(settings));
   ModelStateShape resident = shape;  // every model state, wherever it lives
   resident.optimizer_offloaded = resident.params_offloaded = false;
-  double per_rank = zero_formula(resident).total();
+  const ModelStateBytes all = zero_formula(resident);
+  double per_rank = all.total();
+  // What the NVMe tier keeps in files takes no host memory (its staging buffers are not model states).
+  if (settings.optimizer_states_on_nvme) per_rank -= all.master + all.optimizer;
+  if (settings.params_on_nvme && settings.zero_stage >= 3) per_rank -= all.params;
   if (trains_on_cuda(settings)) per_rank -= zero_formula(shape).total();  // the device keeps the rest
   return per_rank * local_ranks;
 }

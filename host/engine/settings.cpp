@@ -158,6 +158,9 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.zero_stage = c.get_int("zero.stage");
   s.optimizer_offloaded = c.get_string("zero.offload_optimizer.device") != "none";
   s.params_offloaded = c.get_string("zero.offload_param.device") != "none";
+  s.optimizer_states_on_nvme = c.get_string("zero.offload_optimizer.device") == "nvme" ||
+                               c.get_string("zero.offload_optimizer.storage") == "nvme";
+  s.params_on_nvme = c.get_string("zero.offload_param.device") == "nvme";
   return s;
 }
 

@@ -64,10 +64,12 @@ struct TrainSettings {
   std::string run_dir;
   std::string run_name;
   int64_t zero_stage = 0;
-  bool optimizer_offloaded = false;  // zero.offload_optimizer.device names a tier
-  bool params_offloaded = false;     // zero.offload_param.device names a tier (stage 3)
-  int local_rank = 0;                // picks the CUDA device
-  int local_world_size = 1;          // ranks on this node
+  bool optimizer_offloaded = false;       // zero.offload_optimizer.device names a tier
+  bool params_offloaded = false;          // zero.offload_param.device names a tier (stage 3)
+  bool optimizer_states_on_nvme = false;  // the fp32 master and optimizer states live in files (NVMe tier)
+  bool params_on_nvme = false;            // the parameter shards live in files (NVMe tier, stage 3)
+  int local_rank = 0;                     // picks the CUDA device
+  int local_world_size = 1;               // ranks on this node
   CheckpointSettings checkpoint;
   FlopsProfilerSettings flops_profiler;
 };

@@ -217,4 +217,23 @@ TEST(MemoryCheck, RefusesAModelTooLargeForTheMachineAtOnce) {
   EXPECT_EQ(zhost::testing::run_zhost(scratch.path(), "config check train.toml").exit_code, 0);
 }
 
+// What the NVMe tier keeps in files does not count: with the optimizer states and the parameter shards on
+// NVMe, only the gradients stay in host memory (4 of stage 3's 16 bytes per parameter in fp32).
+TEST(MemoryCheck, CountsOnlyWhatStaysInHostMemoryWithNvmeOffload) {
+  zhost::testing::ScratchDir scratch;
+  scratch.write("train.toml",  // gpt, 24 blocks of width 8192: 1.9e10 parameters
+                "steps = 1\n[model]\nlayers = 24\nwidth = 8192\nheads = 32\nseq_len = 128\n[zero]\nstage = 3\n");
+  const std::string folder = (scratch.path() / "nvme").string();
+  std::filesystem::create_directories(folder);
+  auto in_memory = zhost::testing::run_zhost(scratch.path(), "run train.toml");
+  EXPECT_EQ(in_memory.exit_code, 2) << in_memory.err;
+  EXPECT_NE(in_memory.err.find("the model states alone need 288.1 GiB"), std::string::npos) << in_memory.err;
+  auto on_nvme = zhost::testing::run_zhost(
+      scratch.path(),
+      "run train.toml --set zero.offload_optimizer.device=nvme --set zero.offload_optimizer.nvme_path=" + folder +
+          " --set zero.offload_param.device=nvme --set zero.offload_param.nvme_path=" + folder);
+  EXPECT_EQ(on_nvme.exit_code, 2) << on_nvme.err;
+  EXPECT_NE(on_nvme.err.find("the model states alone need 72.0 GiB"), std::string::npos) << on_nvme.err;
+}
+
 }  // namespace
