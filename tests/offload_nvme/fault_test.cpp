@@ -1,9 +1,10 @@
 // tests/offload_nvme/fault_test.cpp: the NVMe tier's faults, each with both I/O engines, through the tier's
 // ABI with the plugin loaded by the host's own loader: a disk that fills up (an 8 MiB ext4 image mounted
 // by the test) is an error naming the bytes needed and the folder, and every buffer stored before still
-// loads; a byte flipped in the tier's file is reported with the file and offset and never handed over; a
-// dead job's folder (Note [Job folders]) is removed at start while a live one is kept; nothing is left
-// behind when the tier goes.
+// loads; a write the device fails mid-transfer (a loop device backed by a full tmpfs) names the file, the
+// offset and the reason, and the buffers stored before still load; a byte flipped in the tier's file is reported with
+// the file and offset and never handed over; a dead job's folder (Note [Job folders]) is removed at start while a live
+// one is kept; nothing is left behind when the tier goes.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
@@ -121,6 +122,38 @@ class SmallDisk {
   bool mounted_ = false;
 };
 
+// A thinly provisioned disk: an ext4 file system of `megabytes` (no journal) on a loop device whose backing
+// file lies on a tmpfs of only `backing_megabytes`. The file system thinks it has room (fallocate succeeds),
+// but once the tmpfs is full the loop device fails the writes that reach it: a real write error returned
+// by the kernel in the middle of a transfer, as a thin volume or a failing disk gives.
+class ThinDisk {
+ public:
+  ThinDisk(const fs::path& dir, int megabytes, int backing_megabytes) : backing_(dir / "backing"), mount_(dir / "mnt") {
+    fs::create_directories(backing_);
+    fs::create_directories(mount_);
+    const std::string image = (backing_ / "disk.img").string();
+    if (std::system(("mount -t tmpfs -o size=" + std::to_string(backing_megabytes) + "M tmpfs " + backing_.string() +
+                     " 2>/dev/null")
+                        .c_str()) != 0)
+      return;
+    backing_mounted_ = true;
+    const std::string make = "truncate -s " + std::to_string(megabytes) + "M " + image +
+                             " && mkfs.ext4 -q -F -O ^has_journal -E lazy_itable_init=1,nodiscard " + image +
+                             " >/dev/null 2>&1 && mount -o loop " + image + " " + mount_.string() + " 2>&1";
+    mounted_ = std::system(make.c_str()) == 0;
+  }
+  ~ThinDisk() {
+    if (mounted_) std::system(("umount " + mount_.string()).c_str());
+    if (backing_mounted_) std::system(("umount " + backing_.string()).c_str());
+  }
+  bool mounted() const { return mounted_; }
+  const fs::path& path() const { return mount_; }
+
+ private:
+  fs::path backing_, mount_;
+  bool backing_mounted_ = false, mounted_ = false;
+};
+
 class NvmeFaults : public ::testing::TestWithParam<const char*> {};
 INSTANTIATE_TEST_SUITE_P(Engines, NvmeFaults, ::testing::Values("io_uring", "threads"));
 
@@ -152,6 +185,41 @@ TEST_P(NvmeFaults, FullDiskIsAClearErrorAndStoredBuffersSurvive) {
     }
   }
   EXPECT_EQ(entries(disk.path()), std::vector<std::string>{"lost+found"}) << "the tier left files behind";
+}
+
+// A write that the device fails mid-transfer (after the space was reserved): one line naming the file, the
+// offset and the kernel's reason; the buffer is not stored, and every buffer stored before still loads.
+TEST_P(NvmeFaults, WriteErrorMidTransferNamesFileAndOffsetAndEarlierBuffersSurvive) {
+  zhost::testing::ScratchDir dir;
+  ThinDisk disk(dir.path(), 64, 4);
+  if (!disk.mounted()) GTEST_SKIP() << "no tmpfs and loop mount here (needs root, mkfs.ext4 and a loop device)";
+  HostServices host;
+  {
+    Tier tier(host, disk.path().string(), GetParam(), 65536);
+    std::vector<std::vector<char>> stored;
+    std::string error;
+    for (uint64_t key = 0; key < 32 && error.empty(); ++key) {
+      std::vector<char> bytes = random_bytes(1 << 20, static_cast<uint32_t>(key));
+      error = tier.store(key, bytes);
+      if (error.empty()) stored.push_back(std::move(bytes));
+    }
+    ASSERT_FALSE(error.empty()) << "32 MiB fit on a disk backed by 4 MiB";
+    EXPECT_GE(stored.size(), 1u);
+    // e.g. "offload_nvme: write of 65536 bytes at offset 2162688 of .../data.bin failed: No space left on
+    // device; ... (buffer 3)": the kernel's reason, where, and which buffer.
+    EXPECT_NE(error.find("offload_nvme: write of "), std::string::npos) << error;
+    EXPECT_NE(error.find(" at offset "), std::string::npos) << error;
+    EXPECT_NE(error.find(disk.path().string() + "/zhost-nvme-"), std::string::npos) << error;
+    EXPECT_NE(error.find("/data.bin failed: "), std::string::npos) << error;
+    EXPECT_NE(error.find("(buffer " + std::to_string(stored.size()) + ")"), std::string::npos) << error;
+    for (uint64_t key = 0; key < stored.size(); ++key) {
+      std::vector<char> back(1 << 20);
+      ASSERT_EQ(tier.load(key, back), "") << "buffer " << key;
+      EXPECT_EQ(back, stored[key]) << "buffer " << key;
+    }
+    std::vector<char> never(1 << 20);
+    EXPECT_NE(tier.load(stored.size(), never), "") << "the failed buffer was stored";
+  }
 }
 
 TEST_P(NvmeFaults, FlippedByteIsReportedWithFileAndOffset) {
