@@ -161,6 +161,33 @@ TEST(NvmeParamOffload, OptimizerAndShardsBothOnNvmeEqualHostMemoryBitForBit) {
   EXPECT_TRUE(empty_folder(folder)) << "the job left files under nvme_path";
 }
 
+// Where io_uring is blocked (a container's default seccomp profile; here a filter failing io_uring_setup
+// with EPERM, tests/zero/without_io_uring.cpp), io_engine = "auto" says so in one line and the thread
+// engine carries the job, bit for bit as in host memory; io_engine = "io_uring" is a clear error instead.
+TEST(NvmeEngineChoice, AutoFallsBackToThreadsWhereIoUringIsBlocked) {
+  ScratchDir dir;
+  const std::string args = "--nproc 1 --set zero.stage=2 --set train_micro_batch_size_per_gpu=1";
+  RunOutput plain = train(dir, "plain", args + " --set zero.offload_optimizer.device=cpu");
+  RunOutput blocked = run_zhost(dir.path(), small_job_config(), "blocked",
+                                "--set model.type=llama --set steps=5 --set zero.reduce_bucket_size=3000 "
+                                "--set offload_cpu.threads=1 " +
+                                    args + on_nvme(dir.path() / "nvme", "auto"),
+                                std::string(WITHOUT_IO_URING) + " ");
+  ASSERT_EQ(blocked.exit_code, 0) << blocked.err;
+  const std::string log = blocked.out + blocked.err;
+  EXPECT_NE(log.find("offload_nvme: io_uring is not available here ("), std::string::npos) << log;
+  EXPECT_NE(log.find("); using 1 pread/pwrite thread(s)"), std::string::npos) << log;
+  EXPECT_NE(log.find("requests completed through threads"), std::string::npos) << log;
+  EXPECT_EQ(blocked.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(blocked, plain, 0, 0), "");
+  RunOutput forced = run_zhost(dir.path(), small_job_config(), "forced",
+                               "--set steps=1 " + args + on_nvme(dir.path() / "nvme", "io_uring"),
+                               std::string(WITHOUT_IO_URING) + " ");
+  EXPECT_NE(forced.exit_code, 0);
+  EXPECT_NE(forced.err.find("offload_nvme.io_engine = \"io_uring\", but "), std::string::npos) << forced.err;
+  EXPECT_TRUE(empty_folder(dir.path() / "nvme")) << "a job left files under nvme_path";
+}
+
 // A job SIGKILLed while it trains leaves its folder (nothing runs at SIGKILL); the next job on the same
 // nvme_path removes it, says so, trains, and leaves nothing behind.
 TEST(NvmeOffloadFaults, KilledJobsFilesAreRemovedByTheNextJob) {
