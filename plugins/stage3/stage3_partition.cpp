@@ -100,45 +100,52 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   const bool fp32 = compute_dtype_ == at::kFloat;
 
   // Sub-group buffers; each unit's shard, master and gradient are views into its sub-group's. In fp32
-  // runs the shard is the master, unless a tier keeps the master.
+  // runs the shard is the master, unless a tier keeps the master. One sub-group at a time: with the
+  // optimizer (and the shards) in tiers, each sub-group's master (and shards) go there before the next is
+  // built, so start-up holds one sub-group of them, not the whole model's.
   const bool offloaded = tier_.active();
   if (!offloaded) optimizer_ = kit::make_optimizer(kit::optimizer_spec_from_abi(setup.optimizer));
-  for (const SubGroup& g : layout_.sub_groups()) {
+  if (params_tier_.instance) check_offload_buffer_size();
+  const zhost_param_services& store = params();
+  for (size_t g = 0; g < layout_.sub_groups().size(); ++g) {
+    const SubGroup& sub_group = layout_.sub_groups()[g];
     SubGroupState s;
     // With a tier the master only passes through here on its way to host memory: keep it off the device.
-    s.master = at::zeros({g.numel}, (offloaded ? at::TensorOptions() : on_device_).dtype(at::kFloat));
-    if (!fp32 || offloaded) s.shard = at::zeros({g.numel}, on_device_);
+    s.master = at::zeros({sub_group.numel}, (offloaded ? at::TensorOptions() : on_device_).dtype(at::kFloat));
+    if (!fp32 || offloaded) s.shard = at::zeros({sub_group.numel}, on_device_);
     if (!offloaded) {
-      s.grad = at::zeros({g.numel}, on_device_);
+      s.grad = at::zeros({sub_group.numel}, on_device_);
       optimizer_->allocate_state(s.state, s.master);
     }
     sub_groups_.push_back(std::move(s));
-  }
-  const zhost_param_services& store = params();
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const FetchUnit& unit = layout_.units()[u];
-    UnitState& state = units_[u];
-    SubGroupState& group = sub_groups_[static_cast<size_t>(unit.sub_group)];
-    const at::Tensor master = group.master.narrow(0, unit.sub_group_offset, unit.shard);
-    state.shard = group.shard.defined() ? group.shard.narrow(0, unit.sub_group_offset, unit.shard) : master;
-    host_.check(store.group_create(host_.context(), unit.params.data(), unit.offsets.data(), unit.params.size(),
-                                   unit.padded(), &state.group));
-    // This rank's shard from the parameters' initial values (the padding stays
-    // zero), in the compute dtype, as the unpartitioned model holds them; the
-    // fp32 master starts from those values.
-    const int64_t begin = rank_ * unit.shard, end = begin + unit.shard;
-    for (size_t i = 0; i < unit.params.size(); ++i) {
-      const int64_t p_begin = unit.offsets[i], p_end = p_begin + param_numels_[unit.params[i]];
-      const int64_t lo = std::max(begin, p_begin), hi = std::min(end, p_end);
-      if (lo >= hi) continue;
-      at::Tensor part = state.shard.narrow(0, lo - begin, hi - lo);
-      DLTensor part_dl = dl_view(part);
-      host_.check(store.initial_values(host_.context(), unit.params[i], lo - p_begin, &part_dl));
+    SubGroupState& group = sub_groups_.back();
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const FetchUnit& unit = layout_.units()[u];
+      if (unit.sub_group != static_cast<int>(g)) continue;
+      UnitState& state = units_[u];
+      const at::Tensor master = group.master.narrow(0, unit.sub_group_offset, unit.shard);
+      state.shard = group.shard.defined() ? group.shard.narrow(0, unit.sub_group_offset, unit.shard) : master;
+      host_.check(store.group_create(host_.context(), unit.params.data(), unit.offsets.data(), unit.params.size(),
+                                     unit.padded(), &state.group));
+      // This rank's shard from the parameters' initial values (the padding stays
+      // zero), in the compute dtype, as the unpartitioned model holds them; the
+      // fp32 master starts from those values.
+      const int64_t begin = rank_ * unit.shard, end = begin + unit.shard;
+      for (size_t i = 0; i < unit.params.size(); ++i) {
+        const int64_t p_begin = unit.offsets[i], p_end = p_begin + param_numels_[unit.params[i]];
+        const int64_t lo = std::max(begin, p_begin), hi = std::min(end, p_end);
+        if (lo >= hi) continue;
+        at::Tensor part = state.shard.narrow(0, lo - begin, hi - lo);
+        DLTensor part_dl = dl_view(part);
+        host_.check(store.initial_values(host_.context(), unit.params[i], lo - p_begin, &part_dl));
+      }
+      if (group.shard.defined()) master.copy_(state.shard);
+      if (params_tier_.instance) store_parameter_shard(static_cast<int>(u));
     }
-    if (group.shard.defined()) master.copy_(state.shard);
+    if (offloaded) hand_optimizer_to_tier(g, setup.optimizer);
+    if (params_tier_.instance) group.shard = at::Tensor();
   }
-  if (offloaded) hand_optimizer_to_tier(setup.optimizer);
-  if (params_tier_.instance) offload_parameter_shards();
+  if (params_tier_.instance) allocate_parameter_staging();
   for (size_t u = 0; u < units_.size(); ++u) {
     const FetchUnit& unit = layout_.units()[u];
     units_[u].grad = sub_groups_[static_cast<size_t>(unit.sub_group)].grad.narrow(0, unit.sub_group_offset, unit.shard);
@@ -179,19 +186,17 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
                   tier_.active() ? kit::format("; optimizer offloaded to tier '{}'", tier_.name()) : ""));
 }
 
-// The tier named by zero.offload_optimizer.device takes each sub-group's master and optimizer states (key =
+// The tier named by zero.offload_optimizer.device takes sub-group g's master and optimizer states (key =
 // the sub-group's index); its fp32 gradient accumulator becomes the sub-group's gradient buffer.
-void Stage3Partition::hand_optimizer_to_tier(const zhost_optimizer_desc& optimizer) {
-  for (size_t g = 0; g < sub_groups_.size(); ++g) {
-    SubGroupState& group = sub_groups_[g];
-    group.grad = tier_.add_group(g, optimizer, group.master);
-    group.master = at::Tensor();
-  }
+void Stage3Partition::hand_optimizer_to_tier(size_t g, const zhost_optimizer_desc& optimizer) {
+  SubGroupState& group = sub_groups_[g];
+  group.grad = tier_.add_group(g, optimizer, group.master);
+  group.master = at::Tensor();
 }
 
 // Parameter offload: every unit's shard goes to the tier, the device keeps buffer_count staging buffers of
 // at most buffer_size elements (no more than the largest shard) to gather from.
-void Stage3Partition::offload_parameter_shards() {
+void Stage3Partition::check_offload_buffer_size() const {
   int64_t largest = 0;
   for (const FetchUnit& unit : layout_.units()) largest = std::max(largest, unit.shard);
   if (largest > options_.offload_buffer_size)
@@ -199,12 +204,18 @@ void Stage3Partition::offload_parameter_shards() {
                       kit::format("zero.offload_param.buffer_size = {} elements is smaller than the largest parameter "
                                   "shard ({} elements, one block's parameters / ranks): set it to at least {}",
                                   options_.offload_buffer_size, largest, largest));
-  for (size_t u = 0; u < units_.size(); ++u) {
-    DLTensor src = dl_view(units_[u].shard);
-    tier_io(params_tier_.api->store, param_key(static_cast<int>(u)), src);
-    units_[u].shard = at::Tensor();
-  }
-  for (SubGroupState& g : sub_groups_) g.shard = at::Tensor();
+}
+
+void Stage3Partition::store_parameter_shard(int unit) {
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  DLTensor src = dl_view(u.shard);
+  tier_io(params_tier_.api->store, param_key(unit), src);
+  u.shard = at::Tensor();
+}
+
+void Stage3Partition::allocate_parameter_staging() {
+  int64_t largest = 0;
+  for (const FetchUnit& unit : layout_.units()) largest = std::max(largest, unit.shard);
   // No more gathers than units can be in flight: more buffers would only take memory.
   staging_.resize(static_cast<size_t>(std::min<int64_t>(options_.offload_buffer_count, units_.size())));
   for (Staging& slot : staging_) slot.buffer = at::empty({largest}, on_device_);

@@ -147,8 +147,10 @@ class Stage3Partition : public sdk::PartitionHooks {
   void tier_io(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key, DLTensor& data);
   void load_shard(Staging& slot, int unit, DLTensor& dst);
   void finish_load(Staging& slot);
-  void offload_parameter_shards();
-  void hand_optimizer_to_tier(const zhost_optimizer_desc& optimizer);
+  void check_offload_buffer_size() const;
+  void store_parameter_shard(int unit);
+  void allocate_parameter_staging();
+  void hand_optimizer_to_tier(size_t g, const zhost_optimizer_desc& optimizer);
   void gather_persistent();
   void stage_to_host(int unit, const at::Tensor& mine);
   void drain_oldest_to_host();
