@@ -236,4 +236,23 @@ TEST(MemoryCheck, CountsOnlyWhatStaysInHostMemoryWithNvmeOffload) {
   EXPECT_NE(on_nvme.err.find("the model states alone need 72.0 GiB"), std::string::npos) << on_nvme.err;
 }
 
+// Every config in examples/configs passes `config check` as shipped (infinity.toml with its nvme_path keys
+// pointed at a scratch folder, which config check needs to exist).
+TEST(ExampleConfigs, EveryOnePassesConfigCheck) {
+  zhost::testing::ScratchDir scratch;
+  const std::string folder = (scratch.path() / "nvme").string();
+  std::filesystem::create_directories(folder);
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(ZHOST_SOURCE_DIR) + "/examples/configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    std::string args = "config check " + entry.path().string();
+    if (entry.path().filename() == "infinity.toml")
+      args += " --set zero.offload_optimizer.nvme_path=" + folder + " --set zero.offload_param.nvme_path=" + folder;
+    auto check = zhost::testing::run_zhost(scratch.path(), args);
+    EXPECT_EQ(check.exit_code, 0) << entry.path() << ":\n" << check.err;
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
+}
+
 }  // namespace
