@@ -2,7 +2,7 @@
 // = "nvme") through the real zhost executable and plugin files: the CPU tier steps the fp32 master weights
 // and Adam states that plugins/offload_nvme keeps in O_DIRECT files under nvme_path, chunk by chunk. Same
 // kernel, same values, same order as plain CPU offload (docs/abi.md "Tier composition"), so the job equals
-// it bit for bit: every loss and every weight, stages 1, 2 and 3, one and two ranks, both I/O engines, a
+// it bit for bit: every loss and every weight, stages 1, 2 and 3, one to three ranks, both I/O engines, a
 // group spanning several chunks and (stage 3) several sub-groups, buffer_count 1, 3 (pipelined: Note
 // [Storage pipeline]) and 4. Also: io_uring really carries the I/O
 // when the kernel has it, the job leaves nothing under nvme_path, a job SIGKILLed mid-run leaves its
@@ -72,6 +72,9 @@ INSTANTIATE_TEST_SUITE_P(
     StagesRanksEngines, NvmeOffload,
     ::testing::Values(
         Case{"Stage1OneRankUring", "io_uring", "--nproc 1 --set zero.stage=1", ""},
+        Case{"Stage1ThreeRanksThreadsPipelined", "threads", "--nproc 3 --set zero.stage=1",
+             " --set zero.offload_optimizer.buffer_count=4 --set zero.offload_optimizer.pipeline_read=true "
+             "--set zero.offload_optimizer.pipeline_write=true"},
         Case{"Stage2OneRankThreadsOneBuffer", "threads",
              "--nproc 1 --set zero.stage=2 --set gradient_accumulation_steps=2",
              " --set zero.offload_optimizer.buffer_count=1 --set zero.offload_optimizer.pipeline_write=true"},
