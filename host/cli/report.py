@@ -111,12 +111,15 @@ def plot_training(runs):
 
 
 def plot_throughput(runs):
-    fig, axes = plt.subplots(1, 2, figsize=(13, 3.4))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
     for run in runs:
         axes[0].plot(*series(run.metrics, "tokens_per_s"), label=run.name)
         axes[1].plot(*series(run.metrics, "tflops"), label=run.name)
+        steps, mfu = series(run.metrics, "mfu")
+        axes[2].plot(steps, [100 * m for m in mfu], label=run.name)
     axes[0].set_title("tokens/s (all ranks)")
-    axes[1].set_title("model TFLOP/s (all ranks; MFU needs the device's peak, not known on CPU)")
+    axes[1].set_title("model TFLOP/s (all ranks)")
+    axes[2].set_title("MFU % (of run.peak_tflops or the measured matmul rate)")
     for ax in axes:
         ax.set_xlabel("step")
     axes[0].legend(fontsize=8)
@@ -280,7 +283,7 @@ def plot_trace_step(run):
 
 
 def summary_table(runs):
-    rows = ["<tr><th>run</th><th>stage</th><th>ranks</th><th>steps</th><th>final loss</th><th>tokens/s</th>"
+    rows = ["<tr><th>run</th><th>stage</th><th>ranks</th><th>steps</th><th>final loss</th><th>tokens/s</th><th>MFU</th>"
             "<th>peak RSS rank 0 (MB)</th><th>model states measured/formula</th><th>status</th></tr>"]
     for run in runs:
         s = run.states or {}
@@ -288,7 +291,8 @@ def summary_table(runs):
         rows.append("<tr>" + "".join("<td>%s</td>" % html.escape(str(v)) for v in [
             run.name, s.get("stage", "?"), s.get("world_size", "?"), last["step"],
             "%.4f" % last["loss"] if isinstance(last.get("loss"), float) else "-",
-            "%.0f" % mean_after_first(run.metrics, "tokens_per_s"), "%.0f" % last.get("peak_rss_mb", 0),
+            "%.0f" % mean_after_first(run.metrics, "tokens_per_s"),
+            "%.1f%%" % (100 * mean_after_first(run.metrics, "mfu")), "%.0f" % last.get("peak_rss_mb", 0),
             "%.3f" % s["ratio"] if "ratio" in s else "-", run.log_status or "unknown (no run.log)"]) + "</tr>")
     return "<table>%s</table>" % "".join(rows)
 

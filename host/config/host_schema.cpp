@@ -242,6 +242,9 @@ void add_runtime_keys(HostKeys& keys) {
                "LibTorch and BLAS threads per rank; 0 = this node's CPUs / local ranks, or OMP_NUM_THREADS when set",
                between(0, 1024));
   keys.flag("run.pin_ranks", false, "bind each local rank to its own slice of this node's CPUs");
+  keys.number("run.peak_tflops", 0.0,
+              "the job's peak TFLOP/s (all ranks) that MFU is against; 0 = measure the ranks' matmul rate at start",
+              at_least(0));
   keys.flag("run.memory_check", true,
             "refuse to start when the model states need more host memory than the machine has available");
   keys.text("checkpoint.dir", "checkpoints",

@@ -154,6 +154,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.checkpoint.async = c.get_bool("checkpoint.async");
   s.checkpoint.resume = c.get_string("checkpoint.resume");
   s.intra_op_threads = static_cast<int>(c.get_int("run.intra_op_threads"));
+  s.peak_tflops = c.get_float("run.peak_tflops");
   s.pin_ranks = c.get_bool("run.pin_ranks");
   s.zero_stage = c.get_int("zero.stage");
   s.optimizer_offloaded = c.get_string("zero.offload_optimizer.device") != "none";

@@ -60,6 +60,7 @@ struct TrainSettings {
   double comm_timeout_s = 300;
   std::string device = "auto";
   int intra_op_threads = 0;  // 0 = decide (Note [CPU threads per rank], cpu_threads.hpp)
+  double peak_tflops = 0;    // 0 = measure at start (Note [Model FLOPs utilization], peak_flops.hpp)
   bool pin_ranks = false;
   std::string run_dir;
   std::string run_name;

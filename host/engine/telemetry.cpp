@@ -112,6 +112,7 @@ void RunDirectory::append_metrics(const StepRecord& r) {
                    {"samples_per_s", r.samples_per_s},
                    {"tokens_per_s", r.tokens_per_s},
                    {"tflops", r.tflops},
+                   {"mfu", r.mfu},
                    {"forward_ms", r.forward_ms},
                    {"backward_ms", r.backward_ms},
                    {"reduction_ms", r.reduction_ms},
@@ -173,8 +174,8 @@ std::string format_step_line(const StepRecord& r, int64_t total_steps, bool brea
       fmt::format("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}", r.step, total_steps, r.loss, r.lr, r.grad_norm);
   if (r.loss_scale != 1) line += fmt::format(" loss_scale {:g}", r.loss_scale);
   if (r.skipped) line += " (skipped: overflow)";
-  line += fmt::format(" | {:.1f} samples/s {:.0f} tokens/s {:.3f} TFLOP/s | rss {:.0f} MB peak {:.0f} MB",
-                      r.samples_per_s, r.tokens_per_s, r.tflops, r.memory.rss_mb, r.memory.peak_rss_mb);
+  line += fmt::format(" | {:.1f} samples/s {:.0f} tokens/s {:.3f} TFLOP/s MFU {:.1f}% | rss {:.0f} MB peak {:.0f} MB",
+                      r.samples_per_s, r.tokens_per_s, r.tflops, 100 * r.mfu, r.memory.rss_mb, r.memory.peak_rss_mb);
   if (r.memory.cuda_allocated_mb)
     line += fmt::format(" | cuda alloc {:.0f} MB peak {:.0f} MB reserved {:.0f} MB", *r.memory.cuda_allocated_mb,
                         *r.memory.cuda_peak_mb, *r.memory.cuda_reserved_mb);

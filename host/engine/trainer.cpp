@@ -25,6 +25,7 @@
 #include "host/engine/memory_timeline.hpp"
 #include "host/engine/model_states.hpp"
 #include "host/engine/param_store.hpp"
+#include "host/engine/peak_flops.hpp"
 #include "host/engine/preflight.hpp"
 #include "host/engine/stop_request.hpp"
 #include "host/engine/trace.hpp"
@@ -144,6 +145,7 @@ struct Trainer::Impl {
   std::unique_ptr<FlopsProfiler> flops_profiler;
   ProfiledStep* profiled = nullptr;  // the flops profiler's step in progress: block timings go here
   TrainingPosition start;            // where training starts: step 0, or the resumed checkpoint's position
+  double peak_tflops = 0;            // the job's, all ranks (Note [Model FLOPs utilization])
 
   Impl(const TrainSettings& s, comm::Comm& w, const PluginInstance& p, RunDirectory& r, HostServices& h, TraceWriter* t)
       : settings(s), world(w), partition(p), api(*p.plugin->api->partition), run_dir(r), services(h), trace(t) {}
@@ -196,6 +198,7 @@ struct Trainer::Impl {
     setup_partition();
     make_checkpointer();
     flops_profiler = std::make_unique<FlopsProfiler>(settings.flops_profiler, *model, world.world_size());
+    peak_tflops = job_peak_tflops();
     if (!settings.checkpoint.resume.empty()) resume();
     if (settings.activation_checkpointing.enabled)
       activation_checkpoints = std::make_unique<ActivationCheckpoints>(settings.activation_checkpointing, *model,
@@ -207,6 +210,21 @@ struct Trainer::Impl {
       forward_names.push_back(fmt::format("forward block {}", b));
       backward_names.push_back(fmt::format("backward block {}", b));
     }
+  }
+
+  // Note [Model FLOPs utilization] (peak_flops.hpp): run.peak_tflops, or every rank's measured rate summed.
+  double job_peak_tflops() {
+    if (settings.peak_tflops > 0) return settings.peak_tflops;
+    const c10::ScalarType dtype = device.is_cpu() ? at::kFloat : compute_dtype(settings.precision);
+    at::Tensor rate = at::tensor({measure_rank_tflops(device, dtype)}, at::kDouble);
+    world.all_reduce(rate);
+    const double peak = rate.item<double>();
+    if (world.rank() == 0)
+      spdlog::info(
+          "MFU is against {:.3f} TFLOP/s, the {} rank(s)' 1024x1024 {} matmuls measured at start (set "
+          "run.peak_tflops to use another peak)",
+          peak, world.world_size(), c10::toString(dtype));
+    return peak;
   }
 
   // With partitioned parameters: every parameter block b reads must have storage when it runs.
@@ -645,6 +663,7 @@ TrainResult Trainer::run() {
       r.samples_per_s = static_cast<double>(s.batch.train_batch_size * steps) / seconds;
       r.tokens_per_s = r.samples_per_s * static_cast<double>(s.model.seq_len);
       r.tflops = t.model->flops_per_token() * r.tokens_per_s / 1e12;
+      r.mfu = t.peak_tflops > 0 ? r.tflops / t.peak_tflops : 0;
       r.step_time_ms = seconds * 1e3 / static_cast<double>(steps);
     };
     fill_rates(record, step_seconds, 1);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -178,6 +179,25 @@ TEST_F(Observe, MetricsEveryStepLinesAtTheirInterval) {
   EXPECT_NE(run_->err.find("before forward | CPU Virtual Memory: used = "), std::string::npos);  // memory_breakdown
 }
 
+// Note [Model FLOPs utilization]: without run.peak_tflops the peak is the ranks' matmul rate measured at
+// start, logged once; every step's mfu is its tflops over that peak.
+TEST_F(Observe, MfuIsTflopsOverThePeakMeasuredAtStart) {
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run_->err, m,
+                                std::regex("MFU is against ([0-9.]+) TFLOP/s, the 2 rank\\(s\\)' "
+                                           "1024x1024 Float matmuls measured at start")))
+      << run_->err;
+  const double peak = std::stod(m[1]);
+  EXPECT_GT(peak, 0);
+  for (const json& record : read_lines(run_->run_dir / "metrics.jsonl")) {
+    const double mfu = record.at("mfu").get<double>(), tflops = record.at("tflops").get<double>();
+    EXPECT_NEAR(mfu, tflops / peak, 5e-3 * mfu) << record;  // the logged peak has 3 decimals
+    EXPECT_GT(mfu, 0);
+    EXPECT_LT(mfu, 1.5) << "a CPU job far above its own matmul rate: the peak was not measured right";
+  }
+  EXPECT_NE(run_->err.find("% | rss "), std::string::npos);  // "MFU x.y%" in the step line
+}
+
 TEST_F(Observe, CommsLoggerSummarisesEveryOp) {
   const json ops = read_json_file(run_->run_dir / "comms.rank1.json");
   std::set<std::string> names;
@@ -278,11 +298,11 @@ TEST_F(Observe, ReportRendersInChromium) {
 TEST(FlopsProfiler, PrintsDeepSpeedsSummaryWithBlocksThatAddUp) {
   ScratchDir dir;
   const fs::path text = dir.path() / "flops.txt";
-  RunOutput r =
-      run_zhost(dir.path(), small_job_config(), "profiled",
-                "--nproc 2 --set steps=3 --set flops_profiler.enabled=true --set flops_profiler.profile_step=2 "
-                "--set flops_profiler.top_modules=2 --set flops_profiler.output_file=" +
-                    text.string());
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "profiled",
+                          "--nproc 2 --set steps=3 --set run.peak_tflops=0.5 --set flops_profiler.enabled=true "
+                          "--set flops_profiler.profile_step=2 "
+                          "--set flops_profiler.top_modules=2 --set flops_profiler.output_file=" +
+                              text.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string profile = read_text(text);
   for (const char* expected : {"DeepSpeed Flops Profiler", "Profile Summary at step 2:", "fwd MACs per GPU:",
@@ -310,6 +330,9 @@ TEST(FlopsProfiler, PrintsDeepSpeedsSummaryWithBlocksThatAddUp) {
   const double flops_per_token = metrics.at("tflops") * 1e12 / metrics.at("tokens_per_s");
   const double tokens = json_profile.at("tokens_per_rank").get<double>();
   EXPECT_NEAR(6 * macs / tokens, flops_per_token, 1e-6 * flops_per_token);
+  // run.peak_tflops set: MFU is against it, and nothing is measured.
+  EXPECT_DOUBLE_EQ(metrics.at("mfu"), metrics.at("tflops") / 0.5);
+  EXPECT_EQ(r.err.find("MFU is against"), std::string::npos);
   EXPECT_EQ(r.err.find("DeepSpeed Flops Profiler"), std::string::npos);  // output_file, not the log
 }
 
