@@ -101,6 +101,28 @@ class Tier {
   const zhost_offload_api* api_ = nullptr;
 };
 
+// Stores 1 MiB buffers of random bytes under keys 0, 1, ... until a store fails or `most` are stored; the
+// buffers stored, in key order, and the failing store's error ("" if none failed).
+std::vector<std::vector<char>> store_until_error(Tier& tier, uint64_t most, std::string& error) {
+  std::vector<std::vector<char>> stored;
+  error.clear();
+  for (uint64_t key = 0; key < most && error.empty(); ++key) {
+    std::vector<char> bytes = random_bytes(1 << 20, static_cast<uint32_t>(key));
+    error = tier.store(key, bytes);
+    if (error.empty()) stored.push_back(std::move(bytes));
+  }
+  return stored;
+}
+
+// Every buffer of `stored` (keys 0, 1, ...) loads back as it was stored.
+void expect_all_load(Tier& tier, const std::vector<std::vector<char>>& stored) {
+  for (uint64_t key = 0; key < stored.size(); ++key) {
+    std::vector<char> back(1 << 20);
+    ASSERT_EQ(tier.load(key, back), "") << "buffer " << key;
+    EXPECT_EQ(back, stored[key]) << "buffer " << key;
+  }
+}
+
 // An ext4 file system of `megabytes` on a loop device, mounted at DIR/mnt for the test's life.
 class SmallDisk {
  public:
@@ -164,13 +186,8 @@ TEST_P(NvmeFaults, FullDiskIsAClearErrorAndStoredBuffersSurvive) {
   HostServices host;
   {
     Tier tier(host, disk.path().string(), GetParam(), 65536);
-    std::vector<std::vector<char>> stored;
     std::string error;
-    for (uint64_t key = 0; key < 16 && error.empty(); ++key) {
-      std::vector<char> bytes = random_bytes(1 << 20, static_cast<uint32_t>(key));
-      error = tier.store(key, bytes);
-      if (error.empty()) stored.push_back(std::move(bytes));
-    }
+    const std::vector<std::vector<char>> stored = store_until_error(tier, 16, error);
     ASSERT_FALSE(error.empty()) << "16 MiB fit on an 8 MiB disk";
     EXPECT_GE(stored.size(), 2u);
     EXPECT_NE(error.find("needs 1048576 more bytes"), std::string::npos) << error;
@@ -178,11 +195,7 @@ TEST_P(NvmeFaults, FullDiskIsAClearErrorAndStoredBuffersSurvive) {
     // Replacing a buffer on the full disk fails too, and the old copy is still there.
     std::vector<char> other = random_bytes(1 << 20, 99);
     EXPECT_NE(tier.store(0, other), "");
-    for (uint64_t key = 0; key < stored.size(); ++key) {
-      std::vector<char> back(1 << 20);
-      ASSERT_EQ(tier.load(key, back), "") << "buffer " << key;
-      EXPECT_EQ(back, stored[key]) << "buffer " << key;
-    }
+    expect_all_load(tier, stored);
   }
   EXPECT_EQ(entries(disk.path()), std::vector<std::string>{"lost+found"}) << "the tier left files behind";
 }
@@ -196,13 +209,8 @@ TEST_P(NvmeFaults, WriteErrorMidTransferNamesFileAndOffsetAndEarlierBuffersSurvi
   HostServices host;
   {
     Tier tier(host, disk.path().string(), GetParam(), 65536);
-    std::vector<std::vector<char>> stored;
     std::string error;
-    for (uint64_t key = 0; key < 32 && error.empty(); ++key) {
-      std::vector<char> bytes = random_bytes(1 << 20, static_cast<uint32_t>(key));
-      error = tier.store(key, bytes);
-      if (error.empty()) stored.push_back(std::move(bytes));
-    }
+    const std::vector<std::vector<char>> stored = store_until_error(tier, 32, error);
     ASSERT_FALSE(error.empty()) << "32 MiB fit on a disk backed by 4 MiB";
     EXPECT_GE(stored.size(), 1u);
     // e.g. "offload_nvme: write of 65536 bytes at offset 2162688 of .../data.bin failed: No space left on
@@ -212,11 +220,7 @@ TEST_P(NvmeFaults, WriteErrorMidTransferNamesFileAndOffsetAndEarlierBuffersSurvi
     EXPECT_NE(error.find(disk.path().string() + "/zhost-nvme-"), std::string::npos) << error;
     EXPECT_NE(error.find("/data.bin failed: "), std::string::npos) << error;
     EXPECT_NE(error.find("(buffer " + std::to_string(stored.size()) + ")"), std::string::npos) << error;
-    for (uint64_t key = 0; key < stored.size(); ++key) {
-      std::vector<char> back(1 << 20);
-      ASSERT_EQ(tier.load(key, back), "") << "buffer " << key;
-      EXPECT_EQ(back, stored[key]) << "buffer " << key;
-    }
+    expect_all_load(tier, stored);
     std::vector<char> never(1 << 20);
     EXPECT_NE(tier.load(stored.size(), never), "") << "the failed buffer was stored";
   }
