@@ -5,7 +5,9 @@
 //
 // Note [Delayed parameter update]: the one-step-stale rule, exactly. W_t are the weights after t applied
 // steps (W_0 the initial ones), g_t the reduced gradients of step t; steps are the job's steps (metrics.jsonl's
-// `step`, zhost_step_args.step), and S >= 1 is zero.offload_optimizer.delayed_update_start_step.
+// `step`, zhost_step_args.step), and S >= 1 is zero.offload_optimizer.delayed_update_start_step. The indices
+// assume no skipped step (fp16 overflow: its item below says what a skipped step does); S counts job steps,
+// skipped ones included.
 //   - Before S: a step t < S steps synchronously, as without the delay: W_t = optimizer(W_{t-1}, g_t) is
 //     applied before step() returns, so step t+1 reads W_t. Its gradients pass through the stage's own
 //     accumulator (below) into the tier's, a copy of the same bits, so up to step S - 1 the job equals the
