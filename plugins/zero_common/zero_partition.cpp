@@ -89,7 +89,9 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
       options_.stage, layout_.total(), layout_.padded(), world_size_, partition, begin, begin + partition,
       reducer_.bucket_elements(), options_.overlap_comm ? ", two overlapping with backward" : "", gather_chunk_,
       tier_.active() ? kit::format("; optimizer offloaded to tier '{}'{}", tier_.name(),
-                                   options_.delayed_update ? ", delayed parameter update" : "")
+                                   options_.delayed_update ? kit::format(", delayed parameter update from step {}",
+                                                                         options_.delayed_update_start)
+                                                           : "")
                      : ""));
 }
 
@@ -151,27 +153,29 @@ void ZeroPartition::step(zhost_step_args& args) {
     release_gradients();
     return;
   }
-  const int64_t step = args.applied_steps + 1;
-  if (tier_.active()) {  // the tier applies the factor in its one pass, and zeroes its accumulator
-    if (staged()) {      // chunk by chunk, each chunk's copy to the device running while the next steps
-      staged_step_.step(0, step, args.lr, decision.grad_scale, updated_);
-      staged_step_.finish();
-    } else {
-      tier_.step(0, step, args.lr, decision.grad_scale, updated_);
-    }
-    gather_updated_partitions(updated_);
-    return;
-  }
+  if (tier_.active()) return step_tier(args.applied_steps + 1, args.lr, decision.grad_scale);
   const at::Tensor grad =
       grad_partition_.scalar_type() == at::kFloat ? grad_partition_ : grad_partition_.to(at::kFloat);
-  optimizer_->step(master_, grad, state_, step, args.lr, decision.grad_scale);
+  optimizer_->step(master_, grad, state_, args.applied_steps + 1, args.lr, decision.grad_scale);
   gather_updated_partitions(master_);
   release_gradients();
 }
 
+// The tier's optimizer step, synchronously: it applies the factor in its one pass, zeroes its accumulator and
+// writes the updated partition, which is all-gathered at once.
+void ZeroPartition::step_tier(int64_t step, double lr, double grad_scale) {
+  if (staged()) {  // chunk by chunk, each chunk's copy to the device running while the next steps
+    staged_step_.step(0, step, lr, grad_scale, updated_);
+    staged_step_.finish();
+  } else {
+    tier_.step(0, step, lr, grad_scale, updated_);
+  }
+  gather_updated_partitions(updated_);
+}
+
 // Note [Delayed parameter update]: the previous step's weights are applied, then this step's gradients move
-// into the tier's (zeroed) accumulator and its optimizer step starts in the background; on the job's last
-// step it is applied at once.
+// into the tier's (zeroed) accumulator; before the start step the tier steps at once, from it on its step
+// starts in the background, and on the job's last step it is applied at once.
 void ZeroPartition::step_delayed(const zhost_step_args& args, double grad_scale, bool overflow) {
   apply_delayed_update();
   if (overflow) {  // dropped, as without the delay; nothing starts
@@ -182,6 +186,11 @@ void ZeroPartition::step_delayed(const zhost_step_args& args, double grad_scale,
   grad_partition_.zero_();
   const int64_t step = args.applied_steps + 1;
   const double lr = args.lr;
+  if (args.step < options_.delayed_update_start) {  // not delayed yet: as without the delay
+    step_tier(step, lr, grad_scale);
+    tier_bytes_ = tier_.bytes();
+    return;
+  }
   const at::Tensor out = staged() ? updated_host_ : updated_;
   delayed_.start([this, step, lr, grad_scale, out] { tier_.step(0, step, lr, grad_scale, out); });
   if (zhost_ext_find(args.ext, ZHOST_EXT_LAST_STEP)) apply_delayed_update();

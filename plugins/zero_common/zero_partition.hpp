@@ -22,9 +22,9 @@
 // (zero.offload_optimizer.step_chunk_size), each chunk's copy to the device running while the next chunk
 // steps, all before the all-gather.
 //
-// With zero.offload_optimizer.delayed_update the tier's step runs in the background while the next step's
-// forward and backward run, and its weights are all-gathered at the next step boundary (Note [Delayed
-// parameter update], delayed_update.hpp).
+// With zero.offload_optimizer.delayed_update, from step zero.offload_optimizer.delayed_update_start_step on,
+// the tier's step runs in the background while the next step's forward and backward run, and its weights are
+// all-gathered at the next step boundary (Note [Delayed parameter update], delayed_update.hpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -42,6 +42,10 @@
 
 namespace zhost::zero {
 
+// zero.offload_optimizer.delayed_update_start_step's default: the first delayed step (Note [Delayed parameter
+// update]); the steps before it step synchronously. The host's schema declares the same default.
+constexpr int64_t kDefaultDelayedUpdateStart = 41;
+
 // DeepSpeed's zero_optimization keys as the stage plugins read them (see zero_plugin.cpp).
 struct ZeroOptions {
   int stage = 1;                              // 1 or 2
@@ -49,8 +53,9 @@ struct ZeroOptions {
   int64_t allgather_bucket_size = 500000000;  // elements per parameter all-gather (all ranks together)
   bool overlap_comm = false;
   bool ignore_unused_parameters = true;
-  int64_t step_chunk = kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
-  bool delayed_update = false;             // zero.offload_optimizer.delayed_update (needs a tier)
+  int64_t step_chunk = kDefaultStepChunk;                     // offloaded step from a device: elements per copied chunk
+  bool delayed_update = false;                                // zero.offload_optimizer.delayed_update (needs a tier)
+  int64_t delayed_update_start = kDefaultDelayedUpdateStart;  // zero.offload_optimizer.delayed_update_start_step
 };
 
 class ZeroPartition : public sdk::PartitionHooks {
@@ -81,6 +86,7 @@ class ZeroPartition : public sdk::PartitionHooks {
   void gather_updated_partitions(const at::Tensor& updated);
   at::Tensor ensure_grad_partition();
   void release_gradients();
+  void step_tier(int64_t step, double lr, double grad_scale);
   void step_delayed(const zhost_step_args& args, double grad_scale, bool overflow);
   void apply_delayed_update();
 

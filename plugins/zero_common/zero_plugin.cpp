@@ -21,6 +21,10 @@ void declare_keys(sdk::DescriptorBuilder& builder, int stage) {
   builder.config_bool("zero.offload_optimizer.delayed_update", false,
                       "zhost: ZeRO-Offload's delayed parameter update: the tier's optimizer step overlaps the next "
                       "step's forward and backward, which run on weights one step stale (needs an optimizer tier)");
+  builder.config_int("zero.offload_optimizer.delayed_update_start_step", kDefaultDelayedUpdateStart,
+                     "zhost: with delayed_update, the first delayed step; the steps before it step synchronously "
+                     "(1 = delayed from the first step)",
+                     1, 1e15);
   if (stage == 2)
     builder.config_bool("zero.contiguous_gradients", true,
                         "keep reduced gradients in one contiguous partition (zhost always does)");
@@ -36,6 +40,11 @@ ZeroOptions read_options(const sdk::Host& host, int stage) {
   o.ignore_unused_parameters = host.config_bool("zero.ignore_unused_parameters");
   o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
   o.delayed_update = host.config_bool("zero.offload_optimizer.delayed_update");
+  o.delayed_update_start = host.config_int("zero.offload_optimizer.delayed_update_start_step");
+  if (!o.delayed_update && o.delayed_update_start != kDefaultDelayedUpdateStart)
+    host.warn(
+        "zero.offload_optimizer.delayed_update_start_step has no effect: it is the first delayed step of "
+        "zero.offload_optimizer.delayed_update, which is false");
   if (host.config_bool("zero.round_robin_gradients"))
     host.warn(
         "zero.round_robin_gradients = true has no effect: DeepSpeed uses it to interleave gradient "

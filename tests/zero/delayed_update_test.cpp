@@ -4,17 +4,23 @@
 //
 // The rule is pinned by exact comparisons with runs that need no delay to compute the same numbers:
 //   - which weights a step's forward and backward read: the loss of step t (taken on the weights that step's
-//     gradients are computed on) must be L_t(W_{t-2}). L_t(W_0) comes from a run with lr 0 throughout;
-//     L_t(W_1) from a run without delay resumed after step 1 with lr 0. Step 2 on W_0 fails with no delay,
-//     step 3 on W_1 fails with two steps of delay.
+//     gradients are computed on) must be L_t(W_{t-2}) from the start step S on, L_t(W_{t-1}) before and at
+//     it. L_t(W_0) comes from a run with lr 0 throughout; L_t(W_k) from a run without delay resumed after
+//     step k with lr 0. With S = 1: step 2 on W_0 fails with no delay, step 3 on W_1 fails with two steps of
+//     delay. With S = 3: steps 1-3 equal the run without delay, step 4 reads W_2, step 5 W_3.
+//   - before the start step: the job equals the one without delay bit for bit; a job whose last step is the
+//     start step (applied at once) too.
 //   - what the update is: drained after every step (a checkpoint each step applies the update in flight), the
 //     delayed job equals the job without delay bit for bit, so the gradients moved into the tier and the
 //     step taken there are exactly the undelayed ones.
-//   - checkpoints: a job resumed from a delayed job's checkpoint equals it bit for bit.
+//   - checkpoints: a job resumed from a delayed job's checkpoint equals it bit for bit, also from one saved
+//     before the start step.
+//   - config check refuses a start step below 1.
 //   - 40 steps: the loss stays within 2% of the job without delay.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 #include <string>
 
 #include "tests/support/scratch_dir.hpp"
@@ -28,7 +34,11 @@ namespace {
 const char* kJob =
     "--nproc 2 --set zero.stage=2 --set zero.offload_optimizer.device=cpu --set offload_cpu.threads=1 "
     "--set scheduler.warmup_min_lr=0.002 ";
-const char* kDelayed = " --set zero.offload_optimizer.delayed_update=true";
+// Delayed from the first step (S = 1), and from step 3.
+const char* kDelayed =
+    " --set zero.offload_optimizer.delayed_update=true --set zero.offload_optimizer.delayed_update_start_step=1";
+const char* kDelayedFrom3 =
+    " --set zero.offload_optimizer.delayed_update=true --set zero.offload_optimizer.delayed_update_start_step=3";
 const char* kNoLr = " --set optimizer.lr=0 --set scheduler.warmup_min_lr=0 --set scheduler.warmup_max_lr=0";
 
 RunOutput train(const ScratchDir& dir, const std::string& name, const std::string& args) {
@@ -49,7 +59,7 @@ TEST(DelayedUpdate, EachStepReadsTheWeightsFromTwoUpdatesBefore) {
   ASSERT_EQ(delayed.losses.size(), 4u);
   ASSERT_EQ(frozen.losses.size(), 4u);
   ASSERT_EQ(after_first.losses.size(), 3u);  // steps 2-4
-  EXPECT_NE(delayed.err.find("delayed parameter update"), std::string::npos) << delayed.err;
+  EXPECT_NE(delayed.err.find("delayed parameter update from step 1"), std::string::npos) << delayed.err;
   EXPECT_EQ(delayed.losses[0], frozen.losses[0]);       // step 1 on W_0
   EXPECT_EQ(delayed.losses[1], frozen.losses[1]);       // step 2 on W_0: one step stale
   EXPECT_NE(delayed.losses[1], after_first.losses[0]);  // ... not on W_1
@@ -83,6 +93,65 @@ TEST(DelayedUpdate, ResumedFromACheckpointEqualsTheJobThatSaved) {
   EXPECT_EQ(weights_mismatch(resumed, full, 0, 0), "");
 }
 
+// Note [Delayed parameter update], the switch: steps 1 to S read the fresh weights W_{t-1}, step S + 1 reads
+// W_{S-1} again, and from there step t reads W_{t-2} (S = 3).
+TEST(DelayedUpdate, FromTheStartStepEachStepReadsTheWeightsFromTwoUpdatesBefore) {
+  ScratchDir dir;
+  RunOutput plain =  // a checkpoint after every step: W_2 and W_3 to resume from (they change nothing here)
+      train(dir, "plain", "--set checkpoint.interval=1 --set checkpoint.keep_last=6 --set checkpoint.dir=plain_ckpt");
+  RunOutput delayed = train(dir, "delayed", kDelayedFrom3);
+  auto after = [&](int k) {  // L_t(W_k): resumed after step k of the job without delay, lr 0 from there
+    const std::string step = "step-0000000" + std::to_string(k);
+    return train(dir, "after_" + std::to_string(k),
+                 std::string(kNoLr) + " --set checkpoint.dir=after_ckpt --resume " +
+                     (dir.path() / "plain_ckpt" / step).string());
+  };
+  RunOutput after_2 = after(2), after_3 = after(3);
+  ASSERT_EQ(plain.losses.size(), 6u);
+  ASSERT_EQ(delayed.losses.size(), 6u);
+  ASSERT_EQ(after_2.losses.size(), 4u);  // steps 3-6
+  ASSERT_EQ(after_3.losses.size(), 3u);  // steps 4-6
+  EXPECT_NE(delayed.err.find("delayed parameter update from step 3"), std::string::npos) << delayed.err;
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(delayed.losses[i], plain.losses[i]) << "step " << i + 1;  // fresh
+  EXPECT_EQ(delayed.losses[3], after_2.losses[1]);  // step 4 on W_2: the first stale one
+  EXPECT_NE(delayed.losses[3], plain.losses[3]);    // ... not on W_3
+  EXPECT_EQ(delayed.losses[4], after_3.losses[1]);  // step 5 on W_3 (step 3's gradients were fresh: plain's W_3)
+  EXPECT_NE(delayed.losses[4], after_2.losses[2]);  // ... not on W_2
+  EXPECT_NE(delayed.losses[4], plain.losses[4]);    // ... nor on W_4
+}
+
+// Before the start step the tier steps at once: bit for bit the job without delay, up to the last step when
+// it is the start step (nothing in flight, its update applied before the job ends).
+TEST(DelayedUpdate, BeforeTheStartStepEqualsNoDelayBitForBit) {
+  ScratchDir dir;
+  RunOutput plain = train(dir, "plain", "");
+  RunOutput last = train(dir, "last",
+                         " --set zero.offload_optimizer.delayed_update=true "
+                         "--set zero.offload_optimizer.delayed_update_start_step=6");
+  RunOutput delayed = train(dir, "delayed", kDelayedFrom3);
+  ASSERT_EQ(plain.losses.size(), 6u);
+  expect_clipping_acted(plain);
+  EXPECT_NE(last.err.find("delayed parameter update from step 6"), std::string::npos) << last.err;
+  EXPECT_EQ(last.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(last, plain, 0, 0), "");
+  EXPECT_NE(weights_mismatch(delayed, plain, 0, 0), "");  // delayed from step 3 on: it shows
+}
+
+// A checkpoint saved before the start step (step 2, S = 3): the resumed job's step 3 is the first delayed one,
+// as in the job that saved.
+TEST(DelayedUpdate, ResumedAcrossTheStartStepEqualsTheJobThatSaved) {
+  ScratchDir dir;
+  const std::string job = std::string(kDelayedFrom3) + " --set checkpoint.interval=2 --set checkpoint.keep_last=3";
+  RunOutput full = train(dir, "full", job + " --set checkpoint.dir=full_ckpt");
+  RunOutput resumed = train(
+      dir, "resumed",
+      job + " --set checkpoint.dir=resumed_ckpt --resume " + (dir.path() / "full_ckpt" / "step-00000002").string());
+  ASSERT_EQ(full.losses.size(), 6u);
+  ASSERT_EQ(resumed.losses.size(), 4u);  // steps 3-6
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses[i], full.losses[i + 2]) << "step " << i + 3;
+  EXPECT_EQ(weights_mismatch(resumed, full, 0, 0), "");
+}
+
 // The short version of the 200-step comparison in docs/config.md ("Delayed parameter update").
 TEST(DelayedUpdate, FortyStepsLossWithinTwoPercentOfNoDelay) {
   ScratchDir dir;
@@ -106,6 +175,26 @@ TEST(DelayedUpdate, RefusedAtConfigCheckWithoutAnOptimizerTier) {
   RunOutput r = run_zhost(dir.path(), small_job_config(), "refused", std::string("--set zero.stage=2") + kDelayed);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("no tier running the optimizer"), std::string::npos) << r.err;
+}
+
+// Steps count from 1: a start step below 1 is refused by the config check (`zhost run` runs it before any
+// rank starts, as `zhost config check` does), in one line naming the key.
+TEST(DelayedUpdate, StartStepBelowOneRefusedAtConfigCheck) {
+  ScratchDir dir;
+  for (const std::string value : {"-1", "0"}) {
+    RunOutput r =
+        run_zhost(dir.path(), small_job_config(), "refused" + value,
+                  kJob + std::string(kDelayed) + " --set zero.offload_optimizer.delayed_update_start_step=" + value);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    const std::string expected =
+        "zero.offload_optimizer.delayed_update_start_step = " + value + " is out of range; use a value of at least 1";
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+    size_t mentions = 0;  // lines naming the key
+    std::istringstream lines(r.err);
+    for (std::string line; std::getline(lines, line);)
+      if (line.find("delayed_update_start_step") != std::string::npos) ++mentions;
+    EXPECT_EQ(mentions, 1u) << r.err;
+  }
 }
 
 }  // namespace
