@@ -184,16 +184,17 @@ TEST_F(Observe, MetricsEveryStepLinesAtTheirInterval) {
 TEST_F(Observe, MfuIsTflopsOverThePeakMeasuredAtStart) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(run_->err, m,
-                                std::regex("MFU is against ([0-9.]+) TFLOP/s, the 2 rank\\(s\\)' "
+                                std::regex("MFU is against ([0-9.e+-]+) TFLOP/s, the 2 rank\\(s\\)' "
                                            "1024x1024 Float matmuls measured at start")))
       << run_->err;
   const double peak = std::stod(m[1]);
   EXPECT_GT(peak, 0);
   for (const json& record : read_lines(run_->run_dir / "metrics.jsonl")) {
     const double mfu = record.at("mfu").get<double>(), tflops = record.at("tflops").get<double>();
-    EXPECT_NEAR(mfu, tflops / peak, 5e-3 * mfu) << record;  // the logged peak has 3 decimals
+    EXPECT_NEAR(mfu, tflops / peak, 1e-3 * mfu) << record;  // the logged peak has 4 significant digits
     EXPECT_GT(mfu, 0);
-    EXPECT_LT(mfu, 1.5) << "a CPU job far above its own matmul rate: the peak was not measured right";
+    // Far above 1 only if the peak was measured wrong (the load of other tests may move it somewhat).
+    EXPECT_LT(mfu, 5) << record;
   }
   EXPECT_NE(run_->err.find("% | rss "), std::string::npos);  // "MFU x.y%" in the step line
 }
