@@ -11,8 +11,10 @@ namespace zhost::engine {
 
 double measure_rank_tflops(c10::Device device, c10::ScalarType dtype) {
   using Clock = std::chrono::steady_clock;
-  constexpr int64_t kN = 1024;
-  constexpr double kMinSeconds = 0.1;
+  // 512: OpenBLAS is near its peak there, and a measurement costs every run little (Note [Model FLOPs
+  // utilization]).
+  constexpr int64_t kN = 512;
+  constexpr double kMinSeconds = 0.05;
   const auto options = at::TensorOptions().device(device).dtype(dtype);
   const at::Tensor a = at::randn({kN, kN}, options), b = at::randn({kN, kN}, options);
   at::Tensor c = at::mm(a, b);
@@ -21,9 +23,9 @@ double measure_rank_tflops(c10::Device device, c10::ScalarType dtype) {
   const auto start = Clock::now();
   double seconds = 0;
   do {
-    for (int i = 0; i < 4; ++i) c = at::mm(a, b);
+    for (int i = 0; i < 2; ++i) c = at::mm(a, b);
     (void)c.sum().item<double>();  // waits for the device
-    rounds += 4;
+    rounds += 2;
     seconds = std::chrono::duration<double>(Clock::now() - start).count();
   } while (seconds < kMinSeconds);
   return 2.0 * kN * kN * kN * static_cast<double>(rounds) / seconds / 1e12;

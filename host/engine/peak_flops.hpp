@@ -2,8 +2,8 @@
 //
 // Note [Model FLOPs utilization]: MFU = the model's FLOP/s (flops_per_token x tokens/s, all ranks together:
 // StepRecord::tflops) / the job's peak. The peak is run.peak_tflops when set (a datasheet figure, say), else
-// measured once at start: every rank at the same time times square matmuls (1024, in its compute dtype;
-// fp32 on CPU) with its own intra-op threads for about 0.1 s, and the job's peak is the sum over ranks. On
+// measured once at start: every rank at the same time times square matmuls (512, in its compute dtype;
+// fp32 on CPU) with its own intra-op threads for about 0.05 s, and the job's peak is the sum over ranks. On
 // CPU that is what this machine's BLAS reaches with the threads the ranks have (the figure bench/vs_pytorch
 // measures MFU against), not a datasheet peak; on CUDA it is the device's dense matmul rate in the compute
 // dtype, a lower bound of its datasheet peak (that path has never run on a GPU).
@@ -14,7 +14,7 @@
 
 namespace zhost::engine {
 
-// This rank's matmul rate in TFLOP/s, measured now (about 0.1 s; blocks until the device is done).
+// This rank's matmul rate in TFLOP/s, measured now (about 0.05 s; blocks until the device is done).
 double measure_rank_tflops(c10::Device device, c10::ScalarType dtype);
 
 }  // namespace zhost::engine

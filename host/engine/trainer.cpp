@@ -221,7 +221,7 @@ struct Trainer::Impl {
     const double peak = rate.item<double>();
     if (world.rank() == 0)
       spdlog::info(
-          "MFU is against {:.4g} TFLOP/s, the {} rank(s)' 1024x1024 {} matmuls measured at start (set "
+          "MFU is against {:.4g} TFLOP/s, the {} rank(s)' 512x512 {} matmuls measured at start (set "
           "run.peak_tflops to use another peak)",
           peak, world.world_size(), c10::toString(dtype));
     return peak;

@@ -185,7 +185,7 @@ TEST_F(Observe, MfuIsTflopsOverThePeakMeasuredAtStart) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(run_->err, m,
                                 std::regex("MFU is against ([0-9.e+-]+) TFLOP/s, the 2 rank\\(s\\)' "
-                                           "1024x1024 Float matmuls measured at start")))
+                                           "512x512 Float matmuls measured at start")))
       << run_->err;
   const double peak = std::stod(m[1]);
   EXPECT_GT(peak, 0);
