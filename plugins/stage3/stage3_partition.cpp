@@ -106,7 +106,6 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   const bool offloaded = tier_.active();
   if (!offloaded) optimizer_ = kit::make_optimizer(kit::optimizer_spec_from_abi(setup.optimizer));
   if (params_tier_.instance) check_offload_buffer_size();
-  const zhost_param_services& store = params();
   for (size_t g = 0; g < layout_.sub_groups().size(); ++g) {
     const SubGroup& sub_group = layout_.sub_groups()[g];
     SubGroupState s;
@@ -118,32 +117,13 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
       optimizer_->allocate_state(s.state, s.master);
     }
     sub_groups_.push_back(std::move(s));
-    SubGroupState& group = sub_groups_.back();
     for (size_t u = 0; u < units_.size(); ++u) {
-      const FetchUnit& unit = layout_.units()[u];
-      if (unit.sub_group != static_cast<int>(g)) continue;
-      UnitState& state = units_[u];
-      const at::Tensor master = group.master.narrow(0, unit.sub_group_offset, unit.shard);
-      state.shard = group.shard.defined() ? group.shard.narrow(0, unit.sub_group_offset, unit.shard) : master;
-      host_.check(store.group_create(host_.context(), unit.params.data(), unit.offsets.data(), unit.params.size(),
-                                     unit.padded(), &state.group));
-      // This rank's shard from the parameters' initial values (the padding stays
-      // zero), in the compute dtype, as the unpartitioned model holds them; the
-      // fp32 master starts from those values.
-      const int64_t begin = rank_ * unit.shard, end = begin + unit.shard;
-      for (size_t i = 0; i < unit.params.size(); ++i) {
-        const int64_t p_begin = unit.offsets[i], p_end = p_begin + param_numels_[unit.params[i]];
-        const int64_t lo = std::max(begin, p_begin), hi = std::min(end, p_end);
-        if (lo >= hi) continue;
-        at::Tensor part = state.shard.narrow(0, lo - begin, hi - lo);
-        DLTensor part_dl = dl_view(part);
-        host_.check(store.initial_values(host_.context(), unit.params[i], lo - p_begin, &part_dl));
-      }
-      if (group.shard.defined()) master.copy_(state.shard);
+      if (layout_.units()[u].sub_group != static_cast<int>(g)) continue;
+      init_unit(static_cast<int>(u));
       if (params_tier_.instance) store_parameter_shard(static_cast<int>(u));
     }
     if (offloaded) hand_optimizer_to_tier(g, setup.optimizer);
-    if (params_tier_.instance) group.shard = at::Tensor();
+    if (params_tier_.instance) sub_groups_.back().shard = at::Tensor();
   }
   if (params_tier_.instance) allocate_parameter_staging();
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -186,6 +166,30 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
                   tier_.active() ? kit::format("; optimizer offloaded to tier '{}'", tier_.name()) : ""));
 }
 
+// Unit u's shard and master, as views into its sub-group's buffers (built already), and its parameter group.
+// This rank's shard starts from the parameters' initial values (the padding stays zero), in the compute
+// dtype, as the unpartitioned model holds them; the fp32 master starts from those values.
+void Stage3Partition::init_unit(int u) {
+  const FetchUnit& unit = layout_.units()[static_cast<size_t>(u)];
+  UnitState& state = units_[static_cast<size_t>(u)];
+  SubGroupState& group = sub_groups_[static_cast<size_t>(unit.sub_group)];
+  const at::Tensor master = group.master.narrow(0, unit.sub_group_offset, unit.shard);
+  state.shard = group.shard.defined() ? group.shard.narrow(0, unit.sub_group_offset, unit.shard) : master;
+  const zhost_param_services& store = params();
+  host_.check(store.group_create(host_.context(), unit.params.data(), unit.offsets.data(), unit.params.size(),
+                                 unit.padded(), &state.group));
+  const int64_t begin = rank_ * unit.shard, end = begin + unit.shard;
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const int64_t p_begin = unit.offsets[i], p_end = p_begin + param_numels_[unit.params[i]];
+    const int64_t lo = std::max(begin, p_begin), hi = std::min(end, p_end);
+    if (lo >= hi) continue;
+    at::Tensor part = state.shard.narrow(0, lo - begin, hi - lo);
+    DLTensor part_dl = dl_view(part);
+    host_.check(store.initial_values(host_.context(), unit.params[i], lo - p_begin, &part_dl));
+  }
+  if (group.shard.defined()) master.copy_(state.shard);
+}
+
 // The tier named by zero.offload_optimizer.device takes sub-group g's master and optimizer states (key =
 // the sub-group's index); its fp32 gradient accumulator becomes the sub-group's gradient buffer.
 void Stage3Partition::hand_optimizer_to_tier(size_t g, const zhost_optimizer_desc& optimizer) {
@@ -196,9 +200,14 @@ void Stage3Partition::hand_optimizer_to_tier(size_t g, const zhost_optimizer_des
 
 // Parameter offload: every unit's shard goes to the tier, the device keeps buffer_count staging buffers of
 // at most buffer_size elements (no more than the largest shard) to gather from.
-void Stage3Partition::check_offload_buffer_size() const {
+int64_t Stage3Partition::largest_shard() const {
   int64_t largest = 0;
   for (const FetchUnit& unit : layout_.units()) largest = std::max(largest, unit.shard);
+  return largest;
+}
+
+void Stage3Partition::check_offload_buffer_size() const {
+  const int64_t largest = largest_shard();
   if (largest > options_.offload_buffer_size)
     throw PluginError(ZHOST_ERR_CONFIG,
                       kit::format("zero.offload_param.buffer_size = {} elements is smaller than the largest parameter "
@@ -214,8 +223,7 @@ void Stage3Partition::store_parameter_shard(int unit) {
 }
 
 void Stage3Partition::allocate_parameter_staging() {
-  int64_t largest = 0;
-  for (const FetchUnit& unit : layout_.units()) largest = std::max(largest, unit.shard);
+  const int64_t largest = largest_shard();
   // No more gathers than units can be in flight: more buffers would only take memory.
   staging_.resize(static_cast<size_t>(std::min<int64_t>(options_.offload_buffer_count, units_.size())));
   for (Staging& slot : staging_) slot.buffer = at::empty({largest}, on_device_);

@@ -147,6 +147,8 @@ class Stage3Partition : public sdk::PartitionHooks {
   void tier_io(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key, DLTensor& data);
   void load_shard(Staging& slot, int unit, DLTensor& dst);
   void finish_load(Staging& slot);
+  void init_unit(int u);
+  int64_t largest_shard() const;  // elements of the largest unit's shard
   void check_offload_buffer_size() const;
   void store_parameter_shard(int unit);
   void allocate_parameter_staging();
