@@ -293,9 +293,7 @@ void add_nvme_rules(Schema& schema) {
       {"zero.offload_optimizer.nvme_path", "zero.offload_optimizer.device", "zero.offload_optimizer.storage",
        "zero.offload_param.nvme_path", "zero.offload_param.device"},
       [](const ResolvedConfig& config) -> Problem {
-        const bool optimizer = config.get_string("zero.offload_optimizer.device") == "nvme" ||
-                               config.get_string("zero.offload_optimizer.storage") == "nvme";
-        const bool params = config.get_string("zero.offload_param.device") == "nvme";
+        const bool optimizer = optimizer_states_on_nvme(config), params = params_on_nvme(config);
         if (Problem p = check_nvme_path(config.get_string("zero.offload_optimizer.nvme_path"),
                                         "zero.offload_optimizer.nvme_path", optimizer, "zero.offload_optimizer.device"))
           return p;
@@ -415,6 +413,13 @@ void add_activation_checkpointing_rules(Schema& schema) {
              *count, layers, layers);
        });
 }
+
+bool optimizer_states_on_nvme(const ResolvedConfig& config) {
+  return config.get_string("zero.offload_optimizer.device") == "nvme" ||
+         config.get_string("zero.offload_optimizer.storage") == "nvme";
+}
+
+bool params_on_nvme(const ResolvedConfig& config) { return config.get_string("zero.offload_param.device") == "nvme"; }
 
 void add_host_rules(Schema& schema) {
   add_precision_rules(schema);

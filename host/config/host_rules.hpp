@@ -9,4 +9,10 @@ namespace zhost::config {
 // Adds the rules to a schema that already holds the host's keys (add_host_keys calls it).
 void add_host_rules(Schema& schema);
 
+// Whether the NVMe tier keeps the optimizer's fp32 master and states (zero.offload_optimizer.device or
+// .storage = "nvme") or stage 3's parameter shards (zero.offload_param.device = "nvme") in its files: one
+// definition for config check's rules and the engine's host-memory check.
+bool optimizer_states_on_nvme(const ResolvedConfig& config);
+bool params_on_nvme(const ResolvedConfig& config);
+
 }  // namespace zhost::config

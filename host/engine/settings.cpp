@@ -1,6 +1,7 @@
 // host/engine/settings.cpp: config keys -> TrainSettings.
 #include "host/engine/settings.hpp"
 
+#include "host/config/host_rules.hpp"
 #include "host/optim/optimizer_type.hpp"
 
 namespace zhost::engine {
@@ -159,9 +160,8 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.zero_stage = c.get_int("zero.stage");
   s.optimizer_offloaded = c.get_string("zero.offload_optimizer.device") != "none";
   s.params_offloaded = c.get_string("zero.offload_param.device") != "none";
-  s.optimizer_states_on_nvme = c.get_string("zero.offload_optimizer.device") == "nvme" ||
-                               c.get_string("zero.offload_optimizer.storage") == "nvme";
-  s.params_on_nvme = c.get_string("zero.offload_param.device") == "nvme";
+  s.optimizer_states_on_nvme = config::optimizer_states_on_nvme(c);
+  s.params_on_nvme = config::params_on_nvme(c);
   return s;
 }
 
