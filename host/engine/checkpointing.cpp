@@ -225,7 +225,11 @@ void Checkpointer::save(const TrainingPosition& position) {
   }
   // The snapshot: the plugin's states copied into host memory now; the files written on a thread.
   save->error = capture_error([&] { save->bytes = collect_state(nullptr, &save->snapshot); });
-  if (!save->error.empty()) {
+  // A rank whose snapshot failed completes (and fails) the save now; the others must too, or their next
+  // collectives would not match theirs.
+  at::Tensor failed = at::tensor({save->error.empty() ? int64_t{0} : int64_t{1}}, at::kLong);
+  world_.all_reduce(failed, comm::ReduceOp::kMax);
+  if (failed.item<int64_t>() != 0) {
     complete(*save);
     return;
   }
