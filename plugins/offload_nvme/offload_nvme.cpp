@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "plugins/offload_nvme/block_file.hpp"
@@ -138,25 +139,34 @@ class NvmeTier : public sdk::TierDefaults {
   zhost_tier_event* store(uint64_t key, const DLTensor& data) {
     const char* src = host_bytes_of(data);
     const uint64_t bytes = dl_bytes(data);
-    submitted_[key] = bytes;
+    {
+      const std::lock_guard<std::mutex> lock(submitted_mutex_);
+      submitted_[key] = bytes;
+    }
     return queue_->submit([this, key, src, bytes] { store_now(key, src, bytes); });
   }
 
   zhost_tier_event* load(uint64_t key, DLTensor& data) {
     char* dst = host_bytes_of(data);
     const uint64_t bytes = dl_bytes(data);
-    auto it = submitted_.find(key);
-    if (it == submitted_.end())
-      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_nvme has no buffer " + std::to_string(key));
-    if (bytes != it->second)
-      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_nvme: load of " + std::to_string(bytes) +
-                                                        " bytes from buffer " + std::to_string(key) + " of " +
-                                                        std::to_string(it->second));
+    {
+      const std::lock_guard<std::mutex> lock(submitted_mutex_);
+      auto it = submitted_.find(key);
+      if (it == submitted_.end())
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_nvme has no buffer " + std::to_string(key));
+      if (bytes != it->second)
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_nvme: load of " + std::to_string(bytes) +
+                                                          " bytes from buffer " + std::to_string(key) + " of " +
+                                                          std::to_string(it->second));
+    }
     return queue_->submit([this, key, dst, bytes] { load_now(key, dst, bytes); });
   }
 
   void drop(uint64_t key) {
-    if (!submitted_.erase(key)) return;
+    {
+      const std::lock_guard<std::mutex> lock(submitted_mutex_);
+      if (!submitted_.erase(key)) return;
+    }
     queue_->submit([this, key] { drop_now(key); }, /*with_event=*/false);
   }
 
@@ -168,6 +178,7 @@ class NvmeTier : public sdk::TierDefaults {
   void memory(zhost_tier_memory& out) const {
     out.host_bytes = slot_bytes_;
     uint64_t stored = 0;
+    const std::lock_guard<std::mutex> lock(submitted_mutex_);
     for (const auto& [key, bytes] : submitted_) stored += (bytes + 4095) / 4096 * 4096;
     out.storage_bytes = stored;
   }
@@ -193,6 +204,7 @@ class NvmeTier : public sdk::TierDefaults {
       bytes.resize(header[1]);
       read_exact(read, user, bytes.data(), header[1], false);
       store_now(header[0], bytes.data(), header[1]);
+      const std::lock_guard<std::mutex> lock(submitted_mutex_);
       submitted_[header[0]] = header[1];
     }
   }
@@ -249,9 +261,12 @@ class NvmeTier : public sdk::TierDefaults {
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<BlockFile> file_;
   std::unique_ptr<OpQueue> queue_;
-  std::map<uint64_t, uint64_t> submitted_;  // caller's side: key -> bytes, as of the operations submitted
-  std::map<uint64_t, Stored> buffers_;      // worker's side: what is on disk
-  uint64_t written_ = 0, read_ = 0;         // worker's side
+  // Caller's side: key -> bytes, as of the operations submitted. Under a mutex: the host reads memory() every
+  // step while the CPU tier may store from its delayed-update thread (Note [Delayed parameter update]).
+  mutable std::mutex submitted_mutex_;
+  std::map<uint64_t, uint64_t> submitted_;
+  std::map<uint64_t, Stored> buffers_;  // worker's side: what is on disk
+  uint64_t written_ = 0, read_ = 0;     // worker's side
 };
 
 const zhost_plugin_api kApi = sdk::tier_api<NvmeTier>();
