@@ -30,7 +30,7 @@
 //     dropped and nothing starts, so step t+1 runs on W_{t-1}, the current weights.
 //   - Last step (the host marks it, ZHOST_EXT_LAST_STEP): its update is applied before step() returns, so
 //     the final weights include every step.
-//   - Drained (waited for and applied) also before save_state, load_state and gather_param: a checkpoint
+//   - Drained (waited for and applied) also before save_state and load_state: a checkpoint
 //     holds W_t and the states of t, and the step after a save or a load runs on W_t (fresh), as step S
 //     does. A job that saves at step k >= S therefore differs from one that does not after step k; a
 //     resumed job equals the one that saved, bit for bit (before S a save changes nothing).
