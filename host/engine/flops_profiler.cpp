@@ -32,7 +32,7 @@ std::string ms(double milliseconds) { return fmt::format("{:.2f} ms", millisecon
 FlopsProfiler::FlopsProfiler(const FlopsProfilerSettings& settings, const model::Model& model, int world_size)
     : settings_(settings), model_(model), world_size_(world_size) {}
 
-std::string FlopsProfiler::report(int64_t step, const ProfiledStep& m, const std::string& run_dir) const {
+void FlopsProfiler::report(int64_t step, const ProfiledStep& m, const std::string& run_dir) const {
   const size_t blocks = model_.num_blocks();
   std::vector<int64_t> params(blocks, 0);
   for (const auto& p : model_.parameters()) params[static_cast<size_t>(p.block)] += p.tensor.numel();
@@ -132,7 +132,10 @@ std::string FlopsProfiler::report(int64_t step, const ProfiledStep& m, const std
                                   {"step_latency_ms", m.step_ms},
                                   {"iter_latency_ms", m.iteration_ms},
                                   {"blocks", per_block}};
-  std::ofstream(std::filesystem::path(run_dir) / "flops_profile.json") << profile.dump(1) << "\n";
+  const std::filesystem::path json_file = std::filesystem::path(run_dir) / "flops_profile.json";
+  std::ofstream json_out(json_file);
+  json_out << profile.dump(1) << "\n";
+  if (!json_out) fail("cannot write the flops profile to '{}' (disk full?)", json_file.string());
   if (settings_.output_file.empty()) {
     for (const std::string& text : lines) spdlog::info("{}", text);
   } else {
@@ -141,7 +144,6 @@ std::string FlopsProfiler::report(int64_t step, const ProfiledStep& m, const std
     if (!out) fail("cannot write the flops profile to '{}' (flops_profiler.output_file)", settings_.output_file);
     spdlog::info("flops profile of step {} written to {}", step, settings_.output_file);
   }
-  return profile.dump();
 }
 
 }  // namespace zhost::engine

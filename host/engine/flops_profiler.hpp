@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "host/comm/comm.hpp"
 #include "host/model/model.hpp"
 
 namespace zhost::engine {
@@ -38,8 +37,8 @@ class FlopsProfiler {
  public:
   FlopsProfiler(const FlopsProfilerSettings& settings, const model::Model& model, int world_size);
   bool profiles(int64_t step) const { return settings_.enabled && step == settings_.profile_step; }
-  // Rank 0: prints (or writes output_file) and writes RUN_DIR/flops_profile.json; returns the JSON.
-  std::string report(int64_t step, const ProfiledStep& measured, const std::string& run_dir) const;
+  // Rank 0: prints (or writes output_file) and writes RUN_DIR/flops_profile.json.
+  void report(int64_t step, const ProfiledStep& measured, const std::string& run_dir) const;
 
  private:
   FlopsProfilerSettings settings_;
