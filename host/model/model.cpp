@@ -230,14 +230,9 @@ int64_t Model::num_parameters() const {
 }
 
 double Model::flops_per_token() const {
-  double matmul_params = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!inits_[i].lookup_only) matmul_params += static_cast<double>(params_[i].tensor.numel());
-  }
-  const double attention = has_attention() ? 12.0 * static_cast<double>(spec_.layers) *
-                                                 static_cast<double>(spec_.width) * static_cast<double>(spec_.seq_len)
-                                           : 0.0;
-  return 6.0 * matmul_params + attention;
+  double macs = 0;  // one formula: the blocks' forward MACs (forward_macs_per_token), x 6 for forward and backward
+  for (size_t b = 0; b < num_blocks(); ++b) macs += forward_macs_per_token(b);
+  return 6.0 * macs;
 }
 
 double Model::forward_macs_per_token(size_t block) const {
