@@ -3,6 +3,7 @@
 #include "plugins/offload_cpu/group_states.hpp"
 
 #include <cstring>
+#include <deque>
 
 namespace zhost::cpu_tier {
 
@@ -39,7 +40,7 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
 }
 
 GroupStates::GroupStates(const sdk::Host& host, uint64_t group_key, uint32_t generation, int64_t numel, int num_states,
-                         bool pinned, StateStorage* storage)
+                         bool pinned, StateStorage* storage, HostBuffer::Fill fill)
     : host_(host),
       key_(group_key),
       generation_(generation & 3u),
@@ -62,7 +63,7 @@ GroupStates::GroupStates(const sdk::Host& host, uint64_t group_key, uint32_t gen
   }
   const char* labels[3] = {"offload_cpu master", "offload_cpu exp_avg", "offload_cpu exp_avg_sq"};
   for (int s = 0; s < num_states_; ++s)
-    resident_[s] = HostBuffer(host_, static_cast<uint64_t>(numel) * 4, pinned, labels[s]);
+    resident_[s] = HostBuffer(host_, static_cast<uint64_t>(numel) * 4, pinned, labels[s], fill);
 }
 
 GroupStates::GroupStates(GroupStates&& other) noexcept
@@ -172,6 +173,54 @@ void GroupStates::Pipeline::wait(std::vector<zhost_tier_event*>& events) {
     }
   }
   events.clear();
+  if (!failure.empty()) throw PluginError(code, failure);
+}
+
+void GroupStates::transfer_whole(int s, float* memory, bool to_storage) {
+  if (!storage_) throw PluginError(ZHOST_ERR_INTERNAL, "offload_cpu: transfer_whole on a resident group");
+  struct InFlight {
+    int64_t shape = 0;
+    DLTensor view{};
+    zhost_tier_event* event = nullptr;
+  };
+  const zhost_tier_ref& tier = storage_->tier.ref();
+  std::deque<InFlight> in_flight;  // a deque: the views' shapes stay where they are
+  std::string failure;
+  zhost_status_code code = ZHOST_OK;
+  auto complete_oldest = [&] {
+    InFlight& oldest = in_flight.front();
+    if (oldest.event) {
+      sdk::Status status(host_.services(), tier.api->wait_event(tier.instance, oldest.event));
+      if (!status.ok() && failure.empty()) {
+        code = status.code();
+        failure = std::string("tier '") + storage_->tier.name() + "': " + status.message();
+      }
+    }
+    in_flight.pop_front();
+  };
+  const int64_t chunk = storage_->chunk;
+  for (int64_t c = 0; c * chunk < numel_ && failure.empty(); ++c) {
+    if (static_cast<int64_t>(in_flight.size()) >= storage_->areas) complete_oldest();
+    if (!failure.empty()) break;
+    InFlight& op = in_flight.emplace_back();
+    op.shape = std::min(chunk, numel_ - c * chunk);
+    op.view.data = memory + c * chunk;
+    op.view.device = DLDevice{kDLCPU, 0};
+    op.view.ndim = 1;
+    op.view.dtype = DLDataType{kDLFloat, 32, 1};
+    op.view.shape = &op.shape;
+    zhost_tier_io_args args{};
+    args.struct_size = sizeof(args);
+    args.key = storage_key(static_cast<uint32_t>(s), c);
+    args.data = &op.view;
+    sdk::Status status(host_.services(), (to_storage ? tier.api->store : tier.api->load)(tier.instance, &args));
+    op.event = args.event;
+    if (!status.ok()) {
+      code = status.code();
+      failure = std::string("tier '") + storage_->tier.name() + "': " + status.message();
+    }
+  }
+  while (!in_flight.empty()) complete_oldest();  // every transfer ends before `memory` may go
   if (!failure.empty()) throw PluginError(code, failure);
 }
 

@@ -73,8 +73,9 @@ class GroupStates {
   // the states live there under buffer keys derived from `group_key` and `generation` (0..3: groups being
   // imported use the next one, so they never overwrite the groups they replace until the import
   // succeeded); the storage outlives the group.
+  // `fill`: resident states start as zeros, or (kUninitialized) as whatever the caller writes into all of them.
   GroupStates(const sdk::Host& host, uint64_t group_key, uint32_t generation, int64_t numel, int num_states,
-              bool pinned, StateStorage* storage);
+              bool pinned, StateStorage* storage, HostBuffer::Fill fill = HostBuffer::Fill::kZeros);
   ~GroupStates();  // drops the group's buffers from the storage tier
   GroupStates(GroupStates&& other) noexcept;
   GroupStates(const GroupStates&) = delete;
@@ -84,6 +85,8 @@ class GroupStates {
   int64_t numel() const { return numel_; }
   int num_states() const { return num_states_; }
   bool stored() const { return storage_ != nullptr; }
+  // A resident group's state `s` (numel floats); nullptr for a stored group.
+  float* resident(int s) const { return storage_ ? nullptr : resident_[s].floats(); }
   uint64_t host_bytes() const;
   uint64_t storage_bytes() const;
 
@@ -113,6 +116,11 @@ class GroupStates {
     }
     pipeline.finish();
   }
+
+  // A stored group only: moves state `s` of the whole group between its storage tier and `memory` (numel floats of
+  // the caller's), chunk by chunk straight from or into that memory, up to `areas` chunks in flight and no staging.
+  // Note [Storage swap] moves a group between host memory and a storage this way, in one copy.
+  void transfer_whole(int s, float* memory, bool to_storage);
 
  private:
   // The transfers of one visit (Note [Storage pipeline]); its destructor waits for what is still in flight.

@@ -106,14 +106,18 @@ class CpuTier : public zhost::sdk::TierDefaults {
   explicit CpuTier(const Host& host) : host_(host), pinned_(host.config_bool("zero.offload_optimizer.pin_memory")) {
     kernel_.isa = optimizer_isa();
     kernel_.threads = optimizer_threads(host.config_int("offload_cpu.threads"));
-    storage_.chunk = host.config_int("offload_cpu.storage_chunk_elements");
-    storage_.areas = host.config_int("zero.offload_optimizer.buffer_count");
-    storage_.read_ahead = host.config_bool("zero.offload_optimizer.pipeline_read");
-    storage_.write_behind = host.config_bool("zero.offload_optimizer.pipeline_write");
+    storage_ = std::make_unique<StateStorage>();
+    storage_->chunk = host.config_int("offload_cpu.storage_chunk_elements");
+    storage_->areas = host.config_int("zero.offload_optimizer.buffer_count");
+    storage_->read_ahead = host.config_bool("zero.offload_optimizer.pipeline_read");
+    storage_->write_behind = host.config_bool("zero.offload_optimizer.pipeline_write");
     host_.info(std::string("host-memory tier ready; optimizer kernel ") + cpu_optim::isa_name(*kernel_.isa) + ", " +
                std::to_string(kernel_.threads) + " thread(s)" + (pinned_ ? ", pinned buffers" : ""));
   }
-  ~CpuTier() { groups_.clear(); }  // before storage_: groups drop their buffers from the storage tier
+  ~CpuTier() {  // groups before their storages: they drop their buffers from the storage tier
+    pending_.clear();
+    groups_.clear();
+  }
 
   // ---- storage (the buffer key namespace) ----
   // Host tensors are copied at once while training in host memory; device tensors (and, under the deferred
@@ -211,9 +215,9 @@ class CpuTier : public zhost::sdk::TierDefaults {
     const float* initial = reinterpret_cast<const float*>(host_data(*setup.initial_master, "the initial master"));
     groups_.erase(setup.key);
     Group& g = add_group(groups_, generation_, setup.key, opt, n);
-    g.states.visit(0, n, 0, GroupStates::kAll, [&](float* const* states, int64_t begin, int64_t count) {
+    g.states->visit(0, n, 0, GroupStates::kAll, [&](float* const* states, int64_t begin, int64_t count) {
       std::memcpy(states[GroupStates::kMaster], initial + begin, static_cast<size_t>(count) * 4);
-      for (int s = 1; s < g.states.num_states(); ++s) std::memset(states[s], 0, static_cast<size_t>(count) * 4);
+      for (int s = 1; s < g.states->num_states(); ++s) std::memset(states[s], 0, static_cast<size_t>(count) * 4);
     });
   }
 
@@ -236,11 +240,15 @@ class CpuTier : public zhost::sdk::TierDefaults {
   void optimizer_write_state(const zhost_tier_state_args& args) { copy_state(args, true); }
 
   void memory(zhost_tier_memory& out) const {
-    uint64_t host = storage_.staging.bytes(), stored = 0;
+    uint64_t host = storage_->staging.bytes() + (pending_storage_ ? pending_storage_->staging.bytes() : 0), stored = 0;
     for (const auto& [key, buffer] : buffers_) host += buffer.bytes();
     for (const auto& [key, g] : groups_) {
-      host += g.grad.bytes() + g.states.host_bytes();
-      stored += g.states.storage_bytes();
+      host += g.grad.bytes() + g.states->host_bytes();
+      stored += g.states->storage_bytes();
+    }
+    for (const auto& [key, states] : pending_) {
+      host += states.host_bytes();
+      stored += states.storage_bytes();
     }
     out.host_bytes = host;
     out.storage_bytes = stored;
@@ -258,8 +266,8 @@ class CpuTier : public zhost::sdk::TierDefaults {
       w.u64(key);
       w.desc(g.optimizer);
       w.u64(static_cast<uint64_t>(g.numel));
-      for (int s = 0; s < g.states.num_states(); ++s)
-        g.states.visit(0, g.numel, 1u << s, 0, [&](float* const* states, int64_t, int64_t count) {
+      for (int s = 0; s < g.states->num_states(); ++s)
+        g.states->visit(0, g.numel, 1u << s, 0, [&](float* const* states, int64_t, int64_t count) {
           w.bytes(states[s], static_cast<size_t>(count) * 4);
         });
     }
@@ -287,8 +295,8 @@ class CpuTier : public zhost::sdk::TierDefaults {
       const zhost_optimizer_desc desc = r.desc();
       const auto n = static_cast<int64_t>(r.u64());
       Group& g = add_group(groups, generation, key, desc, n);
-      for (int s = 0; s < g.states.num_states(); ++s)
-        g.states.visit(0, n, 0, 1u << s, [&](float* const* states, int64_t, int64_t piece) {
+      for (int s = 0; s < g.states->num_states(); ++s)
+        g.states->visit(0, n, 0, 1u << s, [&](float* const* states, int64_t, int64_t piece) {
           r.bytes(states[s], static_cast<size_t>(piece) * 4);
         });
     }
@@ -305,6 +313,25 @@ class CpuTier : public zhost::sdk::TierDefaults {
     generation_ = generation;
   }
 
+  // ---- hot swap of the storage under this tier (Note [Storage swap], docs/abi.md "Storage swap") ----
+  void optimizer_move_storage(zhost_tier_storage_move& args) {
+    switch (args.phase) {
+      case ZHOST_STORAGE_MOVE_COPY:
+        args.bytes = copy_to_storage(args.storage);
+        return;
+      case ZHOST_STORAGE_MOVE_COMMIT:
+        commit_storage();
+        return;
+      case ZHOST_STORAGE_MOVE_ABORT:
+        pending_.clear();  // drops the copies from the new storage first
+        pending_storage_.reset();
+        return;
+      default:
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                          "offload_cpu: unknown storage move phase " + std::to_string(args.phase));
+    }
+  }
+
  private:
   static constexpr char kMagic[8] = {'Z', 'H', 'C', 'P', 'U', '0', '0', '1'};
 
@@ -313,14 +340,15 @@ class CpuTier : public zhost::sdk::TierDefaults {
           StateStorage* storage)
         : optimizer(desc),
           numel(n),
-          states(host, key, generation, n, desc.kind == ZHOST_OPTIMIZER_LION ? 2 : 3, pinned, storage),
+          states(std::make_unique<GroupStates>(host, key, generation, n, desc.kind == ZHOST_OPTIMIZER_LION ? 2 : 3,
+                                               pinned, storage)),
           grad(host, static_cast<uint64_t>(n) * 4, pinned, "offload_cpu gradients") {
       optimizer.ext = nullptr;
     }
     zhost_optimizer_desc optimizer;
     int64_t numel;
-    GroupStates states;  // master, exp_avg, exp_avg_sq: resident, or in the storage tier
-    HostBuffer grad;     // the accumulator stays in host memory: the partition adds into it
+    std::unique_ptr<GroupStates> states;  // master, exp_avg, exp_avg_sq: resident, or in the storage tier
+    HostBuffer grad;                      // the accumulator stays in host memory: the partition adds into it
   };
 
   // A new group in `into`, its states in the storage tier (under `generation`'s keys) when the job composes
@@ -329,15 +357,15 @@ class CpuTier : public zhost::sdk::TierDefaults {
   Group& add_group(std::map<uint64_t, Group>& into, uint32_t generation, uint64_t key, const zhost_optimizer_desc& desc,
                    int64_t n) {
     if (!storage_looked_up_) {
-      storage_.tier = zhost::sdk::TierClient::find(host_, ZHOST_TIER_FOR_OPTIMIZER_STORAGE);
+      storage_->tier = zhost::sdk::TierClient::find(host_, ZHOST_TIER_FOR_OPTIMIZER_STORAGE);
       storage_looked_up_ = true;
-      if (storage_.tier.active())
-        host_.info(std::string("optimizer states kept in storage tier '") + storage_.tier.name() + "', " +
-                   std::to_string(storage_.chunk) + " elements at a time");
+      if (storage_->tier.active())
+        host_.info(std::string("optimizer states kept in storage tier '") + storage_->tier.name() + "', " +
+                   std::to_string(storage_->chunk) + " elements at a time");
     }
     return into
         .emplace(std::piecewise_construct, std::forward_as_tuple(key),
-                 std::forward_as_tuple(host_, key, generation, desc, n, pinned_, &storage_))
+                 std::forward_as_tuple(host_, key, generation, desc, n, pinned_, storage_.get()))
         .first->second;
   }
 
@@ -375,32 +403,32 @@ class CpuTier : public zhost::sdk::TierDefaults {
       out_element = element_bytes(t);
     }
     const zhost_optimizer_desc& o = g.optimizer;
-    g.states.visit(offset, offset + count, GroupStates::kAll, GroupStates::kAll,
-                   [&](float* const* states, int64_t begin, int64_t n) {
-                     float* master = states[GroupStates::kMaster];
-                     float* grad = g.grad.floats() + begin;
-                     void* piece_out = out ? out + static_cast<size_t>(begin - offset) * out_element : nullptr;
-                     if (o.kind == ZHOST_OPTIMIZER_LION) {
-                       cpu_optim::LionHyper h{args.lr, o.beta1, o.beta2, o.weight_decay, args.grad_scale};
-                       cpu_optim::lion_step(h, master, grad, cpu_optim::GradType::kF32, states[GroupStates::kExpAvg],
-                                            piece_out, copy, n, kernel_);
-                     } else {
-                       cpu_optim::AdamHyper h{args.lr,
-                                              o.beta1,
-                                              o.beta2,
-                                              o.eps,
-                                              o.weight_decay,
-                                              o.kind == ZHOST_OPTIMIZER_ADAMW,
-                                              o.bias_correction != 0,
-                                              args.step,
-                                              args.grad_scale};
-                       cpu_optim::adam_step(h, master, grad, cpu_optim::GradType::kF32, states[GroupStates::kExpAvg],
-                                            states[GroupStates::kExpAvgSq], piece_out, copy, n, kernel_);
-                     }
-                     if (piece_out && copy == cpu_optim::Copy16::kNone)
-                       std::memcpy(piece_out, master, static_cast<size_t>(n) * 4);
-                     std::memset(grad, 0, static_cast<size_t>(n) * 4);
-                   });
+    g.states->visit(offset, offset + count, GroupStates::kAll, GroupStates::kAll,
+                    [&](float* const* states, int64_t begin, int64_t n) {
+                      float* master = states[GroupStates::kMaster];
+                      float* grad = g.grad.floats() + begin;
+                      void* piece_out = out ? out + static_cast<size_t>(begin - offset) * out_element : nullptr;
+                      if (o.kind == ZHOST_OPTIMIZER_LION) {
+                        cpu_optim::LionHyper h{args.lr, o.beta1, o.beta2, o.weight_decay, args.grad_scale};
+                        cpu_optim::lion_step(h, master, grad, cpu_optim::GradType::kF32, states[GroupStates::kExpAvg],
+                                             piece_out, copy, n, kernel_);
+                      } else {
+                        cpu_optim::AdamHyper h{args.lr,
+                                               o.beta1,
+                                               o.beta2,
+                                               o.eps,
+                                               o.weight_decay,
+                                               o.kind == ZHOST_OPTIMIZER_ADAMW,
+                                               o.bias_correction != 0,
+                                               args.step,
+                                               args.grad_scale};
+                        cpu_optim::adam_step(h, master, grad, cpu_optim::GradType::kF32, states[GroupStates::kExpAvg],
+                                             states[GroupStates::kExpAvgSq], piece_out, copy, n, kernel_);
+                      }
+                      if (piece_out && copy == cpu_optim::Copy16::kNone)
+                        std::memcpy(piece_out, master, static_cast<size_t>(n) * 4);
+                      std::memset(grad, 0, static_cast<size_t>(n) * 4);
+                    });
   }
 
   struct Writer {
@@ -457,7 +485,7 @@ class CpuTier : public zhost::sdk::TierDefaults {
     int s = -1;
     if (name == "master") s = GroupStates::kMaster;
     if (name == "exp_avg") s = GroupStates::kExpAvg;
-    if (name == "exp_avg_sq" && g.states.num_states() > 2) s = GroupStates::kExpAvgSq;
+    if (name == "exp_avg_sq" && g.states->num_states() > 2) s = GroupStates::kExpAvgSq;
     if (s < 0)
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
                         "offload_cpu: optimizer group " + std::to_string(args.key) + " keeps no state '" + name + "'");
@@ -470,14 +498,88 @@ class CpuTier : public zhost::sdk::TierDefaults {
                                                         std::to_string(args.offset + count) + ") is outside group " +
                                                         std::to_string(args.key));
     const uint32_t mask = 1u << static_cast<uint32_t>(s);
-    g.states.visit(args.offset, args.offset + count, mask, into_group ? mask : 0,
-                   [&](float* const* states, int64_t begin, int64_t n) {
-                     float* at = data + (begin - args.offset);
-                     if (into_group)
-                       std::memcpy(states[s], at, static_cast<size_t>(n) * 4);
-                     else
-                       std::memcpy(at, states[s], static_cast<size_t>(n) * 4);
-                   });
+    g.states->visit(args.offset, args.offset + count, mask, into_group ? mask : 0,
+                    [&](float* const* states, int64_t begin, int64_t n) {
+                      float* at = data + (begin - args.offset);
+                      if (into_group)
+                        std::memcpy(states[s], at, static_cast<size_t>(n) * 4);
+                      else
+                        std::memcpy(at, states[s], static_cast<size_t>(n) * 4);
+                    });
+  }
+
+  // COPY: every group's states, state by state, into a copy under the next generation of storage keys in `target`
+  // (nullptr or an inactive ref: resident in host memory). Between host memory and a storage the tier's transfers
+  // read or write the resident state itself, a chunk at a time; between two storages the pieces pass through the
+  // source's staging. Host memory holds at most the new storage's staging beyond the steady state, and for a
+  // resident target the copies themselves: never a stored state twice.
+  uint64_t copy_to_storage(const zhost_tier_ref* target) {
+    pending_.clear();
+    pending_storage_ = std::make_unique<StateStorage>();
+    pending_storage_->chunk = storage_->chunk;
+    pending_storage_->areas = storage_->areas;
+    pending_storage_->read_ahead = storage_->read_ahead;
+    pending_storage_->write_behind = storage_->write_behind;
+    if (target && target->instance) pending_storage_->tier = zhost::sdk::TierClient::of(host_, *target);
+    const uint32_t generation = (generation_ + 1) % 4;
+    uint64_t bytes = 0;
+    try {
+      for (auto& [key, g] : groups_) {
+        GroupStates& to =
+            pending_
+                .emplace(std::piecewise_construct, std::forward_as_tuple(key),
+                         std::forward_as_tuple(host_, key, generation, g.numel, g.states->num_states(), pinned_,
+                                               pending_storage_.get(), HostBuffer::Fill::kUninitialized))
+                .first->second;
+        for (int s = 0; s < to.num_states(); ++s) {
+          const uint32_t mask = 1u << static_cast<uint32_t>(s);
+          float* const from_memory = g.states->resident(s);
+          float* const to_memory = to.resident(s);
+          if (from_memory || to_memory) {
+            // Host memory on one side at least: one copy, straight from or into the resident state.
+            if (from_memory && to_memory)
+              std::memcpy(to_memory, from_memory, static_cast<size_t>(g.numel) * 4);
+            else if (from_memory)
+              to.transfer_whole(s, from_memory, /*to_storage=*/true);
+            else
+              g.states->transfer_whole(s, to_memory, /*to_storage=*/false);
+          } else {
+            // Storage to storage, chunk by chunk through the source's staging; both share the chunk size, so each
+            // piece is a whole chunk of the target (or the group's tail), stored without loading it first.
+            g.states->visit(0, g.numel, mask, 0, [&](float* const* from, int64_t begin, int64_t count) {
+              to.visit(begin, begin + count, 0, mask, [&](float* const* into, int64_t at, int64_t n) {
+                std::memcpy(into[s], from[s] + (at - begin), static_cast<size_t>(n) * 4);
+              });
+            });
+          }
+          bytes += static_cast<uint64_t>(g.numel) * 4;
+        }
+      }
+    } catch (...) {
+      pending_.clear();
+      pending_storage_.reset();
+      throw;
+    }
+    return bytes;
+  }
+
+  // COMMIT: each group takes its copy (its old states drop their buffers from the old storage as they go),
+  // then the new storage replaces the old one, which this tier never calls again.
+  void commit_storage() {
+    if (!pending_storage_)
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: storage move COMMIT without a COPY");
+    for (auto& [key, g] : groups_) {
+      auto it = pending_.find(key);
+      if (it == pending_.end()) continue;  // never: COPY covered every group, and none is set up between phases
+      g.states = std::make_unique<GroupStates>(std::move(it->second));
+    }
+    pending_.clear();
+    storage_ = std::move(pending_storage_);
+    storage_looked_up_ = true;
+    generation_ = (generation_ + 1) % 4;
+    host_.info(storage_->tier.active()
+                   ? std::string("optimizer states now kept in storage tier '") + storage_->tier.name() + "'"
+                   : std::string("optimizer states now kept in host memory"));
   }
 
   Group& group(uint64_t key) {
@@ -491,11 +593,15 @@ class CpuTier : public zhost::sdk::TierDefaults {
   Host host_;
   bool pinned_;
   cpu_optim::StepOptions kernel_;  // the instruction set and threads, fixed at creation
-  StateStorage storage_;           // the storage tier under this one, if the job composes one
+  // The storage tier under this one (inactive: resident), on the heap: groups point at it, and a storage
+  // swap replaces it (Note [Storage swap]).
+  std::unique_ptr<StateStorage> storage_;
   bool storage_looked_up_ = false;
-  uint32_t generation_ = 0;                 // of the live groups' storage keys (see GroupStates)
-  std::map<uint64_t, HostBuffer> buffers_;  // buffer keys
-  std::map<uint64_t, Group> groups_;        // optimizer-group keys
+  std::unique_ptr<StateStorage> pending_storage_;  // between a storage move's COPY and its COMMIT or ABORT
+  std::map<uint64_t, GroupStates> pending_;        // the groups' copies there, by group key
+  uint32_t generation_ = 0;                        // of the live groups' storage keys (see GroupStates)
+  std::map<uint64_t, HostBuffer> buffers_;         // buffer keys
+  std::map<uint64_t, Group> groups_;               // optimizer-group keys
 };
 
 const zhost_plugin_api kApi = zhost::sdk::tier_api<CpuTier>();

@@ -21,6 +21,8 @@
 #define PLUGIN_NAME "frozen_dp_v0_4"
 #elif ZHOST_ABI_MINOR == 5
 #define PLUGIN_NAME "frozen_dp_v0_5"
+#elif ZHOST_ABI_MINOR == 6
+#define PLUGIN_NAME "frozen_dp_v0_6"
 #else
 #error "built against headers of an unexpected minor"
 #endif

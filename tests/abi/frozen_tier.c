@@ -19,6 +19,8 @@
 #define TIER_NAME "frozen_tier_v0_4"
 #elif ZHOST_ABI_MINOR == 5
 #define TIER_NAME "frozen_tier_v0_5"
+#elif ZHOST_ABI_MINOR == 6
+#define TIER_NAME "frozen_tier_v0_6"
 #else
 #error "built against headers of an unexpected minor"
 #endif

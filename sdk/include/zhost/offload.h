@@ -4,12 +4,13 @@
  * offload_cpu; the NVMe work may still extend the table. Since 0.3 a tier moves device tensors through the
  * host's copy services (zhost/host.h, zhost_copy_services). Since 0.4 a tier declares its roles, keys have
  * two namespaces, events can be tested without blocking and a computing tier may keep its optimizer states
- * in a storage tier: the tier contract, docs/abi.md "Tier contract".
+ * in a storage tier: the tier contract, docs/abi.md "Tier contract". Since 0.7 a computing tier can move its
+ * states to another storage while the job runs (optimizer_move_storage): docs/abi.md "Storage swap".
  *
  * A tier stores flat buffers outside device memory and moves them asynchronously. Buffers are named by a
  * 64-bit key chosen by the caller (e.g. sub-group id and state kind). A tier that can compute (the CPU
  * tier) also runs the optimizer where the states live. Tiers export and import their whole state through
- * a byte stream, which is what lets the host hot-swap one tier for another in a running job.
+ * a byte stream.
  *
  * Roles (docs/abi.md "Tier roles"): a tier declares in its descriptor's flags what it can do,
  * ZHOST_PLUGIN_FLAG_TIER_STORES (store/load/drop buffers) and ZHOST_PLUGIN_FLAG_TIER_COMPUTES (the
@@ -123,6 +124,31 @@ typedef struct zhost_tier_state_args {
 #define ZHOST_TIER_STATE_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_tier_state_args, data) /* since 0.5 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_state_args, ZHOST_TIER_STATE_ARGS_SIZE);
 
+/* 0.7: moving a computing tier's optimizer states to another storage while a job runs (hot swap, docs/abi.md
+ * "Storage swap"). The host calls the three phases on every rank: COPY everywhere, then, once every rank's COPY
+ * succeeded, COMMIT everywhere, else ABORT everywhere. */
+typedef enum zhost_storage_move_phase {
+  ZHOST_STORAGE_MOVE_COPY = 1,   /* copy every group's master and states into `storage`; the groups keep using
+                                    the current storage, which stays untouched. On failure the tier has dropped
+                                    what it had copied (ABORT is still called and finds nothing) */
+  ZHOST_STORAGE_MOVE_COMMIT = 2, /* use the copies from now on and drop the old ones; cannot fail */
+  ZHOST_STORAGE_MOVE_ABORT = 3   /* drop the copies and stay on the current storage; cannot fail */
+} zhost_storage_move_phase;
+
+typedef struct zhost_tier_storage_move {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  int32_t phase; /* a zhost_storage_move_phase */
+  /* COPY: the new storage tier; instance NULL: the computing tier's own host memory. The ref is copied; the
+   * instance must stay alive until ABORT returns, or, after COMMIT, until the next COMMIT returns or the
+   * computing tier's destroy() has returned. Ignored by COMMIT and ABORT. */
+  const zhost_tier_ref* storage;
+  uint64_t bytes; /* out, COPY: bytes of master and states copied */
+} zhost_tier_storage_move;
+#define ZHOST_TIER_STORAGE_MOVE_SIZE ZHOST_STRUCT_SIZE(zhost_tier_storage_move, bytes)
+#define ZHOST_TIER_STORAGE_MOVE_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_tier_storage_move, bytes) /* since 0.7 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_storage_move, ZHOST_TIER_STORAGE_MOVE_SIZE);
+
 typedef struct zhost_offload_api {
   size_t struct_size;
   const zhost_ext_header* ext;
@@ -167,8 +193,14 @@ typedef struct zhost_offload_api {
    * (read), or from `data` into the group (write: nothing else of the group changes). Called between steps. */
   zhost_status* (*optimizer_read_state)(zhost_plugin_instance* self, const zhost_tier_state_args* args);
   zhost_status* (*optimizer_write_state)(zhost_plugin_instance* self, const zhost_tier_state_args* args);
+  /* 0.7, computing tiers with ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE (NULL: its storage cannot be swapped): one
+   * phase of moving every optimizer group's master and states to another storage (zhost_tier_storage_move).
+   * Called between steps, while no call of this tier is in flight and no event of its storage is pending. */
+  zhost_status* (*optimizer_move_storage)(zhost_plugin_instance* self, zhost_tier_storage_move* args);
 } zhost_offload_api;
-#define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_write_state)
+#define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_move_storage)
+/* What a tier built for ABI 0.5 or 0.6 fills: everything up to optimizer_write_state. */
+#define ZHOST_OFFLOAD_API_SIZE_0_6 ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_write_state)
 /* What a tier built for ABI 0.4 fills: everything up to optimizer_drop. */
 #define ZHOST_OFFLOAD_API_SIZE_0_4 ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_drop)
 /* What a tier built for ABI 0.3 fills: everything up to order_compute_after. */

@@ -20,7 +20,8 @@
 //     void optimizer_step(const zhost_tier_step_args& args);
 //     void optimizer_step_range(const zhost_tier_step_args& args, int64_t offset);  // offset resolved here
 //     void optimizer_drop(uint64_t key);
-// (and, for checkpoints, optimizer_read_state / optimizer_write_state: TierDefaults' refuse)
+// (and, for checkpoints, optimizer_read_state / optimizer_write_state: TierDefaults' refuse; with
+// ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE, for hot swap, optimizer_move_storage: TierDefaults' refuses)
 // and gets their table entries; a storing-only tier gets NULL there, as the contract says. Every entry
 // runs the method inside guard(), so exceptions become statuses. Asynchronous tiers override
 // wait_event/test_event (and order_compute_after); TierDefaults' versions serve tiers whose events are
@@ -53,6 +54,10 @@ struct TierDefaults {
   void optimizer_write_state(const zhost_tier_state_args&) {
     throw PluginError(ZHOST_ERR_UNSUPPORTED, "this tier cannot take optimizer states from a checkpoint");
   }
+  // Computing tiers with ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE whose storage can be swapped override this (0.7).
+  void optimizer_move_storage(zhost_tier_storage_move&) {
+    throw PluginError(ZHOST_ERR_UNSUPPORTED, "this tier cannot move its optimizer states to another storage");
+  }
 };
 
 // The offset of a range step: the 0.4 field when the caller's struct has it, else the 0.3 argument.
@@ -63,6 +68,7 @@ inline int64_t range_step_offset(const zhost_tier_step_args& args, int64_t argum
 template <typename T>
 struct OffloadTableOf {
   static constexpr bool kComputes = (T::kTierFlags & ZHOST_PLUGIN_FLAG_TIER_COMPUTES) != 0;
+  static constexpr bool kUsesStorage = kComputes && (T::kTierFlags & ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE) != 0;
   static T& self(zhost_plugin_instance* instance) { return InstanceOf<T>::self(instance); }
 
   static zhost_status* store(zhost_plugin_instance* s, zhost_tier_io_args* a) {
@@ -130,6 +136,12 @@ struct OffloadTableOf {
     });
   }
 
+  static zhost_status* optimizer_move_storage(zhost_plugin_instance* s, zhost_tier_storage_move* a) {
+    return guard([&] {
+      if constexpr (kUsesStorage) self(s).optimizer_move_storage(*a);
+    });
+  }
+
   static constexpr zhost_offload_api table = {
       sizeof(zhost_offload_api),
       nullptr,
@@ -149,6 +161,7 @@ struct OffloadTableOf {
       kComputes ? optimizer_drop : nullptr,
       kComputes ? optimizer_read_state : nullptr,
       kComputes ? optimizer_write_state : nullptr,
+      kUsesStorage ? optimizer_move_storage : nullptr,
   };
 };
 
@@ -174,6 +187,14 @@ class TierClient {
     client.ref_.struct_size = sizeof(client.ref_);
     if (ZHOST_HAS_FIELD(services, zhost_host_services, tier_for) && services->tier_for)
       host.check(services->tier_for(host.context(), role, &client.ref_));
+    return client;
+  }
+  // A tier handed over directly (e.g. the new storage of zhost_tier_storage_move); the ref is copied.
+  static TierClient of(const Host& host, const zhost_tier_ref& ref) {
+    TierClient client;
+    client.host_ = host.services();
+    client.ref_ = ref;
+    client.ref_.struct_size = sizeof(client.ref_);
     return client;
   }
   bool active() const { return ref_.instance != nullptr; }
