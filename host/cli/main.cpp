@@ -159,6 +159,23 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(true))
       ->capture_default_str();
 
+  zhost::cli::ControlOptions control;
+  CLI::App* control_cmd = app.add_subcommand("control", "send a command to a running job through its run directory");
+  control_cmd->require_subcommand(1);
+  CLI::App* swap_cmd = control_cmd->add_subcommand(
+      "swap", "move the optimizer's states into another storage at the next step boundary (hot swap)");
+  swap_cmd->add_option("run_dir", control.run_dir, "the job's run directory")->required();
+  swap_cmd->add_option("--optimizer", control.optimizer, "the storage: cpu, nvme, or a storing tier's name")
+      ->required()
+      ->check([](const std::string& name) {
+        return name.empty() || name.find_first_of(" \t\n\"") != std::string::npos
+                   ? std::string("a storage name: cpu, nvme or a tier's name")
+                   : std::string();
+      });
+  swap_cmd->add_option("--timeout", control.timeout_s, "seconds to wait for the acknowledgement, then the result")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -184,6 +201,7 @@ int main(int argc, char** argv) {
     if (*merge_cmd) return zhost::cli::trace_merge_command(merge);
     if (*export_cmd) return zhost::cli::export_command(export_options);
     if (*report_cmd) return zhost::cli::report_command(report);
+    if (*swap_cmd) return zhost::cli::control_swap_command(control);
     return 0;
   });
   if (*run_cmd) zhost::fast_exit(exit_code);  // Note [Fast exit]

@@ -291,9 +291,15 @@ void add_nvme_rules(Schema& schema) {
   rule(
       schema,
       {"zero.offload_optimizer.nvme_path", "zero.offload_optimizer.device", "zero.offload_optimizer.storage",
-       "zero.offload_param.nvme_path", "zero.offload_param.device"},
+       "zero.offload_param.nvme_path", "zero.offload_param.device", "zero.offload_optimizer.swap_schedule"},
       [](const ResolvedConfig& config) -> Problem {
-        const bool optimizer = optimizer_states_on_nvme(config), params = params_on_nvme(config);
+        bool optimizer = optimizer_states_on_nvme(config);
+        const bool params = params_on_nvme(config);
+        for (const StorageSwapPoint& point : storage_swap_schedule(config)) optimizer |= point.storage == "nvme";
+        // A job whose optimizer runs in a tier may be told to move its states to NVMe while it runs (Note [Storage
+        // swap], `zhost control`): a folder given for that is checked now.
+        optimizer |= config.get_string("zero.offload_optimizer.device") != "none" &&
+                     !config.get_string("zero.offload_optimizer.nvme_path").empty();
         if (Problem p = check_nvme_path(config.get_string("zero.offload_optimizer.nvme_path"),
                                         "zero.offload_optimizer.nvme_path", optimizer, "zero.offload_optimizer.device"))
           return p;
@@ -316,6 +322,39 @@ void add_nvme_rules(Schema& schema) {
                stage);
          return std::nullopt;
        });
+  // docs/abi.md "Storage swap": the CPU tier moves its states between steps, with nothing of its in flight.
+  rule(schema,
+       {"zero.offload_optimizer.swap_schedule", "zero.offload_optimizer.device",
+        "zero.offload_optimizer.delayed_update", "steps"},
+       [](const ResolvedConfig& config) -> Problem {
+         std::string problem;
+         const std::vector<StorageSwapPoint> schedule = storage_swap_schedule(config, &problem);
+         if (!problem.empty()) return problem;
+         if (schedule.empty()) return std::nullopt;
+         if (config.get_string("zero.offload_optimizer.device") == "none")
+           return std::string(
+               "zero.offload_optimizer.swap_schedule moves the optimizer's states between storages under the tier "
+               "that runs the optimizer, and this config has none; set zero.offload_optimizer.device = \"cpu\"");
+         if (config.get_bool("zero.offload_optimizer.delayed_update"))
+           return std::string(
+               "zero.offload_optimizer.swap_schedule cannot be combined with zero.offload_optimizer.delayed_update "
+               "= true (the delayed step is still running at the step boundary where a swap happens); remove one");
+         int64_t previous = 0;
+         for (const StorageSwapPoint& point : schedule) {
+           if (point.after_step <= previous)
+             return fmt::format(
+                 "zero.offload_optimizer.swap_schedule: \"{}:{}\" comes after a swap at step {}; list the steps in "
+                 "increasing order, one swap per step",
+                 point.after_step, point.storage, previous);
+           if (point.after_step >= config.get_int("steps"))
+             return fmt::format(
+                 "zero.offload_optimizer.swap_schedule: \"{}:{}\" would swap after the job's last step ({} steps); "
+                 "use a step below {}",
+                 point.after_step, point.storage, config.get_int("steps"), config.get_int("steps"));
+           previous = point.after_step;
+         }
+         return std::nullopt;
+       });
   rule(schema, {"aio.use_gds"}, [](const ResolvedConfig& config) -> Problem {
     if (!config.get_bool("aio.use_gds")) return std::nullopt;
     return std::string(
@@ -325,17 +364,20 @@ void add_nvme_rules(Schema& schema) {
   // DeepSpeed's pipelined swapping: the CPU tier's staging areas over a storage tier (Note [Storage pipeline]).
   rule(schema,
        {"zero.offload_optimizer.buffer_count", "zero.offload_optimizer.pipeline_read",
-        "zero.offload_optimizer.pipeline_write", "zero.offload_optimizer.device", "zero.offload_optimizer.storage"},
+        "zero.offload_optimizer.pipeline_write", "zero.offload_optimizer.device", "zero.offload_optimizer.storage",
+        "zero.offload_optimizer.swap_schedule"},
        [](const ResolvedConfig& config) -> Problem {
          const bool stored = config.get_string("zero.offload_optimizer.device") == "nvme" ||
-                             config.get_string("zero.offload_optimizer.storage") != "none";
+                             config.get_string("zero.offload_optimizer.storage") != "none" ||
+                             !config.get_string_list("zero.offload_optimizer.swap_schedule").empty();
          const bool read = config.get_bool("zero.offload_optimizer.pipeline_read");
          const bool pipelined = read || config.get_bool("zero.offload_optimizer.pipeline_write");
          const int64_t count = config.get_int("zero.offload_optimizer.buffer_count");
          if ((pipelined || count != 4) && !stored)
            return std::string(
                "zero.offload_optimizer.buffer_count, pipeline_read and pipeline_write pace the CPU tier over a "
-               "storage tier, and this config has none; set zero.offload_optimizer.device = \"nvme\", or remove them");
+               "storage tier, and this config has none (nor a swap_schedule); set zero.offload_optimizer.device = "
+               "\"nvme\", or remove them");
          if (read && count < 2)
            return fmt::format(
                "zero.offload_optimizer.pipeline_read = true reads the next chunk into a second staging area, but "
@@ -417,6 +459,32 @@ void add_activation_checkpointing_rules(Schema& schema) {
 bool optimizer_states_on_nvme(const ResolvedConfig& config) {
   return config.get_string("zero.offload_optimizer.device") == "nvme" ||
          config.get_string("zero.offload_optimizer.storage") == "nvme";
+}
+
+std::vector<StorageSwapPoint> storage_swap_schedule(const ResolvedConfig& config, std::string* problem) {
+  std::vector<StorageSwapPoint> schedule;
+  for (const std::string& entry : config.get_string_list("zero.offload_optimizer.swap_schedule")) {
+    const size_t colon = entry.find(':');
+    StorageSwapPoint point;
+    bool ok = colon != std::string::npos && colon > 0 && colon + 1 < entry.size();
+    if (ok) {
+      const std::string step = entry.substr(0, colon);
+      ok = step.size() < 18 && step.find_first_not_of("0123456789") == std::string::npos;
+      if (ok) point.after_step = std::stoll(step);
+      point.storage = entry.substr(colon + 1);
+      ok = ok && point.after_step >= 1;
+    }
+    if (!ok) {
+      if (problem)
+        *problem = fmt::format(
+            "zero.offload_optimizer.swap_schedule entry \"{}\" is not \"STEP:STORAGE\" with a step >= 1; write e.g. "
+            "\"5:nvme\" (after step 5 the optimizer's states move to NVMe)",
+            entry);
+      break;
+    }
+    schedule.push_back(point);
+  }
+  return schedule;
 }
 
 bool params_on_nvme(const ResolvedConfig& config) { return config.get_string("zero.offload_param.device") == "nvme"; }

@@ -2,6 +2,10 @@
 // would refuse, so that `zhost config check` refuses it first, and keys the chosen type does not read.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "host/config/schema.hpp"
 
 namespace zhost::config {
@@ -14,5 +18,15 @@ void add_host_rules(Schema& schema);
 // definition for config check's rules and the engine's host-memory check.
 bool optimizer_states_on_nvme(const ResolvedConfig& config);
 bool params_on_nvme(const ResolvedConfig& config);
+
+// One entry of zero.offload_optimizer.swap_schedule, "STEP:STORAGE": after step STEP the optimizer's states
+// move into STORAGE ("cpu": the CPU tier's host memory, or a storing tier's name such as "nvme").
+struct StorageSwapPoint {
+  int64_t after_step = 0;
+  std::string storage;
+};
+// The schedule of `config`; an entry that is not "STEP:STORAGE" with a whole STEP >= 1 sets `problem` (when not
+// null) to a one-line reason and ends the list there.
+std::vector<StorageSwapPoint> storage_swap_schedule(const ResolvedConfig& config, std::string* problem = nullptr);
 
 }  // namespace zhost::config

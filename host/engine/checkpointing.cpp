@@ -17,6 +17,7 @@
 
 #include "host/checkpoint/checkpoint_dir.hpp"
 #include "host/core/error.hpp"
+#include "host/engine/rank_agreement.hpp"
 #include "host/services/host_services.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 #include "zhost/partition.h"
@@ -133,35 +134,10 @@ void restore_cpu_rng_state(const std::string& hex, const std::string& file) {
 
 namespace {
 
-// Every rank learns whether any rank failed a phase. A failing rank throws its own error; the others throw the
-// first failing rank's, so whichever exit the launcher reports first names the real cause.
+// Every rank throws when any rank failed the phase: its own error, or the first failing rank's.
 void agree(comm::Comm& world, const std::string& error, const std::string& what) {
-  const int64_t none = world.world_size();
-  at::Tensor first = at::tensor({error.empty() ? none : int64_t{world.rank()}}, at::kLong);
-  world.all_reduce(first, comm::ReduceOp::kMin);
-  const int64_t root = first.item<int64_t>();
-  if (root == none) return;
-  constexpr int64_t kMaxErrorBytes = 2048;
-  const bool sender = root == world.rank();
-  at::Tensor length =
-      at::tensor({sender ? std::min<int64_t>(static_cast<int64_t>(error.size()), kMaxErrorBytes) : 0}, at::kLong);
-  world.broadcast(length, static_cast<int>(root));
-  at::Tensor bytes = at::zeros({length.item<int64_t>()}, at::kByte);
-  if (sender) std::memcpy(bytes.data_ptr<uint8_t>(), error.data(), static_cast<size_t>(bytes.numel()));
-  world.broadcast(bytes, static_cast<int>(root));
-  if (!error.empty()) fail("{}: {}", what, error);
-  fail("{}: rank {}: {}", what, root,
-       std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel())));
-}
-
-template <typename Body>
-std::string capture_error(Body&& body) {
-  try {
-    body();
-    return {};
-  } catch (const std::exception& e) {
-    return e.what();
-  }
+  const std::string failure = agreed_failure(world, error);
+  if (!failure.empty()) fail("{}: {}", what, failure);
 }
 
 const zhost_partition_api& partition_api(const PluginInstance& partition) { return *partition.plugin->api->partition; }

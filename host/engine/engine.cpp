@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "host/core/error.hpp"
@@ -18,6 +19,7 @@
 #include "host/engine/model_states.hpp"
 #include "host/engine/native_libs.hpp"
 #include "host/engine/preflight.hpp"
+#include "host/engine/storage_swap.hpp"
 #include "host/engine/trace.hpp"
 #include "host/engine/trainer.hpp"
 #include "host/launch/launcher.hpp"
@@ -270,7 +272,14 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
     ZHOST_ASSERT(partition != nullptr);
     TierInstallation tiers(job, instances, *job.services);
 
+    const std::vector<std::string> active = job.config->keys();  // the key is inactive at stage 3
+    const bool delayed_update =
+        std::binary_search(active.begin(), active.end(), "zero.offload_optimizer.delayed_update") &&
+        job.config->get_bool("zero.offload_optimizer.delayed_update");
+    StorageSwaps swaps(job, instances, *job.services, *world, run_dir.path(), delayed_update, settings.comm_timeout_s);
+
     Trainer trainer(settings, *world, *partition, run_dir, *job.services, observation.trace());
+    trainer.set_storage_swaps(&swaps);
     if (env.rank == 0)
       spdlog::info(
           "training {} ({:.2f}M parameters) on {} rank(s), stage {} via '{}', {}; batch {} = micro {} x "

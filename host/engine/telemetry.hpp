@@ -44,6 +44,8 @@ struct StepRecord {
   MemoryCategories memory_bytes;  // this rank, at the end of the step (Note [Memory categories])
   double step_time_ms = 0;        // wall time of the step(s) the record covers, per step
   bool printed = false;           // a steps_per_print record (its line was logged)
+  std::string
+      optimizer_storage;  // where the optimizer's states were during the step (Note [Storage swap]); "": no tier
 };
 
 // DIR/NAME, or DIR/<timestamp> when NAME is empty (every rank must use rank 0's: engine.cpp shares it).

@@ -28,6 +28,7 @@
 #include "host/engine/peak_flops.hpp"
 #include "host/engine/preflight.hpp"
 #include "host/engine/stop_request.hpp"
+#include "host/engine/storage_swap.hpp"
 #include "host/engine/trace.hpp"
 #include "host/model/hf_layout.hpp"
 #include "host/services/host_services.hpp"
@@ -135,6 +136,7 @@ struct Trainer::Impl {
   // activation_checkpointing.enabled: the checkpointed blocks and their inputs (Note [Checkpointed block inputs])
   std::unique_ptr<ActivationCheckpoints> activation_checkpoints;
   TraceWriter* trace = nullptr;                            // Note [Trace file]; null when run.trace is off
+  StorageSwaps* swaps = nullptr;                           // Note [Storage swap]; null: none
   std::vector<std::string> forward_names, backward_names;  // "forward block 3": trace event names
   int32_t backward_block = -1;  // trace: the block whose backward runs since backward_block_start
   uint64_t backward_block_start = 0;
@@ -607,6 +609,8 @@ Trainer::~Trainer() = default;
 
 int64_t Trainer::num_parameters() const { return impl_->model->num_parameters(); }
 
+void Trainer::set_storage_swaps(StorageSwaps* swaps) { impl_->swaps = swaps; }
+
 TrainResult Trainer::run() {
   Impl& t = *impl_;
   const TrainSettings& s = t.settings;
@@ -646,11 +650,14 @@ TrainResult Trainer::run() {
       if (t.world.rank() == 0) t.flops_profiler->report(step, profiled, t.run_dir.path());
     }
     // Every step's loss is the mean over ranks (one small all-reduce, outside the step's comm counters); it
-    // carries the ranks' stop requests too.
-    at::Tensor total = at::tensor({record.loss, StopRequest::requested() ? 1.0 : 0.0}, at::kDouble);
+    // carries the ranks' stop requests too, and rank 0's waiting control request (Note [Control channel]).
+    const int64_t waiting = t.swaps ? t.swaps->waiting_request() : 0;
+    at::Tensor total =
+        at::tensor({record.loss, StopRequest::requested() ? 1.0 : 0.0, static_cast<double>(waiting)}, at::kDouble);
     t.world.all_reduce(total);
     record.loss = total[0].item<double>() / t.world.world_size();
     const bool stop = total[1].item<double>() > 0;
+    const auto request = static_cast<int64_t>(total[2].item<double>());
     const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     window.add(timing);
     window_loss += record.loss;
@@ -672,6 +679,7 @@ TrainResult Trainer::run() {
       record.plugin_ms.emplace_back(name, static_cast<double>(total_span.ns) / 1e6);
     record.memory = current_memory();
     record.printed = printed;
+    if (t.swaps) record.optimizer_storage = t.swaps->storage();
     t.run_dir.append_rank_record(record);
     if (t.world.rank() == 0) t.run_dir.append_metrics(record);
     if (t.checkpointer->due(step, s.steps) || (stop && stop_request)) {
@@ -691,9 +699,16 @@ TrainResult Trainer::run() {
       result.records.push_back(record);
       break;
     }
+    // Note [Storage swap]: after the step's line, so that the log reads in order.
+    auto swap_storage = [&] {
+      if (!t.swaps) return;
+      const TraceScope span(t.trace, "swap", "storage_swap", "step", step);
+      t.swaps->after_step(step, request);
+    };
     if (!printed) {
       // plugin spans of unprinted steps join the window's average below
       for (const auto& [name, ms] : record.plugin_ms) t.window_plugin_ms[name] += ms;
+      swap_storage();
       continue;
     }
 
@@ -716,6 +731,7 @@ TrainResult Trainer::run() {
     window_loss = 0;
     window_steps = 0;
     window = Timing{};
+    swap_storage();
     window_start = Clock::now();
   }
   t.checkpointer->drain();  // an asynchronous save still being written is published before the job ends

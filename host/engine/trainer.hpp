@@ -30,6 +30,9 @@ class Trainer {
   Trainer(const TrainSettings& settings, comm::Comm& world, const PluginInstance& partition, RunDirectory& run_dir,
           HostServices& services, class TraceWriter* trace = nullptr);
   ~Trainer();
+  // The job's storage swaps (Note [Storage swap], storage_swap.hpp), served at every step boundary; outlives
+  // run(). Without it, there are none.
+  void set_storage_swaps(class StorageSwaps* swaps);
   TrainResult run();
   int64_t num_parameters() const;
 

@@ -10,6 +10,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#include "host/config/host_rules.hpp"
 #include "host/config/host_schema.hpp"
 #include "host/config/validate.hpp"
 #include "host/core/error.hpp"
@@ -91,12 +94,50 @@ std::vector<std::string> search_dirs(const JobSetupOptions& options, const confi
   return dirs;
 }
 
+// The storages of zero.offload_optimizer.swap_schedule (its syntax is checked by the host's rules) must each be a
+// storing tier found now, under a computing tier that can move its states (Note [Storage swap]); they are
+// created only at their swap.
+void check_swap_schedule(const config::ResolvedConfig& config, const Resolution& resolution,
+                         const std::vector<LoadedPlugin>& found) {
+  const std::vector<config::StorageSwapPoint> schedule = config::storage_swap_schedule(config);
+  if (schedule.empty()) return;
+  auto compute = resolution.tiers.find(ZHOST_TIER_FOR_OPTIMIZER);
+  if (compute != resolution.tiers.end() && !can_move_storage(*compute->second))
+    fail_usage(
+        "zero.offload_optimizer.swap_schedule: plugin '{}' ({}) runs the optimizer but cannot move its states to "
+        "another storage (it has no optimizer_move_storage, zhost ABI 0.7); remove the schedule",
+        compute->second->info.name, compute->second->path.string());
+  for (const config::StorageSwapPoint& point : schedule)
+    storage_swap_target(point.storage, found,
+                        fmt::format("zero.offload_optimizer.swap_schedule \"{}:{}\"", point.after_step, point.storage));
+}
+
+// Every storing tier found, when the job's computing tier can move its states: a schedule or `zhost control` may
+// swap any of them in (Note [Storage swap]), so their keys (e.g. zero.offload_optimizer.nvme_path) are this
+// job's keys too.
+std::vector<const LoadedPlugin*> swappable_storages(const Resolution& resolution,
+                                                    const std::vector<LoadedPlugin>& found) {
+  std::vector<const LoadedPlugin*> storages;
+  auto compute = resolution.tiers.find(ZHOST_TIER_FOR_OPTIMIZER);
+  if (compute == resolution.tiers.end() || !can_move_storage(*compute->second)) return storages;
+  for (const auto& plugin : found)
+    if (&plugin != compute->second && plugin.info.kind == ZHOST_KIND_OFFLOAD &&
+        (tier_flags(plugin) & ZHOST_PLUGIN_FLAG_TIER_STORES))
+      storages.push_back(&plugin);
+  return storages;
+}
+
 }  // namespace
 
 std::map<std::string, ConfigValue> JobSetup::plugin_config(const LoadedPlugin& plugin) const {
+  return plugin_config_values(*config, plugin);
+}
+
+std::map<std::string, ConfigValue> plugin_config_values(const config::ResolvedConfig& config,
+                                                        const LoadedPlugin& plugin) {
   std::map<std::string, ConfigValue> values;
   for (const auto& key : plugin.info.config_keys) {
-    const auto& value = config->get(key.key);
+    const auto& value = config.get(key.key);
     if (!value) continue;
     std::visit(
         [&](const auto& v) {
@@ -162,11 +203,18 @@ JobSetup prepare_job(const JobSetupOptions& options) {
   job.needs = needs_for(zero_selection(first));
   job.resolution = resolve_plugins(job.needs, job.discovery.plugins);
 
+  check_swap_schedule(first, job.resolution, job.discovery.plugins);
+
   // Pass 2: host keys + the chosen plugins' keys; keys of unused plugins are rejected with the reason.
   config::add_host_keys(job.schema);
-  for (const auto* plugin : job.resolution.plugins) add_plugin_keys(job.schema, *plugin);
-  job.config = std::make_unique<config::ResolvedConfig>(
-      config::validate(document, job.schema, inactive_plugin_keys(job.resolution, job.discovery.plugins)));
+  std::map<std::string, std::string> inactive = inactive_plugin_keys(job.resolution, job.discovery.plugins);
+  std::vector<const LoadedPlugin*> keyed = job.resolution.plugins;
+  for (const auto* target : swappable_storages(job.resolution, job.discovery.plugins)) {
+    if (std::find(keyed.begin(), keyed.end(), target) == keyed.end()) keyed.push_back(target);
+    for (const auto& key : target->info.config_keys) inactive.erase(key.key);
+  }
+  for (const auto* plugin : keyed) add_plugin_keys(job.schema, *plugin);
+  job.config = std::make_unique<config::ResolvedConfig>(config::validate(document, job.schema, inactive));
   job.notes = document.notes();
   job.notes.insert(job.notes.end(), job.config->notes().begin(), job.config->notes().end());
   for (const auto& line : job.notes) spdlog::debug("config: {}", line);

@@ -32,6 +32,10 @@ struct JobSetup {
   std::map<std::string, ConfigValue> plugin_config(const LoadedPlugin& plugin) const;
 };
 
+// The values `config` holds for the keys `plugin` declared, for its host context.
+std::map<std::string, ConfigValue> plugin_config_values(const config::ResolvedConfig& config,
+                                                        const LoadedPlugin& plugin);
+
 struct JobSetupOptions {
   std::filesystem::path config_file;
   std::filesystem::path companion_file;  // with a DeepSpeed JSON config: zhost's own keys in TOML

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,13 +34,23 @@ class PluginInstances {
                   const std::function<std::map<std::string, ConfigValue>(const LoadedPlugin&)>& config_for);
   void destroy_all();
 
+  // One more instance, created after the others (e.g. a tier swapped in while the job runs) but placed just
+  // before `before`, so that destroy_all() destroys it after `before` (which may use it). Throws like
+  // create_all(). References to other instances stay valid.
+  const PluginInstance& create_one(const InstanceSpec& spec, const std::map<std::string, ConfigValue>& config,
+                                   const PluginInstance& before);
+  // Destroys one instance made by create_all() or create_one() (nothing may use it any more).
+  void destroy_one(const PluginInstance& live);
+
   // The instance serving `kind`, or nullptr.
   const PluginInstance* of_kind(zhost_capability_kind kind) const;
-  const std::vector<PluginInstance>& all() const { return instances_; }
+  const std::list<PluginInstance>& all() const { return instances_; }
 
  private:
+  PluginInstance create(const InstanceSpec& spec, const std::map<std::string, ConfigValue>& config);
+
   HostServices& services_;
-  std::vector<PluginInstance> instances_;
+  std::list<PluginInstance> instances_;  // creation order; a list, so that references survive create_one()
 };
 
 }  // namespace zhost

@@ -236,6 +236,34 @@ Resolution resolve_plugins(const std::vector<Need>& needs, const std::vector<Loa
   return resolution;
 }
 
+const LoadedPlugin* storage_swap_target(const std::string& name, const std::vector<LoadedPlugin>& found,
+                                        const std::string& why) {
+  if (name == "cpu" || name == "none") return nullptr;
+  const std::string capability = "offload:" + name;
+  const LoadedPlugin* tier = first_provider(found, capability);
+  if (!tier) {
+    std::vector<std::string> known{"cpu"};
+    for (const auto& p : found)
+      for (const auto& provided : p.info.provides)
+        if (capability_area(provided) == "offload" && (tier_flags(p) & ZHOST_PLUGIN_FLAG_TIER_STORES))
+          known.push_back(tier_name(provided));
+    fail_usage(
+        "{}: no plugin provides '{}' (storages found: {}){}; add its directory to plugins.path or "
+        "ZHOST_PLUGIN_PATH",
+        why, capability, text::join(known, ", "), text::did_you_mean(name, known));
+  }
+  if (tier->info.kind != ZHOST_KIND_OFFLOAD || !(tier_flags(*tier) & ZHOST_PLUGIN_FLAG_TIER_STORES))
+    fail_usage("{}: plugin '{}' ({}) provides '{}' but does not store buffers (it declares {}); name a storing tier",
+               why, tier->info.name, tier->path.string(), capability, declared_roles(tier_flags(*tier)));
+  return tier;
+}
+
+bool can_move_storage(const LoadedPlugin& compute) {
+  const zhost_offload_api* table = compute.api ? compute.api->offload : nullptr;
+  return ZHOST_HAS_FIELD(table, zhost_offload_api, optimizer_move_storage) && table->optimizer_move_storage &&
+         (tier_flags(compute) & ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE);
+}
+
 std::map<std::string, std::string> inactive_plugin_keys(const Resolution& resolution,
                                                         const std::vector<LoadedPlugin>& found) {
   std::set<std::string> active;

@@ -74,6 +74,15 @@ struct Resolution {
 // Throws UsageError on the first problem. `found` is in search order.
 Resolution resolve_plugins(const std::vector<Need>& needs, const std::vector<LoadedPlugin>& found);
 
+// A storage a job's optimizer states can be moved into while it runs (docs/abi.md "Storage swap"; a
+// zero.offload_optimizer.swap_schedule entry or `zhost control RUN_DIR swap`): "cpu" or "none" are the computing
+// tier's own host memory (nullptr); any other NAME is the first plugin in `found` providing offload:NAME, which
+// must store buffers. Throws UsageError starting with `why` when there is none or it cannot store.
+const LoadedPlugin* storage_swap_target(const std::string& name, const std::vector<LoadedPlugin>& found,
+                                        const std::string& why);
+// Whether `compute`, a computing tier, can move its states to another storage (optimizer_move_storage, ABI 0.7).
+bool can_move_storage(const LoadedPlugin& compute);
+
 // Config keys declared by found plugins that the resolution does not use, with the reason, for the
 // config validator ("it belongs to plugin 'stage2', which this config does not use").
 std::map<std::string, std::string> inactive_plugin_keys(const Resolution& resolution,

@@ -59,6 +59,7 @@ struct HostServices::State {
   std::atomic<bool> abort_flag{false};
   std::string abort_reason;
   std::map<zhost_tier_role, TierRef> tiers;
+  std::set<std::string> tier_names;  // every name tier_for() handed out: zhost_tier_ref.name lives for the job
   HostServices::PinnedAllocator pinned_allocator;
   std::map<uint64_t, TraceSpan> open_spans;
   std::map<std::string, SpanTotal> span_totals;  // "plugin/name" -> time, for the wall-clock breakdown
@@ -324,7 +325,7 @@ zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier
   if (it == ctx->state->tiers.end()) return nullptr;  // the config names no tier for this role
   out->instance = it->second.instance;
   out->api = it->second.api;
-  out->name = it->second.name.c_str();
+  out->name = ctx->state->tier_names.insert(it->second.name).first->c_str();  // valid for the job, even after a swap
   return nullptr;
 }
 

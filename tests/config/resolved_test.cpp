@@ -93,6 +93,7 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
                                      "pipeline_read = false  # default (host)\n"
                                      "pipeline_write = false  # default (host)\n"
                                      "storage = \"none\"  # default (host)\n"
+                                     "swap_schedule = []  # default (host)\n"
                                      "\n[zero.offload_param]\n"
                                      "device = \"none\"  # default (host)\n"))
       << toml;

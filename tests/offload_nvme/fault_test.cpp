@@ -21,10 +21,13 @@
 #include "host/plugins/loader.hpp"
 #include "host/plugins/resolver.hpp"
 #include "host/services/host_services.hpp"
+#include "tests/support/loop_disks.hpp"
 #include "tests/support/scratch_dir.hpp"
 #include "zhost/offload.h"
 
 using namespace zhost;
+using zhost::testing::SmallDisk;
+using zhost::testing::ThinDisk;
 namespace fs = std::filesystem;
 
 namespace {
@@ -122,59 +125,6 @@ void expect_all_load(Tier& tier, const std::vector<std::vector<char>>& stored) {
     EXPECT_EQ(back, stored[key]) << "buffer " << key;
   }
 }
-
-// An ext4 file system of `megabytes` on a loop device, mounted at DIR/mnt for the test's life.
-class SmallDisk {
- public:
-  SmallDisk(const fs::path& dir, int megabytes) : image_(dir / "disk.img"), mount_(dir / "mnt") {
-    fs::create_directories(mount_);
-    const std::string make = "truncate -s " + std::to_string(megabytes) + "M " + image_.string() +
-                             " && mkfs.ext4 -q -F " + image_.string() + " >/dev/null 2>&1 && mount -o loop " +
-                             image_.string() + " " + mount_.string() + " 2>&1";
-    mounted_ = std::system(make.c_str()) == 0;
-  }
-  ~SmallDisk() {
-    if (mounted_) std::system(("umount " + mount_.string()).c_str());
-  }
-  bool mounted() const { return mounted_; }
-  const fs::path& path() const { return mount_; }
-
- private:
-  fs::path image_, mount_;
-  bool mounted_ = false;
-};
-
-// A thinly provisioned disk: an ext4 file system of `megabytes` (no journal) on a loop device whose backing
-// file lies on a tmpfs of only `backing_megabytes`. The file system thinks it has room (fallocate succeeds),
-// but once the tmpfs is full the loop device fails the writes that reach it: a real write error returned
-// by the kernel in the middle of a transfer, as a thin volume or a failing disk gives.
-class ThinDisk {
- public:
-  ThinDisk(const fs::path& dir, int megabytes, int backing_megabytes) : backing_(dir / "backing"), mount_(dir / "mnt") {
-    fs::create_directories(backing_);
-    fs::create_directories(mount_);
-    const std::string image = (backing_ / "disk.img").string();
-    if (std::system(("mount -t tmpfs -o size=" + std::to_string(backing_megabytes) + "M tmpfs " + backing_.string() +
-                     " 2>/dev/null")
-                        .c_str()) != 0)
-      return;
-    backing_mounted_ = true;
-    const std::string make = "truncate -s " + std::to_string(megabytes) + "M " + image +
-                             " && mkfs.ext4 -q -F -O ^has_journal -E lazy_itable_init=1,nodiscard " + image +
-                             " >/dev/null 2>&1 && mount -o loop " + image + " " + mount_.string() + " 2>&1";
-    mounted_ = std::system(make.c_str()) == 0;
-  }
-  ~ThinDisk() {
-    if (mounted_) std::system(("umount " + mount_.string()).c_str());
-    if (backing_mounted_) std::system(("umount " + backing_.string()).c_str());
-  }
-  bool mounted() const { return mounted_; }
-  const fs::path& path() const { return mount_; }
-
- private:
-  fs::path backing_, mount_;
-  bool backing_mounted_ = false, mounted_ = false;
-};
 
 class NvmeFaults : public ::testing::TestWithParam<const char*> {};
 INSTANTIATE_TEST_SUITE_P(Engines, NvmeFaults, ::testing::Values("io_uring", "threads"));
