@@ -9,6 +9,7 @@ import html
 import io
 import json
 import os
+import statistics
 import sys
 import tomllib
 
@@ -62,6 +63,7 @@ class Run:
             self.ranks[rank] = read_jsonl(f)
         self.states = read_json(os.path.join(path, "model_states.json"))
         self.comms = read_json(os.path.join(path, "comms.rank0.json"))
+        self.swaps = read_jsonl(os.path.join(path, "swaps.jsonl"))  # Note [Storage swap]
         self.micro_batches = 1
         config = os.path.join(path, "config.toml")
         if os.path.exists(config):
@@ -297,6 +299,31 @@ def summary_table(runs):
     return "<table>%s</table>" % "".join(rows)
 
 
+def storage_table(run):
+    """Step time by where the optimizer's states were (Note [Storage swap]), and the swaps themselves."""
+    by_storage = {}
+    for r in run.metrics[1:]:  # the first step warms up
+        if r.get("optimizer_storage"):
+            by_storage.setdefault(r["optimizer_storage"], []).append(r["step_time_ms"])
+    if not by_storage and not run.swaps:
+        return ""
+    rows = ["<tr><th>optimizer storage</th><th>steps</th><th>mean step time (ms)</th>"
+            "<th>median step time (ms)</th></tr>"]
+    for storage, times in by_storage.items():
+        rows.append("<tr><td>%s</td><td>%d</td><td>%.1f</td><td>%.1f</td></tr>" % (
+            html.escape(storage), len(times), statistics.mean(times), statistics.median(times)))
+    swaps = ["<tr><th>after step</th><th>from</th><th>to</th><th>origin</th><th>MB</th><th>seconds</th>"
+             "<th>GB/s</th><th>outcome</th></tr>"]
+    for w in run.swaps:
+        moved = w.get("bytes", 0)
+        swaps.append("<tr>" + "".join("<td>%s</td>" % html.escape(str(v)) for v in [
+            w["after_step"], w["from"], w["to"], w["origin"], "%.1f" % (moved / 1e6), "%.3f" % w["seconds"],
+            "%.2f" % (moved / 1e9 / w["seconds"]) if w.get("ok") and w["seconds"] > 0 else "-",
+            "moved" if w.get("ok") else "stayed: " + w.get("error", "")]) + "</tr>")
+    return "<h3>Step time by optimizer storage: %s</h3><table>%s</table><table>%s</table>" % (
+        html.escape(run.name), "".join(rows), "".join(swaps) if run.swaps else "")
+
+
 def comms_table(run):
     if not run.comms:
         return ""
@@ -346,6 +373,7 @@ def main():
         figure("Trace: one step on rank 0: " + run.name, plot_trace_step(run))
         if run.comms:
             sections.append(comms_table(run))
+        sections.append(storage_table(run))
     page = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>zhost report</title><style>
 body{font-family:sans-serif;margin:20px;max-width:1400px} img{max-width:100%%;border:1px solid #ddd}
 table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -46,6 +47,21 @@ std::vector<std::string> storages(const RunOutput& run) {
   for (const json& record : json_lines(run.run_dir / "metrics.jsonl"))
     out.push_back(record.value("optimizer_storage", std::string("?")));
   return out;
+}
+
+struct Command {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+Command zhost(const std::string& args) {
+  Command c;
+  FILE* pipe = ::popen((std::string(ZHOST_EXE) + " " + args + " 2>&1").c_str(), "r");
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) c.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  c.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return c;
 }
 
 struct Case {
@@ -97,6 +113,19 @@ TEST_P(SwapSchedule, CpuNvmeHelloCpuEqualsTheJobWithoutSwapsBitForBit) {
     expected_storages.insert(expected_storages.end(), 5, storage);
   EXPECT_EQ(storages(swapped), expected_storages);
   EXPECT_TRUE(fs::is_empty(dir.path() / "nvme")) << "the NVMe tier swapped out left its files behind";
+
+  // zhost report compares step time per storage (steps after the first), and lists the swaps.
+  if (std::string(GetParam().name) != "Stage1OneRank") return;
+  const fs::path html = dir.path() / "report.html";
+  const Command report = zhost("report " + swapped.run_dir.string() + " -o " + html.string());
+  ASSERT_EQ(report.exit_code, 0) << report.output;
+  std::ifstream in(html);
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("Step time by optimizer storage"), std::string::npos);
+  EXPECT_NE(page.find("<tr><td>cpu</td><td>9</td>"), std::string::npos) << "steps 2-5 and 16-20";
+  EXPECT_NE(page.find("<tr><td>nvme</td><td>5</td>"), std::string::npos);
+  EXPECT_NE(page.find("<tr><td>hello</td><td>5</td>"), std::string::npos);
+  EXPECT_NE(page.find("<td>15</td><td>hello</td><td>cpu</td><td>schedule</td>"), std::string::npos);
 }
 
 // A larger llama (about 5.6 MB of fp32 master and Adam states on one rank), so that a small disk or a small
@@ -142,21 +171,6 @@ TEST(FailedSwap, IntoATierThatFillsUpHalfWayLeavesTheJobOnItsStorage) {
 }
 
 // ---- zhost control ---------------------------------------------------------------------------------------
-
-struct Command {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-Command zhost(const std::string& args) {
-  Command c;
-  FILE* pipe = ::popen((std::string(ZHOST_EXE) + " " + args + " 2>&1").c_str(), "r");
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) c.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  c.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return c;
-}
 
 // A running 2-rank stage 2 job with CPU offload whose search path has an empty folder, DIR/late, to which tests
 // copy plugins after it started.
