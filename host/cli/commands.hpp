@@ -59,11 +59,12 @@ int report_command(const ReportOptions& options);
 
 struct ControlOptions {
   std::string run_dir;
-  std::string optimizer;   // swap: the storage to move the optimizer's states into
+  std::string optimizer;   // swap: the storage to move the optimizer's states into, or
+  std::string param;       // the storage to move stage 3's parameter shards into
   double timeout_s = 600;  // per wait: for the acknowledgement, then for the result
 };
-// `zhost control RUN_DIR swap --optimizer NAME`: a hot swap in a running job (Note [Control channel]); exit code
-// 0 when the swap succeeded, 1 when the job tried and stayed on its storage, 2 when there was no job to ask.
+// `zhost control RUN_DIR swap --optimizer NAME | --param NAME`: a hot swap in a running job (Note [Control channel]);
+// exit code 0 when the swap succeeded, 1 when the job tried and stayed on its storage, 2 when there was no job to ask.
 int control_swap_command(const ControlOptions& options);
 
 }  // namespace zhost::cli

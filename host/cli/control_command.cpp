@@ -7,11 +7,14 @@
 namespace zhost::cli {
 
 int control_swap_command(const ControlOptions& options) {
-  const nlohmann::json result = control::send_command(
-      options.run_dir, {{"command", "swap"}, {"optimizer", options.optimizer}}, options.timeout_s);
+  const bool param = !options.param.empty();
+  const nlohmann::json command = {{"command", "swap"},
+                                  {param ? "param" : "optimizer", param ? options.param : options.optimizer}};
+  const nlohmann::json result = control::send_command(options.run_dir, command, options.timeout_s);
   if (result.value("ok", false)) {
-    std::printf("swapped: the optimizer's states moved from '%s' to '%s' after step %lld (%.1f MB in %.2f s)\n",
-                result.value("from", std::string()).c_str(), result.value("to", std::string()).c_str(),
+    std::printf("swapped: the %s moved from '%s' to '%s' after step %lld (%.1f MB in %.2f s)\n",
+                param ? "parameter shards" : "optimizer's states", result.value("from", std::string()).c_str(),
+                result.value("to", std::string()).c_str(),
                 static_cast<long long>(result.value("after_step", int64_t{0})),
                 static_cast<double>(result.value("bytes", uint64_t{0})) / 1e6, result.value("seconds", 0.0));
     return 0;

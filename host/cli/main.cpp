@@ -165,13 +165,17 @@ int main(int argc, char** argv) {
   CLI::App* swap_cmd = control_cmd->add_subcommand(
       "swap", "move the optimizer's states into another storage at the next step boundary (hot swap)");
   swap_cmd->add_option("run_dir", control.run_dir, "the job's run directory")->required();
-  swap_cmd->add_option("--optimizer", control.optimizer, "the storage: cpu, nvme, or a storing tier's name")
-      ->required()
-      ->check([](const std::string& name) {
-        return name.empty() || name.find_first_of(" \t\n\"") != std::string::npos
-                   ? std::string("a storage name: cpu, nvme or a tier's name")
-                   : std::string();
-      });
+  auto storage_name = [](const std::string& name) {
+    return name.empty() || name.find_first_of(" \t\n\"") != std::string::npos
+               ? std::string("a storage name: cpu, nvme or a tier's name")
+               : std::string();
+  };
+  CLI::Option_group* storage = swap_cmd->add_option_group("storage", "what moves, and where to (one of them)");
+  storage->add_option("--optimizer", control.optimizer, "where the optimizer's states go: cpu, nvme, a tier's name")
+      ->check(storage_name);
+  storage->add_option("--param", control.param, "where stage 3's parameter shards go: cpu, nvme, a tier's name")
+      ->check(storage_name);
+  storage->require_option(1);
   swap_cmd->add_option("--timeout", control.timeout_s, "seconds to wait for the acknowledgement, then the result")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -303,8 +303,11 @@ def storage_table(run):
     """Step time by where the optimizer's states were (Note [Storage swap]), and the swaps themselves."""
     by_storage = {}
     for r in run.metrics[1:]:  # the first step warms up
-        if r.get("optimizer_storage"):
-            by_storage.setdefault(r["optimizer_storage"], []).append(r["step_time_ms"])
+        storage = r.get("optimizer_storage", "")
+        if r.get("param_storage"):
+            storage += " / parameters: " + r["param_storage"]
+        if storage:
+            by_storage.setdefault(storage, []).append(r["step_time_ms"])
     if not by_storage and not run.swaps:
         return ""
     rows = ["<tr><th>optimizer storage</th><th>steps</th><th>mean step time (ms)</th>"
@@ -312,12 +315,12 @@ def storage_table(run):
     for storage, times in by_storage.items():
         rows.append("<tr><td>%s</td><td>%d</td><td>%.1f</td><td>%.1f</td></tr>" % (
             html.escape(storage), len(times), statistics.mean(times), statistics.median(times)))
-    swaps = ["<tr><th>after step</th><th>from</th><th>to</th><th>origin</th><th>MB</th><th>seconds</th>"
-             "<th>GB/s</th><th>outcome</th></tr>"]
+    swaps = ["<tr><th>after step</th><th>from</th><th>to</th><th>origin</th><th>what</th><th>MB</th>"
+             "<th>seconds</th><th>GB/s</th><th>outcome</th></tr>"]
     for w in run.swaps:
         moved = w.get("bytes", 0)
         swaps.append("<tr>" + "".join("<td>%s</td>" % html.escape(str(v)) for v in [
-            w["after_step"], w["from"], w["to"], w["origin"], "%.1f" % (moved / 1e6), "%.3f" % w["seconds"],
+            w["after_step"], w["from"], w["to"], w["origin"], w.get("role", "optimizer"), "%.1f" % (moved / 1e6), "%.3f" % w["seconds"],
             "%.2f" % (moved / 1e9 / w["seconds"]) if w.get("ok") and w["seconds"] > 0 else "-",
             "moved" if w.get("ok") else "stayed: " + w.get("error", "")]) + "</tr>")
     return "<h3>Step time by optimizer storage: %s</h3><table>%s</table><table>%s</table>" % (

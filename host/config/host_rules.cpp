@@ -291,11 +291,18 @@ void add_nvme_rules(Schema& schema) {
   rule(
       schema,
       {"zero.offload_optimizer.nvme_path", "zero.offload_optimizer.device", "zero.offload_optimizer.storage",
-       "zero.offload_param.nvme_path", "zero.offload_param.device", "zero.offload_optimizer.swap_schedule"},
+       "zero.offload_param.nvme_path", "zero.offload_param.device", "zero.offload_optimizer.swap_schedule",
+       "zero.offload_param.swap_schedule"},
       [](const ResolvedConfig& config) -> Problem {
         bool optimizer = optimizer_states_on_nvme(config);
         const bool params = params_on_nvme(config);
-        for (const StorageSwapPoint& point : storage_swap_schedule(config)) optimizer |= point.storage == "nvme";
+        for (const StorageSwapPoint& point : storage_swap_schedule(config, "zero.offload_optimizer.swap_schedule"))
+          optimizer |= point.storage == "nvme";
+        bool params_nvme = params;
+        for (const StorageSwapPoint& point : storage_swap_schedule(config, "zero.offload_param.swap_schedule"))
+          params_nvme |= point.storage == "nvme";
+        params_nvme |= config.get_string("zero.offload_param.device") != "none" &&
+                       !config.get_string("zero.offload_param.nvme_path").empty();
         // A job whose optimizer runs in a tier may be told to move its states to NVMe while it runs (Note [Storage
         // swap], `zhost control`): a folder given for that is checked now.
         optimizer |= config.get_string("zero.offload_optimizer.device") != "none" &&
@@ -304,7 +311,7 @@ void add_nvme_rules(Schema& schema) {
                                         "zero.offload_optimizer.nvme_path", optimizer, "zero.offload_optimizer.device"))
           return p;
         return check_nvme_path(config.get_string("zero.offload_param.nvme_path"), "zero.offload_param.nvme_path",
-                               params, "zero.offload_param.device");
+                               params_nvme, "zero.offload_param.device");
       });
   // Note [Delayed parameter update] (plugins/zero_common/delayed_update.hpp): the tier's step is what is delayed.
   rule(schema, {"zero.offload_optimizer.delayed_update", "zero.offload_optimizer.device", "zero.stage"},
@@ -322,38 +329,59 @@ void add_nvme_rules(Schema& schema) {
                stage);
          return std::nullopt;
        });
-  // docs/abi.md "Storage swap": the CPU tier moves its states between steps, with nothing of its in flight.
+  // Note [Storage swap] (host/engine/storage_swap.hpp): swaps happen between steps, with nothing of the tiers in
+  // flight, in step order.
+  auto check_schedule = [](const ResolvedConfig& config, const std::string& key) -> Problem {
+    std::string problem;
+    const std::vector<StorageSwapPoint> schedule = storage_swap_schedule(config, key, &problem);
+    if (!problem.empty()) return problem;
+    if (schedule.empty()) return std::nullopt;
+    if (config.get_bool("zero.offload_optimizer.delayed_update"))
+      return fmt::format(
+          "{} cannot be combined with zero.offload_optimizer.delayed_update = true (the delayed step is still "
+          "running at the step boundary where a swap happens); remove one",
+          key);
+    int64_t previous = 0;
+    for (const StorageSwapPoint& point : schedule) {
+      if (point.after_step <= previous)
+        return fmt::format(
+            "{}: \"{}:{}\" comes after a swap at step {}; list the steps in increasing order, one swap "
+            "per step",
+            key, point.after_step, point.storage, previous);
+      if (point.after_step >= config.get_int("steps"))
+        return fmt::format("{}: \"{}:{}\" would swap after the job's last step ({} steps); use a step below {}", key,
+                           point.after_step, point.storage, config.get_int("steps"), config.get_int("steps"));
+      previous = point.after_step;
+    }
+    return std::nullopt;
+  };
   rule(schema,
        {"zero.offload_optimizer.swap_schedule", "zero.offload_optimizer.device",
         "zero.offload_optimizer.delayed_update", "steps"},
-       [](const ResolvedConfig& config) -> Problem {
-         std::string problem;
-         const std::vector<StorageSwapPoint> schedule = storage_swap_schedule(config, &problem);
-         if (!problem.empty()) return problem;
-         if (schedule.empty()) return std::nullopt;
-         if (config.get_string("zero.offload_optimizer.device") == "none")
+       [check_schedule](const ResolvedConfig& config) -> Problem {
+         if (!config.get_string_list("zero.offload_optimizer.swap_schedule").empty() &&
+             config.get_string("zero.offload_optimizer.device") == "none")
            return std::string(
                "zero.offload_optimizer.swap_schedule moves the optimizer's states between storages under the tier "
                "that runs the optimizer, and this config has none; set zero.offload_optimizer.device = \"cpu\"");
-         if (config.get_bool("zero.offload_optimizer.delayed_update"))
+         return check_schedule(config, "zero.offload_optimizer.swap_schedule");
+       });
+  rule(schema,
+       {"zero.offload_param.swap_schedule", "zero.offload_param.device", "zero.stage",
+        "zero.offload_optimizer.delayed_update", "steps"},
+       [check_schedule](const ResolvedConfig& config) -> Problem {
+         if (!config.get_string_list("zero.offload_param.swap_schedule").empty() &&
+             config.get_string("zero.offload_param.device") == "none")
            return std::string(
-               "zero.offload_optimizer.swap_schedule cannot be combined with zero.offload_optimizer.delayed_update "
-               "= true (the delayed step is still running at the step boundary where a swap happens); remove one");
-         int64_t previous = 0;
-         for (const StorageSwapPoint& point : schedule) {
-           if (point.after_step <= previous)
+               "zero.offload_param.swap_schedule moves stage 3's parameter shards between storing tiers, and this "
+               "config keeps them in none; set zero.offload_param.device = \"cpu\" (at zero.stage 3)");
+         for (const StorageSwapPoint& point : storage_swap_schedule(config, "zero.offload_param.swap_schedule"))
+           if (point.storage == "none")
              return fmt::format(
-                 "zero.offload_optimizer.swap_schedule: \"{}:{}\" comes after a swap at step {}; list the steps in "
-                 "increasing order, one swap per step",
-                 point.after_step, point.storage, previous);
-           if (point.after_step >= config.get_int("steps"))
-             return fmt::format(
-                 "zero.offload_optimizer.swap_schedule: \"{}:{}\" would swap after the job's last step ({} steps); "
-                 "use a step below {}",
-                 point.after_step, point.storage, config.get_int("steps"), config.get_int("steps"));
-           previous = point.after_step;
-         }
-         return std::nullopt;
+                 "zero.offload_param.swap_schedule \"{}:none\": stage 3 keeps offloaded shards in a tier for the "
+                 "whole job; name one (cpu, nvme or a storing tier)",
+                 point.after_step);
+         return check_schedule(config, "zero.offload_param.swap_schedule");
        });
   rule(schema, {"aio.use_gds"}, [](const ResolvedConfig& config) -> Problem {
     if (!config.get_bool("aio.use_gds")) return std::nullopt;
@@ -461,9 +489,10 @@ bool optimizer_states_on_nvme(const ResolvedConfig& config) {
          config.get_string("zero.offload_optimizer.storage") == "nvme";
 }
 
-std::vector<StorageSwapPoint> storage_swap_schedule(const ResolvedConfig& config, std::string* problem) {
+std::vector<StorageSwapPoint> storage_swap_schedule(const ResolvedConfig& config, const std::string& key,
+                                                    std::string* problem) {
   std::vector<StorageSwapPoint> schedule;
-  for (const std::string& entry : config.get_string_list("zero.offload_optimizer.swap_schedule")) {
+  for (const std::string& entry : config.get_string_list(key)) {
     const size_t colon = entry.find(':');
     StorageSwapPoint point;
     bool ok = colon != std::string::npos && colon > 0 && colon + 1 < entry.size();
@@ -477,9 +506,9 @@ std::vector<StorageSwapPoint> storage_swap_schedule(const ResolvedConfig& config
     if (!ok) {
       if (problem)
         *problem = fmt::format(
-            "zero.offload_optimizer.swap_schedule entry \"{}\" is not \"STEP:STORAGE\" with a step >= 1; write e.g. "
-            "\"5:nvme\" (after step 5 the optimizer's states move to NVMe)",
-            entry);
+            "{} entry \"{}\" is not \"STEP:STORAGE\" with a step >= 1; write e.g. \"5:nvme\" (after step 5 they "
+            "move to NVMe)",
+            key, entry);
       break;
     }
     schedule.push_back(point);

@@ -19,14 +19,16 @@ void add_host_rules(Schema& schema);
 bool optimizer_states_on_nvme(const ResolvedConfig& config);
 bool params_on_nvme(const ResolvedConfig& config);
 
-// One entry of zero.offload_optimizer.swap_schedule, "STEP:STORAGE": after step STEP the optimizer's states
-// move into STORAGE ("cpu": the CPU tier's host memory, or a storing tier's name such as "nvme").
+// One entry of zero.offload_optimizer.swap_schedule or zero.offload_param.swap_schedule, "STEP:STORAGE": after
+// step STEP the optimizer's states (or stage 3's parameter shards) move into STORAGE ("cpu": host memory, or a
+// storing tier's name such as "nvme"). Note [Storage swap], host/engine/storage_swap.hpp.
 struct StorageSwapPoint {
   int64_t after_step = 0;
   std::string storage;
 };
-// The schedule of `config`; an entry that is not "STEP:STORAGE" with a whole STEP >= 1 sets `problem` (when not
+// The schedule under `key`; an entry that is not "STEP:STORAGE" with a whole STEP >= 1 sets `problem` (when not
 // null) to a one-line reason and ends the list there.
-std::vector<StorageSwapPoint> storage_swap_schedule(const ResolvedConfig& config, std::string* problem = nullptr);
+std::vector<StorageSwapPoint> storage_swap_schedule(const ResolvedConfig& config, const std::string& key,
+                                                    std::string* problem = nullptr);
 
 }  // namespace zhost::config

@@ -218,6 +218,9 @@ void add_zero_keys(HostKeys& keys) {
   keys.text_list("zero.offload_optimizer.swap_schedule", {},
                  "zhost: hot swaps of the storage under the optimizer's tier, each \"STEP:STORAGE\" (after step STEP "
                  "the states move into STORAGE: cpu, nvme or a storing tier's name), steps increasing");
+  keys.text_list("zero.offload_param.swap_schedule", {},
+                 "zhost: hot swaps of the tier keeping stage 3's parameter shards, each \"STEP:STORAGE\" (after "
+                 "step STEP the shards move into STORAGE: cpu, nvme or a storing tier's name), steps increasing");
   keys.flag("zero.offload_optimizer.fast_init", false,
             "DeepSpeed's fast NVMe optimizer initialisation; only its default is accepted");
   keys.flag("aio.use_gds", false, "GPUDirect Storage between NVMe and GPU memory; refused (no CUDA, no cuFile)");

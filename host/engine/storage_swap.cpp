@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 
@@ -12,25 +13,15 @@
 #include "host/core/error.hpp"
 #include "host/engine/rank_agreement.hpp"
 #include "zhost/offload.h"
+#include "zhost/partition.h"
 
 namespace zhost::engine {
 namespace {
 
 using json = nlohmann::json;
 
-// One phase of the computing tier's optimizer_move_storage; throws the tier's error.
-uint64_t move_storage(const PluginInstance& compute, zhost_storage_move_phase phase, const zhost_tier_ref* storage) {
-  zhost_tier_storage_move args{};
-  args.struct_size = sizeof(args);
-  args.phase = phase;
-  args.storage = storage;
-  HostServices::throw_if_error(compute.plugin->api->offload->optimizer_move_storage(compute.instance, &args),
-                               fmt::format("tier '{}' moving its optimizer states", compute.plugin->info.name));
-  return args.bytes;
-}
-
-// The storage name a config starts with: "nvme" (device = "nvme"), zero.offload_optimizer.storage, or "cpu".
-std::string initial_storage(const config::ResolvedConfig& config) {
+// The storage a config starts with: "nvme" (device = "nvme"), zero.offload_optimizer.storage, or "cpu".
+std::string initial_optimizer_storage(const config::ResolvedConfig& config) {
   if (config.get_string("zero.offload_optimizer.device") == "nvme") return "nvme";
   const std::string storage = config.get_string("zero.offload_optimizer.storage");
   return storage == "none" ? "cpu" : storage;
@@ -46,8 +37,7 @@ StorageSwaps::StorageSwaps(const JobSetup& job, PluginInstances& instances, Host
       world_(world),
       run_path_(run_path),
       delayed_update_(delayed_update),
-      store_timeout_s_(store_timeout_s),
-      schedule_(config::storage_swap_schedule(*job.config)) {
+      store_timeout_s_(store_timeout_s) {
   auto role_instance = [&](zhost_tier_role role) -> const PluginInstance* {
     auto tier = job.resolution.tiers.find(role);
     if (tier == job.resolution.tiers.end()) return nullptr;
@@ -56,19 +46,26 @@ StorageSwaps::StorageSwaps(const JobSetup& job, PluginInstances& instances, Host
         return &live;
     return nullptr;
   };
+  partition_ = instances.of_kind(ZHOST_KIND_PARTITION);
   compute_ = role_instance(ZHOST_TIER_FOR_OPTIMIZER);
-  stored_in_ = role_instance(ZHOST_TIER_FOR_OPTIMIZER_STORAGE);
-  if (compute_) storage_ = initial_storage(*job.config);
+  optimizer_.stored_in = role_instance(ZHOST_TIER_FOR_OPTIMIZER_STORAGE);
+  if (compute_) optimizer_.storage = initial_optimizer_storage(*job.config);
+  optimizer_.schedule = config::storage_swap_schedule(*job.config, "zero.offload_optimizer.swap_schedule");
+  params_.stored_in = role_instance(ZHOST_TIER_FOR_PARAMS);
+  if (params_.stored_in) params_.storage = job.config->get_string("zero.offload_param.device");
+  params_.schedule = config::storage_swap_schedule(*job.config, "zero.offload_param.swap_schedule");
   if (world.rank() == 0) channel_ = std::make_unique<control::ControlChannel>(run_path);
 }
 
 StorageSwaps::~StorageSwaps() {
   if (compute_) services_.set_tier(ZHOST_TIER_FOR_OPTIMIZER_STORAGE, std::nullopt);
+  if (params_.stored_in) services_.set_tier(ZHOST_TIER_FOR_PARAMS, std::nullopt);
 }
 
 void StorageSwaps::after_step(int64_t step, int64_t request) {
-  for (const config::StorageSwapPoint& point : schedule_)
-    if (point.after_step == step) swap(step, point.storage, "schedule");
+  for (Role* role : {&optimizer_, &params_})
+    for (const config::StorageSwapPoint& point : role->schedule)
+      if (point.after_step == step) swap(*role, step, point.storage, "schedule");
   if (request != 0) serve_request(step, request);
 }
 
@@ -86,28 +83,38 @@ void StorageSwaps::serve_request(int64_t step, int64_t request) {
     text.assign(value->begin(), value->end());
   }
   const json command = text.empty() ? json() : json::parse(text, nullptr, false);
+  auto names = [&](const char* field) {
+    return command.is_object() && command.contains(field) && command[field].is_string() &&
+           !command[field].get<std::string>().empty();
+  };
   std::string refusal;
   if (!command.is_object())
     refusal = "the request is not a JSON object; send commands with `zhost control`";
   else if (command.value("command", std::string()) != "swap")
     refusal = fmt::format("unknown command '{}'; this job understands: swap", command.value("command", std::string()));
-  else if (!command.contains("optimizer") || !command["optimizer"].is_string() ||
-           command["optimizer"].get<std::string>().empty())
-    refusal = "a swap names the storage to move the optimizer's states into: --optimizer cpu|nvme|NAME";
-  else if (!compute_)
+  else if (names("optimizer") == names("param"))
+    refusal =
+        "a swap names one storage: --optimizer cpu|nvme|NAME (the optimizer's states) or --param NAME "
+        "(stage 3's parameter shards)";
+  else if (names("optimizer") && !compute_)
     refusal =
         "this job has no tier running the optimizer (zero.offload_optimizer.device = \"none\"), so there is no "
         "storage to swap; start it with zero.offload_optimizer.device = \"cpu\"";
+  else if (names("param") && !params_.stored_in)
+    refusal =
+        "this job keeps no parameter shards in a tier (zero.offload_param.device = \"none\"); start it at stage 3 "
+        "with zero.offload_param.device = \"cpu\" to swap them";
   if (!refusal.empty()) {
     if (channel_) channel_->refuse(request, refusal);
     if (world_.rank() == 0) spdlog::warn("control command {} refused: {}", request, refusal);
     return;
   }
   if (channel_) channel_->acknowledge(request, step);
-  const std::string from = storage_, to = command["optimizer"].get<std::string>();
-  const Outcome outcome = swap(step, to, fmt::format("control {}", request));
+  Role& role = names("optimizer") ? optimizer_ : params_;
+  const std::string from = role.storage, to = command[role.name].get<std::string>();
+  const Outcome outcome = swap(role, step, to, fmt::format("control {}", request));
   if (!channel_) return;
-  json result{{"ok", outcome.ok}, {"after_step", step}, {"from", from}, {"to", to}};
+  json result{{"ok", outcome.ok}, {"role", role.name}, {"after_step", step}, {"from", from}, {"to", to}};
   if (outcome.ok) {
     result["bytes"] = outcome.bytes;
     result["seconds"] = outcome.seconds;
@@ -147,66 +154,112 @@ std::map<std::string, ConfigValue> StorageSwaps::config_for(const LoadedPlugin& 
   return plugin_config_values(config, plugin);
 }
 
-StorageSwaps::Outcome StorageSwaps::swap(int64_t step, const std::string& to, const std::string& origin) {
+const PluginInstance* StorageSwaps::storage_instance(const Role& role, const LoadedPlugin* plugin, bool* created) {
+  *created = false;
+  if (role.role == ZHOST_TIER_FOR_OPTIMIZER_STORAGE) {
+    if (!plugin) return nullptr;  // "cpu": the computing tier's own memory
+    if (plugin == compute_->plugin)
+      fail_usage("plugin '{}' cannot store the states it steps itself; name \"cpu\"", plugin->info.name);
+  } else {
+    if (!plugin) {  // "cpu": the CPU tier's buffers, served by the computing tier's instance
+      if (!compute_ || std::count(compute_->plugin->info.provides.begin(), compute_->plugin->info.provides.end(),
+                                  "offload:cpu") == 0)
+        fail_usage("storage 'cpu' for parameter shards is the CPU tier, and this job runs none");
+      return compute_;
+    }
+    if (plugin == compute_->plugin) return compute_;
+  }
+  // The new instance goes before the first user of the role, so that it is destroyed after it.
+  const PluginInstance& before = role.role == ZHOST_TIER_FOR_PARAMS ? *partition_ : *compute_;
+  *created = true;
+  return &instances_.create_one({plugin, static_cast<uint32_t>(role.role)}, config_for(*plugin), before);
+}
+
+uint64_t StorageSwaps::move(const Role& role, zhost_storage_move_phase phase, const zhost_tier_ref* storage) {
+  zhost_tier_storage_move args{};
+  args.struct_size = sizeof(args);
+  args.phase = phase;
+  args.storage = storage;
+  if (role.role == ZHOST_TIER_FOR_OPTIMIZER_STORAGE) {
+    if (!can_move_storage(*compute_->plugin))
+      fail_usage("plugin '{}' runs the optimizer but cannot move its states (no optimizer_move_storage, ABI 0.7)",
+                 compute_->plugin->info.name);
+    HostServices::throw_if_error(compute_->plugin->api->offload->optimizer_move_storage(compute_->instance, &args),
+                                 fmt::format("tier '{}' moving the optimizer's states", compute_->plugin->info.name));
+  } else {
+    const zhost_partition_api* table = partition_->plugin->api->partition;
+    if (!ZHOST_HAS_FIELD(table, zhost_partition_api, move_param_storage) || !table->move_param_storage)
+      fail_usage("partition plugin '{}' cannot move its parameter shards (no move_param_storage, ABI 0.7)",
+                 partition_->plugin->info.name);
+    HostServices::throw_if_error(table->move_param_storage(partition_->instance, &args),
+                                 fmt::format("plugin '{}' moving the parameter shards", partition_->plugin->info.name));
+  }
+  return args.bytes;
+}
+
+StorageSwaps::Outcome StorageSwaps::swap(Role& role, int64_t step, const std::string& to, const std::string& origin) {
   const auto start = std::chrono::steady_clock::now();
-  const std::string from = storage_;
+  const std::string from = role.storage;
   Outcome outcome;
-  const PluginInstance* created = nullptr;
-  bool copying = false;
+  const PluginInstance* target = nullptr;
+  bool created = false, copying = false;
   zhost_tier_ref ref{};
   ref.struct_size = sizeof(ref);
   std::string error = capture_error([&] {
-    if (!compute_) fail_usage("this job has no tier running the optimizer (zero.offload_optimizer.device = \"none\")");
+    if (role.role == ZHOST_TIER_FOR_OPTIMIZER_STORAGE && !compute_)
+      fail_usage("this job has no tier running the optimizer (zero.offload_optimizer.device = \"none\")");
+    if (role.role == ZHOST_TIER_FOR_PARAMS && !role.stored_in)
+      fail_usage("this job keeps no parameter shards in a tier (zero.offload_param.device = \"none\")");
+    if (role.role == ZHOST_TIER_FOR_PARAMS && to == "none")
+      fail_usage("stage 3 keeps offloaded parameter shards in a tier for the whole job; name one: cpu, nvme or NAME");
     if (delayed_update_)
       fail_usage(
           "this job runs zero.offload_optimizer.delayed_update, whose optimizer step is still running at the step "
           "boundary; a storage swap needs the tier idle");
-    if (!can_move_storage(*compute_->plugin))
-      fail_usage("plugin '{}' runs the optimizer but cannot move its states (no optimizer_move_storage, ABI 0.7)",
-                 compute_->plugin->info.name);
-    const LoadedPlugin* plugin = find_storage(to);
-    if (plugin == compute_->plugin) fail_usage("plugin '{}' cannot store the states it steps itself; name \"cpu\"", to);
-    if (plugin) {
-      created = &instances_.create_one({plugin, ZHOST_TIER_FOR_OPTIMIZER_STORAGE}, config_for(*plugin), *compute_);
-      ref.instance = created->instance;
-      ref.api = plugin->api->offload;
-      ref.name = plugin->info.name.c_str();
+    target = storage_instance(role, find_storage(to), &created);
+    if (target) {
+      ref.instance = target->instance;
+      ref.api = target->plugin->api->offload;
+      ref.name = target->plugin->info.name.c_str();
     }
     copying = true;
-    outcome.bytes = move_storage(*compute_, ZHOST_STORAGE_MOVE_COPY, &ref);
+    outcome.bytes = move(role, ZHOST_STORAGE_MOVE_COPY, &ref);
   });
   const std::string failure = agreed_failure(world_, error);
   if (failure.empty()) {
-    move_storage(*compute_, ZHOST_STORAGE_MOVE_COMMIT, nullptr);
-    if (created)
-      services_.set_tier(ZHOST_TIER_FOR_OPTIMIZER_STORAGE,
-                         TierRef{created->instance, created->plugin->api->offload, created->plugin->info.name});
+    move(role, ZHOST_STORAGE_MOVE_COMMIT, nullptr);
+    if (target)
+      services_.set_tier(role.role, TierRef{target->instance, target->plugin->api->offload, target->plugin->info.name});
     else
-      services_.set_tier(ZHOST_TIER_FOR_OPTIMIZER_STORAGE, std::nullopt);
-    if (stored_in_) instances_.destroy_one(*stored_in_);
-    stored_in_ = created;
-    storage_ = to;
+      services_.set_tier(role.role, std::nullopt);
+    // The old storage goes unless another role still uses it (the CPU tier stores parameter shards and steps).
+    const PluginInstance* old = role.stored_in;
+    Role& other = &role == &optimizer_ ? params_ : optimizer_;
+    if (old && old != compute_ && old != other.stored_in && old != target) instances_.destroy_one(*old);
+    role.stored_in = target;
+    role.storage = to;
     outcome.ok = true;
   } else {
-    if (copying) move_storage(*compute_, ZHOST_STORAGE_MOVE_ABORT, nullptr);
-    if (created) instances_.destroy_one(*created);
+    if (copying) move(role, ZHOST_STORAGE_MOVE_ABORT, nullptr);
+    if (created) instances_.destroy_one(*target);
     outcome.error = failure;
   }
   outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (world_.rank() == 0) {
-    json line{{"after_step", step}, {"origin", origin}, {"from", from},
-              {"to", to},           {"ok", outcome.ok}, {"seconds", outcome.seconds}};
+    json line{{"role", role.name}, {"after_step", step}, {"origin", origin},          {"from", from},
+              {"to", to},          {"ok", outcome.ok},   {"seconds", outcome.seconds}};
     if (outcome.ok)
       line["bytes"] = outcome.bytes;
     else
       line["error"] = outcome.error;
     std::ofstream(run_path_ + "/swaps.jsonl", std::ios::app) << line.dump() << "\n";
+    const char* what = role.role == ZHOST_TIER_FOR_PARAMS ? "parameter shards" : "optimizer states";
     if (outcome.ok)
-      spdlog::info("optimizer states moved from '{}' to '{}' after step {} ({}): {:.1f} MB in {:.2f} s", from, to, step,
-                   origin, static_cast<double>(outcome.bytes) / 1e6, outcome.seconds);
+      spdlog::info("{} moved from '{}' to '{}' after step {} ({}): {:.1f} MB in {:.2f} s", what, from, to, step, origin,
+                   static_cast<double>(outcome.bytes) / 1e6, outcome.seconds);
     else
-      spdlog::warn("optimizer states not moved to '{}' after step {} ({}): {}; training goes on with them in '{}'", to,
-                   step, origin, outcome.error, from);
+      spdlog::warn("{} not moved to '{}' after step {} ({}): {}; training goes on with them in '{}'", what, to, step,
+                   origin, outcome.error, from);
   }
   return outcome;
 }

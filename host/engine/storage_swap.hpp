@@ -1,23 +1,27 @@
-// host/engine/storage_swap.hpp: hot swap of the storage that keeps the optimizer's states under the tier that
-// runs the optimizer, at a step boundary, on every rank at the same step: by zero.offload_optimizer.swap_schedule
-// and by `zhost control RUN_DIR swap --optimizer NAME` (Note [Control channel]).
+// host/engine/storage_swap.hpp: hot swap, at a step boundary and on every rank at the same step, of the storage
+// that keeps the optimizer's states under the tier that runs the optimizer, and of the storage of stage 3's
+// parameter shards: by zero.offload_optimizer.swap_schedule / zero.offload_param.swap_schedule and by
+// `zhost control RUN_DIR swap --optimizer NAME | --param NAME` (Note [Control channel]).
 //
-// Note [Storage swap]: a swap to storage T after step N, on every rank:
-//   1. T's plugin: "cpu" is the computing tier's own host memory; any other name is the first plugin providing
-//      offload:T on the job's search path, looked up again at the swap when the job did not find it at start
-//      (a tier built while the job runs), through the same trust checks and negotiation as at start; its keys
-//      are validated then against the job's config (defaults where the config has none).
-//   2. A new instance of it for the optimizer-storage role, placed so that it is destroyed after the computing
-//      tier that will use it.
-//   3. The computing tier's optimizer_move_storage COPY: each group's master and states, chunk by chunk through
-//      the tier's staging, into T; the old storage stays in use and untouched.
+// Note [Storage swap]: a swap of role R (optimizer states, or parameter shards) to storage T after step N, on
+// every rank:
+//   1. T's plugin: "cpu" is host memory (optimizer states: the computing tier's own; parameter shards: the CPU
+//      tier's buffers); any other name is the first plugin providing offload:T on the job's search path, looked
+//      up again at the swap when the job did not find it at start (a tier built while the job runs), through the
+//      same trust checks and negotiation as at start; its keys are validated then against the job's config
+//      (defaults where the config has none).
+//   2. A new instance of it for R's role (unless T is the CPU tier that runs the optimizer, which stores
+//      parameter shards itself), placed so that it is destroyed after the plugins that will use it.
+//   3. COPY (optimizer states: the computing tier's optimizer_move_storage; parameter shards: the partition's
+//      move_param_storage): every state or shard into T, chunk by chunk; the old storage stays in use and
+//      untouched.
 //   4. The ranks agree (rank_agreement.hpp). All succeeded: COMMIT everywhere, T is the storage from step N + 1
-//      on, and the old storage's instance is destroyed (nothing refers to it any more; its code stays mapped,
+//      on, and the old storage's instance is destroyed when no other role uses it (its code stays mapped,
 //      docs/abi.md "The host never unloads a plugin"). Any failed (a full disk, a tier failing mid-copy, a plugin
-//      that does not load): ABORT everywhere, T's instance is destroyed, and the job goes on with the old
+//      that does not load): ABORT everywhere, T's new instance is destroyed, and the job goes on with the old
 //      storage, unchanged, after one warning line with the first failing rank's reason.
-// Each swap is a line of RUN_DIR/swaps.jsonl (rank 0's time and bytes) and every step's record names the storage
-// it ran with (metrics.jsonl "optimizer_storage").
+// Each swap is a line of RUN_DIR/swaps.jsonl (rank 0's time and bytes) and every step's record names the
+// storages it ran with (metrics.jsonl "optimizer_storage", "param_storage").
 #pragma once
 
 #include <cstdint>
@@ -35,34 +39,49 @@ namespace zhost::engine {
 
 class StorageSwaps {
  public:
-  // `instances`: the job's live instances (the computing tier among them); `delayed_update`: the job runs
-  // zero.offload_optimizer.delayed_update, which a swap cannot drain (refused); `store_timeout_s`: how long a
+  // `instances`: the job's live instances (the partition and the tiers among them); `delayed_update`: the job
+  // runs zero.offload_optimizer.delayed_update, which a swap cannot drain (refused); `store_timeout_s`: how long a
   // rank waits for rank 0's copy of a control request (comm.timeout_s). Rank 0 opens the control channel.
   StorageSwaps(const JobSetup& job, PluginInstances& instances, HostServices& services, comm::Comm& world,
                const std::string& run_path, bool delayed_update, double store_timeout_s);
-  // Takes the swapped-in storage back from the host services (the instances are destroyed by their owner).
+  // Takes the swapped-in storages back from the host services (the instances are destroyed by their owner).
   ~StorageSwaps();
   StorageSwaps(const StorageSwaps&) = delete;
   StorageSwaps& operator=(const StorageSwaps&) = delete;
 
-  // The storage the optimizer's states are in now ("cpu", "nvme", a tier's name); "" without a computing tier.
-  const std::string& storage() const { return storage_; }
+  // Where the optimizer's states are now ("cpu", "nvme", a tier's name); "" without a computing tier.
+  const std::string& optimizer_storage() const { return optimizer_.storage; }
+  // Where stage 3's parameter shards are now; "" without parameter offload.
+  const std::string& param_storage() const { return params_.storage; }
   // Rank 0: the number of the oldest control request waiting (0 on other ranks and when none); the trainer
   // all-reduces it with the step's loss.
   int64_t waiting_request() const { return channel_ ? channel_->pending() : 0; }
-  // Collective, at the boundary after `step`: the swap the schedule puts there, then control request `request`
+  // Collective, at the boundary after `step`: the swaps the schedules put there, then control request `request`
   // (the all-reduced waiting_request(); 0: none).
   void after_step(int64_t step, int64_t request);
 
  private:
+  // One role's storage: the optimizer's states, or the parameter shards.
+  struct Role {
+    zhost_tier_role role;
+    const char* name;  // "optimizer", "param": the key of swaps.jsonl, the control command and the schedule
+    std::string storage;
+    const PluginInstance* stored_in = nullptr;  // the storing instance; nullptr: the computing tier's memory
+    std::vector<config::StorageSwapPoint> schedule;
+  };
   struct Outcome {
     bool ok = false;
     std::string error;
     uint64_t bytes = 0;
     double seconds = 0;
   };
-  Outcome swap(int64_t step, const std::string& to, const std::string& origin);
-  // The plugin for storage `name` (nullptr: "cpu"), looking on the search path again if need be.
+  Outcome swap(Role& role, int64_t step, const std::string& to, const std::string& origin);
+  // The instance of `plugin` that will hold `role`'s storage: the CPU tier that runs the optimizer keeps
+  // parameter shards itself; any other storage gets a new instance (`created`).
+  const PluginInstance* storage_instance(const Role& role, const LoadedPlugin* plugin, bool* created);
+  // COPY, COMMIT or ABORT of `role`'s move, through the plugin that moves it.
+  uint64_t move(const Role& role, zhost_storage_move_phase phase, const zhost_tier_ref* storage);
+  // The plugin for storage `name` (nullptr: "cpu" for the optimizer), looking on the search path again if need be.
   const LoadedPlugin* find_storage(const std::string& name);
   std::map<std::string, ConfigValue> config_for(const LoadedPlugin& plugin) const;
   void serve_request(int64_t step, int64_t request);
@@ -74,10 +93,10 @@ class StorageSwaps {
   std::string run_path_;
   bool delayed_update_;
   double store_timeout_s_;
-  std::vector<config::StorageSwapPoint> schedule_;
-  const PluginInstance* compute_ = nullptr;    // the tier running the optimizer, or none
-  const PluginInstance* stored_in_ = nullptr;  // the storage tier's instance; nullptr: the computing tier's memory
-  std::string storage_;
+  const PluginInstance* partition_ = nullptr;
+  const PluginInstance* compute_ = nullptr;  // the tier running the optimizer, or none
+  Role optimizer_{ZHOST_TIER_FOR_OPTIMIZER_STORAGE, "optimizer", {}, nullptr, {}};
+  Role params_{ZHOST_TIER_FOR_PARAMS, "param", {}, nullptr, {}};
   std::deque<Discovery> found_later_;  // plugins found on the search path after start; kept for their instances
   std::unique_ptr<control::ControlChannel> channel_;  // rank 0
 };

@@ -130,6 +130,7 @@ void RunDirectory::append_metrics(const StepRecord& r) {
                    {"rss_mb", r.memory.rss_mb},
                    {"peak_rss_mb", r.memory.peak_rss_mb}};
   if (!r.optimizer_storage.empty()) j["optimizer_storage"] = r.optimizer_storage;
+  if (!r.param_storage.empty()) j["param_storage"] = r.param_storage;
   for (const auto& [name, ms] : r.plugin_ms) j[name + "_ms"] = ms;  // e.g. "stage3/gather_wait_ms"
   nlohmann::json memory = nlohmann::json::object();
   for (const auto& [name, bytes] : r.memory_bytes) memory[name] = bytes;

@@ -44,8 +44,9 @@ struct StepRecord {
   MemoryCategories memory_bytes;  // this rank, at the end of the step (Note [Memory categories])
   double step_time_ms = 0;        // wall time of the step(s) the record covers, per step
   bool printed = false;           // a steps_per_print record (its line was logged)
-  std::string
-      optimizer_storage;  // where the optimizer's states were during the step (Note [Storage swap]); "": no tier
+  // Where the optimizer's states and stage 3's offloaded parameter shards were during the step (Note [Storage
+  // swap]); "": no such tier.
+  std::string optimizer_storage, param_storage;
 };
 
 // DIR/NAME, or DIR/<timestamp> when NAME is empty (every rank must use rank 0's: engine.cpp shares it).

@@ -679,7 +679,10 @@ TrainResult Trainer::run() {
       record.plugin_ms.emplace_back(name, static_cast<double>(total_span.ns) / 1e6);
     record.memory = current_memory();
     record.printed = printed;
-    if (t.swaps) record.optimizer_storage = t.swaps->storage();
+    if (t.swaps) {
+      record.optimizer_storage = t.swaps->optimizer_storage();
+      record.param_storage = t.swaps->param_storage();
+    }
     t.run_dir.append_rank_record(record);
     if (t.world.rank() == 0) t.run_dir.append_metrics(record);
     if (t.checkpointer->due(step, s.steps) || (stop && stop_request)) {

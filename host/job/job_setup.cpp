@@ -94,22 +94,25 @@ std::vector<std::string> search_dirs(const JobSetupOptions& options, const confi
   return dirs;
 }
 
-// The storages of zero.offload_optimizer.swap_schedule (its syntax is checked by the host's rules) must each be a
-// storing tier found now, under a computing tier that can move its states (Note [Storage swap]); they are
+// The storages of the swap schedules (their syntax is checked by the host's rules) must each be a storing tier
+// found now, and the optimizer's under a computing tier that can move its states (Note [Storage swap]); they are
 // created only at their swap.
-void check_swap_schedule(const config::ResolvedConfig& config, const Resolution& resolution,
-                         const std::vector<LoadedPlugin>& found) {
-  const std::vector<config::StorageSwapPoint> schedule = config::storage_swap_schedule(config);
-  if (schedule.empty()) return;
-  auto compute = resolution.tiers.find(ZHOST_TIER_FOR_OPTIMIZER);
-  if (compute != resolution.tiers.end() && !can_move_storage(*compute->second))
-    fail_usage(
-        "zero.offload_optimizer.swap_schedule: plugin '{}' ({}) runs the optimizer but cannot move its states to "
-        "another storage (it has no optimizer_move_storage, zhost ABI 0.7); remove the schedule",
-        compute->second->info.name, compute->second->path.string());
-  for (const config::StorageSwapPoint& point : schedule)
-    storage_swap_target(point.storage, found,
-                        fmt::format("zero.offload_optimizer.swap_schedule \"{}:{}\"", point.after_step, point.storage));
+void check_swap_schedules(const config::ResolvedConfig& config, const Resolution& resolution,
+                          const std::vector<LoadedPlugin>& found) {
+  for (const char* key : {"zero.offload_optimizer.swap_schedule", "zero.offload_param.swap_schedule"}) {
+    const std::vector<config::StorageSwapPoint> schedule = config::storage_swap_schedule(config, key);
+    if (schedule.empty()) continue;
+    auto compute = resolution.tiers.find(ZHOST_TIER_FOR_OPTIMIZER);
+    if (std::string(key) == "zero.offload_optimizer.swap_schedule" && compute != resolution.tiers.end() &&
+        !can_move_storage(*compute->second))
+      fail_usage(
+          "{}: plugin '{}' ({}) runs the optimizer but cannot move its states to another storage (it has no "
+          "optimizer_move_storage, zhost ABI 0.7); remove the schedule",
+          key, compute->second->info.name, compute->second->path.string());
+    for (const config::StorageSwapPoint& point : schedule)
+      if (point.storage != "cpu" || std::string(key) == "zero.offload_optimizer.swap_schedule")
+        storage_swap_target(point.storage, found, fmt::format("{} \"{}:{}\"", key, point.after_step, point.storage));
+  }
 }
 
 // Every storing tier found, when the job's computing tier can move its states: a schedule or `zhost control` may
@@ -203,7 +206,7 @@ JobSetup prepare_job(const JobSetupOptions& options) {
   job.needs = needs_for(zero_selection(first));
   job.resolution = resolve_plugins(job.needs, job.discovery.plugins);
 
-  check_swap_schedule(first, job.resolution, job.discovery.plugins);
+  check_swap_schedules(first, job.resolution, job.discovery.plugins);
 
   // Pass 2: host keys + the chosen plugins' keys; keys of unused plugins are rejected with the reason.
   config::add_host_keys(job.schema);

@@ -293,20 +293,78 @@ bool Stage3Partition::staging_available() const {
   return false;
 }
 
-zhost_tier_event* Stage3Partition::tier_io_start(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*),
-                                                 uint64_t key, DLTensor& data) {
+zhost_tier_event* Stage3Partition::tier_io_start(const zhost_tier_ref& tier, TierIo io, uint64_t key, DLTensor& data) {
   zhost_tier_io_args args{};
   args.struct_size = sizeof(args);
   args.key = key;
   args.data = &data;
-  host_.check(io(params_tier_.instance, &args));
+  host_.check(io(tier.instance, &args));
   return args.event;
 }
 
-void Stage3Partition::tier_io(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key,
-                              DLTensor& data) {
-  if (zhost_tier_event* event = tier_io_start(io, key, data))
-    host_.check(params_tier_.api->wait_event(params_tier_.instance, event));
+void Stage3Partition::tier_io(const zhost_tier_ref& tier, TierIo io, uint64_t key, DLTensor& data) {
+  if (zhost_tier_event* event = tier_io_start(tier, io, key, data))
+    host_.check(tier.api->wait_event(tier.instance, event));
+}
+
+void Stage3Partition::drop_parameter_shards(const zhost_tier_ref& tier) noexcept {
+  for (int unit = 0; unit < static_cast<int>(layout_.units().size()); ++unit) {
+    sdk::Status status(host_.services(), tier.api->drop(tier.instance, param_key(unit)));
+    if (!status.ok())
+      host_.warn(kit::format("stage3: could not drop {}'s shard from tier '{}': {}", unit_name(unit), tier.name,
+                             status.message()));
+  }
+}
+
+// Note [Storage swap] (host/engine/storage_swap.hpp): COPY loads each unit's shard from the params tier into the
+// first staging buffer (free between steps) and stores it into the new tier under the same key; COMMIT drops the
+// old copies and gathers from the new tier from then on; ABORT drops the new copies.
+void Stage3Partition::move_param_storage(zhost_tier_storage_move& args) {
+  switch (args.phase) {
+    case ZHOST_STORAGE_MOVE_COPY: {
+      if (!params_tier_.instance || staging_.empty())
+        throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                          "stage 3 keeps its parameter shards in a tier only with zero.offload_param.device; start the "
+                          "job with it to swap the shards' storage");
+      const zhost_tier_ref* target = args.storage;
+      if (!target || !target->instance || !target->api || !target->api->store || !target->api->load)
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "stage3: a parameter storage move names no storing tier");
+      for (Staging& slot : staging_)  // nothing may still be loading from the old tier
+        if (slot.unit >= 0) finish_gather(slot.unit);
+      pending_params_tier_ = *target;
+      pending_params_tier_.struct_size = sizeof(pending_params_tier_);
+      uint64_t bytes = 0;
+      try {
+        for (int unit = 0; unit < static_cast<int>(layout_.units().size()); ++unit) {
+          const at::Tensor shard =
+              staging_.front().buffer.narrow(0, 0, layout_.units()[static_cast<size_t>(unit)].shard);
+          DLTensor view = dl_view(shard);
+          tier_io(params_tier_, params_tier_.api->load, param_key(unit), view);
+          tier_io(pending_params_tier_, pending_params_tier_.api->store, param_key(unit), view);
+          bytes += static_cast<uint64_t>(shard.numel()) * static_cast<uint64_t>(shard.element_size());
+        }
+      } catch (...) {
+        drop_parameter_shards(pending_params_tier_);
+        pending_params_tier_ = zhost_tier_ref{};
+        throw;
+      }
+      args.bytes = bytes;
+      return;
+    }
+    case ZHOST_STORAGE_MOVE_COMMIT:
+      if (!pending_params_tier_.instance)
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "stage3: parameter storage move COMMIT without a COPY");
+      drop_parameter_shards(params_tier_);
+      params_tier_ = std::exchange(pending_params_tier_, zhost_tier_ref{});
+      host_.info(kit::format("parameter shards now kept in tier '{}'", params_tier_.name));
+      return;
+    case ZHOST_STORAGE_MOVE_ABORT:
+      if (pending_params_tier_.instance) drop_parameter_shards(pending_params_tier_);
+      pending_params_tier_ = zhost_tier_ref{};
+      return;
+    default:
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, kit::format("stage3: unknown storage move phase {}", args.phase));
+  }
 }
 
 // Parameter offload: the unit's shard from the tier into `slot`. The gather that sends it is ordered after

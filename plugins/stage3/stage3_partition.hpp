@@ -89,6 +89,8 @@ class Stage3Partition : public sdk::PartitionHooks {
   void gather_param(uint32_t id, DLTensor& out);
   void save_state(const zhost_state_io& io);
   void load_state(const zhost_state_io& io);
+  // Hot swap (Note [Storage swap]): the shards from the params tier into another storing tier, phase by phase.
+  void move_param_storage(zhost_tier_storage_move& args);
 
  private:
   // A tier, and device memory apart from host memory: copies stage the data (copies_ is found with a tier).
@@ -142,9 +144,16 @@ class Stage3Partition : public sdk::PartitionHooks {
   static uint64_t param_key(int unit) { return (1ull << 63) | static_cast<uint64_t>(unit); }
   Staging& free_staging();
   bool staging_available() const;
-  zhost_tier_event* tier_io_start(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key,
-                                  DLTensor& data);
-  void tier_io(zhost_status* (*io)(zhost_plugin_instance*, zhost_tier_io_args*), uint64_t key, DLTensor& data);
+  using TierIo = zhost_status* (*)(zhost_plugin_instance*, zhost_tier_io_args*);
+  // One store or load with `tier` (params_tier_ when not given): started, or started and waited for.
+  zhost_tier_event* tier_io_start(const zhost_tier_ref& tier, TierIo io, uint64_t key, DLTensor& data);
+  zhost_tier_event* tier_io_start(TierIo io, uint64_t key, DLTensor& data) {
+    return tier_io_start(params_tier_, io, key, data);
+  }
+  void tier_io(const zhost_tier_ref& tier, TierIo io, uint64_t key, DLTensor& data);
+  void tier_io(TierIo io, uint64_t key, DLTensor& data) { tier_io(params_tier_, io, key, data); }
+  // Drops every unit's shard from `tier` (a storage swap's old or abandoned copy); failures are logged.
+  void drop_parameter_shards(const zhost_tier_ref& tier) noexcept;
   void load_shard(Staging& slot, int unit, DLTensor& dst);
   void finish_load(Staging& slot);
   void init_unit(int u);
@@ -191,6 +200,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   std::vector<std::string> state_names_;       // what a checkpoint holds: "master" and the optimizer's states
   zero::OptimizerTier tier_;                   // zero.offload_optimizer's tier (inactive without one)
   zhost_tier_ref params_tier_{};               // zero.offload_param's tier (with parameter offload)
+  zhost_tier_ref pending_params_tier_{};       // between a parameter storage move's COPY and its COMMIT or ABORT
   std::vector<Staging> staging_;               // parameter offload: buffers the shards are gathered from
   zero::HostCopies copies_;                    // to and from the tier's host memory
   struct ToHost {                              // a unit's reduced gradient shard on its way to the tier's accumulator

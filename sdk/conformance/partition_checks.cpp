@@ -19,7 +19,7 @@ void check_partition(const CheckRun& run) {
                table->pre_backward && table->grad_ready && table->post_backward && table->backward_end && table->step,
            "a required hook is NULL");
     if (flags & ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS)
-      expect(table->struct_size >= ZHOST_PARTITION_API_SIZE && table->gather_param,
+      expect(table->struct_size >= ZHOST_STRUCT_SIZE(zhost_partition_api, gather_param) && table->gather_param,
              "ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS needs gather_param");
     expect(!(flags & (ZHOST_PLUGIN_FLAG_TIER_STORES | ZHOST_PLUGIN_FLAG_TIER_COMPUTES)),
            "a partition plugin declares tier roles");

@@ -128,6 +128,42 @@ TEST_P(SwapSchedule, CpuNvmeHelloCpuEqualsTheJobWithoutSwapsBitForBit) {
   EXPECT_NE(page.find("<td>15</td><td>hello</td><td>cpu</td><td>schedule</td>"), std::string::npos);
 }
 
+// Stage 3's parameter shards, offloaded to the CPU tier, move cpu -> nvme -> hello_tier -> cpu (the partition's
+// move_param_storage): the job equals the same job without swaps bit for bit.
+TEST(SwapParamSchedule, Stage3ShardsCpuNvmeHelloCpuEqualTheJobWithoutSwapsBitForBit) {
+  ScratchDir dir;
+  fs::create_directories(dir.path() / "nvme");
+  const std::string args = kBase +
+                           " --nproc 2 --set zero.stage=3 --set train_micro_batch_size_per_gpu=1 "
+                           "--set zero.stage3_param_persistence_threshold=40 --set zero.sub_group_size=3000 "
+                           "--set zero.offload_param.device=cpu";
+  RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", args);
+  RunOutput swapped = run_zhost(dir.path(), small_job_config(), "swapped",
+                                args + " --set zero.offload_param.nvme_path=" + (dir.path() / "nvme").string() +
+                                    " --set 'zero.offload_param.swap_schedule=[\"5:nvme\",\"10:hello\",\"15:cpu\"]'");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(swapped.exit_code, 0) << swapped.err;
+  ASSERT_EQ(plain.losses.size(), 20u);
+  EXPECT_EQ(swapped.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(swapped, plain, 0, 0), "");
+  const std::vector<json> swaps = json_lines(swapped.run_dir / "swaps.jsonl");
+  ASSERT_EQ(swaps.size(), 3u);
+  for (const json& swap : swaps) {
+    EXPECT_TRUE(swap.value("ok", false)) << swap;
+    EXPECT_EQ(swap["role"], "param") << swap;
+    EXPECT_GT(swap.value("bytes", 0), 0) << swap;
+  }
+  std::vector<std::string> params;
+  for (const json& record : json_lines(swapped.run_dir / "metrics.jsonl"))
+    params.push_back(record.value("param_storage", std::string("?")));
+  std::vector<std::string> expected;
+  for (const char* storage : {"cpu", "nvme", "hello", "cpu"}) expected.insert(expected.end(), 5, storage);
+  EXPECT_EQ(params, expected);
+  EXPECT_NE(swapped.err.find("parameter shards moved from 'nvme' to 'hello' after step 10"), std::string::npos)
+      << swapped.err;
+  EXPECT_TRUE(fs::is_empty(dir.path() / "nvme")) << "the NVMe tier swapped out left its files behind";
+}
+
 // A larger llama (about 5.6 MB of fp32 master and Adam states on one rank), so that a small disk or a small
 // hello_tier fills up in the middle of the copy.
 const std::string kLarger =
@@ -290,6 +326,12 @@ TEST(ControlSwap, AMalformedRequestIsRefusedAndTheJobTrainsOn) {
   EXPECT_NE(json_lines(ack)[0].value("error", std::string()).find("not a JSON object"), std::string::npos);
   Command empty = zhost(job.control("--optimizer ''"));
   EXPECT_EQ(empty.exit_code, 2) << empty.output;
+  Command both = zhost(job.control("--optimizer cpu --param cpu"));
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  // A stage 2 job keeps no parameter shards in a tier: refused at once, with the reason.
+  Command param = zhost(job.control("--param nvme"));
+  EXPECT_EQ(param.exit_code, 2) << param.output;
+  EXPECT_NE(param.output.find("keeps no parameter shards in a tier"), std::string::npos) << param.output;
   const size_t before = job.steps();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_GT(job.steps(), before) << "the job stopped training";
@@ -336,6 +378,19 @@ TEST(SwapScheduleConfig, WhatCannotWorkIsRefusedBeforeTheJobStarts) {
        "'zero.offload_optimizer.swap_schedule=[\"3:nvme\"]'",
        "zero.offload_optimizer.nvme_path"},
   };
+  const std::pair<std::string, std::string> param_cases[] = {
+      {"--set zero.stage=3 --set zero.offload_optimizer.device=cpu --set "
+       "'zero.offload_param.swap_schedule=[\"3:cpu\"]'",
+       "this config keeps them in none"},
+      {"--set zero.stage=3 --set zero.offload_optimizer.device=cpu --set zero.offload_param.device=cpu "
+       "--set 'zero.offload_param.swap_schedule=[\"3:none\"]'",
+       "keeps offloaded shards in a tier for the whole job"},
+  };
+  for (const auto& [sets, expected] : param_cases) {
+    const Command c = check(sets);
+    EXPECT_EQ(c.exit_code, 2) << sets << "\n" << c.output;
+    EXPECT_NE(c.output.find(expected), std::string::npos) << sets << "\n" << c.output;
+  }
   for (const auto& [sets, expected] : cases) {
     const Command c = check(sets);
     EXPECT_EQ(c.exit_code, 2) << sets << "\n" << c.output;

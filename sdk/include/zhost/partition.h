@@ -33,6 +33,7 @@
 #include <dlpack/dlpack.h>
 
 #include "zhost/core.h"
+#include "zhost/offload.h" /* zhost_tier_storage_move (0.7) */
 #include "zhost/optimizer.h"
 #include "zhost/plugin.h"
 
@@ -189,8 +190,15 @@ typedef struct zhost_partition_api {
    * the parameters' values made consistent with the loaded masters (16-bit copies, shards, all-gathers), as
    * after a step. Collective: every rank calls it once, after setup() and before the first micro-batch. */
   zhost_status* (*load_state)(zhost_plugin_instance* self, const zhost_state_io* io);
+  /* 0.7, optional (NULL, or ZHOST_ERR_UNSUPPORTED: the job cannot swap its parameter storage): one phase of moving
+   * every parameter shard the plugin keeps in its params tier (ZHOST_TIER_FOR_PARAMS) into another storing tier,
+   * with the phases and ownership of the offload table's optimizer_move_storage (docs/abi.md "Storage swap");
+   * args->storage->instance is never NULL. Called on every rank between steps, outside a micro-batch. */
+  zhost_status* (*move_param_storage)(zhost_plugin_instance* self, zhost_tier_storage_move* args);
 } zhost_partition_api;
-#define ZHOST_PARTITION_API_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, load_state)
+#define ZHOST_PARTITION_API_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, move_param_storage)
+/* What a plugin built for ABI 0.5 or 0.6 fills: everything up to load_state. */
+#define ZHOST_PARTITION_API_SIZE_0_6 ZHOST_STRUCT_SIZE(zhost_partition_api, load_state)
 /* What a plugin built for ABI 0.2 to 0.4 fills: everything up to gather_param. */
 #define ZHOST_PARTITION_API_SIZE_0_4 ZHOST_STRUCT_SIZE(zhost_partition_api, gather_param)
 #define ZHOST_PARTITION_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, memory) /* since 0.1 */

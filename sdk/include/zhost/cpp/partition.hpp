@@ -39,6 +39,10 @@ struct PartitionHooks {
   void load_state(const zhost_state_io&) {
     throw PluginError(ZHOST_ERR_UNSUPPORTED, "this partition plugin cannot load its state from a checkpoint");
   }
+  // Hot swap (0.7): a class that does not define it keeps its parameter storage for the whole job.
+  void move_param_storage(zhost_tier_storage_move&) {
+    throw PluginError(ZHOST_ERR_UNSUPPORTED, "this partition plugin cannot move its parameters to another storage");
+  }
 };
 
 template <typename T>
@@ -69,6 +73,9 @@ struct PartitionTableOf {
       },
       [](zhost_plugin_instance* s, const zhost_state_io* io) { return guard([&] { self(s).save_state(*io); }); },
       [](zhost_plugin_instance* s, const zhost_state_io* io) { return guard([&] { self(s).load_state(*io); }); },
+      [](zhost_plugin_instance* s, zhost_tier_storage_move* args) {
+        return guard([&] { self(s).move_param_storage(*args); });
+      },
   };
 };
 
