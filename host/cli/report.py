@@ -299,13 +299,40 @@ def summary_table(runs):
     return "<table>%s</table>" % "".join(rows)
 
 
+def storage_of(record):
+    """Where a step's offloaded states were (Note [Storage swap]): "cpu", "nvme / parameters: cpu", or ""."""
+    storage = record.get("optimizer_storage", "")
+    if record.get("param_storage"):
+        storage += " / parameters: " + record["param_storage"]
+    return storage
+
+
+def plot_swaps(run):
+    """Step time per step, coloured by storage, with the swaps marked: the figure a tier experiment is for."""
+    records = [r for r in run.metrics if storage_of(r)]
+    if not run.swaps and len({storage_of(r) for r in records}) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(13, 3.4))
+    for storage in dict.fromkeys(storage_of(r) for r in records):
+        steps = [r["step"] for r in records if storage_of(r) == storage]
+        times = [r["step_time_ms"] for r in records if storage_of(r) == storage]
+        ax.plot(steps, times, "o", markersize=4, label=storage)
+    for w in run.swaps:
+        ax.axvline(w["after_step"] + 0.5, color="green" if w.get("ok") else "red", linestyle="--", linewidth=1)
+        ax.annotate("%s %s -> %s%s" % (w.get("role", "optimizer"), w["from"], w["to"], "" if w.get("ok") else " (failed)"),
+                    (w["after_step"] + 0.5, 1), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                    va="top", ha="right")
+    ax.set_xlabel("step")
+    ax.set_ylabel("step time (ms)")
+    ax.legend(fontsize=8, title="optimizer storage", title_fontsize=8)
+    return figure_uri(fig)
+
+
 def storage_table(run):
     """Step time by where the optimizer's states were (Note [Storage swap]), and the swaps themselves."""
     by_storage = {}
     for r in run.metrics[1:]:  # the first step warms up
-        storage = r.get("optimizer_storage", "")
-        if r.get("param_storage"):
-            storage += " / parameters: " + r["param_storage"]
+        storage = storage_of(r)
         if storage:
             by_storage.setdefault(storage, []).append(r["step_time_ms"])
     if not by_storage and not run.swaps:
@@ -374,6 +401,7 @@ def main():
         figure("Memory by category over time: " + run.name, plot_memory(run))
         figure("Overlap: plugin waits: " + run.name, plot_waits(run))
         figure("Trace: one step on rank 0: " + run.name, plot_trace_step(run))
+        figure("Tier swaps: step time by storage: " + run.name, plot_swaps(run))
         if run.comms:
             sections.append(comms_table(run))
         sections.append(storage_table(run))

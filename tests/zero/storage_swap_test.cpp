@@ -122,6 +122,7 @@ TEST_P(SwapSchedule, CpuNvmeHelloCpuEqualsTheJobWithoutSwapsBitForBit) {
   std::ifstream in(html);
   const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(page.find("Step time by optimizer storage"), std::string::npos);
+  EXPECT_NE(page.find("<h2>Tier swaps: step time by storage: swapped</h2><img class=\"plot\""), std::string::npos);
   EXPECT_NE(page.find("<tr><td>cpu</td><td>9</td>"), std::string::npos) << "steps 2-5 and 16-20";
   EXPECT_NE(page.find("<tr><td>nvme</td><td>5</td>"), std::string::npos);
   EXPECT_NE(page.find("<tr><td>hello</td><td>5</td>"), std::string::npos);
@@ -193,7 +194,33 @@ TEST(FailedSwap, IntoAFullDiskLeavesBothRanksOnTheirStorage) {
                               args + " --set zero.offload_optimizer.nvme_path=" + disk.path().string() +
                                   " --set 'zero.offload_optimizer.swap_schedule=[\"3:nvme\"]'");
   expect_stayed(plain, tried, "offload_nvme");
-  EXPECT_EQ(fs::directory_iterator(disk.path())->path().filename(), "lost+found") << "files left on the disk";
+  EXPECT_EQ(std::distance(fs::directory_iterator(disk.path()), fs::directory_iterator()), 1)
+      << "files left on the disk";
+}
+
+TEST(FailedSwap, ParameterShardsIntoAFullDiskStayInTheCpuTier) {
+  ScratchDir dir;
+  SmallDisk disk(dir.path(), 4);  // about 2.5 MB free; the shards of a width-256 llama are about 6.5 MB
+  if (!disk.mounted()) GTEST_SKIP() << "no loop mount here (needs root, mkfs.ext4 and a loop device)";
+  const std::string args = kLarger +
+                           " --set model.width=256 --nproc 2 --set zero.stage=3 --set train_micro_batch_size_per_gpu=1 "
+                           "--set zero.offload_param.device=cpu";
+  RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", args);
+  RunOutput tried = run_zhost(dir.path(), small_job_config(), "tried",
+                              args + " --set zero.offload_param.nvme_path=" + disk.path().string() +
+                                  " --set 'zero.offload_param.swap_schedule=[\"3:nvme\"]'");
+  ASSERT_EQ(tried.exit_code, 0) << tried.err;
+  EXPECT_EQ(tried.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(tried, plain, 0, 0), "");
+  const std::vector<json> swaps = json_lines(tried.run_dir / "swaps.jsonl");
+  ASSERT_EQ(swaps.size(), 1u);
+  EXPECT_FALSE(swaps[0].value("ok", true));
+  EXPECT_EQ(swaps[0]["role"], "param");
+  EXPECT_NE(tried.err.find("parameter shards not moved to 'nvme' after step 3"), std::string::npos) << tried.err;
+  for (const json& record : json_lines(tried.run_dir / "metrics.jsonl"))
+    EXPECT_EQ(record.value("param_storage", std::string()), "cpu");
+  EXPECT_EQ(std::distance(fs::directory_iterator(disk.path()), fs::directory_iterator()), 1)
+      << "files left on the disk";
 }
 
 TEST(FailedSwap, IntoATierThatFillsUpHalfWayLeavesTheJobOnItsStorage) {
