@@ -19,6 +19,21 @@ add_library(zhost_xxhash INTERFACE)
 target_include_directories(zhost_xxhash SYSTEM INTERFACE ${ZHOST_XXHASH_INCLUDE})
 target_link_libraries(zhost_xxhash INTERFACE ${ZHOST_XXHASH_LIB})
 
+# libsentencepiece (optional): data.tokenizer (host/data/tokenizer.hpp), only ever linked into a shared object of
+# its own (Note [SentencePiece in its own scope], host/data/sentencepiece_shim.cpp); without it the key is refused
+# with what to install.
+find_path(ZHOST_SENTENCEPIECE_INCLUDE sentencepiece_processor.h)
+find_library(ZHOST_SENTENCEPIECE_LIB sentencepiece)
+if(ZHOST_SENTENCEPIECE_INCLUDE AND ZHOST_SENTENCEPIECE_LIB)
+  set(ZHOST_HAS_SENTENCEPIECE ON)
+  add_library(zhost_sentencepiece INTERFACE)
+  target_include_directories(zhost_sentencepiece SYSTEM INTERFACE ${ZHOST_SENTENCEPIECE_INCLUDE})
+  target_link_libraries(zhost_sentencepiece INTERFACE ${ZHOST_SENTENCEPIECE_LIB})
+else()
+  set(ZHOST_HAS_SENTENCEPIECE OFF)
+  message(STATUS "zhost: libsentencepiece not found: data.tokenizer will be refused (install libsentencepiece-dev)")
+endif()
+
 # Boost.DLL, header-only on std::filesystem (no Boost.Filesystem library needed).
 add_library(zhost_boost_dll INTERFACE)
 target_link_libraries(zhost_boost_dll INTERFACE Boost::headers ${CMAKE_DL_LIBS})

@@ -179,6 +179,7 @@ void add_model_rules(Schema& schema) {
 void add_data_rules(Schema& schema) {
   read_only_when(schema, "data.type", {"\"tokens\"", "\"text\""}, {"data.path"});
   read_only_when(schema, "data.type", {"\"tokens\""}, {"data.token_dtype"});
+  read_only_when(schema, "data.type", {"\"text\""}, {"data.tokenizer"});
   rule(schema, {"data.type", "data.path"}, [](const ResolvedConfig& config) -> Problem {
     const std::string& type = config.get_string("data.type");
     if (type == "synthetic" || !config.get_string("data.path").empty()) return std::nullopt;
@@ -187,9 +188,10 @@ void add_data_rules(Schema& schema) {
         "data.type = \"synthetic\"",
         type);
   });
-  rule(schema, {"model.vocab", "data.type"}, [](const ResolvedConfig& config) -> Problem {
+  rule(schema, {"model.vocab", "data.type", "data.tokenizer"}, [](const ResolvedConfig& config) -> Problem {
     int64_t vocab = config.get_int("model.vocab");
     if (config.get_string("data.type") != "text" || vocab >= kByteIds) return std::nullopt;
+    if (!config.get_string("data.tokenizer").empty()) return std::nullopt;  // the tokenizer's ids, checked at open
     return fmt::format(
         "model.vocab = {} is too small for data.type = \"text\", which uses the byte values 0..255 "
         "as token ids; set model.vocab to 256 or more",

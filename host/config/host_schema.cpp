@@ -127,6 +127,9 @@ void add_data_keys(HostKeys& keys) {
               "synthetic random tokens, a binary token file, or a text file");
   keys.text("data.path", "", "the token or text file (data.type = tokens or text)");
   keys.choice("data.token_dtype", "uint16", {"uint16", "uint32"}, "integer type of a token file's entries");
+  keys.text("data.tokenizer", "",
+            "data.type = text: a SentencePiece model (an HF model's tokenizer.model) that tokenizes the text when "
+            "the job starts; empty: bytes are the ids");
 }
 
 void add_optimizer_keys(HostKeys& keys) {

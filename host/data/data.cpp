@@ -49,8 +49,10 @@ DataLoader::DataLoader(const DataSpec& spec) : spec_(spec) {
     source_ = open_synthetic(params);
   } else if (spec.source == "tokens") {
     source_ = open_token_file(spec.path, spec_.token_dtype == "uint16" ? 2 : 4, params);
-  } else {
+  } else if (spec.tokenizer.empty()) {
     source_ = open_text(spec.path, params);
+  } else {
+    source_ = open_tokenized_text(spec.path, spec.tokenizer, params);
   }
 }
 

@@ -7,9 +7,13 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "host/core/error.hpp"
+#include "host/data/tokenizer.hpp"
 #include "host/formats/mapped_file.hpp"
 
 namespace zhost::data {
@@ -51,15 +55,27 @@ class SyntheticSource final : public TokenSource {
   SourceParams params_;
 };
 
-// A corpus of token ids stored in one or more mapped files, read as one concatenated sequence.
+// Token ids in memory, as a corpus reads them: a mapped file's bytes, or the ids a tokenizer made of a text file.
+struct TokenRun {
+  const unsigned char* data = nullptr;
+  size_t size = 0;   // bytes, a whole number of ids
+  std::string path;  // the file the ids come from, for messages
+};
+
+// A corpus of token ids in one or more runs, read as one concatenated sequence. `owner` keeps the runs' memory.
 class CorpusSource final : public TokenSource {
  public:
   // `files`: non-empty, each a whole number of tokens. `what` names the corpus in messages.
-  CorpusSource(std::vector<MappedFile> files, int token_bytes, const SourceParams& params, std::string what)
-      : files_(std::move(files)), token_bytes_(token_bytes), params_(params), what_(std::move(what)) {
-    for (const MappedFile& file : files_) {
+  CorpusSource(std::vector<TokenRun> files, std::shared_ptr<const void> owner, int token_bytes,
+               const SourceParams& params, std::string what)
+      : files_(std::move(files)),
+        owner_(std::move(owner)),
+        token_bytes_(token_bytes),
+        params_(params),
+        what_(std::move(what)) {
+    for (const TokenRun& file : files_) {
       starts_.push_back(total_tokens_);
-      total_tokens_ += static_cast<int64_t>(file.size()) / token_bytes_;
+      total_tokens_ += static_cast<int64_t>(file.size) / token_bytes_;
     }
     if (total_tokens_ < params_.seq_len + 1) {
       fail_usage("{} holds {} tokens, but one sample needs seq_len + 1 = {}; use more data or a shorter seq_len", what_,
@@ -93,13 +109,13 @@ class CorpusSource final : public TokenSource {
     size_t file = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) - starts_.begin()) - 1;
     int64_t position = first;
     while (count > 0) {
-      const int64_t file_tokens = static_cast<int64_t>(files_[file].size()) / token_bytes_;
+      const int64_t file_tokens = static_cast<int64_t>(files_[file].size) / token_bytes_;
       const int64_t offset = position - starts_[file];
       const int64_t n = std::min(count, file_tokens - offset);
-      const unsigned char* bytes = files_[file].data() + offset * token_bytes_;
+      const unsigned char* bytes = files_[file].data + offset * token_bytes_;
       for (int64_t i = 0; i < n; ++i) out[i] = decode(bytes + i * token_bytes_);
       for (int64_t i = 0; i < n; ++i) {
-        if (out[i] >= params_.vocab) report_bad_id(files_[file].path(), offset + i, out[i]);
+        if (out[i] >= params_.vocab) report_bad_id(files_[file].path, offset + i, out[i]);
       }
       out += n;
       position += n;
@@ -132,13 +148,53 @@ class CorpusSource final : public TokenSource {
         path, id, token, params_.vocab);
   }
 
-  std::vector<MappedFile> files_;
+  std::vector<TokenRun> files_;
+  std::shared_ptr<const void> owner_;
   std::vector<int64_t> starts_;  // token index where each file starts in the concatenation
   int64_t total_tokens_ = 0;
   int token_bytes_;
   SourceParams params_;
   std::string what_;
 };
+
+// Mapped files as a corpus's runs; the corpus keeps the mappings.
+std::unique_ptr<TokenSource> mapped_corpus(std::vector<MappedFile> files, int token_bytes, const SourceParams& params,
+                                           std::string what) {
+  auto owner = std::make_shared<std::vector<MappedFile>>(std::move(files));
+  std::vector<TokenRun> runs;
+  for (const MappedFile& file : *owner) runs.push_back({file.data(), file.size(), file.path()});
+  return std::make_unique<CorpusSource>(std::move(runs), owner, token_bytes, params, std::move(what));
+}
+
+// A text path's files: the file, or a folder's non-empty regular files in sorted name order.
+std::vector<MappedFile> text_files(const std::string& path) {
+  if (path.empty()) fail_usage("the text data source needs a path: a text file or a folder of text files");
+  std::error_code error;
+  if (!fs::exists(path, error)) fail_usage("text path '{}' does not exist; check the data path", path);
+  std::vector<MappedFile> files;
+  if (fs::is_directory(path, error)) {
+    std::vector<std::string> names;
+    for (const fs::directory_entry& entry : fs::directory_iterator(path)) {
+      if (entry.is_regular_file()) names.push_back(entry.path().string());
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      MappedFile file(name, "text file");
+      if (file.size() > 0) files.push_back(std::move(file));
+    }
+    if (files.empty()) fail_usage("text folder '{}' has no non-empty regular files; put the text files in it", path);
+    return files;
+  }
+  MappedFile file(path, "text file");
+  if (file.size() == 0) fail_usage("text file '{}' is empty; point the data path at a file with text", path);
+  files.push_back(std::move(file));
+  return files;
+}
+
+std::string text_what(const std::string& path) {
+  std::error_code error;
+  return (fs::is_directory(path, error) ? "text folder '" : "text file '") + path + "'";
+}
 
 }  // namespace
 
@@ -166,37 +222,44 @@ std::unique_ptr<TokenSource> open_token_file(const std::string& path, int token_
   }
   std::vector<MappedFile> files;
   files.push_back(std::move(file));
-  return std::make_unique<CorpusSource>(std::move(files), token_bytes, params, "token file '" + path + "'");
+  return mapped_corpus(std::move(files), token_bytes, params, "token file '" + path + "'");
 }
 
 std::unique_ptr<TokenSource> open_text(const std::string& path, const SourceParams& params) {
-  if (path.empty()) fail_usage("the text data source needs a path: a text file or a folder of text files");
   if (params.vocab < 256) {
     fail_usage(
         "text data uses byte values 0..255 as token ids, but vocab is {}; set the model's vocab to 256 or "
         "more",
         params.vocab);
   }
-  std::error_code error;
-  if (!fs::exists(path, error)) fail_usage("text path '{}' does not exist; check the data path", path);
-  std::vector<MappedFile> files;
-  if (fs::is_directory(path, error)) {
-    std::vector<std::string> names;
-    for (const fs::directory_entry& entry : fs::directory_iterator(path)) {
-      if (entry.is_regular_file()) names.push_back(entry.path().string());
-    }
-    std::sort(names.begin(), names.end());
-    for (const std::string& name : names) {
-      MappedFile file(name, "text file");
-      if (file.size() > 0) files.push_back(std::move(file));
-    }
-    if (files.empty()) fail_usage("text folder '{}' has no non-empty regular files; put the text files in it", path);
-    return std::make_unique<CorpusSource>(std::move(files), 1, params, "text folder '" + path + "'");
+  return mapped_corpus(text_files(path), 1, params, text_what(path));
+}
+
+std::unique_ptr<TokenSource> open_tokenized_text(const std::string& path, const std::string& tokenizer,
+                                                 const SourceParams& params) {
+  const Tokenizer encoder(tokenizer);
+  if (encoder.vocab() > params.vocab)
+    fail_usage(
+        "tokenizer '{}' has {} pieces, but the model's vocab is {}; use the model's own tokenizer, or a model "
+        "with a vocab of {} or more",
+        tokenizer, encoder.vocab(), params.vocab, encoder.vocab());
+  // Every file's ids, one after the other, each file a run of its own (an id out of range names the file).
+  auto ids = std::make_shared<std::vector<uint32_t>>();
+  std::vector<std::pair<size_t, std::string>> ends;  // (end index in ids, file)
+  for (const MappedFile& file : text_files(path)) {
+    encoder.encode(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), *ids);
+    ends.emplace_back(ids->size(), file.path());
   }
-  MappedFile file(path, "text file");
-  if (file.size() == 0) fail_usage("text file '{}' is empty; point the data path at a file with text", path);
-  files.push_back(std::move(file));
-  return std::make_unique<CorpusSource>(std::move(files), 1, params, "text file '" + path + "'");
+  std::vector<TokenRun> runs;
+  size_t begin = 0;
+  for (const auto& [end, file] : ends) {
+    if (end > begin)
+      runs.push_back({reinterpret_cast<const unsigned char*>(ids->data() + begin), (end - begin) * 4, file});
+    begin = end;
+  }
+  if (runs.empty()) fail_usage("tokenizer '{}' made no tokens of {}; check the text", tokenizer, text_what(path));
+  return std::make_unique<CorpusSource>(std::move(runs), ids, 4, params,
+                                        text_what(path) + " tokenized with '" + tokenizer + "'");
 }
 
 }  // namespace zhost::data

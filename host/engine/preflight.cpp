@@ -53,6 +53,7 @@ void check_data(const config::ResolvedConfig& config) {
   if (spec.source == "synthetic") return;
   spec.path = config.get_string("data.path");
   if (spec.source == "tokens") spec.token_dtype = config.get_string("data.token_dtype");
+  if (spec.source == "text") spec.tokenizer = config.get_string("data.tokenizer");
   spec.vocab = vocab;
   spec.seq_len = config.get_int("model.seq_len");
   try {

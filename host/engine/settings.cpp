@@ -104,6 +104,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.data.source = c.get_string("data.type");
   s.data.path = c.get_string("data.path");
   s.data.token_dtype = c.get_string("data.token_dtype");
+  s.data.tokenizer = c.get_string("data.tokenizer");
   s.data.vocab = s.model.vocab;
   s.data.seq_len = s.model.seq_len;
   s.data.micro_batch = s.batch.micro_batch_per_gpu;
