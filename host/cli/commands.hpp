@@ -64,7 +64,8 @@ struct ControlOptions {
   double timeout_s = 600;  // per wait: for the acknowledgement, then for the result
 };
 // `zhost control RUN_DIR swap --optimizer NAME | --param NAME`: a hot swap in a running job (Note [Control channel]);
-// exit code 0 when the swap succeeded, 1 when the job tried and stayed on its storage, 2 when there was no job to ask.
+// exit code 0 when the swap succeeded, 1 when the job tried and stayed on its storage, 2 when there was no job to ask
+// or the command was malformed or refused at once.
 int control_swap_command(const ControlOptions& options);
 
 }  // namespace zhost::cli

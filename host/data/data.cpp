@@ -56,6 +56,16 @@ DataLoader::DataLoader(const DataSpec& spec) : spec_(spec) {
   }
 }
 
+void DataLoader::check(const DataSpec& spec) {
+  if (spec.source != "text" || spec.tokenizer.empty()) {
+    DataLoader loader(spec);
+    return;
+  }
+  require_positive("vocab", spec.vocab);
+  require_positive("seq_len", spec.seq_len);
+  check_tokenized_text(spec.path, spec.tokenizer, SourceParams{spec.vocab, spec.seq_len, spec.seed});
+}
+
 DataLoader::~DataLoader() = default;
 
 int64_t DataLoader::first_sample_index(int64_t micro_step, int64_t rank, int64_t world_size, int64_t micro_batch) {

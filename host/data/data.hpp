@@ -53,6 +53,9 @@ class DataLoader {
  public:
   // Opens and checks the source; a bad spec, a missing, empty or too short file give a UsageError.
   explicit DataLoader(const DataSpec& spec);
+  // What the constructor checks, as cheaply as can be (before a job starts): a tokenized text's tokenizer is
+  // loaded and its vocab checked, and its files listed, but the text is not tokenized.
+  static void check(const DataSpec& spec);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;

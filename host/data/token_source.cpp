@@ -33,8 +33,10 @@ constexpr int64_t kIdCheckChunk = int64_t{1} << 16;
 
 // The corpus files: memory-mapped, read at random offsets (formats::MappedFile).
 struct MappedCorpusFile : formats::MappedFile {
-  MappedCorpusFile(const std::string& path, const char* what) : formats::MappedFile(path, what, "data path") {
-    advise_random();
+  // `random_access`: read at random offsets (samples); else once from start to end (a tokenizer), with read-ahead.
+  MappedCorpusFile(const std::string& path, const char* what, bool random_access = true)
+      : formats::MappedFile(path, what, "data path") {
+    if (random_access) advise_random();
   }
 };
 using MappedFile = MappedCorpusFile;
@@ -167,7 +169,7 @@ std::unique_ptr<TokenSource> mapped_corpus(std::vector<MappedFile> files, int to
 }
 
 // A text path's files: the file, or a folder's non-empty regular files in sorted name order.
-std::vector<MappedFile> text_files(const std::string& path) {
+std::vector<MappedFile> text_files(const std::string& path, bool random_access) {
   if (path.empty()) fail_usage("the text data source needs a path: a text file or a folder of text files");
   std::error_code error;
   if (!fs::exists(path, error)) fail_usage("text path '{}' does not exist; check the data path", path);
@@ -179,13 +181,13 @@ std::vector<MappedFile> text_files(const std::string& path) {
     }
     std::sort(names.begin(), names.end());
     for (const std::string& name : names) {
-      MappedFile file(name, "text file");
+      MappedFile file(name, "text file", random_access);
       if (file.size() > 0) files.push_back(std::move(file));
     }
     if (files.empty()) fail_usage("text folder '{}' has no non-empty regular files; put the text files in it", path);
     return files;
   }
-  MappedFile file(path, "text file");
+  MappedFile file(path, "text file", random_access);
   if (file.size() == 0) fail_usage("text file '{}' is empty; point the data path at a file with text", path);
   files.push_back(std::move(file));
   return files;
@@ -232,22 +234,37 @@ std::unique_ptr<TokenSource> open_text(const std::string& path, const SourcePara
         "more",
         params.vocab);
   }
-  return mapped_corpus(text_files(path), 1, params, text_what(path));
+  return mapped_corpus(text_files(path, /*random_access=*/true), 1, params, text_what(path));
+}
+
+namespace {
+
+// The tokenizer, refused when its ids do not fit the model's vocab.
+std::unique_ptr<Tokenizer> fitting_tokenizer(const std::string& tokenizer, const SourceParams& params) {
+  auto encoder = std::make_unique<Tokenizer>(tokenizer);
+  if (encoder->vocab() > params.vocab)
+    fail_usage(
+        "tokenizer '{}' has {} pieces, but the model's vocab is {}; use the model's own tokenizer, or a model "
+        "with a vocab of {} or more",
+        tokenizer, encoder->vocab(), params.vocab, encoder->vocab());
+  return encoder;
+}
+
+}  // namespace
+
+void check_tokenized_text(const std::string& path, const std::string& tokenizer, const SourceParams& params) {
+  fitting_tokenizer(tokenizer, params);
+  text_files(path, /*random_access=*/false);
 }
 
 std::unique_ptr<TokenSource> open_tokenized_text(const std::string& path, const std::string& tokenizer,
                                                  const SourceParams& params) {
-  const Tokenizer encoder(tokenizer);
-  if (encoder.vocab() > params.vocab)
-    fail_usage(
-        "tokenizer '{}' has {} pieces, but the model's vocab is {}; use the model's own tokenizer, or a model "
-        "with a vocab of {} or more",
-        tokenizer, encoder.vocab(), params.vocab, encoder.vocab());
+  const std::unique_ptr<Tokenizer> encoder = fitting_tokenizer(tokenizer, params);
   // Every file's ids, one after the other, each file a run of its own (an id out of range names the file).
   auto ids = std::make_shared<std::vector<uint32_t>>();
   std::vector<std::pair<size_t, std::string>> ends;  // (end index in ids, file)
-  for (const MappedFile& file : text_files(path)) {
-    encoder.encode(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), *ids);
+  for (const MappedFile& file : text_files(path, /*random_access=*/false)) {
+    encoder->encode(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), *ids);
     ends.emplace_back(ids->size(), file.path());
   }
   std::vector<TokenRun> runs;

@@ -30,5 +30,7 @@ std::unique_ptr<TokenSource> open_text(const std::string& path, const SourcePara
 // (tokenizer.hpp) and kept in memory as uint32 ids (4 bytes per token).
 std::unique_ptr<TokenSource> open_tokenized_text(const std::string& path, const std::string& tokenizer,
                                                  const SourceParams& params);
+// What open_tokenized_text checks before it tokenizes: the tokenizer loads and fits the vocab, the files exist.
+void check_tokenized_text(const std::string& path, const std::string& tokenizer, const SourceParams& params);
 
 }  // namespace zhost::data

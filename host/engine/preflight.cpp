@@ -57,7 +57,7 @@ void check_data(const config::ResolvedConfig& config) {
   spec.vocab = vocab;
   spec.seq_len = config.get_int("model.seq_len");
   try {
-    data::DataLoader loader(spec);
+    data::DataLoader::check(spec);  // a tokenized text is tokenized by the trainer's loader alone
   } catch (const UsageError& e) {
     fail_usage("{} data.path: {}", config.location("data.path"), e.what());
   }

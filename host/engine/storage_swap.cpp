@@ -127,13 +127,14 @@ void StorageSwaps::serve_request(int64_t step, int64_t request) {
 const LoadedPlugin* StorageSwaps::find_storage(const std::string& name) {
   const std::string why = fmt::format("storage '{}'", name);
   if (name == "cpu" || name == "none") return nullptr;
-  for (const auto& plugin : job_.discovery.plugins)
-    for (const auto& capability : plugin.info.provides)
-      if (capability == "offload:" + name) return storage_swap_target(name, job_.discovery.plugins, why);
+  auto provides = [&](const std::vector<LoadedPlugin>& plugins) {
+    return std::any_of(plugins.begin(), plugins.end(), [&](const LoadedPlugin& plugin) {
+      return std::count(plugin.info.provides.begin(), plugin.info.provides.end(), "offload:" + name) > 0;
+    });
+  };
+  if (provides(job_.discovery.plugins)) return storage_swap_target(name, job_.discovery.plugins, why);
   for (const Discovery& later : found_later_)
-    for (const auto& plugin : later.plugins)
-      for (const auto& capability : plugin.info.provides)
-        if (capability == "offload:" + name) return storage_swap_target(name, later.plugins, why);
+    if (provides(later.plugins)) return storage_swap_target(name, later.plugins, why);
   // Not found at start: look again (a tier built or copied there while the job runs).
   Discovery discovery = discover_plugins(job_.discovery.searched, PluginLoader(services_));
   for (const std::string& failure : discovery.failures)
@@ -175,22 +176,32 @@ const PluginInstance* StorageSwaps::storage_instance(const Role& role, const Loa
   return &instances_.create_one({plugin, static_cast<uint32_t>(role.role)}, config_for(*plugin), before);
 }
 
+void StorageSwaps::check_movable(const Role& role) const {
+  if (role.role == ZHOST_TIER_FOR_OPTIMIZER_STORAGE) {
+    if (!compute_) fail_usage("this job has no tier running the optimizer (zero.offload_optimizer.device = \"none\")");
+    if (!can_move_storage(*compute_->plugin))
+      fail_usage("plugin '{}' runs the optimizer but cannot move its states (no optimizer_move_storage, ABI 0.7)",
+                 compute_->plugin->info.name);
+    return;
+  }
+  if (!role.stored_in)
+    fail_usage("this job keeps no parameter shards in a tier (zero.offload_param.device = \"none\")");
+  const zhost_partition_api* table = partition_->plugin->api->partition;
+  if (!ZHOST_HAS_FIELD(table, zhost_partition_api, move_param_storage) || !table->move_param_storage)
+    fail_usage("partition plugin '{}' cannot move its parameter shards (no move_param_storage, ABI 0.7)",
+               partition_->plugin->info.name);
+}
+
 uint64_t StorageSwaps::move(const Role& role, zhost_storage_move_phase phase, const zhost_tier_ref* storage) {
   zhost_tier_storage_move args{};
   args.struct_size = sizeof(args);
   args.phase = phase;
   args.storage = storage;
   if (role.role == ZHOST_TIER_FOR_OPTIMIZER_STORAGE) {
-    if (!can_move_storage(*compute_->plugin))
-      fail_usage("plugin '{}' runs the optimizer but cannot move its states (no optimizer_move_storage, ABI 0.7)",
-                 compute_->plugin->info.name);
     HostServices::throw_if_error(compute_->plugin->api->offload->optimizer_move_storage(compute_->instance, &args),
                                  fmt::format("tier '{}' moving the optimizer's states", compute_->plugin->info.name));
   } else {
     const zhost_partition_api* table = partition_->plugin->api->partition;
-    if (!ZHOST_HAS_FIELD(table, zhost_partition_api, move_param_storage) || !table->move_param_storage)
-      fail_usage("partition plugin '{}' cannot move its parameter shards (no move_param_storage, ABI 0.7)",
-                 partition_->plugin->info.name);
     HostServices::throw_if_error(table->move_param_storage(partition_->instance, &args),
                                  fmt::format("plugin '{}' moving the parameter shards", partition_->plugin->info.name));
   }
@@ -206,10 +217,7 @@ StorageSwaps::Outcome StorageSwaps::swap(Role& role, int64_t step, const std::st
   zhost_tier_ref ref{};
   ref.struct_size = sizeof(ref);
   std::string error = capture_error([&] {
-    if (role.role == ZHOST_TIER_FOR_OPTIMIZER_STORAGE && !compute_)
-      fail_usage("this job has no tier running the optimizer (zero.offload_optimizer.device = \"none\")");
-    if (role.role == ZHOST_TIER_FOR_PARAMS && !role.stored_in)
-      fail_usage("this job keeps no parameter shards in a tier (zero.offload_param.device = \"none\")");
+    check_movable(role);  // before anything is created, so that ABORT finds a tier that can take it
     if (role.role == ZHOST_TIER_FOR_PARAMS && to == "none")
       fail_usage("stage 3 keeps offloaded parameter shards in a tier for the whole job; name one: cpu, nvme or NAME");
     if (delayed_update_)

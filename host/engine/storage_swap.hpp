@@ -79,7 +79,10 @@ class StorageSwaps {
   // The instance of `plugin` that will hold `role`'s storage: the CPU tier that runs the optimizer keeps
   // parameter shards itself; any other storage gets a new instance (`created`).
   const PluginInstance* storage_instance(const Role& role, const LoadedPlugin* plugin, bool* created);
-  // COPY, COMMIT or ABORT of `role`'s move, through the plugin that moves it.
+  // Throws, saying why, when `role` cannot be moved in this job (no such storage, or a plugin without the ABI
+  // 0.7 move function).
+  void check_movable(const Role& role) const;
+  // COPY, COMMIT or ABORT of `role`'s move, through the plugin that moves it (check_movable first).
   uint64_t move(const Role& role, zhost_storage_move_phase phase, const zhost_tier_ref* storage);
   // The plugin for storage `name` (nullptr: "cpu" for the optimizer), looking on the search path again if need be.
   const LoadedPlugin* find_storage(const std::string& name);

@@ -137,43 +137,48 @@ void GroupStates::Pipeline::finish() {
 
 void GroupStates::Pipeline::start(int64_t c, uint32_t mask, bool to_storage) {
   Area& area = area_of(c);
-  const int64_t chunk = group_.storage_->chunk;
-  const zhost_tier_ref& tier = group_.storage_->tier.ref();
   for (int s = 0; s < group_.num_states_; ++s) {
     if (!(mask & (1u << s))) continue;
-    area.shapes[s] = std::min(chunk, group_.numel_ - c * chunk);
-    DLTensor& view = area.views[s];
-    view = DLTensor{};
-    view.data = piece_of(c, s);
-    view.device = DLDevice{kDLCPU, 0};
-    view.ndim = 1;
-    view.dtype = DLDataType{kDLFloat, 32, 1};
-    view.shape = &area.shapes[s];
-    zhost_tier_io_args args{};
-    args.struct_size = sizeof(args);
-    args.key = group_.storage_key(static_cast<uint32_t>(s), c);
-    args.data = &view;
-    sdk::Status status(group_.host_.services(), (to_storage ? tier.api->store : tier.api->load)(tier.instance, &args));
-    if (!status.ok())
-      throw PluginError(status.code(), std::string("tier '") + group_.storage_->tier.name() + "': " + status.message());
-    if (args.event) (to_storage ? area.stores : area.loads).push_back(args.event);
+    area.shapes[s] = std::min(group_.storage_->chunk, group_.numel_ - c * group_.storage_->chunk);
+    if (zhost_tier_event* event = group_.start_transfer(static_cast<uint32_t>(s), c, piece_of(c, s), &area.shapes[s],
+                                                        area.views[s], to_storage))
+      (to_storage ? area.stores : area.loads).push_back(event);
   }
 }
 
 // Completes every event of `events` (all of them, even after a failure); throws the first failure.
 void GroupStates::Pipeline::wait(std::vector<zhost_tier_event*>& events) {
-  const zhost_tier_ref& tier = group_.storage_->tier.ref();
-  std::string failure;
-  zhost_status_code code = ZHOST_OK;
-  for (zhost_tier_event* event : events) {
-    sdk::Status status(group_.host_.services(), tier.api->wait_event(tier.instance, event));
-    if (!status.ok() && failure.empty()) {
-      code = status.code();
-      failure = std::string("tier '") + group_.storage_->tier.name() + "': " + status.message();
-    }
-  }
+  TransferFailure failure;
+  for (zhost_tier_event* event : events) group_.complete_transfer(event, failure);
   events.clear();
-  if (!failure.empty()) throw PluginError(code, failure);
+  failure.rethrow();
+}
+
+zhost_tier_event* GroupStates::start_transfer(uint32_t s, int64_t c, float* data, int64_t* shape, DLTensor& view,
+                                              bool to_storage) {
+  const zhost_tier_ref& tier = storage_->tier.ref();
+  view = DLTensor{};
+  view.data = data;
+  view.device = DLDevice{kDLCPU, 0};
+  view.ndim = 1;
+  view.dtype = DLDataType{kDLFloat, 32, 1};
+  view.shape = shape;
+  zhost_tier_io_args args{};
+  args.struct_size = sizeof(args);
+  args.key = storage_key(s, c);
+  args.data = &view;
+  sdk::Status status(host_.services(), (to_storage ? tier.api->store : tier.api->load)(tier.instance, &args));
+  if (!status.ok())
+    throw PluginError(status.code(), std::string("tier '") + storage_->tier.name() + "': " + status.message());
+  return args.event;
+}
+
+void GroupStates::complete_transfer(zhost_tier_event* event, TransferFailure& failure) {
+  if (!event) return;
+  const zhost_tier_ref& tier = storage_->tier.ref();
+  sdk::Status status(host_.services(), tier.api->wait_event(tier.instance, event));
+  if (!status.ok())
+    failure.keep(status.code(), std::string("tier '") + storage_->tier.name() + "': " + status.message());
 }
 
 void GroupStates::transfer_whole(int s, float* memory, bool to_storage) {
@@ -183,45 +188,26 @@ void GroupStates::transfer_whole(int s, float* memory, bool to_storage) {
     DLTensor view{};
     zhost_tier_event* event = nullptr;
   };
-  const zhost_tier_ref& tier = storage_->tier.ref();
   std::deque<InFlight> in_flight;  // a deque: the views' shapes stay where they are
-  std::string failure;
-  zhost_status_code code = ZHOST_OK;
+  TransferFailure failure;
   auto complete_oldest = [&] {
-    InFlight& oldest = in_flight.front();
-    if (oldest.event) {
-      sdk::Status status(host_.services(), tier.api->wait_event(tier.instance, oldest.event));
-      if (!status.ok() && failure.empty()) {
-        code = status.code();
-        failure = std::string("tier '") + storage_->tier.name() + "': " + status.message();
-      }
-    }
+    complete_transfer(in_flight.front().event, failure);
     in_flight.pop_front();
   };
   const int64_t chunk = storage_->chunk;
-  for (int64_t c = 0; c * chunk < numel_ && failure.empty(); ++c) {
+  for (int64_t c = 0; c * chunk < numel_ && failure.code == ZHOST_OK; ++c) {
     if (static_cast<int64_t>(in_flight.size()) >= storage_->areas) complete_oldest();
-    if (!failure.empty()) break;
+    if (failure.code != ZHOST_OK) break;
     InFlight& op = in_flight.emplace_back();
     op.shape = std::min(chunk, numel_ - c * chunk);
-    op.view.data = memory + c * chunk;
-    op.view.device = DLDevice{kDLCPU, 0};
-    op.view.ndim = 1;
-    op.view.dtype = DLDataType{kDLFloat, 32, 1};
-    op.view.shape = &op.shape;
-    zhost_tier_io_args args{};
-    args.struct_size = sizeof(args);
-    args.key = storage_key(static_cast<uint32_t>(s), c);
-    args.data = &op.view;
-    sdk::Status status(host_.services(), (to_storage ? tier.api->store : tier.api->load)(tier.instance, &args));
-    op.event = args.event;
-    if (!status.ok()) {
-      code = status.code();
-      failure = std::string("tier '") + storage_->tier.name() + "': " + status.message();
+    try {
+      op.event = start_transfer(static_cast<uint32_t>(s), c, memory + c * chunk, &op.shape, op.view, to_storage);
+    } catch (const PluginError& e) {
+      failure.keep(e.code(), e.what());
     }
   }
   while (!in_flight.empty()) complete_oldest();  // every transfer ends before `memory` may go
-  if (!failure.empty()) throw PluginError(code, failure);
+  failure.rethrow();
 }
 
 void GroupStates::drop_stored() noexcept {

@@ -154,6 +154,23 @@ class GroupStates {
     std::vector<Area> areas_;
   };
 
+  // The first failure of several transfers completed one after the other (all of them are, even after one failed).
+  struct TransferFailure {
+    zhost_status_code code = ZHOST_OK;
+    std::string message;
+    void keep(zhost_status_code c, std::string m) {
+      if (code == ZHOST_OK) code = c, message = std::move(m);
+    }
+    void rethrow() const {
+      if (code != ZHOST_OK) throw sdk::PluginError(code, message);
+    }
+  };
+  // Starts the transfer of chunk `c` of state `s` between `data` (`*shape` elements, described by `view`, which
+  // like `shape` must outlive the event) and the storage tier; returns its event, nullptr when done. Throws the
+  // tier's failure. One piece of Note [Storage pipeline] and of transfer_whole.
+  zhost_tier_event* start_transfer(uint32_t s, int64_t c, float* data, int64_t* shape, DLTensor& view, bool to_storage);
+  // Completes `event` (nullptr: done already), keeping a failure in `failure`.
+  void complete_transfer(zhost_tier_event* event, TransferFailure& failure);
   uint64_t storage_key(uint32_t state, int64_t chunk) const;
   void drop_stored() noexcept;
 
