@@ -67,7 +67,7 @@ int print_version() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"zhost: memory-efficient distributed training (ZeRO stages, offload, ZeRO++) with plugins"};
+  CLI::App app{"zhost: memory-efficient distributed training (ZeRO stages 0-3, CPU and NVMe offload) with plugins"};
   app.require_subcommand(1);
   app.fallthrough();  // --log-level may also follow the subcommand
   std::string log_level = "info";

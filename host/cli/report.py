@@ -294,7 +294,9 @@ def summary_table(runs):
             run.name, s.get("stage", "?"), s.get("world_size", "?"), last["step"],
             "%.4f" % last["loss"] if isinstance(last.get("loss"), float) else "-",
             "%.0f" % mean_after_first(run.metrics, "tokens_per_s"),
-            "%.1f%%" % (100 * mean_after_first(run.metrics, "mfu")), "%.0f" % last.get("peak_rss_mb", 0),
+            "%.1f%%" % (100 * mean_after_first(run.metrics, "mfu"))
+            if any("mfu" in r for r in run.metrics) else "-",  # runs from before MFU was recorded
+            "%.0f" % last.get("peak_rss_mb", 0),
             "%.3f" % s["ratio"] if "ratio" in s else "-", run.log_status or "unknown (no run.log)"]) + "</tr>")
     return "<table>%s</table>" % "".join(rows)
 

@@ -135,7 +135,11 @@ void FlopsProfiler::report(int64_t step, const ProfiledStep& m, const std::strin
   const std::filesystem::path json_file = std::filesystem::path(run_dir) / "flops_profile.json";
   std::ofstream json_out(json_file);
   json_out << profile.dump(1) << "\n";
-  if (!json_out) fail("cannot write the flops profile to '{}' (disk full?)", json_file.string());
+  if (!json_out)
+    fail(
+        "cannot write the flops profile to '{}' (disk full?); free space under run.dir or turn "
+        "flops_profiler.enabled off",
+        json_file.string());
   if (settings_.output_file.empty()) {
     for (const std::string& text : lines) spdlog::info("{}", text);
   } else {

@@ -4,9 +4,11 @@
 // StepRecord::tflops) / the job's peak. The peak is run.peak_tflops when set (a datasheet figure, say), else
 // measured once at start: every rank at the same time times square matmuls (512, in its compute dtype;
 // fp32 on CPU) with its own intra-op threads for about 0.05 s, and the job's peak is the sum over ranks. On
-// CPU that is what this machine's BLAS reaches with the threads the ranks have (the figure bench/vs_pytorch
-// measures MFU against), not a datasheet peak; on CUDA it is the device's dense matmul rate in the compute
-// dtype, a lower bound of its datasheet peak (that path has never run on a GPU).
+// CPU that is what this machine's BLAS reaches with the threads the ranks have, not a datasheet peak
+// (bench/vs_pytorch computes its own MFU against the best of 20 1024x1024 sgemms in one process, a
+// different figure); on CUDA it is the device's dense matmul rate in the compute dtype, a lower bound of its
+// datasheet peak, likely far below it at this size (launch-bound; that path has never run on a GPU: set
+// run.peak_tflops there).
 #pragma once
 
 #include <c10/core/Device.h>

@@ -218,6 +218,7 @@ struct Trainer::Impl {
   double job_peak_tflops() {
     if (settings.peak_tflops > 0) return settings.peak_tflops;
     const c10::ScalarType dtype = device.is_cpu() ? at::kFloat : compute_dtype(settings.precision);
+    world.barrier();  // every rank measures at the same time, none still setting up its partition
     at::Tensor rate = at::tensor({measure_rank_tflops(device, dtype)}, at::kDouble);
     world.all_reduce(rate);
     const double peak = rate.item<double>();

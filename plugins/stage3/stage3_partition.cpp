@@ -117,10 +117,9 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
       optimizer_->allocate_state(s.state, s.master);
     }
     sub_groups_.push_back(std::move(s));
-    for (size_t u = 0; u < units_.size(); ++u) {
-      if (layout_.units()[u].sub_group != static_cast<int>(g)) continue;
-      init_unit(static_cast<int>(u));
-      if (params_tier_.instance) store_parameter_shard(static_cast<int>(u));
+    for (int u : sub_group.units) {
+      init_unit(u);
+      if (params_tier_.instance) store_parameter_shard(u);
     }
     if (offloaded) hand_optimizer_to_tier(g, setup.optimizer);
     if (params_tier_.instance) sub_groups_.back().shard = at::Tensor();
