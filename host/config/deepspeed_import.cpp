@@ -89,8 +89,11 @@ void Section::map(const std::string& key, const std::string& zhost_path, const s
     return;
   }
   if (is_auto(value)) {
-    refuse(key, fmt::format("\"auto\" is filled in by HF Trainer, and zhost cannot derive this one; write {}",
-                            auto_hint.empty() ? "the value" : auto_hint));
+    take(key);
+    importer_.record(ImportRecord::Kind::Auto, path(key), at(key), zhost_path,
+                     fmt::format("{}: \"auto\" is filled in from the trainer's arguments, and none gives it "
+                                 "here; give it with --set {}=VALUE, or write it in the file: {}",
+                                 shown(key), zhost_path, auto_hint.empty() ? "the value" : auto_hint));
     return;
   }
   importer_.set(zhost_path, *value, path(key), at(key));
@@ -277,7 +280,12 @@ void Importer::precision(Section& root) {
   Section fp16 = root.sub("fp16");
   const json* fp16_on = fp16.take("enabled");
   if (fp16_on) fp16.map("enabled", "fp16.enabled", fmt::format(fmt::runtime(auto_hint), "fp16"));
-  const bool fp16_enabled = fp16_on && fp16_on->is_boolean() && fp16_on->get<bool>();
+  bool fp16_enabled = fp16_on && fp16_on->is_boolean() && fp16_on->get<bool>();
+  if (is_auto(fp16_on) && is_set("fp16.enabled")) {  // "auto" filled by the "zhost" table
+    const toml::node* zhost_value = out_.root.at_path("fp16.enabled").node();
+    fp16_enabled = zhost_value->is_boolean() && zhost_value->as_boolean()->get();
+  }
+  fp16_enabled = overrides_.fp16_enabled.value_or(fp16_enabled);
   for (const char* key : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
                           "consecutive_hysteresis", "min_loss_scale"}) {
     if (fp16_enabled)

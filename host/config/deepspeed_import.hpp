@@ -18,12 +18,15 @@ namespace zhost::config {
 
 // What became of one DeepSpeed key.
 struct ImportRecord {
-  enum class Kind { Mapped, Noted, Refused };
+  // Auto: HF Trainer's "auto" on a key zhost cannot derive; the trainer's arguments fill it, and zhost's are
+  // --set, a companion TOML or the "zhost" table (Note [HF's "auto"] in docs/config.md). Document decides
+  // once every source is in: a note naming the value's source, or a refusal (`text`) when none gives it.
+  enum class Kind { Mapped, Noted, Refused, Auto };
   Kind kind = Kind::Mapped;
   std::string ds_path;     // "zero_optimization.offload_optimizer.device"
   TextPosition at;         // the key's place in the file
   std::string zhost_path;  // Mapped: the zhost key it sets ("zero.offload_optimizer.device")
-  std::string text;        // Noted, Refused: the one-line reason (and what to do); Mapped: a warning or ""
+  std::string text;        // Noted, Refused, Auto: the one-line reason (and what to do); Mapped: a warning or ""
 };
 
 struct DeepSpeedImport {
@@ -33,12 +36,13 @@ struct DeepSpeedImport {
 };
 
 // What the command line (--set) puts over the JSON's values where the mapping depends on them: DeepSpeed
-// reads offload_param only at stage 3, and the NVMe knobs and the aio table only when something goes to
-// NVMe. Unset members: the JSON's own values decide.
+// reads offload_param only at stage 3, the NVMe knobs and the aio table only when something goes to NVMe,
+// and fp16's knobs only when fp16 is on. Unset members: the JSON's own values decide.
 struct ImportOverrides {
   std::optional<int64_t> stage;                 // zero.stage
   std::optional<std::string> optimizer_device;  // zero.offload_optimizer.device
   std::optional<std::string> param_device;      // zero.offload_param.device
+  std::optional<bool> fp16_enabled;             // fp16.enabled: DeepSpeed reads fp16's other keys only when on
 };
 
 // Maps the parsed JSON. The "zhost" table, when present, holds zhost's own keys (model, data, steps, ...)

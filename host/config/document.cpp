@@ -99,6 +99,7 @@ ImportOverrides import_overrides_from(const std::vector<std::string>& assignment
     const std::string text = node && node->is_string() ? node->as_string()->get() : value;
     if (path == "zero.offload_optimizer.device") overrides.optimizer_device = text;
     if (path == "zero.offload_param.device") overrides.param_device = text;
+    if (path == "fp16.enabled" && node && node->is_boolean()) overrides.fp16_enabled = node->as_boolean()->get();
   }
   return overrides;
 }
@@ -272,9 +273,29 @@ bool Document::is_deepspeed_json() const { return data_->deepspeed; }
 std::vector<std::string> Document::notes() const {
   std::vector<std::string> lines;
   for (const auto& record : data_->import_records) {
+    const std::string place = place_prefix(data_->source_name, record.at);
+    if (record.kind == ImportRecord::Kind::Auto) {
+      if (const toml::node* node = data_->root.at_path(record.zhost_path).node()) {
+        std::string source = where_set(*data_, record.zhost_path, *node);
+        if (!source.empty() && source.back() == ':') source.pop_back();
+        lines.push_back(fmt::format("{} note: {} = \"auto\": {} = {}, set {}", place, record.ds_path, record.zhost_path,
+                                    text::excerpt(value_literal(*node), 60), source));
+      }
+      continue;
+    }
     if (record.kind == ImportRecord::Kind::Refused || record.text.empty()) continue;
     const char* kind = record.kind == ImportRecord::Kind::Mapped ? " warning: " : " note: ";
-    lines.push_back(place_prefix(data_->source_name, record.at) + kind + record.text);
+    lines.push_back(place + kind + record.text);
+  }
+  return lines;
+}
+
+std::vector<std::string> Document::load_errors() const {
+  std::vector<std::string> lines = data_->load_errors;
+  for (const auto& record : data_->import_records) {
+    if (record.kind == ImportRecord::Kind::Auto && !data_->root.at_path(record.zhost_path).node()) {
+      lines.push_back(place_prefix(data_->source_name, record.at) + " " + record.text);
+    }
   }
   return lines;
 }

@@ -47,8 +47,12 @@ class Document {
   const std::string& source_name() const;
   // True for a DeepSpeed JSON config (docs/config.md, "From DeepSpeed JSON").
   bool is_deepspeed_json() const;
-  // "FILE:LINE:COL: note: ..." for each DeepSpeed key accepted with a note or read under a deprecated name.
+  // "FILE:LINE:COL: note: ..." for each DeepSpeed key accepted with a note or read under a deprecated name,
+  // and each HF "auto" that --set, a companion or the "zhost" table fills (Note [HF's "auto"]).
   std::vector<std::string> notes() const;
+  // "FILE:LINE:COL: ..." for what reading the file refused: a DeepSpeed key, a key a companion sets twice,
+  // an HF "auto" that nothing fills. validate() reports them with the schema's errors.
+  std::vector<std::string> load_errors() const;
   // True when the file or an override sets a value (not a table) at the dotted path.
   bool contains(const std::string& path) const;
   // The value at the dotted path as written, before validation (to find plugins before the schema is

@@ -264,6 +264,16 @@ std::optional<toml::table> parse_toml_literal(std::string_view text) {
   }
 }
 
+std::string value_literal(const toml::node& node) {
+  if (auto* array = node.as_array()) {
+    std::string items;
+    for (const auto& item : *array) items += (items.empty() ? "" : ", ") + value_literal(item);
+    return "[" + items + "]";
+  }
+  if (node.is_table()) return "{...}";
+  return scalar_literal(node);
+}
+
 std::string describe_node(const toml::node& node) {
   switch (node.type()) {
     case toml::node_type::string:

@@ -52,6 +52,9 @@ Conversion convert_node(const toml::node& node, const KeySpec& spec);
 std::optional<toml::table> parse_toml_literal(std::string_view text);
 inline constexpr const char* kLiteralKey = "v";
 
+// The value as TOML writes it ("3", "\"cpu\"", "[0.9, 0.999]"), for messages.
+std::string value_literal(const toml::node& node);
+
 // "integer 3", "string \"cpu\"", "a table", ... for messages.
 std::string describe_node(const toml::node& node);
 

@@ -97,7 +97,7 @@ namespace detail {
 class ResolvedConfigBuilder {
  public:
   ResolvedConfigBuilder(const Document& document, const Schema& schema, const InactiveKeys& inactive)
-      : data_(document.data()), schema_(schema), inactive_(inactive) {
+      : data_(document.data()), load_errors_(document.load_errors()), schema_(schema), inactive_(inactive) {
     for (const KeySpec* spec : schema_.keys()) known_keys_.push_back(spec->path);
     known_tables_ = schema_.tables();
     for (const auto& [path, reason] : inactive_) {
@@ -112,7 +112,7 @@ class ResolvedConfigBuilder {
 
   ResolvedConfig build() {
     // Refusals found while reading the file (a DeepSpeed JSON's keys, a companion's clashes) join the rest.
-    for (const auto& line : data_.load_errors) errors_.push_back(PendingError{load_error_order(line), line});
+    for (const auto& line : load_errors_) errors_.push_back(PendingError{load_error_order(line), line});
     walk(data_.root, "");
     fill_unset_keys();
     run_rules();
@@ -306,6 +306,7 @@ class ResolvedConfigBuilder {
   }
 
   const DocumentData& data_;
+  std::vector<std::string> load_errors_;  // Document::load_errors(): the file's refusals, settled "auto"s
   const Schema& schema_;
   const InactiveKeys& inactive_;
   std::vector<std::string> known_keys_;    // declared or inactive keys, for suggestions

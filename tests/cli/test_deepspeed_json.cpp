@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -57,7 +58,8 @@ TEST(DeepSpeedJson, ReportsEveryProblemOfAFileAtOnceWithLineAndColumn) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   const std::vector<std::string> expected = {
       "zhost: error: ds.json:4:3: prescale_gradients = true: dividing gradients by the world size before",
-      "zhost: error: ds.json:5:44: optimizer.params.lr = \"auto\": \"auto\" is filled in by HF Trainer",
+      "zhost: error: ds.json:5:44: optimizer.params.lr = \"auto\": \"auto\" is filled in from the trainer's "
+      "arguments, and none gives it here; give it with --set optimizer.lr=VALUE",
       "zhost: error: ds.json:5:58: optimizer.params.bias_correction = false: Adam without bias correction is not "
       "supported by zhost",
       "zhost: error: ds.json:6:72: 'zero_optimization.reduce_bucket_sise' is not a DeepSpeed key in "
@@ -239,6 +241,82 @@ TEST(DeepSpeedJson, CheckWithNprocChecksTheBatchArithmetic) {
   CliResult ok = run_zhost(dir.path(), "config check ok.json --nproc 4" + kPlugins);
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("is valid for 4 ranks"), std::string::npos) << ok.out;
+}
+
+// HF Trainer's "auto" (Note [HF's "auto"]): where zhost cannot derive the value, the trainer's arguments fill
+// it, and zhost's arguments are --set, the companion TOML and the "zhost" table. What none of them gives is
+// refused, every key at once, naming the --set that gives it; with them the file trains.
+TEST(DeepSpeedJson, HfAutoIsFilledBySetCompanionOrZhostTable) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({
+  "train_micro_batch_size_per_gpu": "auto",
+  "gradient_accumulation_steps": "auto",
+  "gradient_clipping": "auto",
+  "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": 1e-8, "weight_decay": 0.01}},
+  "fp16": {"enabled": "auto", "loss_scale_window": 500},
+  "bf16": {"enabled": "auto"},
+  "zero_optimization": {"stage": 2}
+})");
+  CliResult refused = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  EXPECT_EQ(refused.exit_code, 2);
+  for (const char* expected : {
+           "zhost: error: ds.json:2:3: train_micro_batch_size_per_gpu = \"auto\": \"auto\" is filled in from the "
+           "trainer's arguments, and none gives it here; give it with --set train_micro_batch_size_per_gpu=VALUE, or "
+           "write it in the file: the per-rank batch (HF Trainer's --per_device_train_batch_size, default 8",
+           "zhost: error: ds.json:3:3: gradient_accumulation_steps = \"auto\":",
+           "zhost: error: ds.json:4:3: gradient_clipping = \"auto\":",
+           "zhost: error: ds.json:5:45: optimizer.params.lr = \"auto\":",
+           "zhost: error: ds.json:5:59: optimizer.params.betas = \"auto\":",
+           "zhost: error: ds.json:6:12: fp16.enabled = \"auto\":",
+           "zhost: error: ds.json:7:12: bf16.enabled = \"auto\":",
+       }) {
+    EXPECT_NE(refused.err.find(expected), std::string::npos) << expected << "\n" << refused.err;
+  }
+  EXPECT_EQ(lines_of(refused.err).size(), 7u) << refused.err;
+
+  // The same file with zhost's arguments: --set, a companion, and a "zhost" table in a copy of the file.
+  std::ifstream in(dir.path() / "ds.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.insert(text.rfind('}'), R"(, "zhost": {"bf16": {"enabled": true}, "steps": 2,
+    "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8}, "run": {"name": "auto"}})");
+  dir.write("hf.json", text);
+  dir.write("args.toml", "gradient_clipping = 0.5\n");
+  const std::string args =
+      " --companion args.toml --set train_micro_batch_size_per_gpu=2 --set gradient_accumulation_steps=2"
+      " --set optimizer.lr=3e-4 --set 'optimizer.betas=[0.9, 0.95]' --set fp16.enabled=false" +
+      kPlugins;
+  CliResult filled = run_zhost(dir.path(), "config check hf.json" + args);
+  ASSERT_EQ(filled.exit_code, 0) << filled.err;
+  for (const char* expected : {
+           "# hf.json:2:3: note: train_micro_batch_size_per_gpu = \"auto\": train_micro_batch_size_per_gpu = 2, set "
+           "by --set train_micro_batch_size_per_gpu=2",
+           "# hf.json:4:3: note: gradient_clipping = \"auto\": gradient_clipping = 0.5, set at args.toml:1:",
+           "# hf.json:5:59: note: optimizer.params.betas = \"auto\": optimizer.betas = [0.9, 0.95], set by --set",
+           "# hf.json:7:12: note: bf16.enabled = \"auto\": bf16.enabled = true, set at hf.json:",
+           // fp16 is off (--set), so DeepSpeed reads none of its other keys.
+           "# hf.json:6:31: note: fp16.loss_scale_window = 500: fp16 is not enabled",
+       }) {
+    EXPECT_NE(filled.out.find(expected), std::string::npos) << expected << "\n" << filled.out;
+  }
+  const std::vector<std::string> values = resolved_values(filled.out);
+  for (const char* expected : {"train_micro_batch_size_per_gpu = 2", "gradient_accumulation_steps = 2",
+                               "gradient_clipping = 0.5", "lr = 0.0003", "betas = [0.9, 0.95]", "enabled = true"}) {
+    EXPECT_NE(std::find(values.begin(), values.end(), expected), values.end()) << expected << "\n" << filled.out;
+  }
+  CliResult trained =
+      run_zhost(dir.path(), "run hf.json --nproc 2 --set run.intra_op_threads=1" + args, "timeout 120 ");
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  EXPECT_TRUE(fs::exists(dir.path() / "runs" / "auto" / "metrics.jsonl")) << trained.err;
+}
+
+// With --set fp16.enabled=true on fp16's "auto", DeepSpeed would read fp16's other keys: so does the mapping.
+TEST(DeepSpeedJson, SetFp16DecidesWhetherItsKeysAreRead) {
+  ScratchDir dir;
+  dir.write("ds.json",
+            R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": "auto", "loss_scale_window": 500}})");
+  CliResult imported = run_zhost(dir.path(), "config import ds.json --set fp16.enabled=true" + kPlugins);
+  EXPECT_NE(imported.out.find("loss_scale_window = 500  # from fp16.loss_scale_window"), std::string::npos)
+      << imported.out << imported.err;
 }
 
 TEST(DeepSpeedJson, SyntaxErrorsPointAtLineAndColumn) {
