@@ -34,6 +34,11 @@ void rule(Schema& schema, std::vector<std::string> keys, std::function<Problem(c
   schema.add_rule({std::move(keys), std::move(check)});
 }
 
+// A setting that does nothing in this job: a warning, not an error (ConfigRule::warning).
+void warning_rule(Schema& schema, std::vector<std::string> keys, std::function<Problem(const ResolvedConfig&)> check) {
+  schema.add_rule({std::move(keys), std::move(check), kHostOwner, /*warning=*/true});
+}
+
 // `keys` are read only when `selector` holds one of `values` (TOML literals: "\"WarmupLR\"", "true");
 // setting one of them to anything but its default otherwise is an error, as for any key nothing reads.
 // (Its default is allowed: `zhost config check` prints every key, and its printout must validate again.)
@@ -331,6 +336,30 @@ void add_nvme_rules(Schema& schema) {
                stage);
          return std::nullopt;
        });
+  // The start step is a step number of the whole job (a resumed job counts on), so a run shorter than it is a
+  // warning: its continuation may reach it.
+  warning_rule(schema,
+               {"zero.offload_optimizer.delayed_update_start_step", "zero.offload_optimizer.delayed_update", "steps"},
+               [](const ResolvedConfig& config) -> Problem {
+                 const int64_t start = config.get_int("zero.offload_optimizer.delayed_update_start_step");
+                 if (!config.get_bool("zero.offload_optimizer.delayed_update")) {
+                   if (!config.has("zero.offload_optimizer.delayed_update_start_step")) return std::nullopt;
+                   return fmt::format(
+                       "zero.offload_optimizer.delayed_update_start_step = {} has no effect: it is the first delayed "
+                       "step of zero.offload_optimizer.delayed_update, which is false",
+                       start);
+                 }
+                 if (start <= config.get_int("steps")) return std::nullopt;
+                 return fmt::format(
+                     "zero.offload_optimizer.delayed_update = true delays no step of this job: its {} steps end "
+                     "before zero.offload_optimizer.delayed_update_start_step = {}{}; set a start step of at most "
+                     "{} to delay within this job",
+                     config.get_int("steps"), start,
+                     config.has("zero.offload_optimizer.delayed_update_start_step")
+                         ? ""
+                         : " (the default: the first 40 steps are synchronous)",
+                     config.get_int("steps"));
+               });
   // Note [Storage swap] (host/engine/storage_swap.hpp): swaps happen between steps, with nothing of the tiers in
   // flight, in step order.
   auto check_schedule = [](const ResolvedConfig& config, const std::string& key) -> Problem {

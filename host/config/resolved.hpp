@@ -64,6 +64,9 @@ class ResolvedConfig {
   // One line each ("FILE:LINE:COL: note: ..."): keys of a DeepSpeed JSON config that this config does not
   // read (DeepSpeed ignores them too), accepted rather than refused.
   const std::vector<std::string>& notes() const { return notes_; }
+  // One line each ("FILE:LINE:COL: warning: ..."): settings that do nothing in this job, found by the
+  // warning rules (ConfigRule::warning). `config check` prints them; rank 0 logs them when a job starts.
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
   friend class detail::ResolvedConfigBuilder;
@@ -80,6 +83,7 @@ class ResolvedConfig {
   std::map<std::string, std::string> inactive_;  // dotted path -> why it is not in this config
   std::string source_name_;                      // the config file, empty without one
   std::vector<std::string> notes_;
+  std::vector<std::string> warnings_;
 };
 
 }  // namespace zhost::config

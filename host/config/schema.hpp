@@ -35,11 +35,13 @@ struct KeySpec {
 
 // A check across several keys, e.g. "fp16 and bf16 cannot both be enabled". It runs only when every key
 // in `keys` is active and resolved without error; it returns the problem (without a location, which
-// validate() adds from the first explicitly set key in `keys`) or nullopt.
+// validate() adds from the first explicitly set key in `keys`) or nullopt. A `warning` rule's finding does
+// not fail validation: it is a setting that does nothing in this job (ResolvedConfig::warnings()).
 struct ConfigRule {
   std::vector<std::string> keys;
   std::function<std::optional<std::string>(const ResolvedConfig&)> check;
   std::string owner = kHostOwner;
+  bool warning = false;
 };
 
 class Schema {

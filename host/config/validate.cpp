@@ -235,6 +235,10 @@ class ResolvedConfigBuilder {
           break;
         }
       }
+      if (rule.warning) {
+        result_.warnings_.push_back(origin.location(data_.source_name) + " warning: " + *problem);
+        continue;
+      }
       report(origin, *problem);
     }
   }

@@ -220,6 +220,7 @@ JobSetup prepare_job(const JobSetupOptions& options) {
   job.config = std::make_unique<config::ResolvedConfig>(config::validate(document, job.schema, inactive));
   job.notes = document.notes();
   job.notes.insert(job.notes.end(), job.config->notes().begin(), job.config->notes().end());
+  job.notes.insert(job.notes.end(), job.config->warnings().begin(), job.config->warnings().end());
   for (const auto& line : job.notes) spdlog::debug("config: {}", line);
   return job;
 }

@@ -25,7 +25,8 @@ struct JobSetup {
   Resolution resolution;
   config::Schema schema;
   std::unique_ptr<config::ResolvedConfig> config;
-  // Keys accepted with a note or read under a deprecated name (DeepSpeed JSON configs), one line each.
+  // Keys accepted with a note or read under a deprecated name (DeepSpeed JSON configs), and settings that do
+  // nothing in this job (ResolvedConfig::warnings()), one line each; `config check` prints them.
   std::vector<std::string> notes;
 
   // The values a chosen plugin declared, for its host context.

@@ -41,10 +41,6 @@ ZeroOptions read_options(const sdk::Host& host, int stage) {
   o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
   o.delayed_update = host.config_bool("zero.offload_optimizer.delayed_update");
   o.delayed_update_start = host.config_int("zero.offload_optimizer.delayed_update_start_step");
-  if (!o.delayed_update && o.delayed_update_start != kDefaultDelayedUpdateStart)
-    host.warn(
-        "zero.offload_optimizer.delayed_update_start_step has no effect: it is the first delayed step of "
-        "zero.offload_optimizer.delayed_update, which is false");
   if (host.config_bool("zero.round_robin_gradients"))
     host.warn(
         "zero.round_robin_gradients = true has no effect: DeepSpeed uses it to interleave gradient "

@@ -177,6 +177,35 @@ TEST(DelayedUpdate, RefusedAtConfigCheckWithoutAnOptimizerTier) {
   EXPECT_NE(r.err.find("no tier running the optimizer"), std::string::npos) << r.err;
 }
 
+// A delayed update this job never reaches, and a start step without a delayed update, do nothing: each is
+// one warning from the config rules, logged once by rank 0 (and printed by `zhost config check`), and the job
+// trains as without them.
+TEST(DelayedUpdate, SettingsThatDelayNothingAreWarnedAboutOnce) {
+  ScratchDir dir;
+  auto count = [](const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  RunOutput never = train(dir, "never", " --set zero.offload_optimizer.delayed_update=true");
+  EXPECT_EQ(count(never.err,
+                  "warning: zero.offload_optimizer.delayed_update = true delays no step of this job: its 6 steps end "
+                  "before zero.offload_optimizer.delayed_update_start_step = 41"),
+            1u)
+      << never.err;
+  RunOutput unused = train(dir, "unused", " --set zero.offload_optimizer.delayed_update_start_step=3");
+  EXPECT_EQ(count(unused.err,
+                  "--set zero.offload_optimizer.delayed_update_start_step=3: warning: "
+                  "zero.offload_optimizer.delayed_update_start_step = 3 has no effect"),
+            1u)
+      << unused.err;
+  RunOutput plain = train(dir, "plain", "");
+  ASSERT_EQ(plain.losses.size(), 6u);
+  EXPECT_EQ(never.losses, plain.losses);
+  EXPECT_EQ(unused.losses, plain.losses);
+  EXPECT_EQ(plain.err.find("warning: zero.offload_optimizer"), std::string::npos) << plain.err;
+}
+
 // Steps count from 1: a start step below 1 is refused by the config check (`zhost run` runs it before any
 // rank starts, as `zhost config check` does), in one line naming the key.
 TEST(DelayedUpdate, StartStepBelowOneRefusedAtConfigCheck) {
