@@ -141,6 +141,7 @@ struct Trainer::Impl {
   int32_t backward_block = -1;  // trace: the block whose backward runs since backward_block_start
   uint64_t backward_block_start = 0;
   double activation_bytes = 0;                     // the step's largest forward allocation (Note [Memory categories])
+  int64_t current_step = 0;                        // the step being trained (0 before the first)
   bool log_memory = false;                         // memory_breakdown and this step is printed (see_memory_usage)
   std::map<std::string, double> window_plugin_ms;  // plugin spans' ms summed since the last printed record
   std::unique_ptr<Checkpointer> checkpointer;
@@ -267,14 +268,21 @@ struct Trainer::Impl {
     return measured;
   }
 
+  // From the first delayed step on (Note [Delayed parameter update]), the tier's step may be storing into its
+  // storing tier while this thread trains: that tier is then not called, and its last answer is used.
+  bool tier_step_in_flight() const {
+    return settings.delayed_update_from > 0 && current_step >= settings.delayed_update_from;
+  }
+
   // The memory categories (Note [Memory categories]) now, with this step's activation bytes.
   MemoryCategories memory_now() {
     // The contiguous checkpoint buffer on the device was allocated before any forward: activations too.
     const double checkpoint_device = activation_checkpoints ? activation_checkpoints->device_bytes() : 0;
     const double checkpoint_host = activation_checkpoints ? activation_checkpoints->host_bytes() : 0;
-    return memory_categories(
-        measure_model_states(false), static_cast<double>(services.live_buffer_bytes(ZHOST_MEMORY_PINNED)),
-        activation_bytes + checkpoint_device, checkpoint_host, static_cast<double>(services.tier_storage_bytes()));
+    return memory_categories(measure_model_states(false),
+                             static_cast<double>(services.live_buffer_bytes(ZHOST_MEMORY_PINNED)),
+                             activation_bytes + checkpoint_device, checkpoint_host,
+                             static_cast<double>(services.tier_storage_bytes(tier_step_in_flight())));
   }
   void see_memory(const char* phase) {
     if (log_memory) spdlog::info("{}", see_memory_usage(phase, memory_now()));
@@ -548,6 +556,7 @@ struct Trainer::Impl {
   StepRecord train_step(int64_t step, int64_t& applied, Timing& timing) {
     const TraceScope step_span(trace, "step", "step", "step", step);
     world.begin_step(step);
+    current_step = step;
     activation_bytes = 0;
     double loss_sum = 0;
     const int64_t gas = settings.batch.gradient_accumulation_steps;
@@ -626,6 +635,7 @@ TrainResult Trainer::run() {
   // Note [Stop at a step boundary]: only a job that saves checkpoints turns a signal into a last save.
   std::optional<StopRequest> stop_request;
   if (s.checkpoint.on_signal && (s.checkpoint.interval > 0 || s.checkpoint.at_end)) stop_request.emplace();
+  services_.tier_storage_bytes();  // the storing tiers' answers, for the steps that must not call them
   for (int64_t step = t.start.step + 1; step <= s.steps; ++step) {
     if (services_.abort_requested()) throw Error(fmt::format("stopped at step {}: {}", step, services_.abort_reason()));
     const bool printed = step % s.steps_per_print == 0 || step == s.steps;

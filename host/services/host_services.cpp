@@ -59,6 +59,7 @@ struct HostServices::State {
   std::atomic<bool> abort_flag{false};
   std::string abort_reason;
   std::map<zhost_tier_role, TierRef> tiers;
+  std::map<const zhost_plugin_instance*, uint64_t> storage_bytes_seen;  // tier_storage_bytes()'s last answers
   std::set<std::string> tier_names;  // every name tier_for() handed out: zhost_tier_ref.name lives for the job
   HostServices::PinnedAllocator pinned_allocator;
   std::map<uint64_t, TraceSpan> open_spans;
@@ -439,26 +440,33 @@ void HostServices::set_tier(zhost_tier_role role, std::optional<TierRef> tier) {
   else
     state_->tiers.erase(role);
 }
-uint64_t HostServices::tier_storage_bytes() const {
-  std::vector<TierRef> tiers;
+uint64_t HostServices::tier_storage_bytes(bool optimizer_storage_busy) const {
+  std::vector<std::pair<zhost_tier_role, TierRef>> tiers;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    for (const auto& entry : state_->tiers) {
-      const TierRef& tier = entry.second;
-      const bool seen = std::any_of(tiers.begin(), tiers.end(),
-                                    [&tier](const TierRef& other) { return other.instance == tier.instance; });
-      if (!seen) tiers.push_back(tier);
+    for (const auto& [role, tier] : state_->tiers) {
+      const bool seen = std::any_of(tiers.begin(), tiers.end(), [&tier = tier](const auto& other) {
+        return other.second.instance == tier.instance;
+      });
+      if (!seen) tiers.emplace_back(role, tier);
     }
   }
   uint64_t bytes = 0;
-  for (const TierRef& tier : tiers) {  // outside the lock: a tier may call back into the services
+  for (const auto& [role, tier] : tiers) {  // outside the lock: a tier may call back into the services
     if (!tier.api || !ZHOST_HAS_FIELD(tier.api, zhost_offload_api, memory) || !tier.api->memory) continue;
     // A computing tier's storage_bytes are what it placed in a storing tier, which reports them itself.
     if (ZHOST_HAS_FIELD(tier.api, zhost_offload_api, optimizer_setup) && tier.api->optimizer_setup) continue;
+    if (optimizer_storage_busy && role == ZHOST_TIER_FOR_OPTIMIZER_STORAGE) {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      bytes += state_->storage_bytes_seen[tier.instance];
+      continue;
+    }
     zhost_tier_memory memory{};
     memory.struct_size = sizeof(memory);
     throw_if_error(tier.api->memory(tier.instance, &memory), "offload tier '" + tier.name + "' memory");
     bytes += memory.storage_bytes;
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->storage_bytes_seen[tier.instance] = memory.storage_bytes;
   }
   return bytes;
 }

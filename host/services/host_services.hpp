@@ -87,7 +87,9 @@ class HostServices {
   // What the installed storing tiers (no optimizer_setup) keep in storage of their own
   // (zhost_tier_memory.storage_bytes, e.g. the NVMe tier's files), summed over distinct instances; a
   // computing tier's storage_bytes are counted by the tier holding them. Call it from the training thread.
-  uint64_t tier_storage_bytes() const;
+  // `optimizer_storage_busy`: the computing tier may be using its storing tier right now (a delayed step in
+  // flight), and a tier takes one call at a time (docs/abi.md §3), so that tier's last answer is used.
+  uint64_t tier_storage_bytes(bool optimizer_storage_busy = false) const;
   void set_kv_store(std::shared_ptr<KvStore> store);
   void set_default_timeout(std::chrono::milliseconds timeout);
 

@@ -8,6 +8,7 @@
 // and ranges cross chunk borders.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <ostream>
 #include <string>
 
@@ -61,6 +62,37 @@ TEST_P(CpuOverStorageTier, EqualsPlainCpuOffloadBitForBit) {
   ASSERT_EQ(plain.losses.size(), 12u);
   EXPECT_EQ(composed.losses, plain.losses);
   EXPECT_EQ(weights_mismatch(composed, plain, 0, 0), "");
+}
+
+// With the delayed parameter update, the CPU tier's step stores into hello_tier on its own thread while the
+// next step trains. The host's per-step memory figures must not call the storing tier then (docs/abi.md §3:
+// one call at a time, which hello_tier enforces): the job runs, its figures count the tier's bytes, and it
+// equals the delayed job over plain CPU offload bit for bit. (With the host calling the tier regardless, 4
+// runs in 4 of this job failed with hello_tier's error: at this width the tier's step runs into the next.)
+TEST(CpuOverStorageTier, DelayedUpdateNeverCallsTheStoringTierConcurrently) {
+  ScratchDir dir;
+  const std::string delayed =
+      "--nproc 2 --set zero.stage=2 --set model.type=gpt --set model.width=128 --set steps=24 --set "
+      "memory_breakdown=true "
+      "--set steps_per_print=1 --set zero.offload_optimizer.delayed_update=true "
+      "--set zero.offload_optimizer.delayed_update_start_step=2";
+  RunOutput plain = train(dir, "plain", delayed);
+  RunOutput composed = train(dir, "composed", delayed + kOverHello);
+  EXPECT_EQ(composed.err.find("called while another of its calls ran"), std::string::npos) << composed.err;
+  ASSERT_EQ(plain.losses.size(), 24u);
+  EXPECT_EQ(composed.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(composed, plain, 0, 0), "");
+  // Every step's record counts the states hello_tier holds (metrics.jsonl's tier_nvme: storage of its own).
+  std::ifstream metrics(composed.run_dir / "metrics.jsonl");
+  size_t counted = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.find("\"step\"") == std::string::npos) continue;
+    const size_t at = line.find("\"tier_nvme\":");
+    ASSERT_NE(at, std::string::npos) << line;
+    EXPECT_GT(std::stod(line.substr(at + 12)), 0.0) << line;
+    ++counted;
+  }
+  EXPECT_GE(counted, 24u);
 }
 
 }  // namespace

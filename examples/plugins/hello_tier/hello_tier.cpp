@@ -7,7 +7,9 @@
 // runs no optimizer. A job uses it as the storage under the CPU tier's optimizer:
 //     [zero] offload_optimizer.device = "cpu"   offload_optimizer.storage = "hello"
 // Transfers complete synchronously (events are NULL). It exports and imports its whole state as a byte
-// stream, which makes it hot-swappable.
+// stream, which makes it hot-swappable. It holds its callers to docs/abi.md §3's one call at a time (see
+// CallGuard): a host or computing tier that breaks the rule gets an error rather than a race.
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -25,6 +27,24 @@ size_t dl_bytes(const DLTensor& t) {
   return n;
 }
 
+// One call at a time (docs/abi.md §3): the table's entry points hold a guard; a call that arrives while
+// another runs is refused with ZHOST_ERR_INTERNAL, the caller's bug.
+class CallGuard {
+ public:
+  explicit CallGuard(std::atomic<bool>& busy) : busy_(busy) {
+    if (busy_.exchange(true))
+      throw PluginError(ZHOST_ERR_INTERNAL,
+                        "hello_tier was called while another of its calls ran; docs/abi.md section 3 allows one at a "
+                        "time (a bug in the caller)");
+  }
+  ~CallGuard() { busy_.store(false); }
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
+
+ private:
+  std::atomic<bool>& busy_;
+};
+
 class HelloTier : public zhost::sdk::TierDefaults {
  public:
   static constexpr uint64_t kTierFlags = ZHOST_PLUGIN_FLAG_TIER_STORES;
@@ -37,6 +57,7 @@ class HelloTier : public zhost::sdk::TierDefaults {
   }
 
   zhost_tier_event* store(uint64_t key, const DLTensor& data) {
+    const CallGuard guard(busy_);
     if (data.device.device_type != kDLCPU)
       throw PluginError(ZHOST_ERR_UNSUPPORTED, "hello_tier stores host tensors only");
     size_t bytes = dl_bytes(data);
@@ -46,6 +67,7 @@ class HelloTier : public zhost::sdk::TierDefaults {
   }
 
   zhost_tier_event* load(uint64_t key, DLTensor& data) const {
+    const CallGuard guard(busy_);
     if (data.device.device_type != kDLCPU)
       throw PluginError(ZHOST_ERR_UNSUPPORTED, "hello_tier loads into host tensors only");
     auto it = slots_.find(key);
@@ -60,20 +82,19 @@ class HelloTier : public zhost::sdk::TierDefaults {
   }
 
   void memory(zhost_tier_memory& out) const {
+    const CallGuard guard(busy_);
     out.host_bytes = 0;
     out.storage_bytes = used_;
   }
 
   void drop(uint64_t key) {
-    auto it = slots_.find(key);
-    if (it == slots_.end()) return;
-    host_.check(host_.services()->buffer_release(host_.context(), it->second.handle));
-    used_ -= it->second.bytes;
-    slots_.erase(it);
+    const CallGuard guard(busy_);
+    drop_slot(key);
   }
 
   // State stream: repeated [u64 key][u64 bytes][bytes].
   void export_state(zhost_state_writer write, void* user) const {
+    const CallGuard guard(busy_);
     for (const auto& [key, slot] : slots_) {
       uint64_t header[2] = {key, slot.bytes};
       if (write(user, header, sizeof(header)) || write(user, slot.data, slot.bytes))
@@ -82,6 +103,7 @@ class HelloTier : public zhost::sdk::TierDefaults {
   }
 
   void import_state(zhost_state_reader read, void* user) {
+    const CallGuard guard(busy_);
     uint64_t header[2];
     while (read_exact(read, user, header, sizeof(header), true)) {
       Slot& slot = slot_for(header[0], header[1]);
@@ -96,10 +118,18 @@ class HelloTier : public zhost::sdk::TierDefaults {
     size_t bytes;
   };
 
+  void drop_slot(uint64_t key) {
+    auto it = slots_.find(key);
+    if (it == slots_.end()) return;
+    host_.check(host_.services()->buffer_release(host_.context(), it->second.handle));
+    used_ -= it->second.bytes;
+    slots_.erase(it);
+  }
+
   Slot& slot_for(uint64_t key, size_t bytes) {
     auto it = slots_.find(key);
     if (it != slots_.end() && it->second.bytes == bytes) return it->second;
-    drop(key);
+    drop_slot(key);
     if (used_ + bytes > capacity_)
       throw PluginError(ZHOST_ERR_OUT_OF_MEMORY, "hello_tier is full: raise hello_tier.capacity_mb");
     zhost_buffer_alloc_args args{};
@@ -131,6 +161,7 @@ class HelloTier : public zhost::sdk::TierDefaults {
   size_t capacity_;
   size_t used_ = 0;
   std::map<uint64_t, Slot> slots_;
+  mutable std::atomic<bool> busy_{false};  // CallGuard
 };
 
 const zhost_plugin_api kApi = zhost::sdk::tier_api<HelloTier>();
