@@ -71,4 +71,10 @@ int64_t FetchUnits::shard_elements() const {
   return total;
 }
 
+int64_t FetchUnits::largest_shard() const {
+  int64_t largest = 0;
+  for (const FetchUnit& unit : units_) largest = std::max(largest, unit.shard);
+  return largest;
+}
+
 }  // namespace zhost::stage3

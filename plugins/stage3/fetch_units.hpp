@@ -27,6 +27,7 @@
 // is a sub-group of its own.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -68,6 +69,7 @@ class FetchUnits {
   std::vector<int> units_read(const std::vector<uint32_t>& block_params) const;
   int persistent_unit() const { return persistent_unit_; }  // -1 when no parameter is persistent
   int64_t shard_elements() const;                           // sum of S over units: this rank's share
+  int64_t largest_shard() const;                            // max of S over units
 
  private:
   std::vector<FetchUnit> units_;
@@ -76,5 +78,18 @@ class FetchUnits {
   std::vector<int64_t> offset_of_;
   int persistent_unit_ = -1;
 };
+
+// Calls visit(param, param_offset, shard_offset, length) for each run of rank `rank`'s shard of `unit` that
+// belongs to one parameter: elements [param_offset, param_offset + length) of parameter `param` are elements
+// [shard_offset, shard_offset + length) of the shard. `numels`: elements per parameter id. Padding is skipped.
+template <typename Visit>
+void for_each_shard_run(const FetchUnit& unit, int rank, const std::vector<int64_t>& numels, Visit&& visit) {
+  const int64_t begin = rank * unit.shard, end = begin + unit.shard;
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const int64_t p_begin = unit.offsets[i], p_end = p_begin + numels[unit.params[i]];
+    const int64_t lo = std::max(begin, p_begin), hi = std::min(end, p_end);
+    if (lo < hi) visit(unit.params[i], lo - p_begin, lo - begin, hi - lo);
+  }
+}
 
 }  // namespace zhost::stage3

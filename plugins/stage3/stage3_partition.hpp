@@ -35,193 +35,69 @@
 // the host as its reduction completes, while backward goes on, and is added into the tier's accumulator
 // when drained (within reduce_bucket_size elements in flight, and at backward_end); at the step, each chunk
 // of updated shards (step_chunk_size elements) is copied back to the device while the next chunk steps.
+//
+// The pieces, each in a file of its own, all reading the shared Stage3Context (stage3_context.hpp):
+//   fetch_units.hpp          how parameters are grouped into units, sharded and sub-grouped
+//   block_trace.hpp          the recorded block order
+//   unit_residency.hpp       a unit's Released -> Gathering -> Live state machine, transitions checked
+//   gatherer.hpp             gathers, prefetch along the block trace, releases (the pre_/post_ hooks)
+//   unit_reduction.hpp       gradient staging and reduce-scatter, unit by unit (grad_ready, backward_end)
+//   sub_group_optimizer.hpp  the sub-grouped step on the masters or in the tier; checkpointed states
+//   param_offload_staging.hpp  zero.offload_param: shards in a tier, device staging buffers, storage swap
+//   staging_pool.hpp         pinned host buffers reused for the copies to and from a tier
+//   rank_agreement.hpp       ranks checking they walk the blocks alike
+// Stage3Partition wires them together in the order the hooks call for.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
-#include <deque>
-#include <memory>
-#include <string>
-#include <vector>
-
 #include "plugins/stage3/block_trace.hpp"
-#include "plugins/stage3/fetch_units.hpp"
-#include "plugins/stage3/rank_agreement.hpp"
-#include "plugins/zero_common/plugin_calls.hpp"
+#include "plugins/stage3/gatherer.hpp"
+#include "plugins/stage3/param_offload_staging.hpp"
+#include "plugins/stage3/stage3_context.hpp"
+#include "plugins/stage3/staging_pool.hpp"
+#include "plugins/stage3/sub_group_optimizer.hpp"
+#include "plugins/stage3/unit_reduction.hpp"
 #include "zhost/cpp/partition.hpp"
-#include "zhost/kit/optimizer.hpp"
-#include "zhost/offload.h"
 
 namespace zhost::stage3 {
-
-// DeepSpeed's zero_optimization keys as stage 3 reads them (see stage3.cpp),
-// counts in elements.
-struct Stage3Options {
-  int64_t prefetch_bucket_size = 50000000;
-  int64_t max_live_parameters = 1000000000;
-  int64_t max_reuse_distance = 1000000000;
-  int64_t persistence_threshold = 100000;
-  int64_t sub_group_size = 1000000000;
-  int64_t reduce_bucket_size = 500000000;
-  bool overlap_comm = false;
-  bool ignore_unused_parameters = true;
-  int64_t offload_buffer_count = 5;              // zero.offload_param: staging buffers for parameter shards
-  int64_t offload_buffer_size = 100000000;       // elements each (at most; sized to the largest shard)
-  int64_t step_chunk = zero::kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
-  bool agree_each_collective = true;             // zero.stage3_rank_agreement
-};
 
 class Stage3Partition : public sdk::PartitionHooks {
  public:
   Stage3Partition(const sdk::Host& host, const Stage3Options& options);
-  ~Stage3Partition();
+  Stage3Partition(const Stage3Partition&) = delete;  // the pieces refer to context_ and to each other
+  Stage3Partition& operator=(const Stage3Partition&) = delete;
 
   void setup(const zhost_partition_setup& setup);
   void begin_micro_batch(const zhost_micro_batch_args& args);
-  void pre_forward(int32_t block) { enter(BlockEvent{false, block}); }
-  void post_forward(int32_t block) { leave(block, false); }
-  void pre_backward(int32_t block) { enter(BlockEvent{true, block}); }
-  void post_backward(int32_t block) { leave(block, true); }
-  void grad_ready(uint32_t id, const DLTensor& grad);
+  void pre_forward(int32_t block) { gatherer_.enter(BlockEvent{false, block}); }
+  void post_forward(int32_t block) { gatherer_.leave(block, false); }
+  void pre_backward(int32_t block) { gatherer_.enter(BlockEvent{true, block}); }
+  void post_backward(int32_t block) { gatherer_.leave(block, true); }
+  void grad_ready(uint32_t id, const DLTensor& grad) { reduction_.grad_ready(id, grad); }
   void backward_end();
   void step(zhost_step_args& args);
   void memory(zhost_model_state_bytes& out) const;
   void gather_param(uint32_t id, DLTensor& out);
-  void save_state(const zhost_state_io& io);
+  void save_state(const zhost_state_io& io) { optimizer_.save_state(io); }
   void load_state(const zhost_state_io& io);
   // Hot swap (Note [Storage swap]): the shards from the params tier into another storing tier, phase by phase.
   void move_param_storage(zhost_tier_storage_move& args);
 
  private:
-  // A tier, and device memory apart from host memory: copies stage the data (copies_ is found with a tier).
-  bool staged() const { return copies_.separate(); }
-  enum class Residency { kReleased, kGathering, kLive };
-  struct UnitState {
-    Residency residency = Residency::kReleased;
-    zhost_param_group* group = nullptr;
-    at::Tensor flat;   // [N*S] compute dtype: the materialised storage (while
-                       // gathering or live)
-    at::Tensor shard;  // [S] compute dtype: this rank's shard (fp32 runs: a view
-                       // of the master)
-    at::Tensor grad;   // [S] compute dtype view into the sub-group's reduced gradients
-    at::Tensor send;   // what the gather in flight sends: the shard, or its staging buffer
-    DLTensor send_dl{}, recv_dl{};
-    zhost_work* gather_work = nullptr;
-    int open_uses = 0;        // blocks between their pre_ and post_ hooks that read this unit
-    bool prefetched = false;  // gathered ahead of the event that needs it, not yet used
-    // gradients of the current micro-batch
-    at::Tensor grad_staging;  // [N*S] compute dtype, from the first gradient to
-                              // the reduction's end
-    at::Tensor reduced;       // [S] this rank's reduced elements
-    DLTensor staging_dl{}, reduced_dl{};
-    zhost_work* reduce_work = nullptr;
-    int grads_pending = 0;
-    bool reduced_this_micro_batch = false;
-  };
-  struct SubGroupState {
-    at::Tensor master;  // [G] fp32 (none with a tier: it keeps the masters)
-    at::Tensor shard;   // [G] compute dtype (16-bit runs; fp32 runs use master)
-    at::Tensor grad;    // [G] compute dtype (with a tier: its fp32 accumulator)
-    kit::OptimizerState state;
-  };
-
-  void enter(const BlockEvent& event);
-  void leave(int32_t block, bool backward);
-  void close_tied_reads(int32_t block);
-  void start_gather(int unit);
-  void finish_gather(int unit);
-  void make_live(int unit);
-  void prefetch();
-  void maybe_release(int unit);
-  void release(int unit);
-  void launch_reduction(int unit);
-  void finish_reduction(int unit);
-  struct Staging {  // parameter offload: a buffer the shard is loaded into for its gather
-    at::Tensor buffer;
-    int unit = -1;                     // the unit whose gather uses it, -1 when free
-    zhost_tier_event* load = nullptr;  // the tier's load into it, until the gather completes
-  };
-  static uint64_t param_key(int unit) { return (1ull << 63) | static_cast<uint64_t>(unit); }
-  Staging& free_staging();
-  bool staging_available() const;
-  using TierIo = zhost_status* (*)(zhost_plugin_instance*, zhost_tier_io_args*);
-  // One store or load with `tier` (params_tier_ when not given): started, or started and waited for.
-  zhost_tier_event* tier_io_start(const zhost_tier_ref& tier, TierIo io, uint64_t key, DLTensor& data);
-  zhost_tier_event* tier_io_start(TierIo io, uint64_t key, DLTensor& data) {
-    return tier_io_start(params_tier_, io, key, data);
-  }
-  void tier_io(const zhost_tier_ref& tier, TierIo io, uint64_t key, DLTensor& data);
-  void tier_io(TierIo io, uint64_t key, DLTensor& data) { tier_io(params_tier_, io, key, data); }
-  // Drops every unit's shard from `tier` (a storage swap's old or abandoned copy); failures are logged.
-  void drop_parameter_shards(const zhost_tier_ref& tier) noexcept;
-  void load_shard(Staging& slot, int unit, DLTensor& dst);
-  void finish_load(Staging& slot);
+  // Unit u's parameter group and this rank's shard of it (a view into its sub-group's buffers, built
+  // already): the shard starts from the parameters' initial values (the padding stays zero), in the compute
+  // dtype, as the unpartitioned model holds them; the fp32 master starts from those values.
   void init_unit(int u);
-  int64_t largest_shard() const;  // elements of the largest unit's shard
-  void check_offload_buffer_size() const;
-  void store_parameter_shard(int unit);
-  void allocate_parameter_staging();
-  void hand_optimizer_to_tier(size_t g, const zhost_optimizer_desc& optimizer);
-  void gather_persistent();
-  void stage_to_host(int unit, const at::Tensor& mine);
-  void drain_oldest_to_host();
-  at::Tensor take_host(int64_t numel);
-  void give_host(at::Tensor buffer);
-  void step_offloaded(double grad_scale, int64_t step, double lr);
-  void step_into_parameter_tier(size_t sub_group, double grad_scale, int64_t step, double lr);
-  std::string unit_name(int unit) const;
-  // Checkpoints: calls visit(param, param_offset, sub_group, offset in the sub-group, length) for each run of
-  // this rank's shards that belongs to one parameter.
-  template <typename Visit>
-  void for_each_shard_run(Visit&& visit) const;
-  void refresh_shards_from_tier();
-  const zhost_param_services& params() const;
+  void log_setup(const zhost_partition_setup& setup) const;
 
-  sdk::Host host_;
-  Stage3Options options_;
-  int rank_ = 0, world_size_ = 1;
-  at::ScalarType compute_dtype_ = at::kFloat;
-  at::TensorOptions on_device_;
-  std::vector<std::string> param_names_;
-  std::vector<int64_t> param_numels_;
-  FetchUnits layout_;
-  std::vector<UnitState> units_;
-  std::vector<SubGroupState> sub_groups_;
-  std::vector<std::vector<int>> units_of_block_;
-  // Units block b reads but does not own (tied weights, e.g. gpt's head reading the token embedding).
-  // post_backward(b) waits for their gradients, which come from other blocks too; the block is done
-  // reading them once the backward has moved on to the block before it (see close_tied_reads).
-  std::vector<std::vector<int>> tied_units_of_block_;
-  std::vector<uint8_t> tied_closed_;  // per block, this micro-batch
-  int32_t last_backward_block_ = -1;
-  std::unique_ptr<BlockTrace> trace_;
-  RankAgreement agreement_;
-  std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
-  std::vector<std::string> state_names_;       // what a checkpoint holds: "master" and the optimizer's states
-  zero::OptimizerTier tier_;                   // zero.offload_optimizer's tier (inactive without one)
-  zhost_tier_ref params_tier_{};               // zero.offload_param's tier (with parameter offload)
-  zhost_tier_ref pending_params_tier_{};       // between a parameter storage move's COPY and its COMMIT or ABORT
-  std::vector<Staging> staging_;               // parameter offload: buffers the shards are gathered from
-  zero::HostCopies copies_;                    // to and from the tier's host memory
-  struct ToHost {                              // a unit's reduced gradient shard on its way to the tier's accumulator
-    int unit;
-    zero::HostCopies::Copy copy;
-    at::Tensor host;    // pinned, at least the shard's length
-    at::Tensor source;  // the device shard, kept until the copy is drained
-  };
-  std::deque<ToHost> to_host_;
-  int64_t to_host_elements_ = 0;
-  std::vector<at::Tensor> free_host_;  // pinned staging buffers not in use (compute dtype)
-  zero::StagedStep staged_step_;       // staged: the tier's step, chunk by chunk through pinned buffers
-  std::vector<uint8_t> arrived_;       // per parameter, this micro-batch
-  std::deque<int> reductions_;         // units whose reduction is in flight, oldest first
-  int64_t reducing_elements_ = 0;
-  int64_t live_elements_ = 0;        // gathered or gathering
-  int64_t prefetched_elements_ = 0;  // gathered ahead and not yet used
-  int64_t step_ = 0;
-  int32_t micro_step_ = 0;
-  int64_t order_changes_ = 0;  // micro-batches whose block order differed from the recorded one
-  int saving_unit_ = -1;       // gathered for gather_param
+  // Destroyed in reverse: gathers, then reductions and their copies, then parameter loads are completed.
+  Stage3Context context_;
+  HostStagingPool pool_;
+  ParamOffloadStaging offload_;
+  SubGroupOptimizer optimizer_;
+  UnitReduction reduction_;
+  Gatherer gatherer_;
   bool in_micro_batch_ = false;
 };
 

@@ -1,10 +1,12 @@
 // tests/zero/stage3_logic_test.cpp: ZeRO stage 3's bookkeeping without collectives: how parameters are
 // grouped into fetch units, sharded and sub-grouped, and how the recorded block order drives reuse and
-// prefetch decisions.
+// prefetch decisions, and which residency moves a fetch unit may make.
 #include <gtest/gtest.h>
 
 #include "plugins/stage3/block_trace.hpp"
 #include "plugins/stage3/fetch_units.hpp"
+#include "plugins/stage3/unit_residency.hpp"
+#include "zhost/cpp/error.hpp"
 
 namespace zhost::stage3 {
 namespace {
@@ -117,6 +119,48 @@ TEST(BlockTrace, AShorterMicroBatchIsAChange) {
   run_micro_batch(trace, std::vector<BlockEvent>(kOrder.begin(), kOrder.end() - 1));
   EXPECT_TRUE(trace.following());
   EXPECT_TRUE(trace.end_micro_batch());
+}
+
+TEST(FetchUnits, ShardRunsCoverEachRanksPartOfItsParameters) {
+  FetchUnits units(kNumels, kOwners, 3, 3, /*persistence=*/0, 1 << 30);
+  std::vector<std::vector<int64_t>> runs;  // (param, param_offset, shard_offset, length)
+  for_each_shard_run(units.units()[0], /*rank=*/2, kNumels, [&](uint32_t param, int64_t p, int64_t s, int64_t n) {
+    runs.push_back({param, p, s, n});
+  });
+  // Rank 2 holds [674, 1011) of unit 0: param 0's [674, 1000), param 1's 10 elements, then 1 of padding.
+  EXPECT_EQ(runs, (std::vector<std::vector<int64_t>>{{0, 674, 0, 326}, {1, 0, 326, 10}}));
+  EXPECT_EQ(units.largest_shard(), 337);
+}
+
+TEST(UnitResidency, GathersReleasesAndGathersAgainInPlace) {
+  UnitResidency unit(4);
+  EXPECT_TRUE(unit.released());
+  unit.begin_gather();
+  EXPECT_TRUE(unit.gathering());
+  unit.end_gather();
+  EXPECT_TRUE(unit.live());
+  unit.begin_gather();  // the persistent unit after a step
+  unit.end_gather();
+  unit.release();
+  EXPECT_EQ(unit.state(), Residency::kReleased);
+}
+
+TEST(UnitResidency, AnIllegalMoveIsAnInternalErrorNamingTheUnit) {
+  UnitResidency unit(4);
+  try {
+    unit.end_gather();
+    FAIL() << "a released unit became live without a gather";
+  } catch (const sdk::PluginError& e) {
+    EXPECT_EQ(e.code(), ZHOST_ERR_INTERNAL);
+    EXPECT_STREQ(e.what(),
+                 "stage3: fetch unit 4 cannot become live while released (a bug in stage 3's gather "
+                 "bookkeeping)");
+  }
+  EXPECT_THROW(unit.release(), sdk::PluginError);
+  unit.begin_gather();
+  EXPECT_THROW(unit.begin_gather(), sdk::PluginError);  // a second gather in flight
+  EXPECT_THROW(unit.release(), sdk::PluginError);       // released before its gather completed
+  EXPECT_TRUE(unit.gathering());                        // a refused move changes nothing
 }
 
 }  // namespace

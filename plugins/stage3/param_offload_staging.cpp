@@ -1,0 +1,187 @@
+// plugins/stage3/param_offload_staging.cpp: parameter shards in a tier and their staging buffers (see the
+// header).
+#include "plugins/stage3/param_offload_staging.hpp"
+
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "zhost/kit/dlpack_views.hpp"
+#include "zhost/kit/format.hpp"
+
+namespace zhost::stage3 {
+
+using kit::dl_view;
+using sdk::PluginError;
+
+ParamOffloadStaging::~ParamOffloadStaging() {
+  // Never leave a load in flight; its failure was or will be reported. The tier is still alive: the host
+  // destroys tiers after the partition plugin (docs/abi.md "Tier lifetimes").
+  for (Slot& slot : staging_)
+    if (slot.load)
+      if (zhost_status* status = params_tier_.api->wait_event(params_tier_.instance, slot.load))
+        context_.host.services()->status_destroy(status);
+}
+
+void ParamOffloadStaging::find_tier(bool optimizer_offloaded) {
+  const sdk::Host& host = context_.host;
+  params_tier_.struct_size = sizeof(params_tier_);
+  host.check(host.services()->tier_for(host.context(), ZHOST_TIER_FOR_PARAMS, &params_tier_));
+  if (params_tier_.instance && !optimizer_offloaded)
+    throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                      kit::format("zero.offload_param names tier '{}' but zero.offload_optimizer names none: stage 3 "
+                                  "offloads parameters together with the optimizer; offload both",
+                                  params_tier_.name));
+  if (params_tier_.instance && (!params_tier_.api || !params_tier_.api->store || !params_tier_.api->load))
+    throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                      kit::format("offload tier '{}' cannot store parameters; set zero.offload_param.device = \"cpu\"",
+                                  params_tier_.name));
+}
+
+// Every unit's shard goes to the tier, the device keeps buffer_count staging buffers of at most buffer_size
+// elements (no more than the largest shard) to gather from.
+void ParamOffloadStaging::check_buffer_size() const {
+  const int64_t largest = context_.layout.largest_shard();
+  if (largest > context_.options.offload_buffer_size)
+    throw PluginError(ZHOST_ERR_CONFIG,
+                      kit::format("zero.offload_param.buffer_size = {} elements is smaller than the largest parameter "
+                                  "shard ({} elements, one block's parameters / ranks): set it to at least {}",
+                                  context_.options.offload_buffer_size, largest, largest));
+}
+
+void ParamOffloadStaging::allocate() {
+  const int64_t largest = context_.layout.largest_shard();
+  // No more gathers than units can be in flight: more buffers would only take memory.
+  staging_.resize(static_cast<size_t>(std::min<int64_t>(context_.options.offload_buffer_count, context_.units())));
+  for (Slot& slot : staging_) slot.buffer = at::empty({largest}, context_.on_device);
+}
+
+void ParamOffloadStaging::store(int unit, const at::Tensor& shard) {
+  DLTensor src = dl_view(shard);
+  tier_io(params_tier_, params_tier_.api->store, param_key(unit), src);
+}
+
+ParamOffloadStaging::Slot* ParamOffloadStaging::free_slot() {
+  for (Slot& slot : staging_)
+    if (slot.unit < 0) return &slot;
+  return nullptr;
+}
+
+bool ParamOffloadStaging::slot_available() const {
+  if (!params_tier_.instance) return true;
+  for (const Slot& slot : staging_)
+    if (slot.unit < 0) return true;
+  return false;
+}
+
+void ParamOffloadStaging::load(Slot& slot, int unit, DLTensor& dst) {
+  slot.unit = unit;
+  slot.load = tier_io_start(params_tier_, params_tier_.api->load, param_key(unit), dst);
+  if (!slot.load) return;
+  const zhost_offload_api* api = params_tier_.api;
+  if (ZHOST_HAS_FIELD(api, zhost_offload_api, order_compute_after) && api->order_compute_after) {
+    context_.host.check(api->order_compute_after(params_tier_.instance, slot.load));
+  } else {
+    finish_load(slot);
+    slot.unit = unit;
+  }
+}
+
+void ParamOffloadStaging::release_slot_of(int unit) {
+  for (Slot& slot : staging_)
+    if (slot.unit == unit) finish_load(slot);
+}
+
+// The slot's load is complete (waited for) and the slot free.
+void ParamOffloadStaging::finish_load(Slot& slot) {
+  slot.unit = -1;
+  if (!slot.load) return;
+  zhost_tier_event* load = std::exchange(slot.load, nullptr);
+  context_.host.check(params_tier_.api->wait_event(params_tier_.instance, load));
+}
+
+uint64_t ParamOffloadStaging::buffer_bytes() const {
+  uint64_t bytes = 0;
+  for (const Slot& slot : staging_) bytes += slot.buffer.nbytes();
+  return bytes;
+}
+
+zhost_tier_event* ParamOffloadStaging::tier_io_start(const zhost_tier_ref& tier, TierIo io, uint64_t key,
+                                                     DLTensor& data) {
+  zhost_tier_io_args args{};
+  args.struct_size = sizeof(args);
+  args.key = key;
+  args.data = &data;
+  context_.host.check(io(tier.instance, &args));
+  return args.event;
+}
+
+void ParamOffloadStaging::tier_io(const zhost_tier_ref& tier, TierIo io, uint64_t key, DLTensor& data) {
+  if (zhost_tier_event* event = tier_io_start(tier, io, key, data))
+    context_.host.check(tier.api->wait_event(tier.instance, event));
+}
+
+void ParamOffloadStaging::drop_shards(const zhost_tier_ref& tier) noexcept {
+  for (int unit = 0; unit < context_.units(); ++unit) {
+    sdk::Status status(context_.host.services(), tier.api->drop(tier.instance, param_key(unit)));
+    if (!status.ok())
+      context_.host.warn(kit::format("stage3: could not drop {}'s shard from tier '{}': {}", context_.unit_name(unit),
+                                     tier.name, status.message()));
+  }
+}
+
+// Note [Storage swap] (host/engine/storage_swap.hpp): COPY loads each unit's shard from the params tier into the
+// first staging buffer (free between steps) and stores it into the new tier under the same key; COMMIT drops the
+// old copies and gathers from the new tier from then on; ABORT drops the new copies.
+void ParamOffloadStaging::move_storage(zhost_tier_storage_move& args, const FinishGather& finish_gather) {
+  switch (args.phase) {
+    case ZHOST_STORAGE_MOVE_COPY:
+      copy_to_pending(args, finish_gather);
+      return;
+    case ZHOST_STORAGE_MOVE_COMMIT:
+      if (!pending_params_tier_.instance)
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "stage3: parameter storage move COMMIT without a COPY");
+      drop_shards(params_tier_);
+      params_tier_ = std::exchange(pending_params_tier_, zhost_tier_ref{});
+      context_.host.info(kit::format("parameter shards now kept in tier '{}'", params_tier_.name));
+      return;
+    case ZHOST_STORAGE_MOVE_ABORT:
+      if (pending_params_tier_.instance) drop_shards(pending_params_tier_);
+      pending_params_tier_ = zhost_tier_ref{};
+      return;
+    default:
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, kit::format("stage3: unknown storage move phase {}", args.phase));
+  }
+}
+
+void ParamOffloadStaging::copy_to_pending(zhost_tier_storage_move& args, const FinishGather& finish_gather) {
+  if (!params_tier_.instance || staging_.empty())
+    throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                      "stage 3 keeps its parameter shards in a tier only with zero.offload_param.device; start the "
+                      "job with it to swap the shards' storage");
+  const zhost_tier_ref* target = args.storage;
+  if (!target || !target->instance || !target->api || !target->api->store || !target->api->load)
+    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "stage3: a parameter storage move names no storing tier");
+  for (Slot& slot : staging_)  // nothing may still be loading from the old tier
+    if (slot.unit >= 0) finish_gather(slot.unit);
+  pending_params_tier_ = *target;
+  pending_params_tier_.struct_size = sizeof(pending_params_tier_);
+  uint64_t bytes = 0;
+  try {
+    for (int unit = 0; unit < context_.units(); ++unit) {
+      const at::Tensor shard = staging_.front().buffer.narrow(0, 0, context_.unit(unit).shard);
+      DLTensor view = dl_view(shard);
+      tier_io(params_tier_, params_tier_.api->load, param_key(unit), view);
+      tier_io(pending_params_tier_, pending_params_tier_.api->store, param_key(unit), view);
+      bytes += static_cast<uint64_t>(shard.numel()) * static_cast<uint64_t>(shard.element_size());
+    }
+  } catch (...) {
+    drop_shards(pending_params_tier_);
+    pending_params_tier_ = zhost_tier_ref{};
+    throw;
+  }
+  args.bytes = bytes;
+}
+
+}  // namespace zhost::stage3

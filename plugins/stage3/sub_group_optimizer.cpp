@@ -1,0 +1,218 @@
+// plugins/stage3/sub_group_optimizer.cpp: sub-group buffers, the sharded step and its checkpointed states (see
+// the header).
+#include "plugins/stage3/sub_group_optimizer.hpp"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+
+#include <utility>
+
+#include "plugins/zero_common/step_prologue.hpp"
+#include "zhost/kit/grad_numerics.hpp"
+#include "zhost/kit/state_io.hpp"
+
+namespace zhost::stage3 {
+
+bool SubGroupOptimizer::find_tier(const zhost_optimizer_desc& optimizer) {
+  tier_ = zero::OptimizerTier::find(context_.host);
+  state_names_ = kit::checkpoint_state_names(kit::optimizer_spec_from_abi(optimizer));
+  return tier_.active();
+}
+
+void SubGroupOptimizer::stage_through(const zero::HostCopies& copies) {
+  staged_ = copies.separate();
+  if (staged_) staged_step_ = zero::StagedStep(tier_, copies, context_.options.step_chunk, context_.compute_dtype);
+}
+
+void SubGroupOptimizer::make_optimizer(const zhost_optimizer_desc& optimizer) {
+  optimizer_ = kit::make_optimizer(kit::optimizer_spec_from_abi(optimizer));
+}
+
+// Sub-group buffers; each unit's shard, master and gradient are views into its sub-group's. In fp32 runs the
+// shard is the master, unless a tier keeps the master. With a tier the master only passes through here on its
+// way to host memory: it is kept off the device.
+void SubGroupOptimizer::add_sub_group(size_t g) {
+  const int64_t numel = context_.layout.sub_groups()[g].numel;
+  const bool offloaded = tier_.active();
+  SubGroupState s;
+  s.master = at::zeros({numel}, (offloaded ? at::TensorOptions() : context_.on_device).dtype(at::kFloat));
+  if (context_.compute_dtype != at::kFloat || offloaded) s.shard = at::zeros({numel}, context_.on_device);
+  if (!offloaded) {
+    s.grad = at::zeros({numel}, context_.on_device);
+    optimizer_->allocate_state(s.state, s.master);
+  }
+  sub_groups_.push_back(std::move(s));
+}
+
+at::Tensor SubGroupOptimizer::shard_of(int unit) const {
+  const FetchUnit& layout = context_.unit(unit);
+  const SubGroupState& group = group_of(unit);
+  return (group.shard.defined() ? group.shard : group.master).narrow(0, layout.sub_group_offset, layout.shard);
+}
+
+void SubGroupOptimizer::master_from_shard(int unit) {
+  const FetchUnit& layout = context_.unit(unit);
+  const SubGroupState& group = group_of(unit);
+  if (group.shard.defined())
+    group.master.narrow(0, layout.sub_group_offset, layout.shard)
+        .copy_(group.shard.narrow(0, layout.sub_group_offset, layout.shard));
+}
+
+// The tier named by zero.offload_optimizer.device takes sub-group g's master and optimizer states (key = the
+// sub-group's index); its fp32 gradient accumulator becomes the sub-group's gradient buffer. With parameter
+// offload the shards are the parameter tier's from now on.
+void SubGroupOptimizer::finish_sub_group(size_t g, const zhost_optimizer_desc& optimizer) {
+  SubGroupState& group = sub_groups_[g];
+  if (tier_.active()) {
+    group.grad = tier_.add_group(g, optimizer, group.master);
+    group.master = at::Tensor();
+  }
+  if (offload_.active()) group.shard = at::Tensor();
+}
+
+at::Tensor SubGroupOptimizer::grad_of(int unit) const {
+  const FetchUnit& layout = context_.unit(unit);
+  return group_of(unit).grad.narrow(0, layout.sub_group_offset, layout.shard);
+}
+
+bool SubGroupOptimizer::step(zhost_step_args& args) {
+  // Note [Step prologue]: overflow, exact norm and the one gradient factor, over every sub-group's shard (a
+  // tier's accumulators are in host memory, the collectives' scalars on the device).
+  std::vector<at::Tensor> grads;
+  for (const SubGroupState& g : sub_groups_) grads.push_back(g.grad);
+  const zero::StepDecision decision =
+      zero::step_prologue(context_.host, grads, context_.world_size, context_.on_device.device(), args);
+  const int64_t step = args.applied_steps + 1;
+  if (!decision.overflow) {
+    if (tier_.active()) {
+      step_offloaded(decision.grad_scale, step, args.lr);
+    } else {
+      for (SubGroupState& g : sub_groups_) {  // one sub-group at a time: at most one fp32 copy of 16-bit gradients
+        const at::Tensor grad = g.grad.scalar_type() == at::kFloat ? g.grad : g.grad.to(at::kFloat);
+        optimizer_->step(g.master, grad, g.state, step, args.lr, decision.grad_scale);
+        if (g.shard.defined()) kit::copy_master_to_model(g.shard, g.master);
+      }
+    }
+  }
+  if (decision.overflow || !tier_.active())
+    for (SubGroupState& g : sub_groups_) g.grad.zero_();
+  return !decision.overflow;
+}
+
+// The tier steps each sub-group (unscale and clipping in its one pass, which also zeroes its accumulator)
+// and writes the updated shard: into the device shard directly when training in host memory; staged, into
+// pinned host memory, chunk by chunk (zero.offload_optimizer.step_chunk_size), each chunk's copy to the
+// device running while the next chunk steps; with parameter offload, back into the parameter tier.
+void SubGroupOptimizer::step_offloaded(double grad_scale, int64_t step, double lr) {
+  for (size_t i = 0; i < sub_groups_.size(); ++i) {
+    SubGroupState& g = sub_groups_[i];
+    if (offload_.active()) {
+      step_into_parameter_tier(i, grad_scale, step, lr);
+    } else if (staged_) {  // chunk by chunk, each copied while the next steps
+      staged_step_.step(i, step, lr, grad_scale, g.shard);
+    } else {
+      tier_.step(i, step, lr, grad_scale, g.shard);
+    }
+  }
+  staged_step_.finish();
+}
+
+// Parameter offload: the updated shards go back to the parameter tier, unit by unit through one host
+// buffer of a shard's size (kept in the staging pool between steps); a tier that steps whole groups only
+// writes the whole sub-group first.
+void SubGroupOptimizer::step_into_parameter_tier(size_t sub_group, double grad_scale, int64_t step, double lr) {
+  const SubGroup& group = context_.layout.sub_groups()[sub_group];
+  if (!tier_.steps_ranges()) {
+    at::Tensor buffer = pool_.take(group.numel);
+    tier_.step(sub_group, step, lr, grad_scale, buffer.narrow(0, 0, group.numel));
+    for (int unit : group.units) {
+      const FetchUnit& layout = context_.unit(unit);
+      offload_.store(unit, buffer.narrow(0, layout.sub_group_offset, layout.shard));
+    }
+    pool_.give(std::move(buffer));
+    return;
+  }
+  for (int unit : group.units) {
+    const FetchUnit& layout = context_.unit(unit);
+    at::Tensor buffer = pool_.take(layout.shard);
+    const at::Tensor shard = buffer.narrow(0, 0, layout.shard);
+    tier_.step_range(sub_group, layout.sub_group_offset, step, lr, grad_scale, shard);
+    offload_.store(unit, shard);
+    pool_.give(std::move(buffer));
+  }
+}
+
+void SubGroupOptimizer::memory(zhost_model_state_bytes& out) const {
+  for (const SubGroupState& g : sub_groups_) {
+    if (g.shard.defined()) {  // 16-bit shards (or any shards next to a tier's masters)
+      out.params += g.shard.nbytes();
+      if (g.master.defined()) out.master += g.master.nbytes();
+    } else if (g.master.defined()) {  // fp32: the master is the parameter shard
+      out.params += g.master.nbytes();
+    }
+    if (!tier_.active()) out.grads += g.grad.nbytes();
+    out.optimizer += static_cast<uint64_t>(g.state.bytes());
+  }
+  if (tier_.active())  // masters, states and gradient accumulators (and, offloaded, the shards) are the tier's
+    out.offloaded = tier_.bytes();  // one instance serves both roles with "cpu"
+}
+
+// Each run of this rank's shards that belongs to one parameter, state by state: put into the checkpoint
+// (save) or got from it (loading fills them from whatever ranks and stage saved them).
+void SubGroupOptimizer::copy_states(const zhost_state_io& io, bool save) {
+  const sdk::Host& host = context_.host;
+  for (const FetchUnit& unit : context_.layout.units()) {
+    const auto group = static_cast<size_t>(unit.sub_group);
+    for_each_shard_run(unit, context_.rank, context_.param_numels,
+                       [&](uint32_t param, int64_t param_offset, int64_t shard_offset, int64_t length) {
+                         const int64_t offset = unit.sub_group_offset + shard_offset;
+                         if (tier_.active()) {
+                           for (const std::string& name : state_names_) {
+                             const at::Tensor values = at::empty({length}, at::kFloat);
+                             if (save) {
+                               tier_.read_state(group, name, offset, values);
+                               host.check(kit::put_state(io, param, name, param_offset, values));
+                             } else {
+                               host.check(kit::get_state(io, param, name, param_offset, values));
+                               tier_.write_state(group, name, offset, values);
+                             }
+                           }
+                           return;
+                         }
+                         const SubGroupState& g = sub_groups_[group];
+                         for (const auto& [name, values] : kit::flat_states(g.master, g.state)) {
+                           const at::Tensor run = values.narrow(0, offset, length);
+                           host.check(save ? kit::put_state(io, param, name, param_offset, run)
+                                           : kit::get_state(io, param, name, param_offset, run));
+                         }
+                       });
+  }
+}
+
+void SubGroupOptimizer::refresh_shards() {
+  if (tier_.active()) {
+    refresh_shards_from_tier();
+    return;
+  }
+  for (SubGroupState& g : sub_groups_)
+    if (g.shard.defined()) kit::copy_master_to_model(g.shard, g.master);
+}
+
+// The 16-bit shards from the tier's masters, sub-group by sub-group: into the device shards, or with parameter
+// offload into the parameter tier, unit by unit.
+void SubGroupOptimizer::refresh_shards_from_tier() {
+  for (size_t g = 0; g < sub_groups_.size(); ++g) {
+    const at::Tensor master = at::empty({context_.layout.sub_groups()[g].numel}, at::kFloat);
+    tier_.read_state(g, kit::kMasterState, 0, master);
+    if (!offload_.active()) {
+      sub_groups_[g].shard.copy_(master);
+      continue;
+    }
+    for (int unit : context_.layout.sub_groups()[g].units) {
+      const FetchUnit& u = context_.unit(unit);
+      offload_.store(unit, master.narrow(0, u.sub_group_offset, u.shard).to(context_.compute_dtype).contiguous());
+    }
+  }
+}
+
+}  // namespace zhost::stage3

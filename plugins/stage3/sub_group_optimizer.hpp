@@ -1,0 +1,83 @@
+// plugins/stage3/sub_group_optimizer.hpp: the optimizer over this rank's shards, sub-group by sub-group
+// (DeepSpeed's sub_group_size; fetch_units.hpp): each sub-group's fp32 master, 16-bit shard, gradient and
+// optimizer states, or, with zero.offload_optimizer, the tier's group of the same index; the step (unscale,
+// global norm, clip, then one sub-group at a time); and the checkpointed states. Design:
+// stage3_partition.hpp.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plugins/stage3/param_offload_staging.hpp"
+#include "plugins/stage3/stage3_context.hpp"
+#include "plugins/stage3/staging_pool.hpp"
+#include "zhost/kit/optimizer.hpp"
+
+namespace zhost::stage3 {
+
+class SubGroupOptimizer {
+ public:
+  SubGroupOptimizer(const Stage3Context& context, HostStagingPool& pool, ParamOffloadStaging& offload)
+      : context_(context), pool_(pool), offload_(offload) {}
+  SubGroupOptimizer(const SubGroupOptimizer&) = delete;
+  SubGroupOptimizer& operator=(const SubGroupOptimizer&) = delete;
+
+  // Setup, in this order: the tier named by zero.offload_optimizer (if any) and the checkpoint's state names;
+  bool find_tier(const zhost_optimizer_desc& optimizer);  // returns whether a tier runs the optimizer
+  bool offloaded() const { return tier_.active(); }
+  const zero::OptimizerTier& tier() const { return tier_; }
+  // with a tier, the copies that reach its memory (a staged step when they are separate); the optimizer when
+  // no tier runs it;
+  void stage_through(const zero::HostCopies& copies);
+  void make_optimizer(const zhost_optimizer_desc& optimizer);
+  // then each sub-group: its buffers; each unit's shard filled (shard_of) and its master taken from it
+  // (master_from_shard); then its master and states handed to the tier, the device shards dropped with
+  // parameter offload (finish_sub_group).
+  void add_sub_group(size_t g);
+  at::Tensor shard_of(int unit) const;  // [S] compute dtype view (fp32 runs without a tier: the master's)
+  void master_from_shard(int unit);
+  void finish_sub_group(size_t g, const zhost_optimizer_desc& optimizer);
+  at::Tensor grad_of(int unit) const;  // [S] view into its sub-group's gradient (the tier's accumulator)
+
+  // Unscale, norm, clip and step; the gradients zeroed. Returns whether the shards changed (no overflow).
+  bool step(zhost_step_args& args);
+  void memory(zhost_model_state_bytes& out) const;  // all but `buffers`
+  // Checkpoints (docs/checkpoints.md): this rank's shards of the masters and optimizer states, parameter by
+  // parameter, from the sub-groups or the tier that holds them (save_state) or into them (load_states).
+  void save_state(const zhost_state_io& io) { copy_states(io, true); }
+  void load_states(const zhost_state_io& io) { copy_states(io, false); }
+  // After load_states: the 16-bit shards from the masters (in the parameter tier with parameter offload).
+  void refresh_shards();
+
+ private:
+  struct SubGroupState {
+    at::Tensor master;  // [G] fp32 (none with a tier: it keeps the masters)
+    at::Tensor shard;   // [G] compute dtype (16-bit runs; fp32 runs use master)
+    at::Tensor grad;    // [G] compute dtype (with a tier: its fp32 accumulator)
+    kit::OptimizerState state;
+  };
+
+  const SubGroupState& group_of(int unit) const {
+    return sub_groups_[static_cast<size_t>(context_.unit(unit).sub_group)];
+  }
+  void step_offloaded(double grad_scale, int64_t step, double lr);
+  void step_into_parameter_tier(size_t sub_group, double grad_scale, int64_t step, double lr);
+  void copy_states(const zhost_state_io& io, bool save);
+  void refresh_shards_from_tier();
+
+  const Stage3Context& context_;
+  HostStagingPool& pool_;
+  ParamOffloadStaging& offload_;
+  std::vector<SubGroupState> sub_groups_;
+  std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
+  std::vector<std::string> state_names_;       // what a checkpoint holds: "master" and the optimizer's states
+  zero::OptimizerTier tier_;                   // zero.offload_optimizer's tier (inactive without one)
+  bool staged_ = false;                        // the tier's memory is reached by copies (a device of its own)
+  zero::StagedStep staged_step_;               // staged: the tier's step, chunk by chunk through pinned buffers
+};
+
+}  // namespace zhost::stage3
