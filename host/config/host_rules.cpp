@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "host/config/host_schema.hpp"
 #include "host/config/resolved.hpp"
 #include "host/core/text.hpp"
 
@@ -343,7 +344,7 @@ void add_nvme_rules(Schema& schema) {
                [](const ResolvedConfig& config) -> Problem {
                  const int64_t start = config.get_int("zero.offload_optimizer.delayed_update_start_step");
                  if (!config.get_bool("zero.offload_optimizer.delayed_update")) {
-                   if (!config.has("zero.offload_optimizer.delayed_update_start_step")) return std::nullopt;
+                   if (start == kDelayedUpdateStartDefault) return std::nullopt;
                    return fmt::format(
                        "zero.offload_optimizer.delayed_update_start_step = {} has no effect: it is the first delayed "
                        "step of zero.offload_optimizer.delayed_update, which is false",
@@ -355,9 +356,7 @@ void add_nvme_rules(Schema& schema) {
                      "before zero.offload_optimizer.delayed_update_start_step = {}{}; set a start step of at most "
                      "{} to delay within this job",
                      config.get_int("steps"), start,
-                     config.has("zero.offload_optimizer.delayed_update_start_step")
-                         ? ""
-                         : " (the default: the first 40 steps are synchronous)",
+                     start == kDelayedUpdateStartDefault ? " (the default: the first 40 steps are synchronous)" : "",
                      config.get_int("steps"));
                });
   // Note [Storage swap] (host/engine/storage_swap.hpp): swaps happen between steps, with nothing of the tiers in

@@ -2,6 +2,8 @@
 // where DeepSpeed has them) and the rules across them. Plugins add their own keys next to these.
 #pragma once
 
+#include <cstdint>
+
 #include "host/config/schema.hpp"
 
 namespace zhost::config {
@@ -9,5 +11,9 @@ namespace zhost::config {
 // Declares the host's keys, its cross-key rules (e.g. fp16 and bf16 not both enabled) and the hints that
 // point DeepSpeed table names (zero_optimization, optimizer.params) to zhost's.
 void add_host_keys(Schema& schema);
+
+// zero.offload_optimizer.delayed_update_start_step's default: the ZeRO-Offload paper delays only after its
+// first 40 iterations (Note [Delayed parameter update], plugins/zero_common/delayed_update.hpp).
+inline constexpr int64_t kDelayedUpdateStartDefault = 41;
 
 }  // namespace zhost::config

@@ -50,6 +50,8 @@ class ResolvedConfig {
 
   // True when the file or a --set gave the key a value (false for defaults and unset optional keys).
   bool has(const std::string& path) const;
+  // True when this config reads the key: the host or a chosen plugin declared it.
+  bool active(const std::string& path) const { return entries_.count(path) != 0; }
   // "default", "FILE:LINE" or "--set".
   std::string origin(const std::string& path) const;
   // The start of an error message about this key (ValueOrigin::location).
