@@ -51,12 +51,8 @@ void Importer::top_level(Section& root) {
   root.note("graph_harvesting", "a CUDA-graph knob of DeepSpeed's fused optimizers; it changes no value");
   root.note("use_data_before_expert_parallelism", "zhost has no expert parallelism");
   root.note("vocabulary_size", "DeepSpeed reads it only for sparse embeddings");
-  root.inert("prescale_gradients", false,
-             "dividing gradients by the world size before their reduction (it rounds differently) is not supported "
-             "by zhost; train with DeepSpeed for it, or set it to false knowing the sums round differently");
-  root.inert("gradient_predivide_factor", 1.0,
-             "pre-dividing gradients by a factor before their reduction is not supported by zhost (it changes how "
-             "the sums round); train with DeepSpeed for it, or set it to 1.0 knowing the rounding changes");
+  root.map("prescale_gradients", "prescale_gradients");
+  root.map("gradient_predivide_factor", "gradient_predivide_factor");
   root.inert("gradient_allreduce_op", "mean",
              "zhost averages gradients over the ranks (\"mean\"); summing them changes the step size; set \"mean\"");
   root.inert("sparse_gradients", false, "sparse embedding gradients are a feature zhost lacks; set it to false");

@@ -337,6 +337,17 @@ void add_nvme_rules(Schema& schema) {
                stage);
          return std::nullopt;
        });
+  // Note [Gradient pre-division] (host/engine/trainer.cpp): as in DeepSpeed, prescale_gradients divides by the
+  // world size and the factor is not used.
+  warning_rule(
+      schema, {"gradient_predivide_factor", "prescale_gradients"}, [](const ResolvedConfig& config) -> Problem {
+        if (!config.get_bool("prescale_gradients") || config.get_float("gradient_predivide_factor") == 1.0)
+          return std::nullopt;
+        return fmt::format(
+            "gradient_predivide_factor = {:g} has no effect: prescale_gradients = true divides by the world size "
+            "instead, as in DeepSpeed; set one of them",
+            config.get_float("gradient_predivide_factor"));
+      });
   // The start step is a step number of the whole job (a resumed job counts on), so a run shorter than it is a
   // warning: its continuation may reach it.
   warning_rule(schema,

@@ -85,6 +85,13 @@ void add_training_keys(HostKeys& keys) {
   keys.integer("steps", 100, "total optimizer steps to train", at_least(0));
   keys.integer("seed", 1234, "random seed for initialization and synthetic data");
   keys.number("gradient_clipping", 0.0, "clip gradients to this global norm; 0 = off", at_least(0));
+  keys.flag("prescale_gradients", false,
+            "DeepSpeed: divide each rank's gradients by the world size before they are summed, not the sum after "
+            "(Note [Gradient pre-division])");
+  keys.number("gradient_predivide_factor", 1.0,
+              "DeepSpeed: divide each rank's gradients by this before they are summed, the sum by world size / it "
+              "after (Note [Gradient pre-division])",
+              above(0));
   keys.integer("steps_per_print", 10, "log progress every this many optimizer steps", at_least(1));
   keys.flag("wall_clock_breakdown", false, "log the time spent in forward, backward and step");
   keys.flag("memory_breakdown", false,

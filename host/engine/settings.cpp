@@ -74,6 +74,8 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.seed = static_cast<uint64_t>(c.get_int("seed"));
   s.steps_per_print = c.get_int("steps_per_print");
   s.gradient_clipping = c.get_float("gradient_clipping");
+  s.gradient_predivide =
+      c.get_bool("prescale_gradients") ? static_cast<double>(world_size) : c.get_float("gradient_predivide_factor");
   s.wall_clock_breakdown = c.get_bool("wall_clock_breakdown");
   s.memory_breakdown = c.get_bool("memory_breakdown");
   s.trace = c.get_bool("run.trace");

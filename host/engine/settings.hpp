@@ -39,6 +39,9 @@ struct TrainSettings {
   uint64_t seed = 0;
   int64_t steps_per_print = 10;
   double gradient_clipping = 0;
+  // Note [Gradient pre-division] (trainer.cpp): what each rank's gradients are divided by before they are
+  // summed; 1 = none. The world size with prescale_gradients, else gradient_predivide_factor.
+  double gradient_predivide = 1;
   bool wall_clock_breakdown = false;
   bool memory_breakdown = false;               // DeepSpeed's see_memory_usage lines at every phase of printed steps
   bool trace = false;                          // run.trace: RUN_DIR/trace.rankN.json (Note [Trace file])

@@ -532,7 +532,13 @@ struct Trainer::Impl {
     start = Clock::now();
     {
       const TraceScope span(trace, "backward", "backward");
-      loss.mul(scaler.scale() / static_cast<double>(gas)).backward();
+      // Note [Gradient pre-division]: DeepSpeed's prescale_gradients / gradient_predivide_factor divide each
+      // rank's gradients by f before the sum. Dividing the loss by f divides every gradient by f before any
+      // reduction, in every stage and with accumulation alike; step() is told loss_scale / f, so the
+      // partition's one division of the sum (by world size * loss_scale) becomes DeepSpeed's f / world size.
+      // For f a power of two every scaling is exact, and the run equals the one without pre-division bit for
+      // bit, as DeepSpeed's fp32 sums would.
+      loss.mul(scaler.scale() / (static_cast<double>(gas) * settings.gradient_predivide)).backward();
       if (activation_checkpoints) activation_checkpoints->end_micro_batch();
       if (trace || profiled) end_backward_block();
       if (settings.layer_drop > 0) report_accumulated_grads();
@@ -567,7 +573,7 @@ struct Trainer::Impl {
     args.step = step;
     args.applied_steps = applied;
     args.lr = schedule->lr_for_step(applied + 1);
-    args.loss_scale = scaler.scale();
+    args.loss_scale = scaler.scale() / settings.gradient_predivide;  // what the gradients carry
     args.clip_norm = settings.gradient_clipping;
     const zhost_ext_header last_step{sizeof(zhost_ext_header), ZHOST_EXT_LAST_STEP, nullptr};
     if (step == settings.steps) args.ext = &last_step;  // the plugin completes deferred work (docs/abi.md 8)
@@ -584,7 +590,7 @@ struct Trainer::Impl {
     StepRecord record;
     record.step = step;
     record.lr = args.lr;
-    record.loss_scale = args.loss_scale;
+    record.loss_scale = scaler.scale();
     record.grad_norm = args.grad_norm;
     record.skipped = scaler.update(args.overflow != 0);
     if (!args.overflow) ++applied;

@@ -110,8 +110,8 @@ std::vector<RuleCase> rule_cases() {
        "train.toml:6: data.path: 'tokens.bin' holds token id 300 at token 5, but model.vocab is 256"},
       // The file itself.
       // A JSON file is DeepSpeed's config, read with DeepSpeed's names (test_deepspeed_json.cpp).
-      {"DeepSpeedJsonKeyChangingTheMath", "{\"train_batch_size\": 8, \"prescale_gradients\": true}\n",
-       "train.toml:1:25: prescale_gradients = true: dividing gradients by the world size before their reduction"},
+      {"DeepSpeedJsonKeyChangingTheMath", "{\"train_batch_size\": 8, \"gradient_allreduce_op\": \"sum\"}\n",
+       "train.toml:1:25: gradient_allreduce_op = \"sum\": zhost averages gradients over the ranks"},
       {"UnterminatedString", "[run]\nname = \"abc\nsteps = 1\n",
        "train.toml:2:8: the string that starts here (\"abc) is not closed before the end of the line"},
   };

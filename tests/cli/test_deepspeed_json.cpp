@@ -49,7 +49,7 @@ TEST(DeepSpeedJson, ReportsEveryProblemOfAFileAtOnceWithLineAndColumn) {
   dir.write("ds.json", R"({
   // comments and trailing commas, as people write them
   "train_micro_batch_size_per_gpu": 2,
-  "prescale_gradients": true,
+  "prescale_gradients": 1,
   "optimizer": {"type": "Adam", "params": {"lr": "auto", "bias_correction": false,},},
   "zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1e9, "reduce_bucket_sise": 5e8},
   "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.0001, "cycle_max_lr": 0.001}},
@@ -57,7 +57,7 @@ TEST(DeepSpeedJson, ReportsEveryProblemOfAFileAtOnceWithLineAndColumn) {
   CliResult r = run_zhost(dir.path(), "config check ds.json" + kPlugins);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   const std::vector<std::string> expected = {
-      "zhost: error: ds.json:4:3: prescale_gradients = true: dividing gradients by the world size before",
+      "zhost: error: ds.json:4:3: prescale_gradients must be true or false, got integer 1",
       "zhost: error: ds.json:5:44: optimizer.params.lr = \"auto\": \"auto\" is filled in from the trainer's "
       "arguments, and none gives it here; give it with --set optimizer.lr=VALUE",
       "zhost: error: ds.json:5:58: optimizer.params.bias_correction = false: Adam without bias correction is not "
@@ -332,6 +332,7 @@ TEST(DeepSpeedJson, ARawDeepSpeedConfigTrains) {
   dir.write("ds.json", R"({
   "train_micro_batch_size_per_gpu": 2,
   "gradient_accumulation_steps": 2,
+  "prescale_gradients": true,
   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}},
   "zero_optimization": {"stage": 2, "contiguous_gradients": true, "overlap_comm": true},
   "zhost": {"steps": 2, "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8}, "run": {"name": "json"}}

@@ -69,7 +69,9 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
   // Root keys first, then tables in sorted order, keys sorted within each.
   EXPECT_EQ(toml.rfind("# gradient_accumulation_steps is not set (int, optional)  # default (host)\n"
                        "gradient_clipping = 0.0  # default (host)\n"
+                       "gradient_predivide_factor = 1.0  # default (host)\n"
                        "memory_breakdown = false  # default (host)\n"
+                       "prescale_gradients = false  # default (host)\n"
                        "seed = 7  # train.toml:1 (host)\n",
                        0),
             0u)

@@ -94,7 +94,8 @@ typedef struct zhost_step_args {
   int64_t step;          /* optimizer steps applied so far + 1 (the step being attempted) */
   int64_t applied_steps; /* optimizer steps applied so far (bias correction uses applied_steps + 1) */
   double lr;             /* learning rate for this step */
-  double loss_scale;     /* gradients carry this factor; 1 without fp16 */
+  double loss_scale;     /* gradients carry this factor: fp16's loss scale / gradient pre-division (docs/config.md,
+                            Note [Gradient pre-division]); 1 without either */
   double clip_norm;      /* global-norm clipping threshold, 0 = off */
   double grad_norm;      /* out: global gradient norm before clipping (unscaled); inf/nan on overflow */
   int32_t overflow;      /* out: 1 when a gradient was inf/nan on any rank; the step was not taken */
