@@ -394,6 +394,15 @@ void add_nvme_rules(Schema& schema) {
                            point.after_step, point.storage, config.get_int("steps"), config.get_int("steps"));
       previous = point.after_step;
     }
+    // A swap into the storage already in use would copy the data onto itself and then drop it.
+    std::string current = initial_swap_storage(config, key);
+    for (const StorageSwapPoint& point : schedule) {
+      const std::string to = point.storage == "none" ? "cpu" : point.storage;
+      if (to == current)
+        return fmt::format("{}: \"{}:{}\" moves them into '{}', where they already are; name another storage", key,
+                           point.after_step, point.storage, current);
+      current = to;
+    }
     return std::nullopt;
   };
   rule(schema,
@@ -528,6 +537,13 @@ void add_activation_checkpointing_rules(Schema& schema) {
 bool optimizer_states_on_nvme(const ResolvedConfig& config) {
   return config.get_string("zero.offload_optimizer.device") == "nvme" ||
          config.get_string("zero.offload_optimizer.storage") == "nvme";
+}
+
+std::string initial_swap_storage(const ResolvedConfig& config, const std::string& key) {
+  if (key == "zero.offload_param.swap_schedule") return config.get_string("zero.offload_param.device");
+  if (config.get_string("zero.offload_optimizer.device") == "nvme") return "nvme";
+  const std::string& storage = config.get_string("zero.offload_optimizer.storage");
+  return storage == "none" ? "cpu" : storage;
 }
 
 std::vector<StorageSwapPoint> storage_swap_schedule(const ResolvedConfig& config, const std::string& key,

@@ -22,6 +22,10 @@ bool params_on_nvme(const ResolvedConfig& config);
 // One entry of zero.offload_optimizer.swap_schedule or zero.offload_param.swap_schedule, "STEP:STORAGE": after
 // step STEP the optimizer's states (or stage 3's parameter shards) move into STORAGE ("cpu": host memory, or a
 // storing tier's name such as "nvme"). Note [Storage swap], host/engine/storage_swap.hpp.
+// The storage a job starts with under `key`'s schedule: for the optimizer's states "nvme" (device = "nvme"),
+// zero.offload_optimizer.storage, or "cpu" (the computing tier's memory); for parameter shards
+// zero.offload_param.device.
+std::string initial_swap_storage(const ResolvedConfig& config, const std::string& key);
 struct StorageSwapPoint {
   int64_t after_step = 0;
   std::string storage;

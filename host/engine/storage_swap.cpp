@@ -20,13 +20,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// The storage a config starts with: "nvme" (device = "nvme"), zero.offload_optimizer.storage, or "cpu".
-std::string initial_optimizer_storage(const config::ResolvedConfig& config) {
-  if (config.get_string("zero.offload_optimizer.device") == "nvme") return "nvme";
-  const std::string storage = config.get_string("zero.offload_optimizer.storage");
-  return storage == "none" ? "cpu" : storage;
-}
-
 }  // namespace
 
 StorageSwaps::StorageSwaps(const JobSetup& job, PluginInstances& instances, HostServices& services, comm::Comm& world,
@@ -49,7 +42,7 @@ StorageSwaps::StorageSwaps(const JobSetup& job, PluginInstances& instances, Host
   partition_ = instances.of_kind(ZHOST_KIND_PARTITION);
   compute_ = role_instance(ZHOST_TIER_FOR_OPTIMIZER);
   optimizer_.stored_in = role_instance(ZHOST_TIER_FOR_OPTIMIZER_STORAGE);
-  if (compute_) optimizer_.storage = initial_optimizer_storage(*job.config);
+  if (compute_) optimizer_.storage = config::initial_swap_storage(*job.config, "zero.offload_optimizer.swap_schedule");
   optimizer_.schedule = config::storage_swap_schedule(*job.config, "zero.offload_optimizer.swap_schedule");
   params_.stored_in = role_instance(ZHOST_TIER_FOR_PARAMS);
   if (params_.stored_in) params_.storage = job.config->get_string("zero.offload_param.device");
@@ -186,8 +179,7 @@ void StorageSwaps::check_movable(const Role& role) const {
   }
   if (!role.stored_in)
     fail_usage("this job keeps no parameter shards in a tier (zero.offload_param.device = \"none\")");
-  const zhost_partition_api* table = partition_->plugin->api->partition;
-  if (!ZHOST_HAS_FIELD(table, zhost_partition_api, move_param_storage) || !table->move_param_storage)
+  if (!can_move_param_storage(*partition_->plugin))
     fail_usage("partition plugin '{}' cannot move its parameter shards (no move_param_storage, ABI 0.7)",
                partition_->plugin->info.name);
 }
@@ -220,6 +212,10 @@ StorageSwaps::Outcome StorageSwaps::swap(Role& role, int64_t step, const std::st
     check_movable(role);  // before anything is created, so that ABORT finds a tier that can take it
     if (role.role == ZHOST_TIER_FOR_PARAMS && to == "none")
       fail_usage("stage 3 keeps offloaded parameter shards in a tier for the whole job; name one: cpu, nvme or NAME");
+    // A move onto itself would copy the data onto itself and then drop it.
+    if ((to == "none" ? "cpu" : to) == from)
+      fail_usage("the {} are kept in '{}' already; name another storage",
+                 role.role == ZHOST_TIER_FOR_PARAMS ? "parameter shards" : "optimizer's states", from);
     if (delayed_update_)
       fail_usage(
           "this job runs zero.offload_optimizer.delayed_update, whose optimizer step is still running at the step "

@@ -8,6 +8,7 @@
 #include "host/core/error.hpp"
 #include "host/core/text.hpp"
 #include "zhost/offload.h"
+#include "zhost/partition.h"
 
 namespace zhost {
 
@@ -262,6 +263,11 @@ bool can_move_storage(const LoadedPlugin& compute) {
   const zhost_offload_api* table = compute.api ? compute.api->offload : nullptr;
   return ZHOST_HAS_FIELD(table, zhost_offload_api, optimizer_move_storage) && table->optimizer_move_storage &&
          (tier_flags(compute) & ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE);
+}
+
+bool can_move_param_storage(const LoadedPlugin& partition) {
+  const zhost_partition_api* table = partition.api ? partition.api->partition : nullptr;
+  return ZHOST_HAS_FIELD(table, zhost_partition_api, move_param_storage) && table->move_param_storage;
 }
 
 std::map<std::string, std::string> inactive_plugin_keys(const Resolution& resolution,

@@ -82,6 +82,8 @@ const LoadedPlugin* storage_swap_target(const std::string& name, const std::vect
                                         const std::string& why);
 // Whether `compute`, a computing tier, can move its states to another storage (optimizer_move_storage, ABI 0.7).
 bool can_move_storage(const LoadedPlugin& compute);
+// Whether `partition`, a partition plugin, can move its offloaded parameter shards (move_param_storage, ABI 0.7).
+bool can_move_param_storage(const LoadedPlugin& partition);
 
 // Config keys declared by found plugins that the resolution does not use, with the reason, for the
 // config validator ("it belongs to plugin 'stage2', which this config does not use").

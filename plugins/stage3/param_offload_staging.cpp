@@ -163,6 +163,11 @@ void ParamOffloadStaging::copy_to_pending(zhost_tier_storage_move& args, const F
   const zhost_tier_ref* target = args.storage;
   if (!target || !target->instance || !target->api || !target->api->store || !target->api->load)
     throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "stage3: a parameter storage move names no storing tier");
+  // Onto the tier the shards are in, COPY would overwrite them with themselves and COMMIT (or a failure's
+  // clean-up) would then drop the only copy.
+  if (target->instance == params_tier_.instance)
+    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                      "stage3: the parameter shards are in that tier already; name another storage");
   for (Slot& slot : staging_)  // nothing may still be loading from the old tier
     if (slot.unit >= 0) finish_gather(slot.unit);
   pending_params_tier_ = *target;
