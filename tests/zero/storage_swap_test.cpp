@@ -42,11 +42,29 @@ std::vector<json> json_lines(const fs::path& file) {
 }
 
 // metrics.jsonl's optimizer_storage of every step.
-std::vector<std::string> storages(const RunOutput& run) {
+// Each step's storage as metrics.jsonl records it: `field` is optimizer_storage or param_storage.
+std::vector<std::string> storages(const RunOutput& run, const char* field = "optimizer_storage") {
   std::vector<std::string> out;
   for (const json& record : json_lines(run.run_dir / "metrics.jsonl"))
-    out.push_back(record.value("optimizer_storage", std::string("?")));
+    out.push_back(record.value(field, std::string("?")));
   return out;
+}
+
+// The job of `args` without swaps, and with `schedule_key` = cpu -> nvme -> hello -> cpu after steps 5, 10 and 15
+// (the NVMe folder `nvme_key` = DIR/nvme): both run 20 steps, and end bit for bit alike. Returns the swapped run.
+RunOutput expect_swaps_change_no_bit(const ScratchDir& dir, const std::string& args, const std::string& schedule_key,
+                                     const std::string& nvme_key) {
+  fs::create_directories(dir.path() / "nvme");
+  RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", args);
+  RunOutput swapped = run_zhost(dir.path(), small_job_config(), "swapped",
+                                args + " --set " + nvme_key + "=" + (dir.path() / "nvme").string() + " --set '" +
+                                    schedule_key + "=[\"5:nvme\",\"10:hello\",\"15:cpu\"]'");
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(swapped.exit_code, 0) << swapped.err;
+  EXPECT_EQ(plain.losses.size(), 20u);
+  EXPECT_EQ(swapped.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(swapped, plain, 0, 0), "");
+  return swapped;
 }
 
 struct Command {
@@ -84,18 +102,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST_P(SwapSchedule, CpuNvmeHelloCpuEqualsTheJobWithoutSwapsBitForBit) {
   ScratchDir dir;
-  fs::create_directories(dir.path() / "nvme");
-  const std::string args = kBase + " " + GetParam().args;
-  RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", args);
-  RunOutput swapped =
-      run_zhost(dir.path(), small_job_config(), "swapped",
-                args + " --set zero.offload_optimizer.nvme_path=" + (dir.path() / "nvme").string() +
-                    " --set 'zero.offload_optimizer.swap_schedule=[\"5:nvme\",\"10:hello\",\"15:cpu\"]'");
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  ASSERT_EQ(swapped.exit_code, 0) << swapped.err;
-  ASSERT_EQ(plain.losses.size(), 20u);
-  EXPECT_EQ(swapped.losses, plain.losses);
-  EXPECT_EQ(weights_mismatch(swapped, plain, 0, 0), "");
+  const RunOutput swapped = expect_swaps_change_no_bit(
+      dir, kBase + " " + GetParam().args, "zero.offload_optimizer.swap_schedule", "zero.offload_optimizer.nvme_path");
+  if (HasFailure()) return;
 
   const std::vector<json> swaps = json_lines(swapped.run_dir / "swaps.jsonl");
   ASSERT_EQ(swaps.size(), 3u);
@@ -133,20 +142,13 @@ TEST_P(SwapSchedule, CpuNvmeHelloCpuEqualsTheJobWithoutSwapsBitForBit) {
 // move_param_storage): the job equals the same job without swaps bit for bit.
 TEST(SwapParamSchedule, Stage3ShardsCpuNvmeHelloCpuEqualTheJobWithoutSwapsBitForBit) {
   ScratchDir dir;
-  fs::create_directories(dir.path() / "nvme");
   const std::string args = kBase +
                            " --nproc 2 --set zero.stage=3 --set train_micro_batch_size_per_gpu=1 "
                            "--set zero.stage3_param_persistence_threshold=40 --set zero.sub_group_size=3000 "
                            "--set zero.offload_param.device=cpu";
-  RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", args);
-  RunOutput swapped = run_zhost(dir.path(), small_job_config(), "swapped",
-                                args + " --set zero.offload_param.nvme_path=" + (dir.path() / "nvme").string() +
-                                    " --set 'zero.offload_param.swap_schedule=[\"5:nvme\",\"10:hello\",\"15:cpu\"]'");
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  ASSERT_EQ(swapped.exit_code, 0) << swapped.err;
-  ASSERT_EQ(plain.losses.size(), 20u);
-  EXPECT_EQ(swapped.losses, plain.losses);
-  EXPECT_EQ(weights_mismatch(swapped, plain, 0, 0), "");
+  const RunOutput swapped =
+      expect_swaps_change_no_bit(dir, args, "zero.offload_param.swap_schedule", "zero.offload_param.nvme_path");
+  if (HasFailure()) return;
   const std::vector<json> swaps = json_lines(swapped.run_dir / "swaps.jsonl");
   ASSERT_EQ(swaps.size(), 3u);
   for (const json& swap : swaps) {
@@ -154,12 +156,9 @@ TEST(SwapParamSchedule, Stage3ShardsCpuNvmeHelloCpuEqualTheJobWithoutSwapsBitFor
     EXPECT_EQ(swap["role"], "param") << swap;
     EXPECT_GT(swap.value("bytes", 0), 0) << swap;
   }
-  std::vector<std::string> params;
-  for (const json& record : json_lines(swapped.run_dir / "metrics.jsonl"))
-    params.push_back(record.value("param_storage", std::string("?")));
   std::vector<std::string> expected;
   for (const char* storage : {"cpu", "nvme", "hello", "cpu"}) expected.insert(expected.end(), 5, storage);
-  EXPECT_EQ(params, expected);
+  EXPECT_EQ(storages(swapped, "param_storage"), expected);
   EXPECT_NE(swapped.err.find("parameter shards moved from 'nvme' to 'hello' after step 10"), std::string::npos)
       << swapped.err;
   EXPECT_TRUE(fs::is_empty(dir.path() / "nvme")) << "the NVMe tier swapped out left its files behind";
@@ -359,6 +358,10 @@ TEST(ControlSwap, AMalformedRequestIsRefusedAndTheJobTrainsOn) {
   Command param = zhost(job.control("--param nvme"));
   EXPECT_EQ(param.exit_code, 2) << param.output;
   EXPECT_NE(param.output.find("keeps no parameter shards in a tier"), std::string::npos) << param.output;
+  // Into the storage the states are in: tried, refused, and the job stays (exit code 1).
+  Command same = zhost(job.control("--optimizer cpu"));
+  EXPECT_EQ(same.exit_code, 1) << same.output;
+  EXPECT_NE(same.output.find("the optimizer's states are kept in 'cpu' already"), std::string::npos) << same.output;
   const size_t before = job.steps();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_GT(job.steps(), before) << "the job stopped training";
@@ -404,6 +407,9 @@ TEST(SwapScheduleConfig, WhatCannotWorkIsRefusedBeforeTheJobStarts) {
       {"--set zero.stage=2 --set zero.offload_optimizer.device=cpu --set "
        "'zero.offload_optimizer.swap_schedule=[\"3:nvme\"]'",
        "zero.offload_optimizer.nvme_path"},
+      {"--set zero.stage=2 --set zero.offload_optimizer.device=cpu --set "
+       "'zero.offload_optimizer.swap_schedule=[\"2:cpu\"]'",
+       "\"2:cpu\" moves them into 'cpu', where they already are"},
   };
   const std::pair<std::string, std::string> param_cases[] = {
       {"--set zero.stage=3 --set zero.offload_optimizer.device=cpu --set "
@@ -412,6 +418,10 @@ TEST(SwapScheduleConfig, WhatCannotWorkIsRefusedBeforeTheJobStarts) {
       {"--set zero.stage=3 --set zero.offload_optimizer.device=cpu --set zero.offload_param.device=cpu "
        "--set 'zero.offload_param.swap_schedule=[\"3:none\"]'",
        "keeps offloaded shards in a tier for the whole job"},
+      // Into the storage the shards are in: the copy would overwrite them, and the commit drop them.
+      {"--set zero.stage=3 --set zero.offload_optimizer.device=cpu --set zero.offload_param.device=cpu "
+       "--set 'zero.offload_param.swap_schedule=[\"3:cpu\"]'",
+       "zero.offload_param.swap_schedule: \"3:cpu\" moves them into 'cpu', where they already are"},
   };
   for (const auto& [sets, expected] : param_cases) {
     const Command c = check(sets);
