@@ -3,7 +3,6 @@
 #include "host/data/tokenizer.hpp"
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -69,6 +68,9 @@ struct Tokenizer::Impl {
 };
 
 Tokenizer::Tokenizer(const std::string& model_path) : impl_(std::make_unique<Impl>()), path_(model_path) {
+  std::error_code missing;
+  if (!std::filesystem::is_regular_file(model_path, missing))
+    fail_usage("data.tokenizer '{}' is not a file; point it at the model's tokenizer.model", model_path);
   char error[512] = {};
   impl_->model = shim().load(model_path.c_str(), error, sizeof(error));
   if (!impl_->model)

@@ -120,6 +120,13 @@ TEST(Tokenizer, BadModelOrSmallVocabIsAClearError) {
   }
   bad.model = (dir.path() / "missing.model").string();
   EXPECT_THROW(DataLoader loader(spec_for(bad, kVocab)), zhost::UsageError);
+  try {
+    DataLoader loader(spec_for(bad, kVocab));
+  } catch (const zhost::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.model' is not a file; point it at the model's tokenizer.model"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Tokenizer, ALlamaTrainsOnTokenizedText) {
