@@ -23,6 +23,8 @@
 #define PLUGIN_NAME "frozen_dp_v0_5"
 #elif ZHOST_ABI_MINOR == 6
 #define PLUGIN_NAME "frozen_dp_v0_6"
+#elif ZHOST_ABI_MINOR == 7
+#define PLUGIN_NAME "frozen_dp_v0_7"
 #else
 #error "built against headers of an unexpected minor"
 #endif
@@ -218,6 +220,9 @@ static const zhost_partition_api k_partition = {
 #if ZHOST_ABI_MINOR >= 5
     NULL,
     NULL, /* 0.5: save_state, load_state (this plugin cannot checkpoint) */
+#endif
+#if ZHOST_ABI_MINOR >= 7
+    NULL, /* 0.7: move_param_storage */
 #endif
 };
 

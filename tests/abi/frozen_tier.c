@@ -21,6 +21,8 @@
 #define TIER_NAME "frozen_tier_v0_5"
 #elif ZHOST_ABI_MINOR == 6
 #define TIER_NAME "frozen_tier_v0_6"
+#elif ZHOST_ABI_MINOR == 7
+#define TIER_NAME "frozen_tier_v0_7"
 #else
 #error "built against headers of an unexpected minor"
 #endif
@@ -189,6 +191,9 @@ static const zhost_offload_api k_offload = {
 #if ZHOST_ABI_MINOR >= 5
     NULL,
     NULL, /* 0.5: optimizer_read_state, optimizer_write_state */
+#endif
+#if ZHOST_ABI_MINOR >= 7
+    NULL, /* 0.7: optimizer_move_storage */
 #endif
 };
 

@@ -91,7 +91,7 @@ TEST_P(FrozenPlugins, LoadNegotiateCreateRunAndDestroy) {
   EXPECT_GE(api->struct_size, static_cast<size_t>(ZHOST_OFFLOAD_API_MIN_SIZE));
   // What this host reads beyond an old tier's table counts as absent.
   EXPECT_EQ(ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_step_range), GetParam().minor >= 3);
-  EXPECT_FALSE(ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_move_storage));  // 0.7
+  EXPECT_EQ(ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_move_storage), GetParam().minor >= 7);
 
   Resolution resolution = resolve_plugins({{"offload:" + name(), "test"}}, found);
   PluginInstances instances(host);
@@ -146,5 +146,6 @@ INSTANTIATE_TEST_SUITE_P(
     Minors, FrozenPlugins,
     ::testing::Values(FrozenTier{1, ZHOST_OFFLOAD_API_SIZE_0_2}, FrozenTier{2, ZHOST_OFFLOAD_API_SIZE_0_2},
                       FrozenTier{3, ZHOST_OFFLOAD_API_SIZE_0_3}, FrozenTier{4, ZHOST_OFFLOAD_API_SIZE_0_4},
-                      FrozenTier{5, ZHOST_OFFLOAD_API_SIZE_0_6}, FrozenTier{6, ZHOST_OFFLOAD_API_SIZE_0_6}),
+                      FrozenTier{5, ZHOST_OFFLOAD_API_SIZE_0_6}, FrozenTier{6, ZHOST_OFFLOAD_API_SIZE_0_6},
+                      FrozenTier{7, ZHOST_OFFLOAD_API_SIZE}),
     [](const ::testing::TestParamInfo<FrozenTier>& tier) { return "v0_" + std::to_string(tier.param.minor); });
