@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -26,6 +27,10 @@ struct CollectivesAdapter::State {
   std::mutex mutex;
   std::vector<std::unique_ptr<comm::Comm>> groups;  // sub-groups live until the job ends
   CommObserver* observer = nullptr;
+  zhost_plugin_instance* transform = nullptr;  // Note [Collective transforms]
+  const zhost_collective_api* transform_api = nullptr;
+  std::vector<int32_t> node_of_rank;  // zhost_topology's, by job-wide rank
+  int32_t num_nodes = 1;
 };
 
 namespace {
@@ -130,6 +135,40 @@ CollectiveRecord observe_start(CommObserver& observer, const Shape& s, comm::Com
   return observer.begin(s.kind, message, traffic, n);
 }
 
+// How deep this thread is inside the transform's interpose(): collectives it starts there go to the wire.
+thread_local int g_inside_transform = 0;
+
+zhost_collective_op op_of(comm::CollectiveKind kind) {
+  switch (kind) {
+    case comm::CollectiveKind::kAllReduce:
+      return ZHOST_OP_ALL_REDUCE;
+    case comm::CollectiveKind::kReduceScatter:
+      return ZHOST_OP_REDUCE_SCATTER;
+    case comm::CollectiveKind::kAllGather:
+      return ZHOST_OP_ALL_GATHER;
+    case comm::CollectiveKind::kBroadcast:
+      return ZHOST_OP_BROADCAST;
+    case comm::CollectiveKind::kAllToAll:
+    case comm::CollectiveKind::kBarrier:
+      break;
+  }
+  return ZHOST_OP_ALL_TO_ALL;
+}
+
+// Offers the collective to the job's transform (Note [Collective transforms]); true when it served it, with
+// its status in *status.
+bool offered_to_transform(CollectivesAdapter::State& state, comm::CollectiveKind kind, zhost_collective_args* args,
+                          zhost_status** status) {
+  if (!state.transform || g_inside_transform > 0 || kind == comm::CollectiveKind::kBarrier) return false;
+  int32_t handled = 0;
+  ++g_inside_transform;
+  *status = state.transform_api->interpose(state.transform, op_of(kind), args, &handled);
+  --g_inside_transform;
+  if (*status) return true;  // a transform's failure is the collective's
+  if (handled) args->work = nullptr;
+  return handled != 0;
+}
+
 // Runs `start` (which returns a comm::Work) and either waits or hands the work back, as args->flags say.
 template <typename Start>
 zhost_status* run(const char* call, zhost_host_context* ctx, zhost_collective_args* args, const Shape& shape,
@@ -138,6 +177,8 @@ zhost_status* run(const char* call, zhost_host_context* ctx, zhost_collective_ar
     if (zhost_status* refused =
             check_plugin_struct(args, ZHOST_COLLECTIVE_ARGS_MIN_SIZE, "zhost_collective_args", call))
       return refused;
+    zhost_status* transformed = nullptr;
+    if (offered_to_transform(state_of(ctx), shape.kind, args, &transformed)) return transformed;
     comm::Comm& group = group_of(ctx, args->group);
     CommObserver* observer = state_of(ctx).observer;
     CollectiveRecord record;
@@ -241,6 +282,21 @@ zhost_status* new_group(zhost_host_context* ctx, const int32_t* ranks, size_t nu
   }
 }
 
+zhost_status* topology(zhost_host_context* ctx, zhost_topology* out) {
+  try {
+    if (zhost_status* refused =
+            check_plugin_struct(out, ZHOST_TOPOLOGY_MIN_SIZE, "zhost_topology", "collectives->topology"))
+      return refused;
+    CollectivesAdapter::State& state = state_of(ctx);
+    out->num_nodes = state.num_nodes;
+    out->node = state.node_of_rank.at(static_cast<size_t>(state.world->rank()));
+    out->node_of_rank = state.node_of_rank.data();
+    return nullptr;
+  } catch (const std::exception& e) {
+    return HostServices::make_status(ZHOST_ERR_INVALID_ARGUMENT, e.what());
+  }
+}
+
 const zhost_collectives kTable = {sizeof(zhost_collectives),
                                   nullptr,
                                   rank,
@@ -252,18 +308,31 @@ const zhost_collectives kTable = {sizeof(zhost_collectives),
                                   all_to_all,
                                   barrier,
                                   wait,
-                                  new_group};
+                                  new_group,
+                                  topology};
 
 }  // namespace
 
 CollectivesAdapter::CollectivesAdapter(comm::Comm& world, HostServices& services)
     : state_(std::make_unique<State>()), services_(services) {
   state_->world = &world;
+  state_->node_of_rank.assign(static_cast<size_t>(world.world_size()), 0);
   services_.set_job_state(JobService::kCollectives, state_.get());
   services_.set_collectives(&kTable);
 }
 
 void CollectivesAdapter::set_observer(CommObserver* observer) { state_->observer = observer; }
+
+void CollectivesAdapter::set_topology(std::vector<int32_t> node_of_rank) {
+  ZHOST_ASSERT(node_of_rank.size() == state_->node_of_rank.size());
+  state_->num_nodes = node_of_rank.empty() ? 1 : *std::max_element(node_of_rank.begin(), node_of_rank.end()) + 1;
+  state_->node_of_rank = std::move(node_of_rank);
+}
+
+void CollectivesAdapter::set_transform(zhost_plugin_instance* instance, const zhost_collective_api* api) {
+  state_->transform = api ? instance : nullptr;
+  state_->transform_api = instance ? api : nullptr;
+}
 
 CollectivesAdapter::~CollectivesAdapter() {
   services_.set_collectives(nullptr);

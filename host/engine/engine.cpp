@@ -125,6 +125,22 @@ class TierInstallation {
   std::vector<zhost_tier_role> roles_;
 };
 
+// Offers the job's collectives to its collective transform, if it has one (Note [Collective transforms]), and
+// stops before the instances go.
+class TransformInstallation {
+ public:
+  TransformInstallation(const PluginInstances& instances, CollectivesAdapter& collectives) : collectives_(collectives) {
+    if (const PluginInstance* transform = instances.of_kind(ZHOST_KIND_COLLECTIVE))
+      collectives_.set_transform(transform->instance, transform->plugin->api->collective);
+  }
+  ~TransformInstallation() { collectives_.set_transform(nullptr, nullptr); }
+  TransformInstallation(const TransformInstallation&) = delete;
+  TransformInstallation& operator=(const TransformInstallation&) = delete;
+
+ private:
+  CollectivesAdapter& collectives_;
+};
+
 // What a failed allocation means for this job, in one line: what ran out, and what to change.
 [[noreturn]] void fail_out_of_memory(const std::string& what, const JobSetup& job, const launch::RankEnv& env) {
   std::string states;
@@ -271,6 +287,7 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
     const PluginInstance* partition = instances.of_kind(ZHOST_KIND_PARTITION);
     ZHOST_ASSERT(partition != nullptr);
     TierInstallation tiers(job, instances, *job.services);
+    TransformInstallation transform(instances, *collectives);
 
     const std::vector<std::string> active = job.config->keys();  // the key is inactive at stage 3
     const bool delayed_update =

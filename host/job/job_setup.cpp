@@ -8,6 +8,7 @@
 #include "host/job/job_setup.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -84,6 +85,23 @@ void refuse_planned_capabilities(const config::ResolvedConfig& config, const std
                                  planned.instead));
   }
   if (!errors.empty()) throw config::ConfigErrors(std::move(errors));
+}
+
+// A job has at most one collective transform (Note [Collective transforms]): two would each want to carry the
+// same collectives.
+void check_one_transform(const Resolution& resolution, const std::vector<Need>& needs) {
+  std::vector<std::string> transforms;
+  for (const LoadedPlugin* plugin : resolution.plugins)
+    if (plugin->info.kind == ZHOST_KIND_COLLECTIVE)
+      transforms.push_back(fmt::format("'{}' ({})", plugin->info.name, plugin->path.string()));
+  if (transforms.size() <= 1) return;
+  std::vector<std::string> asked;
+  for (const Need& need : needs)
+    if (need.capability.rfind("collective:", 0) == 0) asked.push_back(need.reason);
+  fail_usage(
+      "{} need collective transforms from {} plugins ({}), but a job runs at most one; use one plugin that "
+      "provides all of them, or ask for fewer",
+      fmt::join(asked, ", "), transforms.size(), fmt::join(transforms, ", "));
 }
 
 std::vector<std::string> search_dirs(const JobSetupOptions& options, const config::Document& document) {
@@ -213,6 +231,7 @@ JobSetup prepare_job(const JobSetupOptions& options) {
   refuse_planned_capabilities(first, job.discovery.plugins);
   job.needs = needs_for(zero_selection(first));
   job.resolution = resolve_plugins(job.needs, job.discovery.plugins);
+  check_one_transform(job.resolution, job.needs);
 
   check_swap_schedules(first, job.resolution, job.discovery.plugins);
 

@@ -1,12 +1,19 @@
 /* zhost/collective.h: the capability table of a collective-transform plugin (ZeRO++ and third parties).
  *
- * STATUS: draft of ABI 0.x, completed by the ZeRO++ work.
- *
+ * Note [Collective transforms] (served since 0.8; docs/abi.md "Collective transforms")
  * A transform changes how chosen collectives travel (quantized payloads with their scales, hierarchical
- * routes through sub-groups). The host offers each collective to the loaded transform first: the
- * transform either serves it, calling the host's plain collectives for the wire part, or declines with
- * *handled = 0 and the host runs it unchanged. Partition plugins therefore never change when a transform
- * is switched on.
+ * routes through sub-groups). A job loads at most one. The host offers it every all_reduce, reduce_scatter,
+ * all_gather, broadcast and all_to_all that another plugin (or the host's own stage 0) starts through
+ * zhost_collectives, on the calling thread, before anything travels; barriers are not offered. The
+ * transform either
+ *   - declines: *handled = 0, returns NULL; the host then runs the collective unchanged; or
+ *   - serves it: *handled = 1. It runs the wire part through the host's zhost_collectives with its own
+ *     context; collectives started from inside interpose() are never offered again. A served collective
+ *     is complete when interpose() returns: args->recv holds the result and args->work is NULL, also when
+ *     the caller asked for ZHOST_COLLECTIVE_ASYNC (wait(NULL) returns at once).
+ * A non-NULL status fails the collective as the caller's own would (the caller owns and destroys it).
+ * args and everything it points to are borrowed for the call. Partition plugins therefore never change
+ * when a transform is switched on; only the numbers in recv may (quantization) and the bytes on the wire.
  */
 #ifndef ZHOST_COLLECTIVE_H
 #define ZHOST_COLLECTIVE_H
@@ -30,7 +37,8 @@ typedef enum zhost_collective_op {
 typedef struct zhost_collective_api {
   size_t struct_size;
   const zhost_ext_header* ext;
-  /* Serve `op` with `args` (its intent says why), or set *handled = 0 to let the host run it. */
+  /* Serve `op` with `args` (args->intent says why) or set *handled = 0 to let the host run it
+   * (Note [Collective transforms]). */
   zhost_status* (*interpose)(zhost_plugin_instance* self, zhost_collective_op op, zhost_collective_args* args,
                              int32_t* handled);
 } zhost_collective_api;

@@ -36,8 +36,10 @@ extern "C" {
  *                5 = the partition table gains save_state and load_state (zhost_state_io), the offload table
  *                    optimizer_read_state and optimizer_write_state (checkpoints);
  *                6 = zhost_plugin_create_args gains tier_role (one instance per storing role);
- *                7 = the offload table gains optimizer_move_storage (hot swap of a computing tier's storage). */
-#define ZHOST_ABI_MINOR 7
+ *                7 = the offload table gains optimizer_move_storage (hot swap of a computing tier's storage);
+ *                8 = collective transforms are served (zhost/collective.h, final), the collectives table gains
+ *                    topology (which node each rank is on). */
+#define ZHOST_ABI_MINOR 8
 
 /* The exported entry symbol for a major version. Hosts probe the newest major they know first. */
 #define ZHOST_ENTRY_SYMBOL_V0 "zhost_plugin_v0"

@@ -106,6 +106,21 @@ typedef struct zhost_collective_args {
 #define ZHOST_COLLECTIVE_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_collective_args, work) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_collective_args, ZHOST_COLLECTIVE_ARGS_SIZE);
 
+/* 0.8: the nodes of the job as its launcher placed the ranks (zhost run --nnodes, torchrun, Slurm, Open MPI;
+ * never inferred from device counts). Nodes are numbered 0..num_nodes-1 in the order of their smallest rank.
+ * For hierarchical collectives: the ranks of one node talk over the fast local link. */
+typedef struct zhost_topology {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  int32_t num_nodes;           /* out */
+  int32_t node;                /* out: this rank's node */
+  const int32_t* node_of_rank; /* out: world_size entries, the node of each job-wide rank; owned by the host,
+                                  valid until the job ends */
+} zhost_topology;
+#define ZHOST_TOPOLOGY_SIZE ZHOST_STRUCT_SIZE(zhost_topology, node_of_rank)
+#define ZHOST_TOPOLOGY_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_topology, node_of_rank) /* since 0.8 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_topology, ZHOST_TOPOLOGY_SIZE);
+
 typedef struct zhost_collectives {
   size_t struct_size;
   const zhost_ext_header* ext;
@@ -123,8 +138,10 @@ typedef struct zhost_collectives {
   /* Sub-groups (e.g. the ranks of one node for hierarchical partitioning). Every member must call it
    * with the same ranks in the same order. The group lives until the job ends. */
   zhost_status* (*new_group)(zhost_host_context* ctx, const int32_t* ranks, size_t num_ranks, zhost_group** out);
+  /* 0.8: where the job's ranks run (check ZHOST_HAS_FIELD; NULL from hosts before 0.8). */
+  zhost_status* (*topology)(zhost_host_context* ctx, struct zhost_topology* out);
 } zhost_collectives;
-#define ZHOST_COLLECTIVES_SIZE ZHOST_STRUCT_SIZE(zhost_collectives, new_group)
+#define ZHOST_COLLECTIVES_SIZE ZHOST_STRUCT_SIZE(zhost_collectives, topology)
 #define ZHOST_COLLECTIVES_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_collectives, new_group) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_collectives, ZHOST_COLLECTIVES_SIZE);
 
