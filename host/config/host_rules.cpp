@@ -252,6 +252,26 @@ void add_zero_rules(Schema& schema) {
         "parameters)",
         text::excerpt(device));
   });
+  // ZeRO++ transforms stage 3's parameter gathers and gradient reduce-scatters (docs/zeropp.md); below stage 3
+  // there are no parameter gathers and DeepSpeed ignores the keys, which would leave a config meaning less
+  // than it says.
+  for (const char* key : {"zero.zero_quantized_weights", "zero.zero_quantized_gradients"}) {
+    rule(schema, {key, "zero.stage"}, [key](const ResolvedConfig& config) -> Problem {
+      if (!config.get_bool(key) || config.get_int("zero.stage") == 3) return std::nullopt;
+      return fmt::format(
+          "{} = true needs zero.stage = 3 (ZeRO++ quantizes stage 3's parameter gathers and "
+          "gradient reductions; zero.stage is {}); set zero.stage = 3 or {} = false",
+          key, config.get_int("zero.stage"), key);
+    });
+  }
+  rule(schema, {"zero.zero_hpz_partition_size", "zero.stage"}, [](const ResolvedConfig& config) -> Problem {
+    const int64_t size = config.get_int("zero.zero_hpz_partition_size");
+    if (size == 1 || config.get_int("zero.stage") == 3) return std::nullopt;
+    return fmt::format(
+        "zero.zero_hpz_partition_size = {} needs zero.stage = 3 (hpZ keeps a secondary copy of "
+        "stage 3's parameter shards; zero.stage is {}); set zero.stage = 3 or the size to 1",
+        size, config.get_int("zero.stage"));
+  });
   // Parameter offload comes with optimizer offload (ZeRO-Infinity): the fp32 masters would otherwise stay on
   // the device next to the offloaded 16-bit shards.
   rule(schema, {"zero.offload_param.device", "zero.offload_optimizer.device"},

@@ -7,8 +7,8 @@
 // Vectorized with AVX-512 or AVX2 (scalar otherwise), chosen at run time by the same choice as the CPU
 // optimizer (zhost/kit/cpu_isa.hpp, ZHOST_CPU_ISA). Every path gives the same bits. One call runs on the
 // calling thread; blocks are independent, so a caller may split a buffer at block boundaries over threads.
-// CUDA kernels with the same arithmetic: zhost/kit/zeropp_quant_cuda.hpp. The plugin that uses these
-// (plugins/quant_zeropp) does not exist yet.
+// CUDA kernels with the same arithmetic: zhost/kit/zeropp_quant_cuda.hpp. The CPU ones are used by
+// plugins/quant_zeropp.
 //
 // Note [Block quantization arithmetic]: a buffer of n elements is cut into blocks of block_size elements
 // from its start; the last block may be shorter. Per block, with x the elements read exactly as fp32 and

@@ -1,0 +1,126 @@
+// plugins/quant_zeropp/quant_zeropp.cpp: the ZeRO++ collective transform: descriptor, keys, and which
+// collectives it serves (docs/zeropp.md). qwZ (zero.zero_quantized_weights) serves stage 3's parameter
+// gathers (quantized_gather.hpp), qgZ (zero.zero_quantized_gradients) its gradient reduce-scatters
+// (quantized_reduce.hpp); everything else is left to the host.
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "plugins/quant_zeropp/node_groups.hpp"
+#include "plugins/quant_zeropp/packed_chunks.hpp"
+#include "plugins/quant_zeropp/quantized_gather.hpp"
+#include "plugins/quant_zeropp/quantized_reduce.hpp"
+#include "zhost/cpp/collective.hpp"
+#include "zhost/kit/format.hpp"
+
+namespace zhost::zeropp {
+namespace {
+
+constexpr int64_t kDefaultGradientBlockSize = 512;
+
+BlockFormat gradient_format(const sdk::Host& host) {
+  BlockFormat format;
+  format.bits = host.config_string("zero.zeropp.gradient_bits") == "int8" ? Bits::kInt8 : Bits::kInt4;
+  format.block_size = host.config_int("zero.zeropp.gradient_block_size");
+  return format;
+}
+
+class QuantZeropp {
+ public:
+  // `host` is the create call's; the pieces keep a reference to this instance's copy.
+  explicit QuantZeropp(const sdk::Host& host)
+      : host_(host),
+        weights_(host.config_bool("zero.zero_quantized_weights")),
+        gradients_(host.config_bool("zero.zero_quantized_gradients")),
+        gather_(host_, BlockFormat{Bits::kInt8, host.config_int("zero.zeropp.weight_block_size")}),
+        groups_(host_),
+        reduce_(host_, gradient_format(host), groups_) {
+    check_format(BlockFormat{Bits::kInt8, host.config_int("zero.zeropp.weight_block_size")});
+    check_format(gradient_format(host));
+    std::string on;
+    if (weights_)
+      on = kit::format("qwZ (parameter gathers as int8, blocks of {})",
+                       host.config_int("zero.zeropp.weight_block_size"));
+    if (gradients_)
+      on += kit::format("{}qgZ (gradient reduce-scatters as {}, blocks of {}, hierarchical)", on.empty() ? "" : ", ",
+                        host.config_string("zero.zeropp.gradient_bits"),
+                        host.config_int("zero.zeropp.gradient_block_size"));
+    host.info("quant_zeropp: " + (on.empty() ? std::string("nothing asked for") : on));
+  }
+
+  bool interpose(zhost_collective_op op, zhost_collective_args& args) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (weights_ && op == ZHOST_OP_ALL_GATHER && args.intent == ZHOST_INTENT_PARAM_GATHER) {
+      if (!servable(args, "a parameter gather", args.send_counts != nullptr)) return false;
+      gather_.serve(args);
+      return true;
+    }
+    if (gradients_ && op == ZHOST_OP_REDUCE_SCATTER && args.intent == ZHOST_INTENT_GRAD_REDUCE) {
+      const bool plain = args.recv_counts != nullptr || args.group != nullptr ||
+                         (args.op != ZHOST_REDUCE_SUM && args.op != ZHOST_REDUCE_AVG);
+      if (!servable(args, "a gradient reduce-scatter", plain)) return false;
+      reduce_.serve(args);
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  // Whether a collective ZeRO++ is asked to transform can be: refused (an error) for device memory, which
+  // this version does not serve; declined with one warning per reason for shapes it does not transform.
+  bool servable(const zhost_collective_args& args, const char* what, bool other_shape) {
+    if (!args.send || !args.recv) return false;
+    if (args.send->device.device_type != kDLCPU || args.recv->device.device_type != kDLCPU)
+      throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED,
+                             "quant_zeropp: collectives of device memory are not served in this version (the CUDA "
+                             "kernels exist but are not wired in); turn ZeRO++ off for GPU training");
+    std::string reason;
+    if (other_shape)
+      reason = "uneven parts, a sub-group or a reduction other than sum/average";
+    else if (!quantizable(args.send->dtype) || !quantizable(args.recv->dtype) ||
+             args.send->dtype.code != args.recv->dtype.code || args.send->dtype.bits != args.recv->dtype.bits)
+      reason = "a type other than fp32, bf16 or fp16";
+    if (reason.empty()) return true;
+    if (warned_.insert(reason).second)
+      host_.warn(kit::format("quant_zeropp: {} with {} travels unquantized", what, reason));
+    return false;
+  }
+
+  const sdk::Host host_;
+  bool weights_, gradients_;
+  QuantizedGather gather_;
+  NodeGroups groups_;
+  QuantizedReduce reduce_;
+  std::mutex mutex_;
+  std::set<std::string> warned_;
+};
+
+const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
+                               nullptr,
+                               nullptr,
+                               sdk::InstanceOf<QuantZeropp>::create,
+                               sdk::InstanceOf<QuantZeropp>::destroy,
+                               nullptr,
+                               nullptr,
+                               &sdk::CollectiveTableOf<QuantZeropp>::table};
+
+const zhost_plugin_descriptor* describe() {
+  static sdk::DescriptorBuilder builder("quant_zeropp", "0.1.0", ZHOST_KIND_COLLECTIVE);
+  builder.summary("ZeRO++: stage 3's parameter gathers as int8 (qwZ), gradient reduce-scatters as int4/int8 (qgZ)")
+      .provides({"collective:qwz", "collective:qgz"})
+      .config_bool("zero.zero_quantized_weights", false, "ZeRO++ qwZ: all-gather weights as int8")
+      .config_bool("zero.zero_quantized_gradients", false, "ZeRO++ qgZ: reduce gradients as int4")
+      .config_int("zero.zeropp.weight_block_size", kDefaultBlockSize,
+                  "zhost: elements per quantization block (one fp32 scale each) of qwZ's int8 weights", 1, 1 << 24)
+      .config_string("zero.zeropp.gradient_bits", "int4", "zhost: qgZ's gradient payload: \"int4\" or \"int8\"",
+                     {"int4", "int8"})
+      .config_int("zero.zeropp.gradient_block_size", kDefaultGradientBlockSize,
+                  "zhost: elements per quantization block of qgZ's gradients (even)", 2, 1 << 24);
+  return builder.build();
+}
+
+}  // namespace
+}  // namespace zhost::zeropp
+
+ZHOST_PLUGIN_ENTRY(zhost::zeropp::describe(), &zhost::zeropp::kApi)

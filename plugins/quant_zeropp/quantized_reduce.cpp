@@ -1,0 +1,54 @@
+// plugins/quant_zeropp/quantized_reduce.cpp: qgZ (Note [qgZ's two hops] in quantized_reduce.hpp).
+#include "plugins/quant_zeropp/quantized_reduce.hpp"
+
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
+
+#include <cstring>
+
+#include "plugins/quant_zeropp/packed_chunks.hpp"
+#include "plugins/quant_zeropp/wire.hpp"
+#include "zhost/kit/dlpack_views.hpp"
+
+namespace zhost::zeropp {
+
+void QuantizedReduce::serve(zhost_collective_args& args) {
+  groups_.ensure();
+  const Dtype type = *quantizable(args.send->dtype);
+  const int nodes = groups_.num_nodes(), local_ranks = groups_.ranks_per_node();
+  const int world = nodes * local_ranks;
+  const int64_t c = wire::numel(*args.recv);  // my chunk
+  wire::require(wire::numel(*args.send) == c * world, "a reduce-scatter's send must hold world_size x recv elements");
+  const int64_t chunk = packed_bytes(c, format_);
+  const size_t element = static_cast<size_t>(args.send->dtype.bits / 8);
+  const auto* send = static_cast<const uint8_t*>(wire::data(*args.send));
+  // Hop 1, within the node: piece k = the chunks of R(0, k) .. R(N-1, k), for local rank k.
+  const int64_t piece = chunk * nodes;
+  ByteBuffer out1(piece * local_ranks), in1(piece * local_ranks);
+  for (int k = 0; k < local_ranks; ++k)
+    for (int m = 0; m < nodes; ++m)
+      pack(send + static_cast<size_t>(groups_.rank_at(m, k)) * c * element, type, c, format_,
+           out1.data() + k * piece + m * chunk);
+  if (local_ranks > 1)
+    wire::all_to_all(host_, args, groups_.node_group(), out1.view, in1.view);
+  else
+    std::memcpy(in1.data(), out1.data(), static_cast<size_t>(piece));
+  at::Tensor node_sums = at::zeros({nodes, c}, at::kFloat);  // [N, c]: this node's sums for R(m, local)
+  float* sums = node_sums.data_ptr<float>();
+  for (int k = 0; k < local_ranks; ++k)
+    for (int m = 0; m < nodes; ++m) unpack_add(in1.data() + k * piece + m * chunk, c, format_, sums + m * c);
+
+  // Hop 2, across nodes: node m's sum for R(m', local) goes to R(m', local).
+  at::Tensor total = node_sums[0];
+  if (nodes > 1) {
+    ByteBuffer out2(chunk * nodes), in2(chunk * nodes);
+    for (int m = 0; m < nodes; ++m) pack(sums + m * c, Dtype::kF32, c, format_, out2.data() + m * chunk);
+    wire::all_to_all(host_, args, groups_.index_group(), out2.view, in2.view);
+    total = at::zeros({c}, at::kFloat);
+    for (int m = 0; m < nodes; ++m) unpack_add(in2.data() + m * chunk, c, format_, total.data_ptr<float>());
+  }
+  if (args.op == ZHOST_REDUCE_AVG) total.div_(static_cast<double>(world));
+  kit::tensor_view(*args.recv).reshape({-1}).copy_(total);
+}
+
+}  // namespace zhost::zeropp
