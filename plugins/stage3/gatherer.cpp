@@ -48,7 +48,7 @@ void Gatherer::add_unit(int unit, const at::Tensor& shard) {
 
 // Starts the all-gather of the N shards into the unit's storage, materialising it first if released (a
 // live unit, the persistent one after a step, is gathered again in place).
-void Gatherer::start_gather(int unit) {
+void Gatherer::start_gather(int unit, zhost_collective_intent intent) {
   Unit& u = unit_state(unit);
   const FetchUnit& layout = context_.unit(unit);
   const sdk::Host& host = context_.host;
@@ -69,7 +69,8 @@ void Gatherer::start_gather(int unit) {
   }
   u.send_dl = dl_view(u.send);
   context_.agreement.before(RankAgreement::Collective::kGather, unit, context_.step);
-  zhost_collective_args args = zero::collective_args(ZHOST_INTENT_PARAM_GATHER, layout.block);
+  zhost_collective_args args = zero::collective_args(intent, layout.block);
+  u.read_exactly = intent == ZHOST_INTENT_PARAM_READ;
   args.send = &u.send_dl;
   args.recv = &u.recv_dl;
   args.flags = ZHOST_COLLECTIVE_ASYNC;
@@ -126,14 +127,23 @@ void Gatherer::gather_persistent() {
 }
 
 void Gatherer::release_alone() {
-  if (alone_unit_ >= 0 && !context_.persistent(alone_unit_)) release(alone_unit_);
+  if (alone_unit_ < 0) return;
+  if (!context_.persistent(alone_unit_))
+    release(alone_unit_);
+  else if (unit_state(alone_unit_).read_exactly && unit_state(alone_unit_).residency.live())
+    gather_persistent();  // the values training had
 }
 
 const at::Tensor& Gatherer::gather_alone(int unit) {
   if (alone_unit_ != unit) release_alone();
   alone_unit_ = unit;
-  make_live(unit);
-  return unit_state(unit).flat;
+  Unit& u = unit_state(unit);
+  if (!u.read_exactly || !u.residency.live()) {
+    if (u.residency.gathering()) finish_gather(unit);
+    start_gather(unit, ZHOST_INTENT_PARAM_READ);
+    finish_gather(unit);
+  }
+  return u.flat;
 }
 
 void Gatherer::release_live() {

@@ -40,8 +40,10 @@ class Gatherer {
 
   // Gathers the persistent unit (again, in place, once its shards changed).
   void gather_persistent();
-  // Outside a micro-batch: the unit's gathered storage ([N*S] compute dtype), releasing the unit read so
-  // before (gather_param).
+  // Outside a micro-batch: the unit's gathered storage ([N*S] compute dtype) holding its exact values,
+  // gathered with intent PARAM_READ (no collective transform changes them), releasing the unit read so
+  // before (gather_param). A live unit (the persistent one) is gathered again in place, and again for
+  // training when the read ends, so that reading changes nothing that training sees.
   const at::Tensor& gather_alone(int unit);
   // Releases every live unit but the persistent one (a checkpoint load changes the shards).
   void release_live();
@@ -58,12 +60,13 @@ class Gatherer {
     at::Tensor send;   // what the gather in flight sends: the shard, or its staging buffer
     DLTensor send_dl{}, recv_dl{};
     zhost_work* gather_work = nullptr;
-    int open_uses = 0;        // blocks between their pre_ and post_ hooks that read this unit
-    bool prefetched = false;  // gathered ahead of the event that needs it, not yet used
+    int open_uses = 0;          // blocks between their pre_ and post_ hooks that read this unit
+    bool prefetched = false;    // gathered ahead of the event that needs it, not yet used
+    bool read_exactly = false;  // holds the values of a PARAM_READ gather (gather_alone)
   };
 
   Unit& unit_state(int unit) { return units_[static_cast<size_t>(unit)]; }
-  void start_gather(int unit);
+  void start_gather(int unit, zhost_collective_intent intent = ZHOST_INTENT_PARAM_GATHER);
   void make_live(int unit);
   void prefetch();
   void close_tied_reads(int32_t block);

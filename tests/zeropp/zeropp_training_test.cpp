@@ -100,6 +100,20 @@ TEST(ZeroppTrainingRepeat, IsDeterministic) {
   EXPECT_EQ(weights_mismatch(a, b, 0, 0), "");
 }
 
+// Saved weights are gathered exactly (intent PARAM_READ), never through qwZ: with the learning rate at 0 the
+// weights never change, so a qwZ job saves bit for bit what plain stage 3 saves.
+TEST(ZeroppTrainingSave, FinalWeightsAreExact) {
+  ScratchDir dir;
+  const std::string frozen = kStage3 + " --set optimizer.lr=0 --set scheduler.warmup_max_lr=0";
+  RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", frozen);
+  RunOutput qwz = run_zhost(dir.path(), small_job_config(), "qwz", frozen + kQwz + kQgz);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(qwz.exit_code, 0) << qwz.err;
+  ASSERT_FALSE(qwz.weights.empty());
+  EXPECT_EQ(weights_mismatch(qwz, plain, 0, 0), "");
+  EXPECT_NE(qwz.losses, plain.losses);  // the forward did see quantized weights
+}
+
 TEST(ZeroppConfig, BelowStage3IsRefusedWithTheReason) {
   ScratchDir dir;
   RunOutput r = run_zhost(dir.path(), small_job_config(), "stage2", " --nproc 2 --set zero.stage=2" + kQwz);
