@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# bench/zeropp/convergence.sh: does ZeRO++ train like plain stage 3? 200 steps of a small gpt and llama, fp32
+# and bf16, each with plain stage 3, qwZ alone, qgZ alone, and both, on 2 ranks: one node (NODES=1), or
+# 2 nodes of 1 rank each (NODES=2: two launchers on loopback, --nnodes 2), where qgZ's gradients are
+# quantized in both hops (Note [qgZ's two hops]), its worst case for accuracy. Same seed, data and order
+# everywhere; convergence_report.py prints per model and type the final loss (mean of the last 20 steps, and
+# the last step's) of every variant and its relative difference to plain stage 3, and plots the loss curves.
+#
+#   bench/zeropp/convergence.sh [RESULTS_DIR]
+#
+# Environment: BUILD (default build/), NODES (1), STEPS (200), MODELS ("gpt llama"), TYPES ("fp32 bf16"),
+# VARIANTS ("plain qwz qgz both"). Each rank runs with OMP_NUM_THREADS=1.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${BUILD:-$root/build}
+steps=${STEPS:-200}
+nodes=${NODES:-1}
+models=${MODELS:-"gpt llama"}
+types=${TYPES:-"fp32 bf16"}
+variants=${VARIANTS:-"plain qwz qgz both"}
+results=${1:-$(mktemp -d /tmp/zhost-zeropp-convergence.XXXXXX)}
+zhost=$build/bin/zhost
+[[ -x $zhost ]] || { echo "convergence.sh: $zhost not built (scripts/build)" >&2; exit 2; }
+mkdir -p "$results"
+
+config=$results/job.toml
+cat > "$config" <<TOML
+seed = 11
+train_micro_batch_size_per_gpu = 4
+gradient_clipping = 1.0
+steps_per_print = 10
+[model]
+layers = 4
+width = 128
+heads = 4
+vocab = 256
+seq_len = 64
+[data]
+type = "text"
+path = "/usr/share/common-licenses"
+[optimizer]
+type = "AdamW"
+lr = 1e-3
+weight_decay = 0.01
+[zero]
+stage = 3
+stage3_param_persistence_threshold = 0
+TOML
+
+variant_sets() {
+  case $1 in
+    plain) echo "" ;;
+    qwz) echo "--set zero.zero_quantized_weights=true" ;;
+    qgz) echo "--set zero.zero_quantized_gradients=true" ;;
+    both) echo "--set zero.zero_quantized_weights=true --set zero.zero_quantized_gradients=true" ;;
+  esac
+}
+
+port=$((30000 + RANDOM % 20000))
+for model in $models; do
+  for type in $types; do
+    for variant in $variants; do
+      name=$model-$type-$variant
+      bf16=false; [[ $type == bf16 ]] && bf16=true
+      # shellcheck disable=SC2046
+      sets=(--set steps=$steps --set model.type=\"$model\" --set bf16.enabled=$bf16
+            --set run.dir=\"$results/runs\" --set run.name=\"$name\" $(variant_sets "$variant"))
+      start=$(date +%s)
+      if [[ $nodes == 1 ]]; then
+        OMP_NUM_THREADS=1 "$zhost" run "$config" --nproc 2 "${sets[@]}" > "$results/$name.log" 2>&1 || echo "$name failed"
+      else
+        two=(run "$config" --nproc 1 --nnodes 2 --master-addr 127.0.0.1 --master-port $port "${sets[@]}")
+        OMP_NUM_THREADS=1 "$zhost" "${two[@]}" --node-rank 1 > "$results/$name.node1.log" 2>&1 &
+        node1=$!
+        OMP_NUM_THREADS=1 "$zhost" "${two[@]}" --node-rank 0 > "$results/$name.log" 2>&1 || echo "$name failed"
+        wait $node1 || echo "$name (node 1) failed"
+      fi
+      echo "$name: $(( $(date +%s) - start )) s"
+      port=$((port + 1))
+    done
+  done
+done
+/usr/bin/python3 "$here/convergence_report.py" "$results" "$models" "$types" "$variants"
