@@ -297,6 +297,7 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
 
     Trainer trainer(settings, *world, *partition, run_dir, *job.services, observation.trace());
     trainer.set_storage_swaps(&swaps);
+    trainer.set_transform(instances.of_kind(ZHOST_KIND_COLLECTIVE));
     if (env.rank == 0)
       spdlog::info(
           "training {} ({:.2f}M parameters) on {} rank(s), stage {} via '{}', {}; batch {} = micro {} x "

@@ -24,6 +24,8 @@ struct ModelStateBytes {
   double offloaded = 0;  // held by an offload tier: reported, not part of the (device) formula
   // stage 3: materialised (gathered) parameters, the live window on top of the partitioned states
   double gather_window = 0;
+  // the collective transform's parameter copies (hpZ's secondary partition), on top of the formula
+  double transform_params = 0;
   double total() const { return params + grads + master + optimizer; }
 };
 

@@ -32,6 +32,7 @@
 #include "host/engine/trace.hpp"
 #include "host/model/hf_layout.hpp"
 #include "host/services/host_services.hpp"
+#include "zhost/collective.h"
 #include "zhost/kit/dlpack_views.hpp"
 #include "zhost/kit/optimizer.hpp"
 #include "zhost/kit/state_io.hpp"
@@ -137,6 +138,7 @@ struct Trainer::Impl {
   std::unique_ptr<ActivationCheckpoints> activation_checkpoints;
   TraceWriter* trace = nullptr;                            // Note [Trace file]; null when run.trace is off
   StorageSwaps* swaps = nullptr;                           // Note [Storage swap]; null: none
+  const PluginInstance* transform = nullptr;               // Note [Collective transforms]; null: none
   std::vector<std::string> forward_names, backward_names;  // "forward block 3": trace event names
   int32_t backward_block = -1;  // trace: the block whose backward runs since backward_block_start
   uint64_t backward_block_start = 0;
@@ -256,6 +258,15 @@ struct Trainer::Impl {
       measured.optimizer = static_cast<double>(reported.optimizer);
       measured.buffers = static_cast<double>(reported.buffers);
       measured.offloaded = static_cast<double>(reported.offloaded);
+    }
+    const zhost_collective_api* transform_api = transform ? transform->plugin->api->collective : nullptr;
+    if (transform_api && ZHOST_HAS_FIELD(transform_api, zhost_collective_api, memory) && transform_api->memory) {
+      zhost_model_state_bytes reported{};
+      reported.struct_size = sizeof(reported);
+      HostServices::throw_if_error(transform_api->memory(transform->instance, &reported),
+                                   fmt::format("collective transform '{}' memory", transform->plugin->info.name));
+      measured.transform_params = static_cast<double>(reported.params);
+      measured.buffers += static_cast<double>(reported.buffers);
     }
     if (param_store) {
       measured.gather_window = static_cast<double>(peak ? param_store->peak_bytes() : param_store->live_bytes());
@@ -626,6 +637,7 @@ Trainer::~Trainer() = default;
 int64_t Trainer::num_parameters() const { return impl_->model->num_parameters(); }
 
 void Trainer::set_storage_swaps(StorageSwaps* swaps) { impl_->swaps = swaps; }
+void Trainer::set_transform(const PluginInstance* transform) { impl_->transform = transform; }
 
 TrainResult Trainer::run() {
   Impl& t = *impl_;

@@ -33,6 +33,9 @@ class Trainer {
   // The job's storage swaps (Note [Storage swap], storage_swap.hpp), served at every step boundary; outlives
   // run(). Without it, there are none.
   void set_storage_swaps(class StorageSwaps* swaps);
+  // The job's collective transform (Note [Collective transforms]), whose parameter copies count in the
+  // model-state figures; outlives run(). Without it, there is none.
+  void set_transform(const PluginInstance* transform);
   TrainResult run();
   int64_t num_parameters() const;
 

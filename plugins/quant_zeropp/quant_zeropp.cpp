@@ -1,7 +1,8 @@
 // plugins/quant_zeropp/quant_zeropp.cpp: the ZeRO++ collective transform: descriptor, keys, and which
 // collectives it serves (docs/zeropp.md). qwZ (zero.zero_quantized_weights) serves stage 3's parameter
-// gathers (quantized_gather.hpp), qgZ (zero.zero_quantized_gradients) its gradient reduce-scatters
-// (quantized_reduce.hpp); everything else is left to the host.
+// gathers (quantized_gather.hpp), hpZ (zero.zero_hpz_partition_size) keeps a copy of them within the node for
+// the re-gathers of the same micro-batch (secondary_copies.hpp), qgZ (zero.zero_quantized_gradients) serves
+// the gradient reduce-scatters (quantized_reduce.hpp); everything else is left to the host.
 #include <mutex>
 #include <optional>
 #include <set>
@@ -11,6 +12,8 @@
 #include "plugins/quant_zeropp/packed_chunks.hpp"
 #include "plugins/quant_zeropp/quantized_gather.hpp"
 #include "plugins/quant_zeropp/quantized_reduce.hpp"
+#include "plugins/quant_zeropp/secondary_copies.hpp"
+#include "plugins/quant_zeropp/wire.hpp"
 #include "zhost/cpp/collective.hpp"
 #include "zhost/kit/format.hpp"
 
@@ -26,7 +29,7 @@ BlockFormat gradient_format(const sdk::Host& host) {
   return format;
 }
 
-class QuantZeropp {
+class QuantZeropp : public sdk::CollectiveHooks {
  public:
   // `host` is the create call's; the pieces keep a reference to this instance's copy.
   explicit QuantZeropp(const sdk::Host& host)
@@ -34,8 +37,10 @@ class QuantZeropp {
         weights_(host.config_bool("zero.zero_quantized_weights")),
         gradients_(host.config_bool("zero.zero_quantized_gradients")),
         gather_(host_, BlockFormat{Bits::kInt8, host.config_int("zero.zeropp.weight_block_size")}),
+        hpz_(host.config_int("zero.zero_hpz_partition_size") > 1),
         groups_(host_),
-        reduce_(host_, gradient_format(host), groups_) {
+        reduce_(host_, gradient_format(host), groups_),
+        copies_(host_, groups_, host.config_int("zero.zero_hpz_partition_size")) {
     check_format(BlockFormat{Bits::kInt8, host.config_int("zero.zeropp.weight_block_size")});
     check_format(gradient_format(host));
     std::string on;
@@ -46,14 +51,24 @@ class QuantZeropp {
       on += kit::format("{}qgZ (gradient reduce-scatters as {}, blocks of {}, hierarchical)", on.empty() ? "" : ", ",
                         host.config_string("zero.zeropp.gradient_bits"),
                         host.config_int("zero.zeropp.gradient_block_size"));
+    if (hpz_)
+      on += kit::format("{}hpZ (a secondary copy of the parameters over {} ranks, for the re-gathers)",
+                        on.empty() ? "" : ", ", host.config_int("zero.zero_hpz_partition_size"));
     host.info("quant_zeropp: " + (on.empty() ? std::string("nothing asked for") : on));
   }
 
   bool interpose(zhost_collective_op op, zhost_collective_args& args) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (weights_ && op == ZHOST_OP_ALL_GATHER && args.intent == ZHOST_INTENT_PARAM_GATHER) {
-      if (!servable(args, "a parameter gather", args.send_counts != nullptr)) return false;
-      gather_.serve(args);
+    const bool parameter_gather = op == ZHOST_OP_ALL_GATHER && (args.intent == ZHOST_INTENT_PARAM_GATHER ||
+                                                                args.intent == ZHOST_INTENT_PARAM_REGATHER);
+    if ((weights_ || hpz_) && parameter_gather) {
+      if (!servable(args, "a parameter gather", args.send_counts != nullptr || args.group != nullptr)) return false;
+      if (hpz_ && args.intent == ZHOST_INTENT_PARAM_REGATHER && copies_.serve(args)) return true;
+      if (weights_)
+        gather_.serve(args);
+      else
+        wire::all_gather(host_, args, *args.send, *args.recv);
+      if (hpz_ && args.block >= 0) copies_.keep(args);
       return true;
     }
     if (gradients_ && op == ZHOST_OP_REDUCE_SCATTER && args.intent == ZHOST_INTENT_GRAD_REDUCE) {
@@ -66,9 +81,11 @@ class QuantZeropp {
     return false;
   }
 
- private:
   // Whether a collective ZeRO++ is asked to transform can be: refused (an error) for device memory, which
   // this version does not serve; declined with one warning per reason for shapes it does not transform.
+  void memory(zhost_model_state_bytes& out) const { out.params = copies_.memory_bytes(); }
+
+ private:
   bool servable(const zhost_collective_args& args, const char* what, bool other_shape) {
     if (!args.send || !args.recv) return false;
     if (args.send->device.device_type != kDLCPU || args.recv->device.device_type != kDLCPU)
@@ -90,8 +107,10 @@ class QuantZeropp {
   const sdk::Host host_;
   bool weights_, gradients_;
   QuantizedGather gather_;
+  bool hpz_;
   NodeGroups groups_;
   QuantizedReduce reduce_;
+  SecondaryCopies copies_;
   std::mutex mutex_;
   std::set<std::string> warned_;
 };
@@ -107,10 +126,14 @@ const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
 
 const zhost_plugin_descriptor* describe() {
   static sdk::DescriptorBuilder builder("quant_zeropp", "0.1.0", ZHOST_KIND_COLLECTIVE);
-  builder.summary("ZeRO++: stage 3's parameter gathers as int8 (qwZ), gradient reduce-scatters as int4/int8 (qgZ)")
-      .provides({"collective:qwz", "collective:qgz"})
+  builder
+      .summary(
+          "ZeRO++: stage 3's parameter gathers as int8 (qwZ), re-gathers within the node (hpZ), gradient "
+          "reduce-scatters as int4/int8 (qgZ)")
+      .provides({"collective:qwz", "collective:qgz", "collective:hpz"})
       .config_bool("zero.zero_quantized_weights", false, "ZeRO++ qwZ: all-gather weights as int8")
       .config_bool("zero.zero_quantized_gradients", false, "ZeRO++ qgZ: reduce gradients as int4")
+      .config_int("zero.zero_hpz_partition_size", 1, "ZeRO++ hpZ: ranks per secondary partition; 1 = off", 1, 1e9)
       .config_int("zero.zeropp.weight_block_size", kDefaultBlockSize,
                   "zhost: elements per quantization block (one fp32 scale each) of qwZ's int8 weights", 1, 1 << 24)
       .config_string("zero.zeropp.gradient_bits", "int4", "zhost: qgZ's gradient payload: \"int4\" or \"int8\"",

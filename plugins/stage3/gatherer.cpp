@@ -69,6 +69,12 @@ void Gatherer::start_gather(int unit, zhost_collective_intent intent) {
   }
   u.send_dl = dl_view(u.send);
   context_.agreement.before(RankAgreement::Collective::kGather, unit, context_.step);
+  // Within a micro-batch the parameters do not change: a unit's second gather there (backward's, or a tied
+  // block's) says so, for a transform that keeps a copy (hpZ).
+  if (intent == ZHOST_INTENT_PARAM_GATHER && in_micro_batch_) {
+    if (u.gathered_in_micro_batch) intent = ZHOST_INTENT_PARAM_REGATHER;
+    u.gathered_in_micro_batch = true;
+  }
   zhost_collective_args args = zero::collective_args(intent, layout.block);
   u.read_exactly = intent == ZHOST_INTENT_PARAM_READ;
   args.send = &u.send_dl;
@@ -158,6 +164,8 @@ void Gatherer::begin_micro_batch() {
   trace_->begin_micro_batch();
   std::fill(tied_closed_.begin(), tied_closed_.end(), 0);
   last_backward_block_ = -1;
+  for (Unit& u : units_) u.gathered_in_micro_batch = false;
+  in_micro_batch_ = true;
 }
 
 void Gatherer::enter(const BlockEvent& event) {
@@ -228,8 +236,10 @@ void Gatherer::maybe_release(int unit) {
 }
 
 void Gatherer::end_micro_batch() {
+  in_micro_batch_ = false;
   for (int unit = 0; unit < context_.units(); ++unit) {
     unit_state(unit).open_uses = 0;
+    unit_state(unit).gathered_in_micro_batch = false;
     if (!context_.persistent(unit)) release(unit);
   }
   context_.agreement.compare_block_order(trace_->current_hash(), trace_->current().size(), context_.step,

@@ -63,6 +63,7 @@ class Gatherer {
     int open_uses = 0;          // blocks between their pre_ and post_ hooks that read this unit
     bool prefetched = false;    // gathered ahead of the event that needs it, not yet used
     bool read_exactly = false;  // holds the values of a PARAM_READ gather (gather_alone)
+    bool gathered_in_micro_batch = false;  // a later gather in this micro-batch is a PARAM_REGATHER
   };
 
   Unit& unit_state(int unit) { return units_[static_cast<size_t>(unit)]; }
@@ -78,6 +79,7 @@ class Gatherer {
   const Stage3Context& context_;
   ParamOffloadStaging& offload_;
   std::vector<Unit> units_;
+  bool in_micro_batch_ = false;
   std::vector<std::vector<int>> units_of_block_;
   // Units block b reads but does not own (tied weights, e.g. gpt's head reading the token embedding).
   // post_backward(b) waits for their gradients, which come from other blocks too; the block is done

@@ -4,6 +4,7 @@
 // configs asking for ZeRO++ where it does not apply are refused.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 
@@ -112,6 +113,36 @@ TEST(ZeroppTrainingSave, FinalWeightsAreExact) {
   ASSERT_FALSE(qwz.weights.empty());
   EXPECT_EQ(weights_mismatch(qwz, plain, 0, 0), "");
   EXPECT_NE(qwz.losses, plain.losses);  // the forward did see quantized weights
+}
+
+// hpZ changes no value: backward's re-gathers come from the copy forward's gather left within the node, so
+// the job equals plain stage 3 bit for bit, and the copy (a 1/L share of the parameters, L = 2 ranks per
+// node) shows in the model-state figures.
+TEST(ZeroppTrainingHpz, EqualsPlainStage3BitwiseAndReportsItsCopy) {
+  ScratchDir dir;
+  RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", kStage3);
+  RunOutput hpz = run_zhost(dir.path(), small_job_config(), "hpz", kStage3 + " --set zero.zero_hpz_partition_size=2");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(hpz.exit_code, 0) << hpz.err;
+  EXPECT_NE(hpz.err.find("hpZ (a secondary copy"), std::string::npos) << hpz.err;
+  EXPECT_EQ(hpz.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(hpz, plain, 0, 0), "");
+  const nlohmann::json states = read_model_states(hpz);
+  const double num_params = states.at("num_params").get<double>();
+  // Every block's unit, padded to the ranks, halved: at least Ψ/2 fp32 values, and no more than a few
+  // elements of padding per unit above it.
+  EXPECT_GE(states.at("transform_params").get<double>(), num_params / 2 * 4 * 0.99);
+  EXPECT_LE(states.at("transform_params").get<double>(), num_params / 2 * 4 * 1.01);
+}
+
+TEST(ZeroppConfig, HpzOtherThanTheRanksPerNodeIsRefused) {
+  ScratchDir dir;
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "hpz4", kStage3 + " --set zero.zero_hpz_partition_size=4");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("zero.zero_hpz_partition_size = 4, but zhost's hpZ keeps the secondary partition within a "
+                       "node and this job runs 2 ranks per node; set it to 2"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(ZeroppConfig, BelowStage3IsRefusedWithTheReason) {

@@ -20,6 +20,7 @@
 
 #include "zhost/core.h"
 #include "zhost/host.h"
+#include "zhost/partition.h"
 #include "zhost/plugin.h"
 
 #ifdef __cplusplus
@@ -41,8 +42,11 @@ typedef struct zhost_collective_api {
    * (Note [Collective transforms]). */
   zhost_status* (*interpose)(zhost_plugin_instance* self, zhost_collective_op op, zhost_collective_args* args,
                              int32_t* handled);
+  /* 0.8, optional (NULL: holds nothing): what the transform keeps between collectives, for the model-state
+   * figures: `params` the parameter copies it holds (hpZ's secondary partition), `buffers` its staging. */
+  zhost_status* (*memory)(zhost_plugin_instance* self, zhost_model_state_bytes* out);
 } zhost_collective_api;
-#define ZHOST_COLLECTIVE_API_SIZE ZHOST_STRUCT_SIZE(zhost_collective_api, interpose)
+#define ZHOST_COLLECTIVE_API_SIZE ZHOST_STRUCT_SIZE(zhost_collective_api, memory)
 #define ZHOST_COLLECTIVE_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_collective_api, interpose) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_collective_api, ZHOST_COLLECTIVE_API_SIZE);
 

@@ -2,7 +2,7 @@
 // job's node layout (zhost_topology) as a value. The rules a transform follows are Note [Collective
 // transforms] in zhost/collective.h.
 //
-//   class MyTransform {
+//   class MyTransform : public zhost::sdk::CollectiveHooks {   // memory(): holds nothing
 //    public:
 //     explicit MyTransform(const zhost::sdk::Host& host);
 //     // true: served (args.recv holds the result); false: the host runs the collective unchanged.
@@ -21,6 +21,11 @@
 
 namespace zhost::sdk {
 
+// Defaults for a transform class to inherit: it keeps nothing between collectives.
+struct CollectiveHooks {
+  void memory(zhost_model_state_bytes&) const {}
+};
+
 template <typename T>
 struct CollectiveTableOf {
   static constexpr zhost_collective_api table = {
@@ -28,6 +33,9 @@ struct CollectiveTableOf {
       [](zhost_plugin_instance* s, zhost_collective_op op, zhost_collective_args* args, int32_t* handled) {
         *handled = 0;
         return guard([&] { *handled = InstanceOf<T>::self(s).interpose(op, *args) ? 1 : 0; });
+      },
+      [](zhost_plugin_instance* s, zhost_model_state_bytes* out) {
+        return guard([&] { InstanceOf<T>::self(s).memory(*out); });
       }};
 };
 

@@ -1,0 +1,67 @@
+// plugins/quant_zeropp/secondary_copies.cpp: hpZ (see secondary_copies.hpp).
+#include "plugins/quant_zeropp/secondary_copies.hpp"
+
+#include <ATen/ops/empty.h>
+
+#include <cstring>
+#include <string>
+
+#include "plugins/quant_zeropp/packed_chunks.hpp"
+#include "plugins/quant_zeropp/wire.hpp"
+
+namespace zhost::zeropp {
+
+void SecondaryCopies::check_layout() {
+  if (checked_) return;
+  groups_.ensure();
+  if (partition_size_ != groups_.ranks_per_node())
+    throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED,
+                           "quant_zeropp: zero.zero_hpz_partition_size = " + std::to_string(partition_size_) +
+                               ", but zhost's hpZ keeps the secondary partition within a node and this job runs " +
+                               std::to_string(groups_.ranks_per_node()) + " ranks per node; set it to " +
+                               std::to_string(groups_.ranks_per_node()));
+  checked_ = true;
+}
+
+void SecondaryCopies::keep(const zhost_collective_args& args) {
+  check_layout();
+  const int local_ranks = groups_.ranks_per_node();
+  const int64_t total = wire::numel(*args.recv);
+  wire::require(total % local_ranks == 0, "hpZ: a gathered block must split evenly over the node's ranks");
+  const int64_t element = args.recv->dtype.bits / 8;
+  const int64_t slice_bytes = total / local_ranks * element;
+  at::Tensor& slice = slices_[args.block];
+  if (!slice.defined() || slice.numel() != slice_bytes) {
+    bytes_ -= slice.defined() ? static_cast<uint64_t>(slice.numel()) : 0;
+    slice = at::empty({slice_bytes}, at::kByte);
+    bytes_ += static_cast<uint64_t>(slice_bytes);
+  }
+  gathered_numel_[args.block] = total;
+  std::memcpy(slice.data_ptr(),
+              static_cast<const uint8_t*>(wire::data(*args.recv)) + groups_.local_index() * slice_bytes,
+              static_cast<size_t>(slice_bytes));
+}
+
+bool SecondaryCopies::serve(zhost_collective_args& args) {
+  auto found = gathered_numel_.find(args.block);
+  if (found == gathered_numel_.end() || found->second != wire::numel(*args.recv)) return false;
+  const at::Tensor& slice = slices_.at(args.block);
+  if (groups_.ranks_per_node() == 1) {
+    std::memcpy(wire::data(*args.recv), slice.data_ptr(), static_cast<size_t>(slice.numel()));
+    return true;
+  }
+  ByteBuffer mine(slice.numel());
+  std::memcpy(mine.data(), slice.data_ptr(), static_cast<size_t>(slice.numel()));
+  DLTensor recv = *args.recv;  // the same memory, as bytes
+  int64_t recv_bytes = slice.numel() * groups_.ranks_per_node();
+  recv.dtype = {kDLUInt, 8, 1};
+  recv.ndim = 1;
+  recv.shape = &recv_bytes;
+  recv.strides = nullptr;
+  zhost_collective_args within = args;
+  within.group = groups_.node_group();
+  wire::all_gather(host_, within, mine.view, recv);
+  return true;
+}
+
+}  // namespace zhost::zeropp
