@@ -3,7 +3,12 @@
 #include "host/comm/comm.hpp"
 
 #include <ATen/ATen.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -67,6 +72,32 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   ZHOST_ASSERT(false);
 }
 
+// The local IPv4 address the kernel routes to `master_addr` from (a UDP socket connected to it sends nothing),
+// or "" when there is no route or the name does not resolve.
+std::string local_address_towards(const std::string& master_addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(master_addr.c_str(), "9", &hints, &found) != 0 || !found) return "";
+  std::string address;
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t length = sizeof local;
+    char text[INET_ADDRSTRLEN] = {};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0 &&
+        inet_ntop(AF_INET, &local.sin_addr, text, sizeof text))
+      address = text;
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  return address;
+}
+
+// Where Gloo listens: comm.gloo_interface / GLOO_SOCKET_IFNAME when given; loopback for a loopback master;
+// else the address this host reaches the master from (so that nodes whose host name resolves to a loopback
+// address, Debian's 127.0.1.1, or to another network still connect); else Gloo's default.
 std::shared_ptr<::gloo::transport::Device> choose_gloo_device(const CommOptions& options,
                                                               const std::string& master_addr) {
   std::string interface = options.gloo_interface;
@@ -76,6 +107,8 @@ std::shared_ptr<::gloo::transport::Device> choose_gloo_device(const CommOptions&
   }
   if (!interface.empty()) return compat::gloo_device_for_interface(interface);
   if (is_loopback(master_addr)) return compat::gloo_device_for_hostname("127.0.0.1");
+  const std::string towards_master = local_address_towards(master_addr);
+  if (!towards_master.empty()) return compat::gloo_device_for_hostname(towards_master);
   return compat::gloo_default_device();
 }
 

@@ -55,7 +55,7 @@ struct CommOptions {
   Backend backend = Backend::kAuto;
   double timeout_s = 300;  // comm.timeout_s: the deadline of every collective, from its start
   // Network interface for Gloo; empty: $GLOO_SOCKET_IFNAME, else loopback when master_addr is loopback,
-  // else the address this host's name resolves to.
+  // else the local address that routes to master_addr, else the address this host's name resolves to.
   std::string gloo_interface;
 };
 

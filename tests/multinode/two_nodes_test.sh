@@ -26,7 +26,8 @@ run_job() {
   while [[ $1 != -- ]]; do harness_args+=("$1"); shift; done
   shift
   local job
-  job="OMP_NUM_THREADS=1 $(printf '%q ' "$zhost") --log-level warn run $(printf '%q ' "$source_dir/examples/configs/train.toml") \
+  # Without GLOO_SOCKET_IFNAME (the harness sets it): zhost finds the interface that routes to the master.
+  job="env -u GLOO_SOCKET_IFNAME OMP_NUM_THREADS=1 $(printf '%q ' "$zhost") --log-level warn run $(printf '%q ' "$source_dir/examples/configs/train.toml") \
     --set zero.stage=3 --set steps=3 --set steps_per_print=1 --set seed=1234 --set scheduler.type=WarmupLR \
     --set scheduler.warmup_num_steps=1 --set scheduler.warmup_min_lr=0.003 \
     --set run.save_final_weights=true --set comm.timeout_s=30 \
