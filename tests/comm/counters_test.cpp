@@ -98,5 +98,108 @@ TEST(TrafficTest, FormulasOfTheHeader) {
   EXPECT_EQ(all_to_all_traffic({1, 2, 3}, {4, 5, 6}, 2).sent, 3u);
 }
 
+// Note [Inter-node traffic], written out by hand. Layout 2x2: ranks 0, 1 on one node, 2, 3 on the other.
+RemotePeers remote_on_2x2(int rank) {
+  RemotePeers remote(4);
+  for (int peer = 0; peer < 4; ++peer) remote[peer] = (peer / 2) != (rank / 2);
+  return remote;
+}
+
+TEST(TrafficTest, WithoutRemotePeersNothingIsInterNode) {
+  for (const Traffic& t :
+       {all_reduce_traffic(100, 4), reduce_scatter_traffic({10, 20, 30}, 1), all_gather_traffic({10, 20, 30}, 0),
+        broadcast_traffic(8, 2, 0, 0), all_to_all_traffic({1, 2, 3}, {4, 5, 6}, 2),
+        all_reduce_traffic(100, 4, RemotePeers(4, false))}) {
+    EXPECT_EQ(t.sent_inter_node, 0u);
+    EXPECT_EQ(t.received_inter_node, 0u);
+  }
+}
+
+TEST(TrafficTest, AllGatherAndReduceScatterCountRemoteChunks) {
+  // Uneven chunks on 2x2; rank 1: remote peers 2 and 3.
+  const std::vector<uint64_t> chunks{10, 20, 30, 40};
+  const Traffic gather = all_gather_traffic(chunks, 1, remote_on_2x2(1));
+  EXPECT_EQ(gather.sent, 3 * 20u);
+  EXPECT_EQ(gather.sent_inter_node, 2 * 20u);  // my chunk to ranks 2 and 3
+  EXPECT_EQ(gather.received, 10u + 30 + 40);
+  EXPECT_EQ(gather.received_inter_node, 30u + 40);  // the chunks of ranks 2 and 3
+  const Traffic reduce = reduce_scatter_traffic(chunks, 1, remote_on_2x2(1));
+  EXPECT_EQ(reduce.sent, 10u + 30 + 40);
+  EXPECT_EQ(reduce.sent_inter_node, 30u + 40);  // the pieces of rank 2's and 3's shards
+  EXPECT_EQ(reduce.received, 3 * 20u);
+  EXPECT_EQ(reduce.received_inter_node, 2 * 20u);
+  // Rank 3: remote peers 0 and 1.
+  const Traffic gather3 = all_gather_traffic(chunks, 3, remote_on_2x2(3));
+  EXPECT_EQ(gather3.sent_inter_node, 2 * 40u);
+  EXPECT_EQ(gather3.received_inter_node, 10u + 20);
+  // Every peer remote (4 nodes of one rank): inter-node = total.
+  const RemotePeers all_remote{true, false, true, true};
+  const Traffic spread = all_gather_traffic(chunks, 1, all_remote);
+  EXPECT_EQ(spread.sent_inter_node, spread.sent);
+  EXPECT_EQ(spread.received_inter_node, spread.received);
+}
+
+TEST(TrafficTest, AllReduceIsTwoNOverWPerRemotePeer) {
+  // 2x2, N = 100: 2N/w = 50 per peer each way; 3 peers: 150 in all, 2 remote: 100.
+  const Traffic t = all_reduce_traffic(100, 4, remote_on_2x2(0));
+  EXPECT_EQ(t.sent, 150u);
+  EXPECT_EQ(t.sent_inter_node, 100u);
+  EXPECT_EQ(t.received_inter_node, 100u);
+  // The floor: w = 3, N = 10, one remote peer: floor(20/3) = 6 of floor(40/3) = 13; never above the total,
+  // and the total when every peer is remote.
+  const Traffic three = all_reduce_traffic(10, 3, {false, true, false});
+  EXPECT_EQ(three.sent, 13u);
+  EXPECT_EQ(three.sent_inter_node, 6u);
+  for (uint64_t bytes : {1u, 7u, 10u, 4097u}) {
+    for (int w = 2; w <= 5; ++w) {
+      RemotePeers all(static_cast<size_t>(w), true);
+      all[0] = false;
+      const Traffic t_all = all_reduce_traffic(bytes, w, all);
+      EXPECT_EQ(t_all.sent_inter_node, t_all.sent) << bytes << " bytes, " << w << " ranks";
+      RemotePeers one(static_cast<size_t>(w), false);
+      one[1] = true;
+      EXPECT_LE(all_reduce_traffic(bytes, w, one).sent_inter_node, t_all.sent);
+    }
+  }
+}
+
+TEST(TrafficTest, BroadcastCrossesOnceWhenTheRootIsRemote) {
+  // 2x2, root 0: rank 1 shares its node (nothing across), ranks 2 and 3 receive N across; the root sends
+  // N, across since peers are remote.
+  EXPECT_EQ(broadcast_traffic(8, 4, 1, 0, remote_on_2x2(1)).received_inter_node, 0u);
+  EXPECT_EQ(broadcast_traffic(8, 4, 2, 0, remote_on_2x2(2)).received_inter_node, 8u);
+  const Traffic root = broadcast_traffic(8, 4, 0, 0, remote_on_2x2(0));
+  EXPECT_EQ(root.sent, 8u);
+  EXPECT_EQ(root.sent_inter_node, 8u);
+  EXPECT_EQ(root.received_inter_node, 0u);
+  // A root whose peers all share its node sends nothing across.
+  EXPECT_EQ(broadcast_traffic(8, 2, 0, 0, {false, false}).sent_inter_node, 0u);
+}
+
+TEST(TrafficTest, AllToAllCountsRemotePeersExactly) {
+  const Traffic t = all_to_all_traffic({1, 2, 3, 4}, {5, 6, 7, 8}, 2, remote_on_2x2(2));
+  EXPECT_EQ(t.sent, 1u + 2 + 4);
+  EXPECT_EQ(t.sent_inter_node, 1u + 2);
+  EXPECT_EQ(t.received, 5u + 6 + 8);
+  EXPECT_EQ(t.received_inter_node, 5u + 6);
+}
+
+TEST(TrafficTest, CountersAddAndSubtractTheInterNodeParts) {
+  CommCounters a;
+  a[CollectiveKind::kAllGather].add(all_gather_traffic({10, 20, 30, 40}, 1, remote_on_2x2(1)));
+  a[CollectiveKind::kAllReduce].add(all_reduce_traffic(100, 4, remote_on_2x2(1)));
+  const KindCounters total = a.total();
+  EXPECT_EQ(total.calls, 2u);
+  EXPECT_EQ(total.bytes_sent, 60u + 150);
+  EXPECT_EQ(total.bytes_sent_inter_node, 40u + 100);
+  EXPECT_EQ(total.bytes_received_inter_node, 70u + 100);
+  CommCounters b = a;
+  b += a;
+  const CommCounters diff = b - a;
+  EXPECT_EQ(diff.total().bytes_sent_inter_node, total.bytes_sent_inter_node);
+  EXPECT_EQ(diff.total().bytes_received_inter_node, total.bytes_received_inter_node);
+  EXPECT_EQ(diff.total().calls, 2u);
+}
+
 }  // namespace
 }  // namespace zhost::comm::testing
