@@ -83,7 +83,14 @@ int run_reference(const ReferenceOptions& options) {
 
   std::unique_ptr<comm::Comm> world;
   if (env.world_size > 1) {
-    comm::Rendezvous rendezvous{env.rank, env.world_size, env.master_addr, env.master_port, settings.comm_timeout_s};
+    comm::Rendezvous rendezvous{env.rank,
+                                env.world_size,
+                                env.master_addr,
+                                env.master_port,
+                                settings.comm_timeout_s,
+                                env.node,
+                                env.local_world_size,
+                                launch::describe_source(env.source)};
     comm::CommOptions comm_options;
     comm_options.backend = comm::Backend::kGloo;
     comm_options.timeout_s = settings.comm_timeout_s;

@@ -199,6 +199,16 @@ struct Job {
   std::atomic<int64_t> step{-1};
   bool joined = false;  // every rank came to the rendezvous
 
+  // By global rank, nodes numbered from 0 (Comm::node_of_rank, Note [Node layout]).
+  std::vector<int> node_of_rank;
+  int num_nodes = 1;
+
+  // Every group's counters together (Comm::job_counters), kept here so that a sub-group destroyed during a
+  // step still counts in it.
+  mutable std::mutex counters_mutex;
+  CommCounters totals;
+  CommCounters at_step_start;
+
   std::mutex mutex;  // guards groups, failure, group_names
   std::vector<std::weak_ptr<Comm::Group>> groups;
   std::string failure;
@@ -259,6 +269,7 @@ struct Comm::Group : std::enable_shared_from_this<Comm::Group> {
   compat::BackendPtr gloo;
   compat::BackendPtr nccl;
   std::shared_ptr<detail::GroupProgress> progress;
+  RemotePeers remote;      // by group rank: on another node than this rank (Note [Inter-node traffic])
   std::mutex issue_mutex;  // sequence numbers follow the order collectives reach the backend
 
   mutable std::mutex counters_mutex;
@@ -312,11 +323,12 @@ std::unique_ptr<Work::State> Comm::Group::start(CollectiveKind kind, const Traff
   state->poll = on_cuda;
   progress->last_kind = static_cast<int>(kind);
   progress->entered = state->seq;
-  std::lock_guard<std::mutex> lock(counters_mutex);
-  KindCounters& counters = totals[kind];
-  ++counters.calls;
-  counters.bytes_sent += traffic.sent;
-  counters.bytes_received += traffic.received;
+  {
+    std::lock_guard<std::mutex> lock(counters_mutex);
+    totals[kind].add(traffic);
+  }
+  std::lock_guard<std::mutex> job_lock(job->counters_mutex);
+  job->totals[kind].add(traffic);
   return state;
 }
 
@@ -454,6 +466,8 @@ std::shared_ptr<Comm::Group> make_group(const std::shared_ptr<Job>& job, const s
   group->size = static_cast<int>(global_ranks.size());
   group->global_ranks = std::move(global_ranks);
   group->rank = rank;
+  for (int member : group->global_ranks)
+    group->remote.push_back(job->node_of_rank[member] != job->node_of_rank[job->global_rank]);
   const std::string prefix = fmt::format("zhost/g/{}/", name);
   group->store = compat::make_prefix_store(prefix, job->store);
   group->progress = std::make_shared<detail::GroupProgress>(prefix, rank);
@@ -518,11 +532,84 @@ void validate(const Rendezvous& rendezvous, const CommOptions& options) {
   if (options.timeout_s <= 0) fail_usage("comm.timeout_s must be positive, got {}", options.timeout_s);
 }
 
+// Note [Node layout]: each rank publishes what it knows of its node under zhost/node/<rank> when it joins:
+// "<local world size>\n<launcher>\n<node>". After the join every rank reads all of them, numbers the nodes
+// in the order of their smallest rank, and checks each rank's local world size against the ranks that share
+// its node string. Every rank reads the same values, so every rank reaches the same verdict: a wrong
+// LOCAL_WORLD_SIZE stops all of them with the same message instead of leaving some waiting for the others.
+std::string node_key(int rank) { return fmt::format("zhost/node/{}", rank); }
+
+std::vector<uint8_t> encode_node(const Rendezvous& rendezvous) {
+  const std::string text = fmt::format("{}\n{}\n{}", rendezvous.local_world_size, rendezvous.launcher, rendezvous.node);
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+
+struct NodeOfRank {
+  int local_world_size = 0;
+  std::string launcher;
+  std::string node;
+};
+
+NodeOfRank decode_node(const std::vector<uint8_t>& value, int rank) {
+  const std::string text(value.begin(), value.end());
+  const size_t first = text.find('\n');
+  const size_t second = first == std::string::npos ? first : text.find('\n', first + 1);
+  NodeOfRank decoded;
+  try {
+    if (second == std::string::npos) throw std::invalid_argument("no separator");
+    decoded.local_world_size = std::stoi(text.substr(0, first));
+  } catch (const std::exception&) {
+    fail_rank(
+        fmt::format("rendezvous: rank {} published a malformed node record '{}' (another zhost version?)", rank, text));
+  }
+  decoded.launcher = text.substr(first + 1, second - first - 1);
+  decoded.node = text.substr(second + 1);
+  return decoded;
+}
+
+void exchange_nodes(Job& job, const Rendezvous& rendezvous) {
+  std::vector<NodeOfRank> ranks;
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < rendezvous.world_size; ++rank) keys.push_back(node_key(rank));
+  try {
+    job.store->wait(keys, to_ms(rendezvous.timeout_s));  // present already (Note [Node layout]): bounded anyway
+    for (int rank = 0; rank < rendezvous.world_size; ++rank)
+      ranks.push_back(decode_node(job.store->get(keys[rank]), rank));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_rank(fmt::format("rendezvous at {}: rank {} could not read the ranks' nodes within {:.1f} s: {}",
+                          job.store_address, rendezvous.rank, rendezvous.timeout_s, compat::describe_exception(e)));
+  }
+  std::map<std::string, int> number;
+  std::vector<std::vector<int>> members;
+  for (int rank = 0; rank < rendezvous.world_size; ++rank) {
+    const auto [it, added] = number.emplace(ranks[rank].node, static_cast<int>(members.size()));
+    if (added) members.emplace_back();
+    members[it->second].push_back(rank);
+    job.node_of_rank.push_back(it->second);
+  }
+  job.num_nodes = static_cast<int>(members.size());
+  for (int rank = 0; rank < rendezvous.world_size; ++rank) {
+    const NodeOfRank& told = ranks[rank];
+    const std::vector<int>& same_node = members[job.node_of_rank[rank]];
+    if (told.local_world_size <= 0 || told.local_world_size == static_cast<int>(same_node.size())) continue;
+    fail_usage(
+        "the ranks do not agree on the nodes: {} told rank {} that {} rank{} run on its node (LOCAL_WORLD_SIZE), "
+        "but {} rank{} ({}) name its node '{}'; give the ranks of a node the same node identity (--node-rank, "
+        "GROUP_RANK, SLURM_NODEID, else the host name) and their number as LOCAL_WORLD_SIZE",
+        told.launcher, rank, told.local_world_size, told.local_world_size == 1 ? "" : "s", same_node.size(),
+        same_node.size() == 1 ? "" : "s", join_ints(same_node), told.node);
+  }
+}
+
 // Every rank registers under its rank; waiting for all of them names the ranks that never came.
 void join(Job& job, const Rendezvous& rendezvous) {
   const auto join_key = [](int rank) { return fmt::format("zhost/join/{}", rank); };
   int64_t joined_as = 0;
   try {
+    // Before the join key, on the same connection: once a rank has joined, its node is in the store.
+    job.store->set(node_key(rendezvous.rank), encode_node(rendezvous));
     joined_as = job.store->add(join_key(rendezvous.rank), 1);
   } catch (const std::exception& e) {
     fail_rank(
@@ -602,13 +689,15 @@ std::unique_ptr<Comm> Comm::create(const Rendezvous& rendezvous, const CommOptio
   join(*job, rendezvous);
   job->joined = true;
   job->tracker = std::make_unique<detail::ProgressTracker>(publish_store, ask_store, rendezvous.rank);
+  exchange_nodes(*job, rendezvous);  // after the tracker: rank 0 keeps the store up until all have read
   if (job->use_gloo) job->gloo_device = choose_gloo_device(options, rendezvous.master_addr);
 
   std::vector<int> everyone(rendezvous.world_size);
   std::iota(everyone.begin(), everyone.end(), 0);
   auto group = make_group(job, "world", std::move(everyone), rendezvous.rank);
-  spdlog::debug("comm: rank {} of {} joined at {} (gloo: {}, nccl: {}, timeout {} s)", rendezvous.rank,
-                rendezvous.world_size, job->store_address, job->use_gloo, job->use_nccl, options.timeout_s);
+  spdlog::debug("comm: rank {} of {} joined at {} (node {} of {}; gloo: {}, nccl: {}, timeout {} s)", rendezvous.rank,
+                rendezvous.world_size, job->store_address, job->node_of_rank[rendezvous.rank], job->num_nodes,
+                job->use_gloo, job->use_nccl, options.timeout_s);
   return std::unique_ptr<Comm>(new Comm(std::move(group)));
 }
 
@@ -619,6 +708,9 @@ int Comm::rank() const { return group_->rank; }
 int Comm::world_size() const { return group_->size; }
 const std::vector<int>& Comm::global_ranks() const { return group_->global_ranks; }
 const std::string& Comm::name() const { return group_->name; }
+const std::vector<int>& Comm::node_of_rank() const { return group_->job->node_of_rank; }
+int Comm::num_nodes() const { return group_->job->num_nodes; }
+const RemotePeers& Comm::remote_peers() const { return group_->remote; }
 
 std::unique_ptr<Comm> Comm::new_group(const std::vector<int>& ranks) {
   std::vector<int> sorted = ranks;
@@ -653,6 +745,10 @@ std::unique_ptr<Comm> Comm::new_group(const std::vector<int>& ranks) {
 void Comm::begin_step(int64_t step) {
   Job& job = *group_->job;
   job.step = step;
+  {
+    std::lock_guard<std::mutex> counters_lock(job.counters_mutex);
+    job.at_step_start = job.totals;
+  }
   std::lock_guard<std::mutex> lock(job.mutex);
   for (const std::weak_ptr<Group>& weak : job.groups) {
     if (auto group = weak.lock()) {
@@ -663,7 +759,7 @@ void Comm::begin_step(int64_t step) {
 }
 
 CommCounters Comm::end_step() {
-  CommCounters step = step_counters();
+  CommCounters step = job_step_counters();
   group_->job->step = -1;
   return step;
 }
@@ -705,6 +801,16 @@ CommCounters Comm::counters() const {
 CommCounters Comm::step_counters() const {
   std::lock_guard<std::mutex> lock(group_->counters_mutex);
   return group_->totals - group_->at_step_start;
+}
+
+CommCounters Comm::job_counters() const {
+  std::lock_guard<std::mutex> lock(group_->job->counters_mutex);
+  return group_->job->totals;
+}
+
+CommCounters Comm::job_step_counters() const {
+  std::lock_guard<std::mutex> lock(group_->job->counters_mutex);
+  return group_->job->totals - group_->job->at_step_start;
 }
 
 // ---- collectives -------------------------------------------------------------------------------------
@@ -774,7 +880,7 @@ Work Comm::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
   options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
-  auto state = group_->start(kind, all_reduce_traffic(bytes_of(data), group_->size), data.is_cuda());
+  auto state = group_->start(kind, all_reduce_traffic(bytes_of(data), group_->size, group_->remote), data.is_cuda());
   if (emulate_avg || !wire.is_same(data))
     state->finish = [data, wire, emulate_avg, size = group_->size] {
       if (emulate_avg) wire.div_(size);
@@ -817,7 +923,8 @@ Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& out
   options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
-  auto state = group_->start(kind, reduce_scatter_traffic(to_bytes(counts, in), group_->rank), in.is_cuda());
+  auto state =
+      group_->start(kind, reduce_scatter_traffic(to_bytes(counts, in), group_->rank, group_->remote), in.is_cuda());
   state->finish = [pieces, out, op, size = group_->size, shard] { reduce_chunks(pieces.view({size, shard}), out, op); };
   return group_->issue(std::move(state), [&] {
     std::vector<int64_t> receive_counts(group_->size, shard);
@@ -839,8 +946,9 @@ Work Comm::all_gather_async(const at::Tensor& input, const at::Tensor& output) {
   options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
-  auto state = group_->start(kind, all_gather_traffic(std::vector<uint64_t>(group_->size, bytes_of(in)), group_->rank),
-                             in.is_cuda());
+  auto state = group_->start(
+      kind, all_gather_traffic(std::vector<uint64_t>(group_->size, bytes_of(in)), group_->rank, group_->remote),
+      in.is_cuda());
   return group_->issue(std::move(state), [&] {
     if (backend == group_->nccl) return backend->_allgather_base(out, in, options);
     // Gloo (1.13) has no flat all-gather: gather into views of the flat output.
@@ -868,7 +976,8 @@ Work Comm::all_gather_v_async(const at::Tensor& input, const at::Tensor& output,
   options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
-  auto state = group_->start(kind, all_gather_traffic(to_bytes(counts, in), group_->rank), in.is_cuda());
+  auto state =
+      group_->start(kind, all_gather_traffic(to_bytes(counts, in), group_->rank, group_->remote), in.is_cuda());
   return group_->issue(std::move(state), [&] {
     std::vector<int64_t> receive_counts = counts;
     std::vector<int64_t> send_counts(group_->size, in.numel());
@@ -888,7 +997,8 @@ Work Comm::broadcast_async(const at::Tensor& tensor, int root) {
   options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
-  auto state = group_->start(kind, broadcast_traffic(bytes_of(data), group_->size, group_->rank, root), data.is_cuda());
+  auto state = group_->start(kind, broadcast_traffic(bytes_of(data), group_->size, group_->rank, root, group_->remote),
+                             data.is_cuda());
   return group_->issue(std::move(state), [&] {
     std::vector<at::Tensor> tensors{on_the_wire(data, backend != group_->nccl)};
     return backend->broadcast(tensors, options);
@@ -915,7 +1025,7 @@ Work Comm::all_to_all_async(const at::Tensor& input, const at::Tensor& output, c
   }
   const std::vector<int64_t> equal(group_->size, in.numel() / group_->size);
   const Traffic traffic = all_to_all_traffic(to_bytes(even ? equal : send_counts, in),
-                                             to_bytes(even ? equal : recv_counts, in), group_->rank);
+                                             to_bytes(even ? equal : recv_counts, in), group_->rank, group_->remote);
   const compat::BackendPtr& backend = group_->backend_for(in, kind);
   c10d::AllToAllOptions options;
   options.timeout = group_->job->timeout;

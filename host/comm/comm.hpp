@@ -49,6 +49,13 @@ struct Rendezvous {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   double timeout_s = 300;  // how long to wait for every rank to join
+  // Which node this rank runs on (launch::RankEnv::node): ranks with the same string share a node. Every
+  // rank's string is exchanged when the ranks meet (Comm::node_of_rank).
+  std::string node = "0";
+  // How many ranks the launcher says run on this node (LOCAL_WORLD_SIZE); when positive, every node's count
+  // of ranks must match what its ranks were told, or Comm::create fails naming both figures. 0: unchecked.
+  int local_world_size = 0;
+  std::string launcher = "the launcher";  // who started the ranks, for that message ("torchrun", ...)
 };
 
 struct CommOptions {
@@ -97,6 +104,15 @@ class Comm {
   const std::vector<int>& global_ranks() const;  // the job-wide rank of each member, by group rank
   const std::string& name() const;               // "world" or the sub-group's name
 
+  // The node of every rank of the job, by global rank (not group rank): nodes are numbered 0, 1, ... in the
+  // order of their smallest rank, from the Rendezvous::node strings the ranks brought. Job-wide: every group
+  // of the job returns the same vector.
+  const std::vector<int>& node_of_rank() const;
+  int num_nodes() const;  // of the job
+  // By group rank: whether that member is on another node than this rank, the `remote` argument of
+  // traffic.hpp's functions for this group's collectives.
+  const RemotePeers& remote_peers() const;
+
   // In place on `tensor`. AVG is computed as SUM followed by a division where the backend lacks it
   // (floating-point tensors only).
   Work all_reduce_async(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
@@ -134,7 +150,8 @@ class Comm {
   std::unique_ptr<Comm> new_group(const std::vector<int>& ranks);
 
   // Steps, for error messages and per-step counters. begin_step() on any group applies to the whole job
-  // (every group's per-step counters restart); end_step() returns this group's counters for the step.
+  // (every group's per-step counters restart); end_step() ends it and returns the job's counters for the
+  // step: the sum over the world and every sub-group, those destroyed during the step included.
   void begin_step(int64_t step);
   CommCounters end_step();
   int64_t current_step() const;  // -1 outside a step
@@ -145,8 +162,10 @@ class Comm {
   void store_set(const std::string& key, const std::vector<uint8_t>& value);
   std::optional<std::vector<uint8_t>> store_get(const std::string& key, double timeout_s);
 
-  CommCounters counters() const;       // this group's, since creation
-  CommCounters step_counters() const;  // this group's, since the last begin_step()
+  CommCounters counters() const;           // this group's, since creation
+  CommCounters step_counters() const;      // this group's, since the last begin_step()
+  CommCounters job_counters() const;       // every group's of the job together, since creation
+  CommCounters job_step_counters() const;  // every group's of the job together, since the last begin_step()
 
   struct Group;  // defined in comm.cpp
 

@@ -82,7 +82,9 @@ void RunDirectory::append_rank_record(const StepRecord& r) {
                    {"step_ms", r.step_ms},
                    {"step_time_ms", r.step_time_ms},
                    {"comm_bytes_sent", r.comm_bytes_sent},
-                   {"comm_bytes_received", r.comm_bytes_received}};
+                   {"comm_bytes_received", r.comm_bytes_received},
+                   {"comm_inter_node_bytes_sent", r.comm_inter_node_bytes_sent},
+                   {"comm_inter_node_bytes_received", r.comm_inter_node_bytes_received}};
   for (const auto& [name, ms] : r.plugin_ms) j[name + "_ms"] = ms;
   nlohmann::json memory = nlohmann::json::object();
   for (const auto& [name, bytes] : r.memory_bytes) memory[name] = bytes;
@@ -127,6 +129,8 @@ void RunDirectory::append_metrics(const StepRecord& r) {
                    {"printed", r.printed},
                    {"comm_bytes_sent", r.comm_bytes_sent},
                    {"comm_bytes_received", r.comm_bytes_received},
+                   {"comm_inter_node_bytes_sent", r.comm_inter_node_bytes_sent},
+                   {"comm_inter_node_bytes_received", r.comm_inter_node_bytes_received},
                    {"rss_mb", r.memory.rss_mb},
                    {"peak_rss_mb", r.memory.peak_rss_mb}};
   if (!r.optimizer_storage.empty()) j["optimizer_storage"] = r.optimizer_storage;

@@ -39,7 +39,10 @@ struct StepRecord {
   double forward_ms = 0, backward_ms = 0, reduction_ms = 0, step_ms = 0;  // averages since the previous record
   // Plugins' trace spans ("plugin/name", ms per step since the previous record), e.g. stage3/gather_wait.
   std::vector<std::pair<std::string, double>> plugin_ms;
-  uint64_t comm_bytes_sent = 0, comm_bytes_received = 0;  // this rank, last step
+  // This rank, last step, every group of the job; the inter-node part (included) as host/comm/traffic.hpp's
+  // Note [Inter-node traffic] defines it.
+  uint64_t comm_bytes_sent = 0, comm_bytes_received = 0;
+  uint64_t comm_inter_node_bytes_sent = 0, comm_inter_node_bytes_received = 0;
   MemoryUsage memory;
   MemoryCategories memory_bytes;  // this rank, at the end of the step (Note [Memory categories])
   double step_time_ms = 0;        // wall time of the step(s) the record covers, per step

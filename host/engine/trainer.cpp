@@ -611,9 +611,12 @@ struct Trainer::Impl {
     record.applied_steps = applied;
     record.loss = loss_sum / static_cast<double>(gas);
     for (const auto& p : model->parameters()) p.tensor.mutable_grad() = at::Tensor();
-    comm::CommCounters counters = world.end_step();
-    record.comm_bytes_sent = counters.total().bytes_sent;
-    record.comm_bytes_received = counters.total().bytes_received;
+    // The whole job's collectives in the step: the world's and every sub-group's (plugins' new_group).
+    const comm::KindCounters counters = world.end_step().total();
+    record.comm_bytes_sent = counters.bytes_sent;
+    record.comm_bytes_received = counters.bytes_received;
+    record.comm_inter_node_bytes_sent = counters.bytes_sent_inter_node;
+    record.comm_inter_node_bytes_received = counters.bytes_received_inter_node;
     record.memory_bytes = memory_now();
     if (trace) trace->counter("memory", TraceWriter::now_ns(), memory_counter_json(record.memory_bytes));
     return record;

@@ -352,6 +352,7 @@ class Supervisor {
     env["WORLD_SIZE"] = std::to_string(world_size);
     env["LOCAL_RANK"] = std::to_string(local_rank);
     env["LOCAL_WORLD_SIZE"] = std::to_string(options_.nproc);
+    env["GROUP_RANK"] = std::to_string(options_.node_rank);  // the node, as torchrun names it
     env["MASTER_ADDR"] = options_.master_addr;
     env["MASTER_PORT"] = std::to_string(master_port_);
     env["ZHOST_LAUNCHED"] = "1";

@@ -3,13 +3,14 @@
 // (SIGTERM and SIGCONT, then SIGKILL after a grace period) and the launcher reports that rank in one line,
 // with the rank's own last error line and any rank found stopped (/proc/PID/stat state T), the likely cause.
 //
-// Each rank gets this process's environment plus RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT and ZHOST_LAUNCHED=1 (detect_rank_env() reads them back), and GLOG_minloglevel=3
-// unless set (LibTorch's own log lines would come before zhost's error). By default a rank runs
-// /proc/self/exe with this process's own arguments: the CLI must then act as a rank, not launch again, when
-// ZHOST_LAUNCHED=1. Given rank_main, a rank is instead this process forked, running rank_main (Note [Forked
-// ranks] in launcher.cpp). Ranks die with the launcher (PR_SET_PDEATHSIG); SIGINT/SIGTERM to the launcher are
-// forwarded to them. Each rank runs in its own process group so that stopping it reaches its helpers too.
+// Each rank gets this process's environment plus RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK
+// (--node-rank, torchrun's name), MASTER_ADDR, MASTER_PORT and ZHOST_LAUNCHED=1 (detect_rank_env() reads
+// them back), and GLOG_minloglevel=3 unless set (LibTorch's own log lines would come before zhost's error).
+// By default a rank runs /proc/self/exe with this process's own arguments: the CLI must then act as a rank,
+// not launch again, when ZHOST_LAUNCHED=1. Given rank_main, a rank is instead this process forked, running
+// rank_main (Note [Forked ranks] in launcher.cpp). Ranks die with the launcher (PR_SET_PDEATHSIG);
+// SIGINT/SIGTERM to the launcher are forwarded to them. Each rank runs in its own process group so that
+// stopping it reaches its helpers too.
 #pragma once
 
 #include <functional>

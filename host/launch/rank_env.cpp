@@ -1,7 +1,10 @@
 // host/launch/rank_env.cpp: reads each launcher's variables into a RankEnv and checks them.
 #include "host/launch/rank_env.hpp"
 
+#include <unistd.h>
+
 #include <charconv>
+#include <climits>
 #include <optional>
 #include <vector>
 
@@ -79,7 +82,9 @@ void check_consistent(const RankEnv& rank_env) {
 
 // zhost's launcher and torchrun use the same names. zhost's launcher sets every variable; torchrun-style
 // environments may leave out the local ones.
-RankEnv from_torch_style(const EnvReader& vars, const char* source, bool require_local) {
+// The zhost launcher always sets GROUP_RANK; torchrun does too (its node rank), plain RANK/WORLD_SIZE
+// environments may not: the host name then.
+RankEnv from_torch_style(const EnvReader& vars, const char* source, bool require_local, const std::string& host_name) {
   RankEnv rank_env;
   rank_env.source = source;
   rank_env.rank = vars.require_int("RANK");
@@ -89,10 +94,15 @@ RankEnv from_torch_style(const EnvReader& vars, const char* source, bool require
       require_local ? vars.require_int("LOCAL_WORLD_SIZE") : vars.int_or("LOCAL_WORLD_SIZE", rank_env.world_size);
   rank_env.master_addr = vars.require("MASTER_ADDR");
   rank_env.master_port = vars.require_int("MASTER_PORT");
+  if (require_local || vars.has("GROUP_RANK")) {
+    rank_env.node = std::to_string(vars.require_int("GROUP_RANK"));
+  } else {
+    rank_env.node = host_name;
+  }
   return rank_env;
 }
 
-RankEnv from_openmpi(const EnvReader& vars) {
+RankEnv from_openmpi(const EnvReader& vars, const std::string& host_name) {
   const std::string hint =
       "Open MPI does not provide the rendezvous address: export MASTER_ADDR=<rank 0's host> and MASTER_PORT=<free "
       "port> and pass them with mpirun -x MASTER_ADDR -x MASTER_PORT";
@@ -104,6 +114,7 @@ RankEnv from_openmpi(const EnvReader& vars) {
   rank_env.local_world_size = vars.require_int("OMPI_COMM_WORLD_LOCAL_SIZE");
   rank_env.master_addr = vars.require("MASTER_ADDR", hint);
   rank_env.master_port = vars.require_int("MASTER_PORT", hint);
+  rank_env.node = host_name;
   return rank_env;
 }
 
@@ -148,6 +159,7 @@ RankEnv from_slurm(const EnvReader& vars) {
   rank_env.world_size = vars.require_int("SLURM_NTASKS");
   rank_env.local_rank = vars.require_int("SLURM_LOCALID");
   rank_env.local_world_size = slurm_tasks_on_this_node(vars);
+  rank_env.node = std::to_string(vars.int_or("SLURM_NODEID", 0));
   if (vars.has("MASTER_ADDR")) {
     rank_env.master_addr = vars.require("MASTER_ADDR");
   } else {
@@ -165,15 +177,15 @@ RankEnv from_slurm(const EnvReader& vars) {
 
 }  // namespace
 
-RankEnv detect_rank_env(const EnvMap& env) {
+RankEnv detect_rank_env(const EnvMap& env, const std::string& host_name) {
   RankEnv rank_env;
   const auto zhost_launched = env.find("ZHOST_LAUNCHED");
   if (zhost_launched != env.end() && zhost_launched->second == "1") {
-    rank_env = from_torch_style(EnvReader(env, "the zhost launcher"), "zhost", true);
+    rank_env = from_torch_style(EnvReader(env, "the zhost launcher"), "zhost", true, host_name);
   } else if (env.count("RANK") || env.count("WORLD_SIZE")) {
-    rank_env = from_torch_style(EnvReader(env, "torchrun (RANK/WORLD_SIZE)"), "torchrun", false);
+    rank_env = from_torch_style(EnvReader(env, "torchrun (RANK/WORLD_SIZE)"), "torchrun", false, host_name);
   } else if (env.count("OMPI_COMM_WORLD_RANK")) {
-    rank_env = from_openmpi(EnvReader(env, "Open MPI"));
+    rank_env = from_openmpi(EnvReader(env, "Open MPI"), host_name);
   } else if (env.count("SLURM_PROCID")) {
     rank_env = from_slurm(EnvReader(env, "Slurm"));
   } else {
@@ -181,6 +193,20 @@ RankEnv detect_rank_env(const EnvMap& env) {
   }
   check_consistent(rank_env);
   return rank_env;
+}
+
+RankEnv detect_rank_env(const EnvMap& env) {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) name[0] = '\0';
+  return detect_rank_env(env, name[0] ? std::string(name) : std::string("localhost"));
+}
+
+std::string describe_source(const std::string& source) {
+  if (source == "zhost") return "the zhost launcher";
+  if (source == "slurm") return "Slurm";
+  if (source == "openmpi") return "Open MPI";
+  if (source == "single") return "no launcher";
+  return source;  // torchrun
 }
 
 EnvMap current_env() {

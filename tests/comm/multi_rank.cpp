@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,34 @@ std::map<std::string, Scenario>& scenarios() {
 
 constexpr const char* kScenarioFlag = "--comm-scenario";
 constexpr const char* kTimeoutVariable = "ZHOST_TEST_COMM_TIMEOUT_S";
+constexpr const char* kNodesVariable = "ZHOST_TEST_COMM_NODES";                        // "a,a,b,b"
+constexpr const char* kLocalWorldSizesVariable = "ZHOST_TEST_COMM_LOCAL_WORLD_SIZES";  // "2,2,2,2"
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (size_t comma; (comma = text.find(',', start)) != std::string::npos; start = comma + 1)
+    items.push_back(text.substr(start, comma - start));
+  items.push_back(text.substr(start));
+  return items;
+}
+
+// The rendezvous from the rank's environment, with the simulated node layout of ScenarioOptions if any.
+Rendezvous rendezvous_of(const launch::RankEnv& env) {
+  Rendezvous rendezvous{env.rank, env.world_size, env.master_addr, env.master_port, 20.0};
+  rendezvous.node = env.node;
+  rendezvous.local_world_size = env.local_world_size;
+  rendezvous.launcher = launch::describe_source(env.source);
+  if (const char* nodes = std::getenv(kNodesVariable)) {
+    const std::vector<std::string> node_of = split_commas(nodes);
+    rendezvous.node = node_of.at(env.rank);
+    rendezvous.local_world_size = static_cast<int>(std::count(node_of.begin(), node_of.end(), rendezvous.node));
+    rendezvous.launcher = "the test's simulated layout";
+  }
+  if (const char* sizes = std::getenv(kLocalWorldSizesVariable))
+    rendezvous.local_world_size = std::stoi(split_commas(sizes).at(env.rank));
+  return rendezvous;
+}
 
 // One rank of a scenario; the exit code tells the test how it went.
 int run_rank(const std::string& name) {
@@ -37,7 +66,7 @@ int run_rank(const std::string& name) {
     options.backend = Backend::kGloo;
     const char* timeout = std::getenv(kTimeoutVariable);
     options.timeout_s = timeout ? std::stod(timeout) : 10.0;
-    comm = Comm::create({env.rank, env.world_size, env.master_addr, env.master_port, 20.0}, options);
+    comm = Comm::create(rendezvous_of(env), options);
     RankContext context{*comm, env.rank, env.world_size};
     scenario->second(context);
     return 0;
@@ -78,6 +107,9 @@ ScenarioRun run_scenario(const std::string& name, int world_size, const Scenario
   launch.nproc = world_size;
   launch.args = std::vector<std::string>{kScenarioFlag, name};
   launch.env = {{kTimeoutVariable, std::to_string(options.comm_timeout_s)}};
+  if (!options.nodes.empty()) launch.env.emplace_back(kNodesVariable, fmt::format("{}", fmt::join(options.nodes, ",")));
+  if (!options.local_world_sizes.empty())
+    launch.env.emplace_back(kLocalWorldSizesVariable, fmt::format("{}", fmt::join(options.local_world_sizes, ",")));
   launch.timeout_s = options.launch_timeout_s;
   launch.grace_period_s = options.grace_period_s;
   launch.on_output = [&run](int rank, launch::OutputStream stream, std::string_view line) {

@@ -47,6 +47,10 @@ struct ScenarioOptions {
   double comm_timeout_s = 10;
   double launch_timeout_s = 20;
   double grace_period_s = 2;
+  // Simulated nodes: node[r] is rank r's Rendezvous::node (empty: the launcher's, one node), and
+  // local_world_size[r] its Rendezvous::local_world_size (empty: how many ranks share its node string).
+  std::vector<std::string> nodes;
+  std::vector<int> local_world_sizes;
 };
 
 ScenarioRun run_scenario(const std::string& name, int world_size, const ScenarioOptions& options = {});

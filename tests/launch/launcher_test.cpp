@@ -186,13 +186,19 @@ TEST(LauncherTest, RanksGetTheirEnvironment) {
   const LaunchResult result = run_local_ranks(launch.options);
   EXPECT_EQ(result.exit_code, 0) << result.error;
   EXPECT_TRUE(result.error.empty());
-  const std::string port = launch.lines_of(0).at(5);
+  const std::string port = launch.lines_of(0).at(6);
   EXPECT_NE(port, "MASTER_PORT=0");
   for (int rank = 0; rank < 2; ++rank) {
-    const std::vector<std::string> expected{
-        fmt::format("RANK={}", rank), "WORLD_SIZE=2",          fmt::format("LOCAL_RANK={}", rank),
-        "LOCAL_WORLD_SIZE=2",         "MASTER_ADDR=127.0.0.1", port,
-        "ZHOST_LAUNCHED=1",           "GLOG_minloglevel=3",    "EXTRA=x"};
+    const std::vector<std::string> expected{fmt::format("RANK={}", rank),
+                                            "WORLD_SIZE=2",
+                                            fmt::format("LOCAL_RANK={}", rank),
+                                            "LOCAL_WORLD_SIZE=2",
+                                            "GROUP_RANK=0",
+                                            "MASTER_ADDR=127.0.0.1",
+                                            port,
+                                            "ZHOST_LAUNCHED=1",
+                                            "GLOG_minloglevel=3",
+                                            "EXTRA=x"};
     EXPECT_EQ(launch.lines_of(rank), expected);
   }
 }
@@ -258,8 +264,9 @@ TEST(LauncherTest, MultiNodeGlobalRanks) {
   EXPECT_EQ(launch.lines_of(3).at(0), "RANK=3");
   EXPECT_EQ(launch.lines_of(3).at(1), "WORLD_SIZE=4");
   EXPECT_EQ(launch.lines_of(3).at(2), "LOCAL_RANK=1");
-  EXPECT_EQ(launch.lines_of(3).at(4), "MASTER_ADDR=10.1.2.3");
-  EXPECT_EQ(launch.lines_of(3).at(5), "MASTER_PORT=23456");
+  EXPECT_EQ(launch.lines_of(3).at(4), "GROUP_RANK=1");  // the node rank: ranks tell nodes apart by it
+  EXPECT_EQ(launch.lines_of(3).at(5), "MASTER_ADDR=10.1.2.3");
+  EXPECT_EQ(launch.lines_of(3).at(6), "MASTER_PORT=23456");
 }
 
 TEST(LauncherTest, OutputLinesArePrefixedWithTheirRank) {

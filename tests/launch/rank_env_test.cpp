@@ -26,11 +26,13 @@ TEST(RankEnvTest, NoLauncherIsASingleRank) {
   EXPECT_EQ(rank_env.source, "single");
   EXPECT_EQ(rank_env.rank, 0);
   EXPECT_EQ(rank_env.world_size, 1);
+  EXPECT_EQ(rank_env.node, "0");
 }
 
 TEST(RankEnvTest, ZhostLauncher) {
   EnvMap env = kTorchrun;
   env["ZHOST_LAUNCHED"] = "1";
+  env["GROUP_RANK"] = "1";
   env["SLURM_PROCID"] = "0";  // the zhost launcher inside a Slurm allocation: zhost wins
   const RankEnv rank_env = detect_rank_env(env);
   EXPECT_EQ(rank_env.source, "zhost");
@@ -40,13 +42,20 @@ TEST(RankEnvTest, ZhostLauncher) {
   EXPECT_EQ(rank_env.local_world_size, 4);
   EXPECT_EQ(rank_env.master_addr, "node0");
   EXPECT_EQ(rank_env.master_port, 29400);
+  EXPECT_EQ(rank_env.node, "1");  // the launcher's --node-rank, not the host name
 }
 
 TEST(RankEnvTest, ZhostLauncherNeedsEveryVariable) {
   EnvMap env = kTorchrun;
   env["ZHOST_LAUNCHED"] = "1";
+  env["GROUP_RANK"] = "0";
   env.erase("LOCAL_WORLD_SIZE");
   expect_usage_error(env, "started by the zhost launcher but LOCAL_WORLD_SIZE is not set");
+  env = kTorchrun;
+  env["ZHOST_LAUNCHED"] = "1";
+  expect_usage_error(env, "started by the zhost launcher but GROUP_RANK is not set");
+  env["GROUP_RANK"] = "first";
+  expect_usage_error(env, "GROUP_RANK='first'");
 }
 
 TEST(RankEnvTest, Torchrun) {
@@ -147,6 +156,34 @@ TEST(RankEnvTest, OpenMpiWithoutMasterSaysHowToPassIt) {
   env = kOpenMpi;
   env.erase("MASTER_PORT");
   expect_usage_error(env, "mpirun -x MASTER_ADDR -x MASTER_PORT");
+}
+
+// The node identity by launcher: a node rank where the launcher gives one (nodes simulated on one machine
+// share the host name), else the host name.
+TEST(RankEnvTest, NodeIdentityOfEachLauncher) {
+  EnvMap torchrun = kTorchrun;
+  EXPECT_EQ(detect_rank_env(torchrun, "host-7").node, "host-7");  // no GROUP_RANK: the host name
+  torchrun["GROUP_RANK"] = "3";
+  EXPECT_EQ(detect_rank_env(torchrun, "host-7").node, "3");
+  EXPECT_EQ(detect_rank_env(kSlurm, "host-7").node, "1");  // SLURM_NODEID
+  EnvMap one_node_slurm{{"SLURM_PROCID", "1"},
+                        {"SLURM_NTASKS", "2"},
+                        {"SLURM_LOCALID", "1"},
+                        {"SLURM_JOB_ID", "5"},
+                        {"SLURM_LAUNCH_NODE_IPADDR", "10.0.0.7"}};
+  EXPECT_EQ(detect_rank_env(one_node_slurm, "host-7").node, "0");
+  EXPECT_EQ(detect_rank_env(kOpenMpi, "host-7").node, "host-7");
+  EnvMap zhost = kTorchrun;
+  zhost["ZHOST_LAUNCHED"] = "1";
+  zhost["GROUP_RANK"] = "0";
+  EXPECT_EQ(detect_rank_env(zhost, "host-7").node, "0");
+  EXPECT_EQ(detect_rank_env({}, "host-7").node, "0");  // single
+  // Without a host name given: this machine's, never empty.
+  EXPECT_FALSE(detect_rank_env(kOpenMpi).node.empty());
+  // Messages about the layout name the launcher in words.
+  EXPECT_EQ(describe_source("zhost"), "the zhost launcher");
+  EXPECT_EQ(describe_source(detect_rank_env(kSlurm).source), "Slurm");
+  EXPECT_EQ(describe_source(detect_rank_env(kTorchrun).source), "torchrun");
 }
 
 }  // namespace

@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
   const int rank = std::atoi(env_or_empty("RANK").c_str());
   if (!flags.pid_dir.empty()) std::ofstream(flags.pid_dir + "/rank" + std::to_string(rank) + ".pid") << ::getpid();
   if (flags.print_env) {
-    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                             "ZHOST_LAUNCHED", "GLOG_minloglevel", "EXTRA"}) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                             "MASTER_PORT", "ZHOST_LAUNCHED", "GLOG_minloglevel", "EXTRA"}) {
       std::printf("%s=%s\n", name, env_or_empty(name).c_str());
     }
   }
