@@ -107,26 +107,27 @@ CollectiveRecord observe_start(CommObserver& observer, const Shape& s, comm::Com
   switch (s.kind) {
     case comm::CollectiveKind::kAllReduce:
       message = bytes_of(s.recv);
-      traffic = comm::all_reduce_traffic(message, n);
+      traffic = comm::all_reduce_traffic(message, n, g.remote_peers());
       break;
     case comm::CollectiveKind::kReduceScatter:
       message = bytes_of(s.send);
-      traffic = comm::reduce_scatter_traffic(chunk_bytes(s.recv_counts, s.recv, n, bytes_of(s.recv)), me);
+      traffic =
+          comm::reduce_scatter_traffic(chunk_bytes(s.recv_counts, s.recv, n, bytes_of(s.recv)), me, g.remote_peers());
       break;
     case comm::CollectiveKind::kAllGather:
       message = bytes_of(s.recv);
-      traffic = comm::all_gather_traffic(chunk_bytes(s.send_counts, s.send, n, bytes_of(s.send)), me);
+      traffic = comm::all_gather_traffic(chunk_bytes(s.send_counts, s.send, n, bytes_of(s.send)), me, g.remote_peers());
       break;
     case comm::CollectiveKind::kBroadcast:
       message = bytes_of(s.recv);
-      traffic = comm::broadcast_traffic(message, n, me, s.root);
+      traffic = comm::broadcast_traffic(message, n, me, s.root, g.remote_peers());
       break;
     case comm::CollectiveKind::kAllToAll: {
       message = bytes_of(s.send);
       const uint64_t even_send = message / static_cast<uint64_t>(n),
                      even_recv = bytes_of(s.recv) / static_cast<uint64_t>(n);
       traffic = comm::all_to_all_traffic(chunk_bytes(s.send_counts, s.send, n, even_send),
-                                         chunk_bytes(s.recv_counts, s.recv, n, even_recv), me);
+                                         chunk_bytes(s.recv_counts, s.recv, n, even_recv), me, g.remote_peers());
       break;
     }
     case comm::CollectiveKind::kBarrier:

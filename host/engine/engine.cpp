@@ -271,6 +271,7 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
   options.timeout_s = settings.comm_timeout_s;
   std::unique_ptr<comm::Comm> world = comm::Comm::create(rendezvous, options);
   auto collectives = std::make_unique<CollectivesAdapter>(*world, *job.services);
+  collectives->set_topology(std::vector<int32_t>(world->node_of_rank().begin(), world->node_of_rank().end()));
   job.services->set_kv_store(std::make_shared<CommKvStore>(*world));
   job.services->set_default_timeout(std::chrono::milliseconds(static_cast<int64_t>(settings.comm_timeout_s * 1000)));
 
