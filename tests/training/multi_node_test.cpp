@@ -29,90 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A TCP port nobody listens on right now.
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  socklen_t length = sizeof address;
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
-// Starts `argv` with stdout and stderr into files; returns its pid.
-pid_t spawn(std::vector<std::string> argv, const fs::path& out, const fs::path& err,
-            const std::vector<std::string>& env = {}) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (!freopen(err.c_str(), "w", stderr) || !freopen(out.c_str(), "w", stdout)) _exit(126);
-    for (const std::string& assignment : env) putenv(const_cast<char*>(assignment.c_str()));
-    std::vector<char*> args;
-    for (std::string& arg : argv) args.push_back(arg.data());
-    args.push_back(nullptr);
-    execv(argv[0].c_str(), args.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-// The exit code of `pid`, or -1 when it did not end within `seconds` (it is killed then).
-int wait_for(pid_t pid, double seconds) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (Clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 constexpr int kNodes = 2, kRanksPerNode = 2, kWorld = kNodes * kRanksPerNode;
-
-struct TwoNodeRun {
-  RunOutput node0;  // rank 0's launcher: metrics.jsonl, model_states.json
-  int node1_exit_code = -1;
-  std::string node1_err;
-  std::vector<std::vector<nlohmann::json>> rank_steps;  // steps.rankN.jsonl, by rank
-};
-
-// The same job on two launchers of one machine, as nodes 0 and 1 of a 2x2 layout; both write into one run
-// directory (rank 0 chooses it), so every rank's steps.rankN.jsonl lands there.
-TwoNodeRun train_on_two_nodes(const ScratchDir& dir, const std::string& name, const std::string& sets) {
-  const std::string multi_node = " --nproc " + std::to_string(kRanksPerNode) + " --nnodes " + std::to_string(kNodes) +
-                                 " --master-addr 127.0.0.1 --master-port " + std::to_string(free_port());
-  const fs::path config = dir.path() / (name + "-node1.toml");
-  std::ofstream(config) << small_job_config();
-  std::vector<std::string> node1{ZHOST_EXE,
-                                 "run",
-                                 config.string(),
-                                 "--set",
-                                 "run.dir=" + (dir.path() / "runs").string(),
-                                 "--set",
-                                 "run.name=" + name,
-                                 "--node-rank",
-                                 "1"};
-  std::istringstream words(sets + multi_node);
-  for (std::string word; words >> word;) node1.push_back(word);
-  const pid_t node1_pid = spawn(node1, dir.path() / (name + "-node1.out"), dir.path() / (name + "-node1.err"));
-
-  TwoNodeRun run;
-  run.node0 = run_zhost(dir.path(), small_job_config(), name, sets + multi_node + " --node-rank 0");
-  run.node1_exit_code = wait_for(node1_pid, 60);
-  run.node1_err = read_text_file(dir.path() / (name + "-node1.err"));
-  for (int rank = 0; rank < kWorld; ++rank) {
-    run.rank_steps.emplace_back();
-    std::ifstream steps(run.node0.run_dir / ("steps.rank" + std::to_string(rank) + ".jsonl"));
-    for (std::string line; std::getline(steps, line);) run.rank_steps.back().push_back(nlohmann::json::parse(line));
-  }
-  return run;
-}
 
 // One rank's bytes in a step, total and across nodes, both directions alike (every collective below is
 // symmetric): the per-rank definition of host/comm/traffic.hpp, Note [Inter-node traffic], for a rank with
@@ -161,7 +78,7 @@ const std::string kJob = " --set steps=" + std::to_string(kSteps) + " --set trai
 // to the other node's two splits), the prologue runs, and the splits are all-gathered.
 TEST(MultiNode, Stage0InterNodeBytesFollowTheLayout) {
   ScratchDir dir;
-  const TwoNodeRun run = train_on_two_nodes(dir, "stage0", kJob + " --set zero.stage=0");
+  const TwoNodeRun run = run_on_two_nodes(dir, "stage0", kJob + " --set zero.stage=0");
   ASSERT_EQ(run.node0.exit_code, 0) << run.node0.err;
   ASSERT_EQ(run.node1_exit_code, 0) << run.node1_err;
   const uint64_t psi = read_model_states(run.node0).at("num_params").get<uint64_t>();
@@ -175,7 +92,7 @@ TEST(MultiNode, Stage0InterNodeBytesFollowTheLayout) {
 // preceded by the ranks' agreement on it (two int64 from each rank, zero.stage3_rank_agreement).
 TEST(MultiNode, Stage3InterNodeBytesFollowTheLayout) {
   ScratchDir dir;
-  const TwoNodeRun run = train_on_two_nodes(
+  const TwoNodeRun run = run_on_two_nodes(
       dir, "stage3", kJob + " --set zero.stage=3 --set zero.stage3_param_persistence_threshold=1000000000");
   ASSERT_EQ(run.node0.exit_code, 0) << run.node0.err;
   ASSERT_EQ(run.node1_exit_code, 0) << run.node1_err;
@@ -195,10 +112,10 @@ TEST(MultiNode, Stage3InterNodeBytesFollowTheLayout) {
 TEST(MultiNode, Stage3BlockUnitsSendTwoThirdsAcrossNodes) {
   ScratchDir dir;
   const TwoNodeRun run =
-      train_on_two_nodes(dir, "blocks",
-                         kJob +
-                             " --set zero.stage=3 --set zero.stage3_param_persistence_threshold=40"
-                             " --set zero.stage3_prefetch_bucket_size=20000 --set zero.stage3_max_reuse_distance=0");
+      run_on_two_nodes(dir, "blocks",
+                       kJob +
+                           " --set zero.stage=3 --set zero.stage3_param_persistence_threshold=40"
+                           " --set zero.stage3_prefetch_bucket_size=20000 --set zero.stage3_max_reuse_distance=0");
   ASSERT_EQ(run.node0.exit_code, 0) << run.node0.err;
   ASSERT_EQ(run.node1_exit_code, 0) << run.node1_err;
   for (int rank = 0; rank < kWorld; ++rank) {
@@ -221,19 +138,20 @@ TEST(MultiNode, WrongLocalWorldSizeIsAClearErrorNotAHang) {
   ScratchDir dir;
   const fs::path config = dir.path() / "job.toml";
   std::ofstream(config) << small_job_config();
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(unused_port());
   const auto started = Clock::now();
   std::vector<pid_t> ranks;
   for (int rank = 0; rank < 3; ++rank) {
     const std::string r = std::to_string(rank);
-    ranks.push_back(spawn({ZHOST_EXE, "run", config.string(), "--set", "run.dir=" + (dir.path() / "runs").string(),
-                           "--set", "comm.timeout_s=30"},
-                          dir.path() / ("rank" + r + ".out"), dir.path() / ("rank" + r + ".err"),
-                          {"RANK=" + r, "WORLD_SIZE=3", "LOCAL_RANK=" + std::to_string(rank % 2), "LOCAL_WORLD_SIZE=2",
-                           "GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}));
+    ranks.push_back(
+        spawn_logged({ZHOST_EXE, "run", config.string(), "--set", "run.dir=" + (dir.path() / "runs").string(), "--set",
+                      "comm.timeout_s=30"},
+                     dir.path() / ("rank" + r + ".out"), dir.path() / ("rank" + r + ".err"),
+                     {"RANK=" + r, "WORLD_SIZE=3", "LOCAL_RANK=" + std::to_string(rank % 2), "LOCAL_WORLD_SIZE=2",
+                      "GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}));
   }
   for (int rank = 0; rank < 3; ++rank) {
-    const int exit_code = wait_for(ranks[rank], 60);
+    const int exit_code = wait_for_exit_code(ranks[rank], 60);
     const std::string err = read_text_file(dir.path() / ("rank" + std::to_string(rank) + ".err"));
     EXPECT_EQ(exit_code, 2) << err;
     EXPECT_NE(err.find("zhost: error: the ranks do not agree on the nodes: torchrun told rank 0 that 2 ranks run on "

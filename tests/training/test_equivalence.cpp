@@ -8,7 +8,6 @@
 // constant added to every score of a row), so it is pure rounding noise, which Adam's normalisation turns
 // into updates of a few 1e-6 in either run.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include "training_test_support.hpp"
@@ -34,7 +33,8 @@ TEST(Equivalence, TwoRanksEqualOneRankWithDoubleMicroBatch) {
 
 TEST(Equivalence, ThreeRanksEqualOneRankWithTripleMicroBatch) {
   ScratchDir dir;
-  RunOutput three = run_zhost(dir.path(), small_job_config(), "three", "--nproc 3 --set train_micro_batch_size_per_gpu=1");
+  RunOutput three =
+      run_zhost(dir.path(), small_job_config(), "three", "--nproc 3 --set train_micro_batch_size_per_gpu=1");
   RunOutput one = run_zhost(dir.path(), small_job_config(), "one", "--set train_micro_batch_size_per_gpu=3");
   ASSERT_EQ(three.exit_code, 0) << three.err << three.out;
   ASSERT_EQ(one.exit_code, 0) << one.err;
@@ -66,8 +66,9 @@ TEST(Equivalence, AccumulationAcrossRanksEqualsOneRank) {
 TEST(Equivalence, ActivationCheckpointingChangesNothing) {
   ScratchDir dir;
   RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", "--set train_micro_batch_size_per_gpu=2");
-  RunOutput checkpointed = run_zhost(dir.path(), small_job_config(), "ckpt",
-                                     "--set train_micro_batch_size_per_gpu=2 --set activation_checkpointing.enabled=true");
+  RunOutput checkpointed =
+      run_zhost(dir.path(), small_job_config(), "ckpt",
+                "--set train_micro_batch_size_per_gpu=2 --set activation_checkpointing.enabled=true");
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   ASSERT_EQ(checkpointed.exit_code, 0) << checkpointed.err;
   EXPECT_EQ(weights_mismatch(checkpointed, plain, 1e-6, 0), "");
@@ -112,10 +113,12 @@ TEST(Equivalence, InconsistentBatchSizesNameAllThree) {
 // fp16 needs half kernels on the device: on the CPU with LibTorch 1.13 zhost says so in one line.
 TEST(Precision, Fp16WithoutHalfKernelsIsAClearError) {
   ScratchDir dir;
-  RunOutput r = run_zhost(dir.path(), small_job_config(), "fp16", "--set train_micro_batch_size_per_gpu=2 --set fp16.enabled=true");
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "fp16",
+                          "--set train_micro_batch_size_per_gpu=2 --set fp16.enabled=true");
   if (r.exit_code == 0) GTEST_SKIP() << "this LibTorch has CPU half kernels: fp16 trains on the CPU";
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("zhost: error: fp16.enabled = true needs half-precision kernels on cpu"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("zhost: error: fp16.enabled = true needs half-precision kernels on cpu"), std::string::npos)
+      << r.err;
   EXPECT_EQ(r.err.find("frame #"), std::string::npos) << "a backtrace leaked:\n" << r.err;
 }
 
@@ -124,9 +127,10 @@ TEST(Precision, Fp16WithoutHalfKernelsIsAClearError) {
 TEST(Precision, Fp16OverflowSkipsStepsAndLowersTheScaleOnCuda) {
   if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device on this machine";
   ScratchDir dir;
-  RunOutput r = run_zhost(dir.path(), small_job_config(), "fp16",
-                          "--set train_micro_batch_size_per_gpu=2 --set fp16.enabled=true --set fp16.initial_scale_power=40 "
-                          "--set fp16.hysteresis=1 --set steps=40 --set run.device=cuda");
+  RunOutput r =
+      run_zhost(dir.path(), small_job_config(), "fp16",
+                "--set train_micro_batch_size_per_gpu=2 --set fp16.enabled=true --set fp16.initial_scale_power=40 "
+                "--set fp16.hysteresis=1 --set steps=40 --set run.device=cuda");
   if (built_without_cuda(r)) GTEST_SKIP() << "this zhost was built without CUDA";
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   ASSERT_EQ(r.metrics.size(), 40u);

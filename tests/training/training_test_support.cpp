@@ -2,7 +2,9 @@
 #include "training_test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -266,6 +268,77 @@ void expect_clipping_acted(const RunOutput& r) {
 
 nlohmann::json read_model_states(const RunOutput& r) {
   return nlohmann::json::parse(read_text_file(r.run_dir / "model_states.json"));
+}
+
+int unused_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  socklen_t length = sizeof address;
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+pid_t spawn_logged(std::vector<std::string> argv, const fs::path& out, const fs::path& err,
+                   const std::vector<std::string>& env) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen(err.c_str(), "w", stderr) || !freopen(out.c_str(), "w", stdout)) _exit(126);
+    for (const std::string& assignment : env) putenv(const_cast<char*>(assignment.c_str()));
+    std::vector<char*> args;
+    for (std::string& arg : argv) args.push_back(arg.data());
+    args.push_back(nullptr);
+    execv(argv[0].c_str(), args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_for_exit_code(pid_t pid, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TwoNodeRun run_on_two_nodes(const ScratchDir& dir, const std::string& name, const std::string& sets,
+                            int ranks_per_node) {
+  const std::string multi_node = " --nproc " + std::to_string(ranks_per_node) +
+                                 " --nnodes 2 --master-addr 127.0.0.1 --master-port " + std::to_string(unused_port());
+  const fs::path config = dir.path() / (name + "-node1.toml");
+  std::ofstream(config) << small_job_config();
+  std::vector<std::string> node1{ZHOST_EXE,
+                                 "run",
+                                 config.string(),
+                                 "--set",
+                                 "run.dir=" + (dir.path() / "runs").string(),
+                                 "--set",
+                                 "run.name=" + name,
+                                 "--node-rank",
+                                 "1"};
+  std::istringstream words(sets + multi_node);
+  for (std::string word; words >> word;) node1.push_back(word);
+  const pid_t node1_pid = spawn_logged(node1, dir.path() / (name + "-node1.out"), dir.path() / (name + "-node1.err"));
+
+  TwoNodeRun run;
+  run.node0 = run_zhost(dir.path(), small_job_config(), name, sets + multi_node + " --node-rank 0");
+  run.node1_exit_code = wait_for_exit_code(node1_pid, 60);
+  run.node1_err = read_text_file(dir.path() / (name + "-node1.err"));
+  for (int rank = 0; rank < 2 * ranks_per_node; ++rank) {
+    run.rank_steps.emplace_back();
+    std::ifstream steps(run.node0.run_dir / ("steps.rank" + std::to_string(rank) + ".jsonl"));
+    for (std::string line; std::getline(steps, line);) run.rank_steps.back().push_back(nlohmann::json::parse(line));
+  }
+  return run;
 }
 
 }  // namespace zhost::testing

@@ -70,6 +70,26 @@ class BackgroundJob {
 RunOutput run_zhost(const std::filesystem::path& dir, const std::string& config_text, const std::string& name,
                     const std::string& args, const std::string& shell_prefix = "");
 
+// A TCP port nobody listens on right now.
+int unused_port();
+// Starts `argv` with stdout and stderr into files and `env` (NAME=VALUE) added; returns its pid.
+pid_t spawn_logged(std::vector<std::string> argv, const std::filesystem::path& out, const std::filesystem::path& err,
+                   const std::vector<std::string>& env = {});
+// The exit code of `pid`, or -1 when it did not end within `seconds` (it is killed then).
+int wait_for_exit_code(pid_t pid, double seconds);
+
+// The job `sets` varies on two launchers of this machine as nodes 0 and 1 (--nnodes 2, --master-addr
+// 127.0.0.1, a free port), `ranks_per_node` ranks each, both writing into one run directory (rank 0 chooses
+// it, so every rank's steps.rankN.jsonl lands there). Node 1 gets 60 s after node 0 ends.
+struct TwoNodeRun {
+  RunOutput node0;  // rank 0's launcher: metrics.jsonl, model_states.json
+  int node1_exit_code = -1;
+  std::string node1_err;
+  std::vector<std::vector<nlohmann::json>> rank_steps;  // steps.rankN.jsonl, by rank
+};
+TwoNodeRun run_on_two_nodes(const ScratchDir& dir, const std::string& name, const std::string& sets,
+                            int ranks_per_node = 2);
+
 // "" when every weight of `a` is within rtol * (its tensor's largest |value| in b) + atol of b's; else a
 // description of the worst parameter. Both runs must hold the same parameters.
 std::string weights_mismatch(const RunOutput& a, const RunOutput& b, double rtol, double atol);
