@@ -56,7 +56,7 @@ TEST_F(Cli, PluginsJsonDescribesEachPlugin) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto json = nlohmann::json::parse(r.out);
   // The two fixtures, zhost's own plugins from the build tree's plugin folder, then the built-in stage0.
-  ASSERT_EQ(json["plugins"].size(), 8u) << r.out;
+  ASSERT_EQ(json["plugins"].size(), 9u) << r.out;
   const auto& stage2 = json["plugins"][1];
   EXPECT_EQ(stage2["name"], "tp_stage2");
   EXPECT_EQ(stage2["kind"], "partition");
@@ -68,9 +68,11 @@ TEST_F(Cli, PluginsJsonDescribesEachPlugin) {
   EXPECT_EQ(stage2["config_keys"][0]["default"], "500000000");
   EXPECT_EQ(json["plugins"][2]["name"], "offload_cpu");
   EXPECT_EQ(json["plugins"][3]["name"], "offload_nvme");
-  EXPECT_EQ(json["plugins"][4]["name"], "stage1");
-  EXPECT_EQ(json["plugins"][6]["name"], "stage3");
-  EXPECT_EQ(json["plugins"][7]["path"], "<built-in>");
+  EXPECT_EQ(json["plugins"][4]["name"], "quant_zeropp");
+  EXPECT_EQ(json["plugins"][4]["kind"], "collective");
+  EXPECT_EQ(json["plugins"][5]["name"], "stage1");
+  EXPECT_EQ(json["plugins"][7]["name"], "stage3");
+  EXPECT_EQ(json["plugins"][8]["path"], "<built-in>");
   EXPECT_TRUE(json["failures"].empty());
 }
 
@@ -137,7 +139,7 @@ TEST_F(Cli, MissingProviderListsWhatWasFound) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("needs a plugin providing 'offload:ssd', but none was found (found: "
                        "tp_stage1 (partition:stage1); tp_stage2 (partition:stage2); offload_cpu (offload:cpu); "
-                       "offload_nvme (offload:nvme); "
+                       "offload_nvme (offload:nvme); quant_zeropp (collective:qwz, collective:qgz, collective:hpz); "
                        "stage1 (partition:stage1); stage2 (partition:stage2); stage3 (partition:stage3); "
                        "stage0 (partition:stage0))"),
             std::string::npos)

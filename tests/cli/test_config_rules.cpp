@@ -97,8 +97,10 @@ std::vector<RuleCase> rule_cases() {
        "train.toml:4: zero.offload_optimizer.device = \"nvme\" needs zero.offload_optimizer.nvme_path, a folder on "
        "the NVMe disk; set it"},
       {"QuantizedWeights", "[zero]\nzero_quantized_weights = true\n",
-       "train.toml:2: zero.zero_quantized_weights asks for ZeRO++ quantized weight all-gather (qwZ) "
-       "('collective:qwz'), which this version of zhost does not have yet"},
+       "train.toml:2: zero.zero_quantized_weights = true needs zero.stage = 3 (ZeRO++ quantizes stage 3's "
+       "parameter gathers and gradient reductions; zero.stage is 0)"},
+      {"HpzBelowStage3", "[zero]\nstage = 2\nzero_hpz_partition_size = 8\n",
+       "train.toml:3: zero.zero_hpz_partition_size = 8 needs zero.stage = 3"},
       // The data source.
       {"MissingDataFile", "[data]\ntype = \"text\"\npath = \"nowhere.txt\"\n",
        "train.toml:3: data.path: text path 'nowhere.txt' does not exist"},

@@ -4,9 +4,7 @@
 // gathers and reductions in flight); a rank that is stopped (SIGSTOP), whichever it is, rank 0 (the store's
 // host) included, is warned about, then named, and the job ends within comm.timeout_s and a few seconds.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,18 +27,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// A TCP port nobody listens on right now.
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  socklen_t length = sizeof address;
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 int exit_code_of(const std::string& command) {
   const int status = std::system((command + " >/dev/null 2>&1").c_str());
@@ -158,7 +144,7 @@ TEST(ExitCodes, EveryDocumentedCodeIsWhatTheBinaryReturns) {
   fs::create_directories(dir.path() / "runs" / "blocked" / "metrics.jsonl");
   EXPECT_EQ(exit_code_of(run + " --set run.name=blocked"), 1);
   // A failed rank: rank 0 of 2, whose peer never joins.
-  EXPECT_EQ(exit_code_of("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) + " " +
+  EXPECT_EQ(exit_code_of("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(unused_port()) + " " +
                          run + " --set run.name=alone --set comm.timeout_s=1"),
             3);
   // (a killed rank under --nproc: Supervision.KilledRankStopsTheJobWithinTenSeconds, a stopped one: StoppedRank)
@@ -196,7 +182,7 @@ TEST(Rendezvous, ARankWithoutRankZeroGivesUpAfterOneTimeout) {
   ScratchDir dir;
   const auto started = Clock::now();
   RunOutput r = run_zhost(dir.path(), small_job_config(), "alone", "--set comm.timeout_s=4",
-                          "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) + " ");
+                          "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(unused_port()) + " ");
   const double seconds = seconds_since(started);
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.err.find("rendezvous: rank 1 could not reach the store at 127.0.0.1:"), std::string::npos) << r.err;
