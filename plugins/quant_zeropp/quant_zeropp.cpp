@@ -22,6 +22,10 @@ namespace {
 
 constexpr int64_t kDefaultGradientBlockSize = 512;
 
+BlockFormat weight_format(const sdk::Host& host) {
+  return BlockFormat{Bits::kInt8, host.config_int("zero.zeropp.weight_block_size")};
+}
+
 BlockFormat gradient_format(const sdk::Host& host) {
   BlockFormat format;
   format.bits = host.config_string("zero.zeropp.gradient_bits") == "int8" ? Bits::kInt8 : Bits::kInt4;
@@ -36,12 +40,12 @@ class QuantZeropp : public sdk::CollectiveHooks {
       : host_(host),
         weights_(host.config_bool("zero.zero_quantized_weights")),
         gradients_(host.config_bool("zero.zero_quantized_gradients")),
-        gather_(host_, BlockFormat{Bits::kInt8, host.config_int("zero.zeropp.weight_block_size")}),
+        gather_(host_, weight_format(host)),
         hpz_(host.config_int("zero.zero_hpz_partition_size") > 1),
         groups_(host_),
         reduce_(host_, gradient_format(host), groups_),
         copies_(host_, groups_, host.config_int("zero.zero_hpz_partition_size")) {
-    check_format(BlockFormat{Bits::kInt8, host.config_int("zero.zeropp.weight_block_size")});
+    check_format(weight_format(host));
     check_format(gradient_format(host));
     std::string on;
     if (weights_)
@@ -81,11 +85,12 @@ class QuantZeropp : public sdk::CollectiveHooks {
     return false;
   }
 
-  // Whether a collective ZeRO++ is asked to transform can be: refused (an error) for device memory, which
-  // this version does not serve; declined with one warning per reason for shapes it does not transform.
+  // What it keeps between collectives: hpZ's copies.
   void memory(zhost_model_state_bytes& out) const { out.params = copies_.memory_bytes(); }
 
  private:
+  // Whether a collective ZeRO++ is asked to transform can be: refused (an error) for device memory, which
+  // this version does not serve; declined with one warning per reason for shapes it does not transform.
   bool servable(const zhost_collective_args& args, const char* what, bool other_shape) {
     if (!args.send || !args.recv) return false;
     if (args.send->device.device_type != kDLCPU || args.recv->device.device_type != kDLCPU)
