@@ -329,13 +329,18 @@ TEST(ControlSwap, RacingCommandsAreServedOneAfterTheOther) {
   std::thread b([&] { second = zhost(job.control("--optimizer cpu")); });
   a.join();
   b.join();
-  EXPECT_EQ(first.exit_code, 0) << first.output;
-  EXPECT_EQ(second.exit_code, 0) << second.output;
   const std::vector<json> swaps = json_lines(job.run_dir() / "swaps.jsonl");
   ASSERT_EQ(swaps.size(), 2u);
   EXPECT_NE(swaps[0]["origin"], swaps[1]["origin"]);
-  // Served in request order, each from where the one before left the states.
-  EXPECT_EQ(swaps[1]["from"], swaps[0]["to"]);
+  // Served one after the other, in request order, whichever arrived first. The states start in host
+  // memory: "nvme" first moves them and "cpu" then moves them back; "cpu" first is refused (the states are
+  // there already: exit 1, the job stays) and "nvme" then moves them.
+  const bool cpu_first = swaps[0]["to"] == "cpu";
+  EXPECT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(second.exit_code, cpu_first ? 1 : 0) << second.output;
+  EXPECT_EQ(swaps[0]["ok"], !cpu_first);
+  EXPECT_EQ(swaps[1]["ok"], true);
+  EXPECT_EQ(swaps[1]["from"], cpu_first ? swaps[0]["from"] : swaps[0]["to"]);
   EXPECT_LE(swaps[0]["after_step"].get<int>(), swaps[1]["after_step"].get<int>());
   EXPECT_LT(swaps[0]["origin"].get<std::string>(), swaps[1]["origin"].get<std::string>());
 }
