@@ -7,8 +7,8 @@
 //   report DIR
 //       the tables of RESULTS.md from a run.sh results folder
 #include <ATen/Parallel.h>
-#include <CLI/CLI.hpp>
 
+#include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>

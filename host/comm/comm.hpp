@@ -16,10 +16,9 @@
 //    not arrive or stopped responding. After a failure every later collective of the job fails at once.
 #pragma once
 
-#include <optional>
-
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,8 +98,8 @@ class Comm {
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
-  int rank() const;        // rank within this group
-  int world_size() const;  // size of this group
+  int rank() const;                              // rank within this group
+  int world_size() const;                        // size of this group
   const std::vector<int>& global_ranks() const;  // the job-wide rank of each member, by group rank
   const std::string& name() const;               // "world" or the sub-group's name
 

@@ -32,8 +32,8 @@ struct ModelStateBytes {
 struct ModelStateShape {
   int stage = 0;
   int world_size = 1;
-  int64_t num_params = 0;         // Ψ
-  int compute_bytes = 4;          // c
+  int64_t num_params = 0;             // Ψ
+  int compute_bytes = 4;              // c
   int optimizer_bytes_per_param = 8;  // K
   bool optimizer_offloaded = false;
   bool params_offloaded = false;  // stage 3 with zero.offload_param: the parameter shards are in the tier too

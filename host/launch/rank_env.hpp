@@ -16,7 +16,7 @@ struct RankEnv {
   int local_rank = 0;
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0 only for "single": one rank needs no rendezvous port
+  int master_port = 0;            // 0 only for "single": one rank needs no rendezvous port
   std::string source = "single";  // "zhost" | "torchrun" | "slurm" | "openmpi" | "single"
   // Which node this rank runs on: ranks with the same string share a node (comm::Rendezvous::node). It comes
   // from the launcher, never from the device count, and is a node rank where the launcher gives one, so

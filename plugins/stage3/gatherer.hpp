@@ -60,9 +60,9 @@ class Gatherer {
     at::Tensor send;   // what the gather in flight sends: the shard, or its staging buffer
     DLTensor send_dl{}, recv_dl{};
     zhost_work* gather_work = nullptr;
-    int open_uses = 0;          // blocks between their pre_ and post_ hooks that read this unit
-    bool prefetched = false;    // gathered ahead of the event that needs it, not yet used
-    bool read_exactly = false;  // holds the values of a PARAM_READ gather (gather_alone)
+    int open_uses = 0;                     // blocks between their pre_ and post_ hooks that read this unit
+    bool prefetched = false;               // gathered ahead of the event that needs it, not yet used
+    bool read_exactly = false;             // holds the values of a PARAM_READ gather (gather_alone)
     bool gathered_in_micro_batch = false;  // a later gather in this micro-batch is a PARAM_REGATHER
   };
 

@@ -57,10 +57,11 @@ ScenarioRun run_scenario(const std::string& name, int world_size, const Scenario
 
 // A failed check inside a scenario: the rank prints it and exits with code 1.
 [[noreturn]] void check_failed(const std::string& what);
-#define SCENARIO_CHECK(cond, ...)                                                                           \
-  do {                                                                                                     \
-    if (!(cond)) ::zhost::comm::testing::check_failed(fmt::format("{} ({}:{}): {}", #cond, __FILE__, __LINE__, \
-                                                                  fmt::format(__VA_ARGS__)));             \
+#define SCENARIO_CHECK(cond, ...)                                                              \
+  do {                                                                                         \
+    if (!(cond))                                                                               \
+      ::zhost::comm::testing::check_failed(                                                    \
+          fmt::format("{} ({}:{}): {}", #cond, __FILE__, __LINE__, fmt::format(__VA_ARGS__))); \
   } while (0)
 
 }  // namespace zhost::comm::testing

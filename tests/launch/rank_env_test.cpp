@@ -1,9 +1,10 @@
 // tests/launch/rank_env_test.cpp: detect_rank_env() for zhost's launcher, torchrun, Slurm and Open MPI,
 // and its errors for missing, malformed and inconsistent variables.
+#include "host/launch/rank_env.hpp"
+
 #include <gtest/gtest.h>
 
 #include "host/core/error.hpp"
-#include "host/launch/rank_env.hpp"
 
 namespace zhost::launch {
 namespace {
@@ -17,8 +18,12 @@ void expect_usage_error(const EnvMap& env, const std::string& expected_text) {
   }
 }
 
-const EnvMap kTorchrun{{"RANK", "5"},           {"WORLD_SIZE", "8"},        {"LOCAL_RANK", "1"},
-                       {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29400"},
+const EnvMap kTorchrun{{"RANK", "5"},
+                       {"WORLD_SIZE", "8"},
+                       {"LOCAL_RANK", "1"},
+                       {"LOCAL_WORLD_SIZE", "4"},
+                       {"MASTER_ADDR", "node0"},
+                       {"MASTER_PORT", "29400"},
                        {"TORCHELASTIC_RUN_ID", "x"}};
 
 TEST(RankEnvTest, NoLauncherIsASingleRank) {
@@ -95,8 +100,9 @@ TEST(RankEnvTest, TorchrunErrors) {
   expect_usage_error(env, "MASTER_ADDR is not set");
 }
 
-const EnvMap kSlurm{{"SLURM_PROCID", "6"},     {"SLURM_NTASKS", "10"},  {"SLURM_LOCALID", "2"},
-                    {"SLURM_NODEID", "1"},     {"SLURM_NNODES", "3"},   {"SLURM_TASKS_PER_NODE", "4(x2),2"},
+const EnvMap kSlurm{{"SLURM_PROCID", "6"},      {"SLURM_NTASKS", "10"},
+                    {"SLURM_LOCALID", "2"},     {"SLURM_NODEID", "1"},
+                    {"SLURM_NNODES", "3"},      {"SLURM_TASKS_PER_NODE", "4(x2),2"},
                     {"SLURM_JOB_ID", "123456"}, {"SLURM_LAUNCH_NODE_IPADDR", "10.0.0.7"}};
 
 TEST(RankEnvTest, Slurm) {
@@ -134,9 +140,12 @@ TEST(RankEnvTest, SlurmErrors) {
   expect_usage_error(env, "SLURM_TASKS_PER_NODE");
 }
 
-const EnvMap kOpenMpi{{"OMPI_COMM_WORLD_RANK", "3"},       {"OMPI_COMM_WORLD_SIZE", "4"},
-                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                      {"MASTER_ADDR", "head"},             {"MASTER_PORT", "29500"},
+const EnvMap kOpenMpi{{"OMPI_COMM_WORLD_RANK", "3"},
+                      {"OMPI_COMM_WORLD_SIZE", "4"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                      {"MASTER_ADDR", "head"},
+                      {"MASTER_PORT", "29500"},
                       {"SLURM_PROCID", "0"}};  // mpirun inside a Slurm job: Open MPI's variables win
 
 TEST(RankEnvTest, OpenMpi) {

@@ -144,8 +144,8 @@ TEST(ExitCodes, EveryDocumentedCodeIsWhatTheBinaryReturns) {
   fs::create_directories(dir.path() / "runs" / "blocked" / "metrics.jsonl");
   EXPECT_EQ(exit_code_of(run + " --set run.name=blocked"), 1);
   // A failed rank: rank 0 of 2, whose peer never joins.
-  EXPECT_EQ(exit_code_of("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(unused_port()) + " " +
-                         run + " --set run.name=alone --set comm.timeout_s=1"),
+  EXPECT_EQ(exit_code_of("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(unused_port()) +
+                         " " + run + " --set run.name=alone --set comm.timeout_s=1"),
             3);
   // (a killed rank under --nproc: Supervision.KilledRankStopsTheJobWithinTenSeconds, a stopped one: StoppedRank)
   // 128 + N: Ctrl-C to the launcher.
@@ -181,8 +181,9 @@ TEST(Launch, ForkedAndExecutedRanksTrainBitForBitAlike) {
 TEST(Rendezvous, ARankWithoutRankZeroGivesUpAfterOneTimeout) {
   ScratchDir dir;
   const auto started = Clock::now();
-  RunOutput r = run_zhost(dir.path(), small_job_config(), "alone", "--set comm.timeout_s=4",
-                          "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(unused_port()) + " ");
+  RunOutput r =
+      run_zhost(dir.path(), small_job_config(), "alone", "--set comm.timeout_s=4",
+                "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(unused_port()) + " ");
   const double seconds = seconds_since(started);
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.err.find("rendezvous: rank 1 could not reach the store at 127.0.0.1:"), std::string::npos) << r.err;

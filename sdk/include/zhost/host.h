@@ -75,11 +75,11 @@ typedef enum zhost_reduce_op {
  * from the intent whether to interpose. */
 typedef enum zhost_collective_intent {
   ZHOST_INTENT_GENERIC = 0,
-  ZHOST_INTENT_PARAM_GATHER = 1, /* gathering parameter shards for a block's forward or backward */
-  ZHOST_INTENT_GRAD_REDUCE = 2,  /* reducing gradients */
-  ZHOST_INTENT_PARAM_SYNC = 3,   /* all-gather of updated partitions after the step (stage 1/2) */
-  ZHOST_INTENT_PARAM_READ = 4,   /* 0.8: gathering parameters to save, export or hand out: the values must
-                                    arrive exactly, so a transform never changes them */
+  ZHOST_INTENT_PARAM_GATHER = 1,  /* gathering parameter shards for a block's forward or backward */
+  ZHOST_INTENT_GRAD_REDUCE = 2,   /* reducing gradients */
+  ZHOST_INTENT_PARAM_SYNC = 3,    /* all-gather of updated partitions after the step (stage 1/2) */
+  ZHOST_INTENT_PARAM_READ = 4,    /* 0.8: gathering parameters to save, export or hand out: the values must
+                                     arrive exactly, so a transform never changes them */
   ZHOST_INTENT_PARAM_REGATHER = 5 /* 0.8: gathering `block`'s parameters again within the micro-batch that
                                     gathered them (PARAM_GATHER), unchanged since and with the same sizes:
                                     e.g. backward's gather (hpZ serves it from a copy within the node) */
