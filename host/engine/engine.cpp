@@ -264,7 +264,7 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
   rendezvous.master_port = env.master_port ? env.master_port : launch::pick_free_port();
   rendezvous.timeout_s = settings.comm_timeout_s;
   rendezvous.node = env.node;
-  rendezvous.local_world_size = env.local_world_size;
+  rendezvous.local_world_size = env.local_world_size_given ? env.local_world_size : 0;  // 0: not checked
   rendezvous.launcher = launch::describe_source(env.source);
   comm::CommOptions options;
   options.backend = settings.backend;

@@ -92,6 +92,7 @@ RankEnv from_torch_style(const EnvReader& vars, const char* source, bool require
   rank_env.local_rank = require_local ? vars.require_int("LOCAL_RANK") : vars.int_or("LOCAL_RANK", rank_env.rank);
   rank_env.local_world_size =
       require_local ? vars.require_int("LOCAL_WORLD_SIZE") : vars.int_or("LOCAL_WORLD_SIZE", rank_env.world_size);
+  rank_env.local_world_size_given = require_local || vars.has("LOCAL_WORLD_SIZE");
   rank_env.master_addr = vars.require("MASTER_ADDR");
   rank_env.master_port = vars.require_int("MASTER_PORT");
   if (require_local || vars.has("GROUP_RANK")) {

@@ -15,6 +15,9 @@ struct RankEnv {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
+  // False where the launcher did not say how many ranks run on this node (a plain RANK/WORLD_SIZE
+  // environment): local_world_size is then a guess, and the rendezvous does not check it.
+  bool local_world_size_given = true;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;            // 0 only for "single": one rank needs no rendezvous port
   std::string source = "single";  // "zhost" | "torchrun" | "slurm" | "openmpi" | "single"

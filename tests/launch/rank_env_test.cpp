@@ -77,6 +77,10 @@ TEST(RankEnvTest, TorchStyleWithoutLocalVariablesIsOneNode) {
       detect_rank_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}});
   EXPECT_EQ(rank_env.local_rank, 1);
   EXPECT_EQ(rank_env.local_world_size, 2);
+  // A guess, not the launcher's word: the rendezvous must not hold the ranks to it (one process per host
+  // with only RANK/WORLD_SIZE ran before the node check existed, and still does).
+  EXPECT_FALSE(rank_env.local_world_size_given);
+  EXPECT_TRUE(detect_rank_env(kTorchrun).local_world_size_given);
 }
 
 TEST(RankEnvTest, TorchrunErrors) {
