@@ -1,8 +1,6 @@
 // plugins/quant_zeropp/secondary_copies.cpp: hpZ (see secondary_copies.hpp).
 #include "plugins/quant_zeropp/secondary_copies.hpp"
 
-#include <ATen/ops/empty.h>
-
 #include <cstring>
 #include <string>
 
@@ -28,39 +26,36 @@ void SecondaryCopies::keep(const zhost_collective_args& args) {
   const int local_ranks = groups_.ranks_per_node();
   const int64_t total = wire::numel(*args.recv);
   wire::require(total % local_ranks == 0, "hpZ: a gathered block must split evenly over the node's ranks");
-  const int64_t element = args.recv->dtype.bits / 8;
-  const int64_t slice_bytes = total / local_ranks * element;
-  at::Tensor& slice = slices_[args.block];
-  if (!slice.defined() || slice.numel() != slice_bytes) {
-    bytes_ -= slice.defined() ? static_cast<uint64_t>(slice.numel()) : 0;
-    slice = at::empty({slice_bytes}, at::kByte);
+  const int64_t slice_bytes = total / local_ranks * (args.recv->dtype.bits / 8);
+  Copy& copy = copies_[args.block];
+  if (!copy.slice || copy.slice->shape != slice_bytes) {
+    bytes_ -= copy.slice ? static_cast<uint64_t>(copy.slice->shape) : 0;
+    copy.slice = std::make_unique<ByteBuffer>(slice_bytes);
     bytes_ += static_cast<uint64_t>(slice_bytes);
   }
-  gathered_numel_[args.block] = total;
-  std::memcpy(slice.data_ptr(),
+  copy.gathered_numel = total;
+  std::memcpy(copy.slice->data(),
               static_cast<const uint8_t*>(wire::data(*args.recv)) + groups_.local_index() * slice_bytes,
               static_cast<size_t>(slice_bytes));
 }
 
 bool SecondaryCopies::serve(zhost_collective_args& args) {
-  auto found = gathered_numel_.find(args.block);
-  if (found == gathered_numel_.end() || found->second != wire::numel(*args.recv)) return false;
-  const at::Tensor& slice = slices_.at(args.block);
+  auto found = copies_.find(args.block);
+  if (found == copies_.end() || found->second.gathered_numel != wire::numel(*args.recv)) return false;
+  ByteBuffer& slice = *found->second.slice;
   if (groups_.ranks_per_node() == 1) {
-    std::memcpy(wire::data(*args.recv), slice.data_ptr(), static_cast<size_t>(slice.numel()));
+    std::memcpy(wire::data(*args.recv), slice.data(), static_cast<size_t>(slice.shape));
     return true;
   }
-  ByteBuffer mine(slice.numel());
-  std::memcpy(mine.data(), slice.data_ptr(), static_cast<size_t>(slice.numel()));
   DLTensor recv = *args.recv;  // the same memory, as bytes
-  int64_t recv_bytes = slice.numel() * groups_.ranks_per_node();
+  int64_t recv_bytes = slice.shape * groups_.ranks_per_node();
   recv.dtype = {kDLUInt, 8, 1};
   recv.ndim = 1;
   recv.shape = &recv_bytes;
   recv.strides = nullptr;
   zhost_collective_args within = args;
   within.group = groups_.node_group();
-  wire::all_gather(host_, within, mine.view, recv);
+  wire::all_gather(host_, within, slice.view, recv);
   return true;
 }
 

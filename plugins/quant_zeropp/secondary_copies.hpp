@@ -9,12 +9,12 @@
 // rank (L ranks per node), in their own type, on top of stage 3's shards (memory_bytes()).
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <map>
+#include <memory>
 
 #include "plugins/quant_zeropp/node_groups.hpp"
+#include "plugins/quant_zeropp/packed_chunks.hpp"
 #include "zhost/collective.h"
 #include "zhost/cpp/plugin.hpp"
 
@@ -37,8 +37,11 @@ class SecondaryCopies {
   NodeGroups& groups_;
   int64_t partition_size_;
   bool checked_ = false;
-  std::map<int32_t, at::Tensor> slices_;  // block -> [numel(recv) / L] bytes of its type
-  std::map<int32_t, int64_t> gathered_numel_;
+  struct Copy {
+    std::unique_ptr<ByteBuffer> slice;  // this rank's share: numel(recv) / L elements of recv's type, as bytes
+    int64_t gathered_numel = 0;         // numel(recv) of the gather it came from
+  };
+  std::map<int32_t, Copy> copies_;  // by block
   uint64_t bytes_ = 0;
 };
 
