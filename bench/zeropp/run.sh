@@ -25,7 +25,7 @@
 #   bench/zeropp/run.sh /tmp/zpp 'bucket1m=--set zero.reduce_bucket_size=1000000' \
 #     'noprefetch=--set zero.stage3_prefetch_bucket_size=0'
 #
-# Environment: BUILD (default: build/ of this checkout, with zhost and the stage3 plugin built), RATE (the
+# Environment: BUILD (default: build/ of this checkout, with zhost and the stage3 and quant_zeropp plugins built), RATE (the
 # inter-node link's rate per direction, tc units, default 200mbit: see below), DELAY (added latency per
 # direction with netem, e.g. 1ms; default none: netem is missing from some kernels, this machine's
 # included, and netns-nodes then exits 77), BASELINE (the baseline's arguments, "--set zero.stage=3"),
