@@ -2,7 +2,7 @@
 // a float64 reference on odd sizes, for every input and output type, int8 and int4, on every ISA path this
 // CPU has; bit agreement between the paths; zero, tiny and non-finite blocks; the byte layout of
 // docs/zeropp.md; padded splits and a qgZ-style reduction (dequantize, add in fp32, requantize); argument
-// checks.
+// checks; error feedback (LoCo).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -501,6 +501,118 @@ TEST(ZeroppQuant, RejectsBadFormatsArgumentsAndIsas) {
     if (cpu_optim::isa_supported(isa)) continue;
     EXPECT_EQ(code_of([&] { quantize(&x, Dtype::kF32, 1, {}, &q, &s, {isa}); }), ZHOST_ERR_UNSUPPORTED);
   }
+}
+
+// ---- error feedback (Note [LoCo error feedback]) ----------------------------------------------------------------
+
+// quantize_compensated against the rule written out here with separate fp32 operations: the data and scales
+// are quantize()'s of x + e (checked above against float64), the new error is beta * e + (1 - beta) * (c - d).
+// Sizes span several of the kernel's passes (65536 elements) and end in a partial block.
+TEST(ZeroppErrorFeedback, FollowsTheDocumentedRuleForEveryTypeAndWidth) {
+  for (const Dtype type : kDtypes) {
+    for (const Bits bits : kBits) {
+      for (const float beta : {0.0f, 0.8f}) {
+        for (const int64_t n : {int64_t{7}, int64_t{140001}}) {
+          SCOPED_TRACE(std::string(dtype_name(type)) + " int" + std::to_string(static_cast<int>(bits)) + " beta " +
+                       std::to_string(beta) + " n " + std::to_string(n));
+          const BlockFormat format{bits, 512};
+          const Buffer x = random_values(type, n, format.block_size, 7, false);
+          std::mt19937 rng(11);
+          std::uniform_real_distribution<float> noise(-0.01f, 0.01f);
+          std::vector<float> error(static_cast<size_t>(n));
+          for (float& e : error) e = noise(rng);
+          std::vector<float> compensated(error.size());
+          for (int64_t i = 0; i < n; ++i) compensated[i] = static_cast<float>(x.at(i)) + error[i];
+
+          std::vector<uint8_t> data(static_cast<size_t>(data_bytes(n, format)));
+          std::vector<float> scales(static_cast<size_t>(block_count(n, format)));
+          std::vector<float> updated = error;
+          quantize_compensated(x.data(), type, n, format, beta, updated.data(), data.data(), scales.data());
+
+          std::vector<uint8_t> want_data(data.size());
+          std::vector<float> want_scales(scales.size()), sent(error.size());
+          quantize(compensated.data(), Dtype::kF32, n, format, want_data.data(), want_scales.data());
+          dequantize(want_data.data(), want_scales.data(), n, format, sent.data(), Dtype::kF32);
+          ASSERT_EQ(data, want_data);
+          ASSERT_EQ(std::memcmp(scales.data(), want_scales.data(), 4 * scales.size()), 0);
+          for (int64_t i = 0; i < n; ++i) {
+            const float lost = compensated[i] - sent[i];
+            const float kept = beta * error[i];
+            const float taken = (1.0f - beta) * lost;
+            const float want = kept + taken;
+            ASSERT_EQ(bits_of(updated[i]), bits_of(want)) << "element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The reason LoCo exists: sending the same int4 buffer T times, the dequantized sums drift from T x by a
+// bounded amount with feedback (half a step / (1 - beta), plus fp32 rounding), and by up to T times the
+// rounding error without it.
+TEST(ZeroppErrorFeedback, KeepsTheSumOfManySendsWithinOneStep) {
+  const BlockFormat format{Bits::kInt4, 512};
+  const int64_t n = 512;
+  const int sends = 2000;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((i % 13) - 6) / 6.0f * 0.9f + 0.037f;  // |x| <= 0.937
+  const double a = 0.937;
+  const double half_step = a / 14;
+  std::vector<uint8_t> data(static_cast<size_t>(data_bytes(n, format)));
+  std::vector<float> scales(1), sent(static_cast<size_t>(n));
+  auto worst_drift = [&](bool feedback, float beta) {
+    std::vector<float> error(static_cast<size_t>(n), 0.0f);
+    std::vector<double> total(static_cast<size_t>(n), 0.0);
+    for (int t = 0; t < sends; ++t) {
+      if (feedback)
+        quantize_compensated(x.data(), Dtype::kF32, n, format, beta, error.data(), data.data(), scales.data());
+      else
+        quantize(x.data(), Dtype::kF32, n, format, data.data(), scales.data());
+      dequantize(data.data(), scales.data(), n, format, sent.data(), Dtype::kF32);
+      for (int64_t i = 0; i < n; ++i) total[i] += sent[i];
+    }
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(total[i] - sends * static_cast<double>(x[i])));
+    return worst;
+  };
+  // fp32 rounding of c and of the error update: a few ulps of a per send.
+  const double rounding = sends * 4 * std::ldexp(a, -24);
+  for (const float beta : {0.0f, 0.8f}) {
+    // c = x + e reaches |x| + half a step, so its step is up to 1 + 1/14 times x's.
+    const double bound = half_step * (1 + 1.0 / 14) / (1 - beta) + rounding / (1 - beta);
+    EXPECT_LE(worst_drift(true, beta), bound) << "beta " << beta;
+  }
+  EXPECT_GT(worst_drift(false, 0), 100 * half_step) << "without feedback the drift grows with the sends";
+}
+
+// A block holding inf or NaN (an overflowed step) restarts its own error at 0; the other blocks follow the rule.
+TEST(ZeroppErrorFeedback, NonFiniteBlockRestartsOnlyItsOwnError) {
+  const BlockFormat format{Bits::kInt8, 4};
+  float x[8] = {1, 2, std::numeric_limits<float>::infinity(), 3, 0.5f, -0.25f, 0.125f, 1};
+  float error[8] = {0.1f, 0.1f, 0.1f, 0.1f, 0.01f, 0.01f, 0.01f, 0.01f};
+  uint8_t data[8];
+  float scales[2];
+  quantize_compensated(x, Dtype::kF32, 8, format, 0.5f, error, data, scales);
+  EXPECT_TRUE(std::isnan(scales[0]));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(bits_of(error[i]), 0u) << i;
+  EXPECT_FALSE(std::isnan(scales[1]));
+  for (int i = 4; i < 8; ++i) {
+    EXPECT_TRUE(std::isfinite(error[i]));
+    EXPECT_LE(std::fabs(error[i]), 0.01f) << i;  // a mix of 0.01 and a loss below half a step (1.01 / 254)
+  }
+}
+
+TEST(ZeroppErrorFeedback, RejectsBetaOutsideZeroToOne) {
+  float x = 1, e = 0, s = 0;
+  uint8_t q = 0;
+  for (const float beta : {-0.1f, 1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+    EXPECT_EQ(code_of([&] { quantize_compensated(&x, Dtype::kF32, 1, {}, beta, &e, &q, &s); }),
+              ZHOST_ERR_INVALID_ARGUMENT)
+        << beta;
+  }
+  EXPECT_EQ(code_of([&] { quantize_compensated(&x, Dtype::kF32, 1, {}, 0.5f, nullptr, &q, &s); }),
+            ZHOST_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace

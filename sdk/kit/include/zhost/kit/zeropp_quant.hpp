@@ -92,4 +92,24 @@ void dequantize(const void* data, const float* scales, int64_t n, const BlockFor
 void dequantize_add(const void* data, const float* scales, int64_t n, const BlockFormat& format, float* sum,
                     const QuantOptions& options = {});
 
+// Note [LoCo error feedback]: qgZ's gradients lose what int4 cannot say; LoCo (Xie et al., "LoCo: Low-Bit
+// Communication Adaptor for Large-scale Model Training", 2024; DeepSpeed's `zeropp_loco_param`) sends that loss
+// with the next reduction of the same buffer instead. Per element, with e the buffer's error (zero at first)
+// and beta in [0, 1):
+//   c = fp32(x + e)                       the compensated value, x read exactly as fp32
+//   q, scale = quantize(c)                Note [Block quantization arithmetic]
+//   d = fp32(q * scale)                   what the receiver will add up
+//   e = fp32(fp32(beta * e) + fp32(fp32(1 - beta) * fp32(c - d)))
+// Separate multiplies and adds, as above. A block whose c holds inf or NaN (an overflowed fp16 step) sets its
+// e to 0, so one bad step does not poison the feedback. Why it helps: with r = c - d what a send lost, each
+// send delivers d = x + e_old - r, and r = (e_new - beta * e_old) / (1 - beta); over T sends of one buffer
+// (e starting at 0) the d add up to the sum of the x minus e_T / (1 - beta). Every e is a mix of past r, each
+// within half a quantization step, so the error of the sum stays within half a step / (1 - beta) however
+// large T grows, where plain quantization's can grow with T (tests/zeropp checks both, up to fp32 rounding).
+//
+// quantize_compensated: quantize(x + error) into data/scales as quantize() does, and update error (n fp32
+// values, in and out) by the rule above.
+void quantize_compensated(const void* src, Dtype src_type, int64_t n, const BlockFormat& format, float beta,
+                          float* error, void* data, float* scales, const QuantOptions& options = {});
+
 }  // namespace zhost::zeropp
