@@ -9,7 +9,8 @@
 #   bench/zeropp/convergence.sh [RESULTS_DIR]
 #
 # Environment: BUILD (default build/), NODES (1), STEPS (200), MODELS ("gpt llama"), TYPES ("fp32 bf16"),
-# VARIANTS ("plain qwz qgz both"). Each rank runs with OMP_NUM_THREADS=1.
+# VARIANTS ("plain qwz qgz both"), SETS (more `--set key=value` options for every run, e.g.
+# "--set zero.zeropp.weight_block_size=256"). Each rank runs with OMP_NUM_THREADS=1.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,6 +21,7 @@ nodes=${NODES:-1}
 models=${MODELS:-"gpt llama"}
 types=${TYPES:-"fp32 bf16"}
 variants=${VARIANTS:-"plain qwz qgz both"}
+read -r -a extra_sets <<< "${SETS:-}"
 results=${1:-$(mktemp -d /tmp/zhost-zeropp-convergence.XXXXXX)}
 zhost=$build/bin/zhost
 [[ -x $zhost ]] || { echo "convergence.sh: $zhost not built (scripts/build)" >&2; exit 2; }
@@ -66,7 +68,7 @@ for model in $models; do
       bf16=false; [[ $type == bf16 ]] && bf16=true
       # shellcheck disable=SC2046
       sets=(--set steps=$steps --set model.type=\"$model\" --set bf16.enabled=$bf16
-            --set run.dir=\"$results/runs\" --set run.name=\"$name\" $(variant_sets "$variant"))
+            --set run.dir=\"$results/runs\" --set run.name=\"$name\" $(variant_sets "$variant") ${extra_sets[@]+"${extra_sets[@]}"})
       start=$(date +%s)
       if [[ $nodes == 1 ]]; then
         OMP_NUM_THREADS=1 "$zhost" run "$config" --nproc 2 "${sets[@]}" > "$results/$name.log" 2>&1 || echo "$name failed"
