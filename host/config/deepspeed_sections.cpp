@@ -149,7 +149,16 @@ void import_zero(Importer& importer, Section& root) {
   zero.note("leaf_module", "DeepSpeed's stage-3 leaf modules; zhost gathers a block at a time");
   zero.inert("zero_quantized_nontrainable_weights", false,
              "ZeRO++ quantization of frozen weights is a feature zhost lacks; set it to false");
-  zero.inert("zeropp_loco_param", nullptr, "ZeRO++ LoCo is a feature zhost lacks; remove the table");
+  if (zero.has("zeropp_loco_param") && !zero.object()->at("zeropp_loco_param").is_null()) {
+    // DeepSpeed turns LoCo on by the table's presence.
+    importer.set("zero.zeropp_loco_param.enabled", true, zero.path("zeropp_loco_param"), zero.at("zeropp_loco_param"));
+    Section loco = zero.sub("zeropp_loco_param");
+    loco.map("err_beta", "zero.zeropp_loco_param.err_beta");
+    loco.map("reset_T", "zero.zeropp_loco_param.reset_T");
+    loco.finish();
+  } else {
+    zero.take("zeropp_loco_param");
+  }
   zero.inert("mics_shard_size", -1, "MiCS sharding is a feature zhost lacks; set it to -1");
   zero.inert("mics_hierarchical_params_gather", false, "MiCS is a feature zhost lacks; set it to false");
   zero.inert("zenflow", nullptr, "ZenFlow is a feature zhost lacks; remove the table");

@@ -272,6 +272,22 @@ void add_zero_rules(Schema& schema) {
         "stage 3's parameter shards; zero.stage is {}); set zero.stage = 3 or the size to 1",
         size, config.get_int("zero.stage"));
   });
+  // LoCo feeds qgZ's quantization error back (Note [LoCo error feedback] in zhost/kit/zeropp_quant.hpp): without
+  // qgZ there is nothing to feed back, and under dynamic fp16 loss scaling the kept error would be in the units
+  // of an older scale (DeepSpeed rescales it; zhost does not yet).
+  rule(schema, {"zero.zeropp_loco_param.enabled", "zero.zero_quantized_gradients", "fp16.enabled", "fp16.loss_scale"},
+       [](const ResolvedConfig& config) -> Problem {
+         if (!config.get_bool("zero.zeropp_loco_param.enabled")) return std::nullopt;
+         if (!config.get_bool("zero.zero_quantized_gradients"))
+           return std::string(
+               "zero.zeropp_loco_param.enabled = true needs zero.zero_quantized_gradients = true (LoCo compensates "
+               "qgZ's gradient quantization); turn qgZ on or remove zeropp_loco_param");
+         if (config.get_bool("fp16.enabled") && config.get_float("fp16.loss_scale") == 0)
+           return std::string(
+               "zero.zeropp_loco_param with dynamic fp16 loss scaling is not supported (LoCo's kept error would "
+               "not follow the changing scale); use bf16, fp32, or a static fp16.loss_scale");
+         return std::nullopt;
+       });
   // Parameter offload comes with optimizer offload (ZeRO-Infinity): the fp32 masters would otherwise stay on
   // the device next to the offloaded 16-bit shards.
   rule(schema, {"zero.offload_param.device", "zero.offload_optimizer.device"},

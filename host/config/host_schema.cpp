@@ -237,6 +237,14 @@ void add_zero_keys(HostKeys& keys) {
   keys.flag("zero.zero_quantized_weights", false, "ZeRO++ qwZ: all-gather weights as int8");
   keys.flag("zero.zero_quantized_gradients", false, "ZeRO++ qgZ: reduce gradients as int4");
   keys.integer("zero.zero_hpz_partition_size", 1, "ZeRO++ hpZ: ranks per secondary partition; 1 = off", at_least(1));
+  keys.flag("zero.zeropp_loco_param.enabled", false,
+            "ZeRO++ LoCo: qgZ sends each gradient buffer's quantization error with its next reduction "
+            "(DeepSpeed: the zeropp_loco_param table is present)");
+  keys.number("zero.zeropp_loco_param.err_beta", 0.8,
+              "ZeRO++ LoCo: the share of the old error kept at each reduction, in [0, 1)", from_below(0, 1));
+  keys.integer("zero.zeropp_loco_param.reset_T", 1024,
+               "ZeRO++ LoCo: a gradient buffer's error restarts from zero after this many of its reductions",
+               at_least(1));
 }
 
 void add_runtime_keys(HostKeys& keys) {

@@ -70,7 +70,7 @@ std::string describe_model_states(const ModelStateBytes& measured, const ModelSt
   const ModelStateBytes formula = zero_formula(shape);
   return fmt::format(
       "model states per rank: params {}, grads {}, fp32 master {}, optimizer {}, total {}; ZeRO stage {} formula {} "
-      "(Ψ={}, N={}): {} (measured/formula {:.3f}); communication buffers {}{}{}{}",
+      "(Ψ={}, N={}): {} (measured/formula {:.3f}); communication buffers {}{}{}{}{}",
       mb(measured.params), mb(measured.grads), mb(measured.master), mb(measured.optimizer), mb(measured.total()),
       shape.stage, formula_text(shape), shape.num_params, shape.world_size, mb(formula.total()),
       ratio(measured, formula), mb(measured.buffers),
@@ -78,6 +78,9 @@ std::string describe_model_states(const ModelStateBytes& measured, const ModelSt
       measured.gather_window > 0 ? "; gathered parameters " + mb(measured.gather_window) : std::string(),
       measured.transform_params > 0
           ? "; parameter copies of the collective transform (hpZ) " + mb(measured.transform_params)
+          : std::string(),
+      measured.transform_grads > 0
+          ? "; gradient error buffers of the collective transform (LoCo) " + mb(measured.transform_grads)
           : std::string());
 }
 
@@ -94,6 +97,7 @@ std::string model_states_json(const ModelStateBytes& measured, const ModelStateS
                       {"offloaded", measured.offloaded},
                       {"gather_window", measured.gather_window},
                       {"transform_params", measured.transform_params},
+                      {"transform_grads", measured.transform_grads},
                       {"ratio", ratio(measured, formula)}};
   return j.dump(1);
 }

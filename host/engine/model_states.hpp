@@ -26,6 +26,8 @@ struct ModelStateBytes {
   double gather_window = 0;
   // the collective transform's parameter copies (hpZ's secondary partition), on top of the formula
   double transform_params = 0;
+  // the collective transform's gradient-side state (LoCo's error buffers), on top of the formula
+  double transform_grads = 0;
   double total() const { return params + grads + master + optimizer; }
 };
 

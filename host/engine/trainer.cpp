@@ -266,6 +266,7 @@ struct Trainer::Impl {
       HostServices::throw_if_error(transform_api->memory(transform->instance, &reported),
                                    fmt::format("collective transform '{}' memory", transform->plugin->info.name));
       measured.transform_params = static_cast<double>(reported.params);
+      measured.transform_grads = static_cast<double>(reported.grads);
       measured.buffers += static_cast<double>(reported.buffers);
     }
     if (param_store) {

@@ -44,6 +44,7 @@ ZeroSelection zero_selection(const config::ResolvedConfig& config) {
   zero.quantized_weights = config.get_bool("zero.zero_quantized_weights");
   zero.quantized_gradients = config.get_bool("zero.zero_quantized_gradients");
   zero.hpz_partition_size = config.get_int("zero.zero_hpz_partition_size");
+  zero.loco = config.get_bool("zero.zeropp_loco_param.enabled");
   return zero;
 }
 

@@ -81,6 +81,7 @@ std::vector<Need> needs_for(const ZeroSelection& zero) {
   if (zero.quantized_gradients) needs.push_back({"collective:qgz", "zero.zero_quantized_gradients = true"});
   if (zero.hpz_partition_size > 1)
     needs.push_back({"collective:hpz", fmt::format("zero.zero_hpz_partition_size = {}", zero.hpz_partition_size)});
+  if (zero.loco) needs.push_back({"collective:loco", "zero.zeropp_loco_param.enabled = true"});
   return needs;
 }
 

@@ -49,6 +49,7 @@ struct ZeroSelection {
   bool quantized_weights = false;
   bool quantized_gradients = false;
   int64_t hpz_partition_size = 1;
+  bool loco = false;  // zero.zeropp_loco_param.enabled
 };
 
 // Throws UsageError for a selection no plugin set could serve (a storage tier without a computing one).

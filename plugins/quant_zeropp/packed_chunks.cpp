@@ -20,11 +20,25 @@ std::optional<Dtype> quantizable(DLDataType type) {
   return std::nullopt;
 }
 
-void pack(const void* src, Dtype type, int64_t n, const BlockFormat& format, uint8_t* out) {
+namespace {
+
+// The data of a packed chunk (after its scales), its padding zeroed.
+uint8_t* chunk_data(uint8_t* out, int64_t n, const BlockFormat& format) {
   const int64_t scale_bytes = 4 * block_count(n, format);
   const int64_t data = data_bytes(n, format);
-  quantize(src, type, n, format, out + scale_bytes, reinterpret_cast<float*>(out));
   std::memset(out + scale_bytes + data, 0, static_cast<size_t>(packed_bytes(n, format) - scale_bytes - data));
+  return out + scale_bytes;
+}
+
+}  // namespace
+
+void pack(const void* src, Dtype type, int64_t n, const BlockFormat& format, uint8_t* out) {
+  quantize(src, type, n, format, chunk_data(out, n, format), reinterpret_cast<float*>(out));
+}
+
+void pack_compensated(const void* src, Dtype type, int64_t n, const BlockFormat& format, float beta, float* error,
+                      uint8_t* out) {
+  quantize_compensated(src, type, n, format, beta, error, chunk_data(out, n, format), reinterpret_cast<float*>(out));
 }
 
 void unpack(const uint8_t* packed, int64_t n, const BlockFormat& format, void* dst, Dtype type) {

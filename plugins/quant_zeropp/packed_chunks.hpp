@@ -25,6 +25,9 @@ std::optional<Dtype> quantizable(DLDataType type);
 
 // out (packed_bytes(n) bytes) = the packed chunk of the n elements at src.
 void pack(const void* src, Dtype type, int64_t n, const BlockFormat& format, uint8_t* out);
+// As pack(), of src + error, updating error (n fp32 values): Note [LoCo error feedback] (zhost/kit/zeropp_quant.hpp).
+void pack_compensated(const void* src, Dtype type, int64_t n, const BlockFormat& format, float beta, float* error,
+                      uint8_t* out);
 // dst (n elements of `type`) = the chunk's dequantized values.
 void unpack(const uint8_t* packed, int64_t n, const BlockFormat& format, void* dst, Dtype type);
 // sum[i] += the chunk's dequantized value i (fp32).

@@ -2,12 +2,14 @@
 // collectives it serves (docs/zeropp.md). qwZ (zero.zero_quantized_weights) serves stage 3's parameter
 // gathers (quantized_gather.hpp), hpZ (zero.zero_hpz_partition_size) keeps a copy of them within the node for
 // the re-gathers of the same micro-batch (secondary_copies.hpp), qgZ (zero.zero_quantized_gradients) serves
-// the gradient reduce-scatters (quantized_reduce.hpp); everything else is left to the host.
+// the gradient reduce-scatters (quantized_reduce.hpp), with LoCo (zero.zeropp_loco_param) feeding their
+// quantization error back (error_feedback.hpp); everything else is left to the host.
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 
+#include "plugins/quant_zeropp/error_feedback.hpp"
 #include "plugins/quant_zeropp/node_groups.hpp"
 #include "plugins/quant_zeropp/packed_chunks.hpp"
 #include "plugins/quant_zeropp/quantized_gather.hpp"
@@ -33,6 +35,11 @@ BlockFormat gradient_format(const sdk::Host& host) {
   return format;
 }
 
+LocoOptions loco_options(const sdk::Host& host) {
+  return LocoOptions{static_cast<float>(host.config_float("zero.zeropp_loco_param.err_beta")),
+                     host.config_int("zero.zeropp_loco_param.reset_T")};
+}
+
 class QuantZeropp : public sdk::CollectiveHooks {
  public:
   // `host` is the create call's; the pieces keep a reference to this instance's copy.
@@ -43,7 +50,9 @@ class QuantZeropp : public sdk::CollectiveHooks {
         gather_(host_, weight_format(host)),
         hpz_(host.config_int("zero.zero_hpz_partition_size") > 1),
         groups_(host_),
-        reduce_(host_, gradient_format(host), groups_),
+        feedback_(host_, loco_options(host)),
+        loco_(gradients_ && host.config_bool("zero.zeropp_loco_param.enabled")),
+        reduce_(host_, gradient_format(host), groups_, loco_ ? &feedback_ : nullptr),
         copies_(host_, groups_, host.config_int("zero.zero_hpz_partition_size")) {
     check_format(weight_format(host));
     check_format(gradient_format(host));
@@ -55,6 +64,9 @@ class QuantZeropp : public sdk::CollectiveHooks {
       on += kit::format("{}qgZ (gradient reduce-scatters as {}, blocks of {}, hierarchical)", on.empty() ? "" : ", ",
                         host.config_string("zero.zeropp.gradient_bits"),
                         host.config_int("zero.zeropp.gradient_block_size"));
+    if (loco_)
+      on += kit::format(", LoCo error feedback (err_beta {}, reset_T {})", loco_options(host).beta,
+                        loco_options(host).reset_after);
     if (hpz_)
       on += kit::format("{}hpZ (a secondary copy of the parameters over {} ranks, for the re-gathers)",
                         on.empty() ? "" : ", ", host.config_int("zero.zero_hpz_partition_size"));
@@ -85,8 +97,11 @@ class QuantZeropp : public sdk::CollectiveHooks {
     return false;
   }
 
-  // What it keeps between collectives: hpZ's copies.
-  void memory(zhost_model_state_bytes& out) const { out.params = copies_.memory_bytes(); }
+  // What it keeps between collectives: hpZ's copies, LoCo's errors.
+  void memory(zhost_model_state_bytes& out) const {
+    out.params = copies_.memory_bytes();
+    out.grads = feedback_.memory_bytes();
+  }
 
  private:
   // Whether a collective ZeRO++ is asked to transform can be: refused (an error) for device memory, which
@@ -114,6 +129,8 @@ class QuantZeropp : public sdk::CollectiveHooks {
   QuantizedGather gather_;
   bool hpz_;
   NodeGroups groups_;
+  ErrorFeedback feedback_;
+  bool loco_;
   QuantizedReduce reduce_;
   SecondaryCopies copies_;
   std::mutex mutex_;
@@ -135,10 +152,13 @@ const zhost_plugin_descriptor* describe() {
       .summary(
           "ZeRO++: stage 3's parameter gathers as int8 (qwZ), re-gathers within the node (hpZ), gradient "
           "reduce-scatters as int4/int8 (qgZ)")
-      .provides({"collective:qwz", "collective:qgz", "collective:hpz"})
+      .provides({"collective:qwz", "collective:qgz", "collective:hpz", "collective:loco"})
       .config_bool("zero.zero_quantized_weights", false, "ZeRO++ qwZ: all-gather weights as int8")
       .config_bool("zero.zero_quantized_gradients", false, "ZeRO++ qgZ: reduce gradients as int4")
       .config_int("zero.zero_hpz_partition_size", 1, "ZeRO++ hpZ: ranks per secondary partition; 1 = off", 1, 1e9)
+      .config_bool("zero.zeropp_loco_param.enabled", false, "ZeRO++ LoCo: qgZ's error fed back")
+      .config_float("zero.zeropp_loco_param.err_beta", 0.8, "ZeRO++ LoCo: share of the old error kept", 0, 1)
+      .config_int("zero.zeropp_loco_param.reset_T", 1024, "ZeRO++ LoCo: reductions before an error restarts", 1, 1e9)
       .config_int("zero.zeropp.weight_block_size", kDefaultBlockSize,
                   "zhost: elements per quantization block (one fp32 scale each) of qwZ's int8 weights", 1, 1 << 24)
       .config_string("zero.zeropp.gradient_bits", "int4", "zhost: qgZ's gradient payload: \"int4\" or \"int8\"",

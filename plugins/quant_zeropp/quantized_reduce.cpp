@@ -11,6 +11,18 @@
 #include "zhost/kit/dlpack_views.hpp"
 
 namespace zhost::zeropp {
+namespace {
+
+// pack(), or pack_compensated() with the error of these n elements when LoCo keeps one (error != NULL).
+void pack_chunk(const void* src, Dtype type, int64_t n, const BlockFormat& format, const ErrorFeedback* feedback,
+                float* error, uint8_t* out) {
+  if (error)
+    pack_compensated(src, type, n, format, feedback->beta(), error, out);
+  else
+    pack(src, type, n, format, out);
+}
+
+}  // namespace
 
 void QuantizedReduce::serve(zhost_collective_args& args) {
   groups_.ensure();
@@ -25,10 +37,14 @@ void QuantizedReduce::serve(zhost_collective_args& args) {
   // Hop 1, within the node: piece k = the chunks of R(0, k) .. R(N-1, k), for local rank k.
   const int64_t piece = chunk * nodes;
   ByteBuffer out1(piece * local_ranks), in1(piece * local_ranks);
+  float* error1 = feedback_ ? feedback_->load(args.block, 1, c * world) : nullptr;  // by job-wide rank
   for (int k = 0; k < local_ranks; ++k)
-    for (int m = 0; m < nodes; ++m)
-      pack(send + static_cast<size_t>(groups_.rank_at(m, k)) * c * element, type, c, format_,
-           out1.data() + k * piece + m * chunk);
+    for (int m = 0; m < nodes; ++m) {
+      const int r = groups_.rank_at(m, k);
+      pack_chunk(send + static_cast<size_t>(r) * c * element, type, c, format_, feedback_,
+                 error1 ? error1 + static_cast<int64_t>(r) * c : nullptr, out1.data() + k * piece + m * chunk);
+    }
+  if (error1) feedback_->store();
   if (local_ranks > 1)
     wire::all_to_all(host_, args, groups_.node_group(), out1.view, in1.view);
   else
@@ -42,7 +58,11 @@ void QuantizedReduce::serve(zhost_collective_args& args) {
   at::Tensor total = node_sums[0];
   if (nodes > 1) {
     ByteBuffer out2(chunk * nodes), in2(chunk * nodes);
-    for (int m = 0; m < nodes; ++m) pack(sums + m * c, Dtype::kF32, c, format_, out2.data() + m * chunk);
+    float* error2 = feedback_ ? feedback_->load(args.block, 2, c * nodes) : nullptr;  // by node
+    for (int m = 0; m < nodes; ++m)
+      pack_chunk(sums + m * c, Dtype::kF32, c, format_, feedback_, error2 ? error2 + m * c : nullptr,
+                 out2.data() + m * chunk);
+    if (error2) feedback_->store();
     wire::all_to_all(host_, args, groups_.index_group(), out2.view, in2.view);
     total = at::zeros({c}, at::kFloat);
     for (int m = 0; m < nodes; ++m) unpack_add(in2.data() + m * chunk, c, format_, total.data_ptr<float>());

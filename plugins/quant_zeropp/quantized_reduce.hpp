@@ -16,11 +16,13 @@
 // c/4 bytes of an fp32 chunk against c x 4 for each remote rank with the plain reduce-scatter. On one node
 // step 2 is skipped (the node sums are the result); with one rank per node step 1 sends nothing. Every
 // contribution is quantized once per hop, its own included, so the result does not depend on which rank
-// computes it, and the order of the sums is fixed: the same inputs give the same bits.
+// computes it, and the order of the sums is fixed: the same inputs give the same bits. With LoCo
+// (error_feedback.hpp) each hop quantizes its values plus that hop's kept error, and keeps what it lost.
 #pragma once
 
 #include <vector>
 
+#include "plugins/quant_zeropp/error_feedback.hpp"
 #include "plugins/quant_zeropp/node_groups.hpp"
 #include "zhost/collective.h"
 #include "zhost/cpp/plugin.hpp"
@@ -30,8 +32,9 @@ namespace zhost::zeropp {
 
 class QuantizedReduce {
  public:
-  QuantizedReduce(const sdk::Host& host, BlockFormat format, NodeGroups& groups)
-      : host_(host), format_(format), groups_(groups) {}
+  // `feedback`: LoCo's kept errors, or NULL without LoCo; it outlives this.
+  QuantizedReduce(const sdk::Host& host, BlockFormat format, NodeGroups& groups, ErrorFeedback* feedback)
+      : host_(host), format_(format), groups_(groups), feedback_(feedback) {}
   // Serves an equal-split SUM or AVG reduce-scatter over the whole job of host memory in a quantizable type.
   void serve(zhost_collective_args& args);
 
@@ -39,6 +42,7 @@ class QuantizedReduce {
   const sdk::Host& host_;
   BlockFormat format_;
   NodeGroups& groups_;
+  ErrorFeedback* feedback_;
 };
 
 }  // namespace zhost::zeropp

@@ -101,6 +101,13 @@ std::vector<RuleCase> rule_cases() {
        "parameter gathers and gradient reductions; zero.stage is 0)"},
       {"HpzBelowStage3", "[zero]\nstage = 2\nzero_hpz_partition_size = 8\n",
        "train.toml:3: zero.zero_hpz_partition_size = 8 needs zero.stage = 3"},
+      {"LocoWithoutQgz", "[zero]\nstage = 3\n[zero.zeropp_loco_param]\nenabled = true\n",
+       "train.toml:4: zero.zeropp_loco_param.enabled = true needs zero.zero_quantized_gradients = true"},
+      {"LocoWithDynamicFp16",
+       "[fp16]\nenabled = true\n[zero]\nstage = 3\nzero_quantized_gradients = true\n"
+       "[zero.zeropp_loco_param]\nenabled = true\n",
+       "train.toml:7: zero.zeropp_loco_param with dynamic fp16 loss scaling is not supported"},
+      {"LocoBetaOne", "[zero.zeropp_loco_param]\nerr_beta = 1.0\n", "train.toml:2: zero.zeropp_loco_param.err_beta"},
       // The data source.
       {"MissingDataFile", "[data]\ntype = \"text\"\npath = \"nowhere.txt\"\n",
        "train.toml:3: data.path: text path 'nowhere.txt' does not exist"},

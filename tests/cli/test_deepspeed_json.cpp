@@ -202,6 +202,39 @@ TEST(DeepSpeedJson, ActivationCheckpointingKeysMapToZhostsOwn) {
       << partition.err;
 }
 
+// DeepSpeed turns LoCo on by the presence of zeropp_loco_param; its two keys map to zhost's, a misspelt one is
+// refused with a suggestion, and LoCo without qgZ is refused with the reason.
+TEST(DeepSpeedJson, ZeroppLocoTableTurnsLocoOnWithItsValues) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({
+  "train_micro_batch_size_per_gpu": 2,
+  "zero_optimization": {"stage": 3, "zero_quantized_gradients": true,
+                        "zeropp_loco_param": {"err_beta": 0.5, "reset_T": 64}},
+  "zhost": {"steps": 3, "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8}}
+})");
+  CliResult r = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* expected : {"[zero.zeropp_loco_param]\nenabled = true  # ds.json:4 (host, quant_zeropp)\n"
+                               "err_beta = 0.5  # ds.json:4 (host, quant_zeropp)\nreset_T = 64  # ds.json:4"}) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+  dir.write("typo.json", R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true,
+                        "zeropp_loco_param": {"err_bta": 0.5}}})");
+  CliResult typo = run_zhost(dir.path(), "config check typo.json" + kPlugins);
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("'zero_optimization.zeropp_loco_param.err_bta' is not a DeepSpeed key in "
+                          "zero_optimization.zeropp_loco_param; did you mean "
+                          "'zero_optimization.zeropp_loco_param.err_beta'?"),
+            std::string::npos)
+      << typo.err;
+  dir.write("alone.json", R"({"zero_optimization": {"stage": 3, "zeropp_loco_param": {}}})");
+  CliResult alone = run_zhost(dir.path(), "config check alone.json" + kPlugins);
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("zero.zeropp_loco_param.enabled = true needs zero.zero_quantized_gradients = true"),
+            std::string::npos)
+      << alone.err;
+}
+
 TEST(DeepSpeedJson, CheckpointKeysAreNotedOrRefusedWithTheReason) {
   ScratchDir dir;
   dir.write("ds.json", R"({

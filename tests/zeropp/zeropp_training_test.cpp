@@ -26,6 +26,7 @@ const std::string kStage3 =
     "--set zero.stage3_max_reuse_distance=0";
 const std::string kQwz = " --set zero.zero_quantized_weights=true";
 const std::string kQgz = " --set zero.zero_quantized_gradients=true";
+const std::string kLoco = " --set zero.zeropp_loco_param.enabled=true";
 
 // The bytes this rank sent in the last step (every step of a job moves the same).
 double last_step_bytes_sent(const RunOutput& r) {
@@ -71,6 +72,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, ZeroppTraining,
                          ::testing::Values(Variant{"qwz", kQwz, (2 * kQwzGather + 1) / 3},
                                            Variant{"qgz", kQgz, (2 + kQgzReduce) / 3},
                                            Variant{"both", kQwz + kQgz, (2 * kQwzGather + kQgzReduce) / 3},
+                                           // LoCo sends no extra byte: the error rides in the same int4 values.
+                                           Variant{"qgz_loco", kQgz + kLoco, (2 + kQgzReduce) / 3},
                                            Variant{"qgz_int8", kQgz + " --set zero.zeropp.gradient_bits=\"int8\"",
                                                    (2 + 0.25 + 1.0 / 512) / 3}),
                          [](const ::testing::TestParamInfo<Variant>& v) { return std::string(v.param.name); });
@@ -136,6 +139,34 @@ TEST(ZeroppTrainingHpz, EqualsPlainStage3BitwiseAndReportsItsCopy) {
   EXPECT_LE(states.at("transform_params").get<double>(), num_params / 2 * 4 * 1.01);
 }
 
+// LoCo (Note [LoCo error feedback]) changes nothing but the error it keeps: a buffer's first reduction has no
+// error yet, so the first step's gradients and the first two losses equal qgZ's, later ones differ; with
+// reset_T = 1 every error restarts before it is used and the job equals qgZ bit for bit. Its error buffers
+// (int8 blocks of 512 with a scale, each rank's hop-1 buffer the whole unit's gradient: Ψ(1 + 4/512) bytes
+// and a little padding) show in the model-state figures.
+TEST(ZeroppTrainingLoco, FeedsOnlyTheKeptErrorBackAndReportsItsBuffers) {
+  ScratchDir dir;
+  RunOutput qgz = run_zhost(dir.path(), small_job_config(), "qgz", kStage3 + kQgz);
+  RunOutput loco = run_zhost(dir.path(), small_job_config(), "loco", kStage3 + kQgz + kLoco);
+  RunOutput reset = run_zhost(dir.path(), small_job_config(), "reset",
+                              kStage3 + kQgz + kLoco + " --set zero.zeropp_loco_param.reset_T=1");
+  for (const RunOutput* r : {&qgz, &loco, &reset}) ASSERT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_NE(loco.err.find("LoCo error feedback (err_beta 0.8, reset_T 1024)"), std::string::npos) << loco.err;
+  ASSERT_EQ(loco.losses.size(), qgz.losses.size());
+  ASSERT_GE(loco.losses.size(), 3u);
+  EXPECT_EQ(loco.losses[0], qgz.losses[0]);
+  EXPECT_EQ(loco.losses[1], qgz.losses[1]);
+  EXPECT_NE(loco.losses, qgz.losses);
+  EXPECT_NE(weights_mismatch(loco, qgz, 0, 0), "");
+  EXPECT_EQ(reset.losses, qgz.losses);
+  EXPECT_EQ(weights_mismatch(reset, qgz, 0, 0), "");
+  const nlohmann::json states = read_model_states(loco);
+  const double num_params = states.at("num_params").get<double>();
+  EXPECT_GE(states.at("transform_grads").get<double>(), num_params * (1 + 4.0 / 512));
+  EXPECT_LE(states.at("transform_grads").get<double>(), num_params * (1 + 4.0 / 512) * 1.01);
+  EXPECT_EQ(read_model_states(qgz).at("transform_grads").get<double>(), 0);
+}
+
 // Two launchers on this machine as 2 nodes x 2 ranks (two_hops: qgZ's second hop runs, hpZ's copies stay
 // within the node). Per step, the bytes rank 0 receives from the other node (metrics.jsonl,
 // comm_inter_node_bytes_received; Note [Inter-node traffic]) against plain stage 3's, where each of the
@@ -150,7 +181,8 @@ TEST(ZeroppTwoNodes, CrossNodeBytesAsPredicted) {
   const std::string hpz = " --set zero.zero_hpz_partition_size=2";
   const TwoNodeRun plain = run_on_two_nodes(dir, "plain", stage3);
   const TwoNodeRun hpz_only = run_on_two_nodes(dir, "hpz", stage3 + hpz);
-  const TwoNodeRun all = run_on_two_nodes(dir, "all", stage3 + hpz + kQwz + kQgz);
+  // With LoCo too, so that both hops feed their error back across real node boundaries (it adds no byte).
+  const TwoNodeRun all = run_on_two_nodes(dir, "all", stage3 + hpz + kQwz + kQgz + kLoco);
   for (const TwoNodeRun* run : {&plain, &hpz_only, &all}) {
     ASSERT_EQ(run->node0.exit_code, 0) << run->node0.err;
     ASSERT_EQ(run->node1_exit_code, 0) << run->node1_err;
@@ -169,6 +201,10 @@ TEST(ZeroppTwoNodes, CrossNodeBytesAsPredicted) {
   std::cout << "cross-node bytes per step against plain stage 3: hpZ " << hpz_ratio << ", qwZ+qgZ+hpZ " << ratio
             << "\n";
   expect_losses_near(all.node0, plain.node0, kLossTolerance);
+  // LoCo keeps a hop-1 error over the whole unit and a hop-2 error over its node sums (1/L of it, L = 2).
+  const nlohmann::json states = read_model_states(all.node0);
+  EXPECT_NEAR(states.at("transform_grads").get<double>() / (states.at("num_params").get<double>() * (1 + 4.0 / 512)),
+              1.5, 0.02);
 }
 
 TEST(ZeroppConfig, HpzOtherThanTheRanksPerNodeIsRefused) {

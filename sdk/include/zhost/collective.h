@@ -43,7 +43,7 @@ typedef struct zhost_collective_api {
   zhost_status* (*interpose)(zhost_plugin_instance* self, zhost_collective_op op, zhost_collective_args* args,
                              int32_t* handled);
   /* 0.8, optional (NULL: holds nothing): what the transform keeps between collectives, for the model-state
-   * figures: `params` the parameter copies it holds (hpZ's secondary partition), `buffers` its staging. */
+   * figures: `params` its parameter copies (hpZ), `grads` its gradient state (LoCo's errors), `buffers` staging. */
   zhost_status* (*memory)(zhost_plugin_instance* self, zhost_model_state_bytes* out);
 } zhost_collective_api;
 #define ZHOST_COLLECTIVE_API_SIZE ZHOST_STRUCT_SIZE(zhost_collective_api, memory)
