@@ -32,11 +32,26 @@ void check_batch_sizes(const config::ResolvedConfig& config, int world_size, int
   }
 }
 
+// hpZ's secondary partition lives within a node (docs/zeropp.md): with the launch's ranks per node known, a
+// partition size other than it is found here rather than at the first gather.
+void check_node_layout(const config::ResolvedConfig& config, int nproc, int nnodes) {
+  if (!config.active("zero.zero_hpz_partition_size")) return;
+  const int64_t hpz = config.get_int("zero.zero_hpz_partition_size");
+  if (hpz <= 1 || hpz == nproc) return;
+  fail_usage(
+      "{} with --nproc {} --nnodes {}: zero.zero_hpz_partition_size = {}, but zhost's hpZ keeps the secondary "
+      "partition within a node and this launch runs {} ranks per node; set it to {}",
+      config.location("zero.zero_hpz_partition_size"), nproc, nnodes, hpz, nproc, nproc);
+}
+
 }  // namespace
 
 int config_check_command(const JobSetupOptions& options, int nproc, int nnodes) {
   JobSetup job = prepare_job(options);
-  if (nproc > 0) check_batch_sizes(*job.config, nproc * nnodes, nproc, nnodes);
+  if (nproc > 0) {
+    check_batch_sizes(*job.config, nproc * nnodes, nproc, nnodes);
+    check_node_layout(*job.config, nproc, nnodes);
+  }
 #if ZHOST_HAS_ENGINE
   engine::check_data(*job.config);
   engine::check_precision(*job.config);

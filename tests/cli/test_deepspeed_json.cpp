@@ -271,6 +271,16 @@ TEST(DeepSpeedJson, CheckWithNprocChecksTheBatchArithmetic) {
             std::string::npos)
       << r.err;
   dir.write("ok.json", R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4})");
+  dir.write("hpz.json", R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3,
+                              "zero_hpz_partition_size": 4}})");
+  CliResult hpz = run_zhost(dir.path(), "config check hpz.json --nproc 2 --nnodes 2" + kPlugins);
+  EXPECT_EQ(hpz.exit_code, 2);
+  EXPECT_NE(hpz.err.find("zhost: error: hpz.json:2:31: with --nproc 2 --nnodes 2: zero.zero_hpz_partition_size = 4, "
+                         "but zhost's hpZ keeps the secondary partition within a node and this launch runs 2 ranks "
+                         "per node; set it to 2"),
+            std::string::npos)
+      << hpz.err;
+  EXPECT_EQ(run_zhost(dir.path(), "config check hpz.json --nproc 4" + kPlugins).exit_code, 0);
   CliResult ok = run_zhost(dir.path(), "config check ok.json --nproc 4" + kPlugins);
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("is valid for 4 ranks"), std::string::npos) << ok.out;
