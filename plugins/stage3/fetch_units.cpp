@@ -7,6 +7,18 @@
 
 namespace zhost::stage3 {
 
+const zhost_ext_header* FetchUnit::segments() const {
+  if (segment_starts_.empty()) {
+    for (int64_t start : offsets)
+      if (start < padded() && (segment_starts_.empty() || start > segment_starts_.back()))
+        segment_starts_.push_back(start);
+    segments_ext_.header = {sizeof(zhost_segments_ext), ZHOST_EXT_SEGMENTS, nullptr};
+  }
+  segments_ext_.starts = segment_starts_.data();
+  segments_ext_.count = segment_starts_.size();
+  return segment_starts_.empty() ? nullptr : &segments_ext_.header;
+}
+
 FetchUnits::FetchUnits(const std::vector<int64_t>& numels, const std::vector<int32_t>& owner_block, int32_t num_blocks,
                        int world_size, int64_t persistence_threshold, int64_t sub_group_size)
     : unit_of_(numels.size(), -1), offset_of_(numels.size(), 0) {

@@ -32,6 +32,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "zhost/host.h"
+
 namespace zhost::stage3 {
 
 struct FetchUnit {
@@ -45,6 +47,15 @@ struct FetchUnit {
   int32_t block = -1;  // the owning block (-1 for the persistent unit)
   int sub_group = 0;
   int64_t sub_group_offset = 0;  // where this unit's shard starts in its sub-group's buffers
+
+  // Its parameters as tensors of its gathered storage (ZHOST_EXT_SEGMENTS on its gathers and reductions, so
+  // that a quantizing transform keeps blocks within one parameter). Points into this unit: valid while it
+  // stays in place (FetchUnits never moves a unit after building it).
+  const zhost_ext_header* segments() const;
+
+ private:
+  mutable std::vector<int64_t> segment_starts_;  // offsets without empty parameters
+  mutable zhost_segments_ext segments_ext_{};
 };
 
 struct SubGroup {

@@ -76,6 +76,7 @@ void Gatherer::start_gather(int unit, zhost_collective_intent intent) {
     u.gathered_in_micro_batch = true;
   }
   zhost_collective_args args = zero::collective_args(intent, layout.block);
+  args.ext = layout.segments();
   u.read_exactly = intent == ZHOST_INTENT_PARAM_READ;
   args.send = &u.send_dl;
   args.recv = &u.recv_dl;

@@ -111,6 +111,20 @@ typedef struct zhost_collective_args {
 #define ZHOST_COLLECTIVE_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_collective_args, work) /* since 0.1 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_collective_args, ZHOST_COLLECTIVE_ARGS_SIZE);
 
+/* Extension type 2 (docs/abi.md 8), optional on zhost_collective_args.ext: the collective's flat buffer is
+ * several tensors laid end to end (stage 3: the parameters of a unit), so that a collective transform can
+ * keep each quantization block within one of them (DeepSpeed quantizes every parameter apart). starts[i] is
+ * where tensor i begins, in elements of the whole buffer: recv of an all-gather, send of a reduce-scatter
+ * (every rank's part together); starts[0] = 0, strictly increasing, each below the whole buffer's element
+ * count; the last tensor runs to the end (padding included). Borrowed like send and recv. Readers that do not
+ * know it (the host's own collectives, transforms before it) ignore it. */
+#define ZHOST_EXT_SEGMENTS 2u
+typedef struct zhost_segments_ext {
+  zhost_ext_header header; /* type ZHOST_EXT_SEGMENTS, struct_size sizeof(zhost_segments_ext) */
+  const int64_t* starts;   /* count entries */
+  size_t count;
+} zhost_segments_ext;
+
 /* 0.8: the nodes of the job as its launcher placed the ranks (zhost run --nnodes, torchrun, Slurm, Open MPI;
  * never inferred from device counts). Nodes are numbered 0..num_nodes-1 in the order of their smallest rank.
  * For hierarchical collectives: the ranks of one node talk over the fast local link. */
