@@ -12,25 +12,17 @@ const BlockFormat kKeptFormat{Bits::kInt8, 512};
 }  // namespace
 
 float* ErrorFeedback::load(int32_t block, int hop, int64_t n) {
-  if (block < 0) {
-    if (!warned_)
-      host_.warn(
-          "quant_zeropp: a gradient reduce-scatter names no block, so LoCo cannot keep its error; it is "
-          "sent without error feedback");
-    warned_ = true;
-    return nullptr;
-  }
   Kept& kept = kept_[Key{block, hop, n}];
   open_.resize(static_cast<size_t>(n));
   if (!kept.packed) {
-    kept.packed = std::make_unique<ByteBuffer>(packed_bytes(n, kKeptFormat));
+    kept.packed = std::make_unique<ByteBuffer>(packed_bytes(ChunkPieces(n), kKeptFormat));
     bytes_ += static_cast<uint64_t>(kept.packed->shape);
   }
   if (kept.reductions == 0 || kept.reductions >= options_.reset_after) {
     std::fill(open_.begin(), open_.end(), 0.0f);
     kept.reductions = 0;
   } else {
-    unpack(kept.packed->data(), n, kKeptFormat, open_.data(), Dtype::kF32);
+    unpack(kept.packed->data(), ChunkPieces(n), kKeptFormat, open_.data(), Dtype::kF32);
   }
   ++kept.reductions;
   open_kept_ = &kept;
@@ -40,7 +32,8 @@ float* ErrorFeedback::load(int32_t block, int hop, int64_t n) {
 
 void ErrorFeedback::store() {
   if (!open_kept_) return;
-  pack(open_.data(), Dtype::kF32, open_n_, kKeptFormat, open_kept_->packed->data());
+  pack(open_.data(), Dtype::kF32, ChunkPieces(open_n_), kKeptFormat, open_kept_->packed->data(),
+       open_kept_->packed->shape);
   open_kept_ = nullptr;
 }
 

@@ -2,8 +2,8 @@
 // each gradient buffer, kept until that buffer's next reduction and sent with it (Note [LoCo error feedback] in
 // zhost/kit/zeropp_quant.hpp). A reduction has one error buffer per hop (Note [qgZ's two hops]): hop 1 over
 // the rank's whole send buffer, hop 2 over its node sums. A buffer is named by the block the reduce-scatter
-// is for (args.block), the hop and its element count; a reduce-scatter without a block gets no feedback (one
-// warning).
+// is for (args.block), the hop and its element count. Block -1 (stage 3's persistent unit) is a name like
+// the others: two buffers of one block and size would share an error, so a partition names its buffers apart.
 //
 // Between reductions an error buffer is kept as int8 blocks of 512 with fp32 scales, as DeepSpeed keeps it:
 // 1 + 4/512 bytes per element, so hop 1 holds about 1 byte per parameter of the model on every rank (not
@@ -33,7 +33,7 @@ class ErrorFeedback {
   ErrorFeedback(const sdk::Host& host, LocoOptions options) : host_(host), options_(options) {}
   float beta() const { return options_.beta; }
   // The fp32 error of (block, hop)'s buffer of n elements for this reduction: zeros the first time and after
-  // reset_T reductions of it. NULL for block < 0. The caller updates it (quantize_compensated) and hands it
+  // reset_T reductions of it. The caller updates it (quantize_compensated) and hands it
   // back with store() before the next load().
   float* load(int32_t block, int hop, int64_t n);
   // Keeps the updated error of the buffer load() last gave out.
@@ -52,7 +52,6 @@ class ErrorFeedback {
   std::vector<float> open_;  // the error load() gave out
   Kept* open_kept_ = nullptr;
   int64_t open_n_ = 0;
-  bool warned_ = false;
   uint64_t bytes_ = 0;
 };
 
