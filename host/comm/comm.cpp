@@ -533,20 +533,22 @@ void validate(const Rendezvous& rendezvous, const CommOptions& options) {
 }
 
 // Note [Node layout]: each rank publishes what it knows of its node under zhost/node/<rank> when it joins:
-// "<local world size>\n<launcher>\n<node>". After the join every rank reads all of them, numbers the nodes
-// in the order of their smallest rank, and checks each rank's local world size against the ranks that share
-// its node string. Every rank reads the same values, so every rank reaches the same verdict: a wrong
+// "<local world size>\n<launcher>\n<the variable it came from>\n<node>". After the join every rank reads all of them,
+// numbers the nodes in the order of their smallest rank, and checks each rank's local world size against the ranks that
+// share its node string. Every rank reads the same values, so every rank reaches the same verdict: a wrong
 // LOCAL_WORLD_SIZE stops all of them with the same message instead of leaving some waiting for the others.
 std::string node_key(int rank) { return fmt::format("zhost/node/{}", rank); }
 
 std::vector<uint8_t> encode_node(const Rendezvous& rendezvous) {
-  const std::string text = fmt::format("{}\n{}\n{}", rendezvous.local_world_size, rendezvous.launcher, rendezvous.node);
+  const std::string text = fmt::format("{}\n{}\n{}\n{}", rendezvous.local_world_size, rendezvous.launcher,
+                                       rendezvous.local_world_size_from, rendezvous.node);
   return std::vector<uint8_t>(text.begin(), text.end());
 }
 
 struct NodeOfRank {
   int local_world_size = 0;
   std::string launcher;
+  std::string variable;  // where the launcher's local world size came from
   std::string node;
 };
 
@@ -554,16 +556,18 @@ NodeOfRank decode_node(const std::vector<uint8_t>& value, int rank) {
   const std::string text(value.begin(), value.end());
   const size_t first = text.find('\n');
   const size_t second = first == std::string::npos ? first : text.find('\n', first + 1);
+  const size_t third = second == std::string::npos ? second : text.find('\n', second + 1);
   NodeOfRank decoded;
   try {
-    if (second == std::string::npos) throw std::invalid_argument("no separator");
+    if (third == std::string::npos) throw std::invalid_argument("no separator");
     decoded.local_world_size = std::stoi(text.substr(0, first));
   } catch (const std::exception&) {
     fail_rank(
         fmt::format("rendezvous: rank {} published a malformed node record '{}' (another zhost version?)", rank, text));
   }
   decoded.launcher = text.substr(first + 1, second - first - 1);
-  decoded.node = text.substr(second + 1);
+  decoded.variable = text.substr(second + 1, third - second - 1);
+  decoded.node = text.substr(third + 1);
   return decoded;
 }
 
@@ -595,11 +599,11 @@ void exchange_nodes(Job& job, const Rendezvous& rendezvous) {
     const std::vector<int>& same_node = members[job.node_of_rank[rank]];
     if (told.local_world_size <= 0 || told.local_world_size == static_cast<int>(same_node.size())) continue;
     fail_usage(
-        "the ranks do not agree on the nodes: {} told rank {} that {} rank{} run on its node (LOCAL_WORLD_SIZE), "
-        "but {} rank{} ({}) name its node '{}'; give the ranks of a node the same node identity (--node-rank, "
-        "GROUP_RANK, SLURM_NODEID, else the host name) and their number as LOCAL_WORLD_SIZE",
-        told.launcher, rank, told.local_world_size, told.local_world_size == 1 ? "" : "s", same_node.size(),
-        same_node.size() == 1 ? "" : "s", join_ints(same_node), told.node);
+        "the ranks do not agree on the nodes: {} told rank {} that {} rank{} run on its node ({}), but {} rank{} "
+        "({}) name its node '{}'; give the ranks of a node the same node identity (--node-rank, GROUP_RANK, "
+        "SLURM_NODEID, else the host name) and their number as {}",
+        told.launcher, rank, told.local_world_size, told.local_world_size == 1 ? "" : "s", told.variable,
+        same_node.size(), same_node.size() == 1 ? "" : "s", join_ints(same_node), told.node, told.variable);
   }
 }
 

@@ -54,7 +54,8 @@ struct Rendezvous {
   // How many ranks the launcher says run on this node (LOCAL_WORLD_SIZE); when positive, every node's count
   // of ranks must match what its ranks were told, or Comm::create fails naming both figures. 0: unchecked.
   int local_world_size = 0;
-  std::string launcher = "the launcher";  // who started the ranks, for that message ("torchrun", ...)
+  std::string launcher = "the launcher";                   // who started the ranks, for that message ("torchrun", ...)
+  std::string local_world_size_from = "LOCAL_WORLD_SIZE";  // the variable it came from, for that message
 };
 
 struct CommOptions {

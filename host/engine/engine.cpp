@@ -266,6 +266,7 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
   rendezvous.node = env.node;
   rendezvous.local_world_size = env.local_world_size_given ? env.local_world_size : 0;  // 0: not checked
   rendezvous.launcher = launch::describe_source(env.source);
+  rendezvous.local_world_size_from = env.local_world_size_from;
   comm::CommOptions options;
   options.backend = settings.backend;
   options.timeout_s = settings.comm_timeout_s;

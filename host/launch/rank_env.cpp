@@ -113,6 +113,7 @@ RankEnv from_openmpi(const EnvReader& vars, const std::string& host_name) {
   rank_env.world_size = vars.require_int("OMPI_COMM_WORLD_SIZE");
   rank_env.local_rank = vars.require_int("OMPI_COMM_WORLD_LOCAL_RANK");
   rank_env.local_world_size = vars.require_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+  rank_env.local_world_size_from = "OMPI_COMM_WORLD_LOCAL_SIZE";
   rank_env.master_addr = vars.require("MASTER_ADDR", hint);
   rank_env.master_port = vars.require_int("MASTER_PORT", hint);
   rank_env.node = host_name;
@@ -139,9 +140,11 @@ std::vector<int> expand_tasks_per_node(const EnvReader& vars, const std::string&
   return counts;
 }
 
-int slurm_tasks_on_this_node(const EnvReader& vars) {
+// The tasks Slurm runs on this node, and the variable that said so.
+int slurm_tasks_on_this_node(const EnvReader& vars, std::string& from) {
   for (const std::string name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
     if (!vars.has(name)) continue;
+    from = name;
     const std::vector<int> counts = expand_tasks_per_node(vars, name, *vars.get(name));
     const int node = vars.require_int("SLURM_NODEID");
     if (node < 0 || node >= static_cast<int>(counts.size())) {
@@ -149,6 +152,7 @@ int slurm_tasks_on_this_node(const EnvReader& vars) {
     }
     return counts[node];
   }
+  from = "SLURM_NTASKS";
   if (vars.int_or("SLURM_NNODES", 1) == 1) return vars.require_int("SLURM_NTASKS");
   fail_usage("started by Slurm on several nodes but neither SLURM_STEP_TASKS_PER_NODE nor SLURM_TASKS_PER_NODE is set");
 }
@@ -159,7 +163,7 @@ RankEnv from_slurm(const EnvReader& vars) {
   rank_env.rank = vars.require_int("SLURM_PROCID");
   rank_env.world_size = vars.require_int("SLURM_NTASKS");
   rank_env.local_rank = vars.require_int("SLURM_LOCALID");
-  rank_env.local_world_size = slurm_tasks_on_this_node(vars);
+  rank_env.local_world_size = slurm_tasks_on_this_node(vars, rank_env.local_world_size_from);
   rank_env.node = std::to_string(vars.int_or("SLURM_NODEID", 0));
   if (vars.has("MASTER_ADDR")) {
     rank_env.master_addr = vars.require("MASTER_ADDR");

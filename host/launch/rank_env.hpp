@@ -18,6 +18,9 @@ struct RankEnv {
   // False where the launcher did not say how many ranks run on this node (a plain RANK/WORLD_SIZE
   // environment): local_world_size is then a guess, and the rendezvous does not check it.
   bool local_world_size_given = true;
+  // The variable local_world_size was read from, for messages: LOCAL_WORLD_SIZE (zhost's launcher, torchrun),
+  // OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE or SLURM_NTASKS.
+  std::string local_world_size_from = "LOCAL_WORLD_SIZE";
   std::string master_addr = "127.0.0.1";
   int master_port = 0;            // 0 only for "single": one rank needs no rendezvous port
   std::string source = "single";  // "zhost" | "torchrun" | "slurm" | "openmpi" | "single"

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -132,34 +133,63 @@ TEST(MultiNode, Stage3BlockUnitsSendTwoThirdsAcrossNodes) {
   }
 }
 
-// Three ranks started torchrun-style, all on node 0 (GROUP_RANK) but told LOCAL_WORLD_SIZE=2: each stops
-// at the rendezvous within seconds, naming both figures and the launcher, with a usage error.
-TEST(MultiNode, WrongLocalWorldSizeIsAClearErrorNotAHang) {
+// Three ranks on one node (same node identity) whose launcher says 2 run there: each stops at the rendezvous
+// within seconds, naming both figures, the launcher and the variable it read, with a usage error.
+void expect_wrong_local_world_size_refused(const std::function<std::vector<std::string>(int rank, int port)>& env,
+                                           const std::string& expected) {
   ScratchDir dir;
   const fs::path config = dir.path() / "job.toml";
   std::ofstream(config) << small_job_config();
-  const std::string port = std::to_string(unused_port());
+  const int port = unused_port();
   const auto started = Clock::now();
   std::vector<pid_t> ranks;
   for (int rank = 0; rank < 3; ++rank) {
     const std::string r = std::to_string(rank);
-    ranks.push_back(
-        spawn_logged({ZHOST_EXE, "run", config.string(), "--set", "run.dir=" + (dir.path() / "runs").string(), "--set",
-                      "comm.timeout_s=30"},
-                     dir.path() / ("rank" + r + ".out"), dir.path() / ("rank" + r + ".err"),
-                     {"RANK=" + r, "WORLD_SIZE=3", "LOCAL_RANK=" + std::to_string(rank % 2), "LOCAL_WORLD_SIZE=2",
-                      "GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}));
+    ranks.push_back(spawn_logged({ZHOST_EXE, "run", config.string(), "--set",
+                                  "run.dir=" + (dir.path() / "runs").string(), "--set", "comm.timeout_s=30"},
+                                 dir.path() / ("rank" + r + ".out"), dir.path() / ("rank" + r + ".err"),
+                                 env(rank, port)));
   }
   for (int rank = 0; rank < 3; ++rank) {
     const int exit_code = wait_for_exit_code(ranks[rank], 60);
     const std::string err = read_text_file(dir.path() / ("rank" + std::to_string(rank) + ".err"));
     EXPECT_EQ(exit_code, 2) << err;
-    EXPECT_NE(err.find("zhost: error: the ranks do not agree on the nodes: torchrun told rank 0 that 2 ranks run on "
-                       "its node (LOCAL_WORLD_SIZE), but 3 ranks (0, 1, 2) name its node '0'"),
-              std::string::npos)
-        << err;
+    EXPECT_NE(err.find("zhost: error: the ranks do not agree on the nodes: " + expected), std::string::npos) << err;
   }
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 25) << "well within comm.timeout_s";
+}
+
+TEST(MultiNode, WrongLocalWorldSizeIsAClearErrorNotAHang) {
+  expect_wrong_local_world_size_refused(
+      [](int rank, int port) {
+        return std::vector<std::string>{"RANK=" + std::to_string(rank),
+                                        "WORLD_SIZE=3",
+                                        "LOCAL_RANK=" + std::to_string(rank % 2),
+                                        "LOCAL_WORLD_SIZE=2",
+                                        "GROUP_RANK=0",
+                                        "MASTER_ADDR=127.0.0.1",
+                                        "MASTER_PORT=" + std::to_string(port)};
+      },
+      "torchrun told rank 0 that 2 ranks run on its node (LOCAL_WORLD_SIZE), but 3 ranks (0, 1, 2) name its node "
+      "'0'");
+}
+
+// The same under Slurm, whose tasks per node come from SLURM_STEP_TASKS_PER_NODE ("2,1": 2 on node 0).
+TEST(MultiNode, WrongSlurmTasksPerNodeNamesSlurmsVariable) {
+  expect_wrong_local_world_size_refused(
+      [](int rank, int port) {
+        return std::vector<std::string>{"SLURM_PROCID=" + std::to_string(rank),
+                                        "SLURM_NTASKS=3",
+                                        "SLURM_LOCALID=" + std::to_string(rank % 2),
+                                        "SLURM_NODEID=0",
+                                        "SLURM_NNODES=2",
+                                        "SLURM_STEP_TASKS_PER_NODE=2,1",
+                                        "MASTER_ADDR=127.0.0.1",
+                                        "MASTER_PORT=" + std::to_string(port)};
+      },
+      "Slurm told rank 0 that 2 ranks run on its node (SLURM_STEP_TASKS_PER_NODE), but 3 ranks (0, 1, 2) name its "
+      "node '0'; give the ranks of a node the same node identity (--node-rank, GROUP_RANK, SLURM_NODEID, else the "
+      "host name) and their number as SLURM_STEP_TASKS_PER_NODE");
 }
 
 }  // namespace
