@@ -64,7 +64,8 @@ variant_sets() {
   esac
 }
 
-port=$((30000 + RANDOM % 20000))
+# A port nobody listens on now, for each two-launcher run's rendezvous.
+free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 for model in $models; do
   for type in $types; do
     for variant in $variants; do
@@ -77,14 +78,14 @@ for model in $models; do
       if [[ $nodes == 1 ]]; then
         OMP_NUM_THREADS=1 "$zhost" run "$config" --nproc "$per_node" "${sets[@]}" > "$results/$name.log" 2>&1 || echo "$name failed"
       else
-        two=(run "$config" --nproc "$per_node" --nnodes 2 --master-addr 127.0.0.1 --master-port $port "${sets[@]}")
+        port=$(free_port)
+        two=(run "$config" --nproc "$per_node" --nnodes 2 --master-addr 127.0.0.1 --master-port "$port" "${sets[@]}")
         OMP_NUM_THREADS=1 "$zhost" "${two[@]}" --node-rank 1 > "$results/$name.node1.log" 2>&1 &
         node1=$!
         OMP_NUM_THREADS=1 "$zhost" "${two[@]}" --node-rank 0 > "$results/$name.log" 2>&1 || echo "$name failed"
         wait $node1 || echo "$name (node 1) failed"
       fi
       echo "$name: $(( $(date +%s) - start )) s"
-      port=$((port + 1))
     done
   done
 done
