@@ -139,7 +139,8 @@ TEST_F(Cli, MissingProviderListsWhatWasFound) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("needs a plugin providing 'offload:ssd', but none was found (found: "
                        "tp_stage1 (partition:stage1); tp_stage2 (partition:stage2); offload_cpu (offload:cpu); "
-                       "offload_nvme (offload:nvme); quant_zeropp (collective:qwz, collective:qgz, collective:hpz); "
+                       "offload_nvme (offload:nvme); quant_zeropp (collective:qwz, collective:qgz, collective:hpz, "
+                       "collective:loco); "
                        "stage1 (partition:stage1); stage2 (partition:stage2); stage3 (partition:stage3); "
                        "stage0 (partition:stage0))"),
             std::string::npos)
