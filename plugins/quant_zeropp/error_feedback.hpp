@@ -31,6 +31,7 @@ struct LocoOptions {
 class ErrorFeedback {
  public:
   ErrorFeedback(const sdk::Host& host, LocoOptions options) : host_(host), options_(options) {}
+  const LocoOptions& options() const { return options_; }
   float beta() const { return options_.beta; }
   // The fp32 error of (block, hop)'s buffer of n elements for this reduction: zeros the first time and after
   // reset_T reductions of it. The caller updates it (quantize_compensated) and hands it
@@ -39,6 +40,8 @@ class ErrorFeedback {
   // Keeps the updated error of the buffer load() last gave out.
   void store();
   uint64_t memory_bytes() const { return bytes_; }
+  // The fp32 copy of the error in use, as large as the largest buffer (staging, not model state).
+  uint64_t scratch_bytes() const { return open_.capacity() * sizeof(float); }
 
  private:
   using Key = std::tuple<int32_t, int, int64_t>;  // block, hop, elements

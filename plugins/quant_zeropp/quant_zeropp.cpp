@@ -65,8 +65,8 @@ class QuantZeropp : public sdk::CollectiveHooks {
                         host.config_string("zero.zeropp.gradient_bits"),
                         host.config_int("zero.zeropp.gradient_block_size"));
     if (loco_)
-      on += kit::format(", LoCo error feedback (err_beta {}, reset_T {})", loco_options(host).beta,
-                        loco_options(host).reset_after);
+      on += kit::format(", LoCo error feedback (err_beta {}, reset_T {})", feedback_.options().beta,
+                        feedback_.options().reset_after);
     if (hpz_)
       on += kit::format("{}hpZ (a secondary copy of the parameters over {} ranks, for the re-gathers)",
                         on.empty() ? "" : ", ", host.config_int("zero.zero_hpz_partition_size"));
@@ -101,6 +101,7 @@ class QuantZeropp : public sdk::CollectiveHooks {
   void memory(zhost_model_state_bytes& out) const {
     out.params = copies_.memory_bytes();
     out.grads = feedback_.memory_bytes();
+    out.buffers = feedback_.scratch_bytes();
   }
 
  private:

@@ -7,18 +7,6 @@
 
 namespace zhost::stage3 {
 
-const zhost_ext_header* FetchUnit::segments() const {
-  if (segment_starts_.empty()) {
-    for (int64_t start : offsets)
-      if (start < padded() && (segment_starts_.empty() || start > segment_starts_.back()))
-        segment_starts_.push_back(start);
-    segments_ext_.header = {sizeof(zhost_segments_ext), ZHOST_EXT_SEGMENTS, nullptr};
-  }
-  segments_ext_.starts = segment_starts_.data();
-  segments_ext_.count = segment_starts_.size();
-  return segment_starts_.empty() ? nullptr : &segments_ext_.header;
-}
-
 FetchUnits::FetchUnits(const std::vector<int64_t>& numels, const std::vector<int32_t>& owner_block, int32_t num_blocks,
                        int world_size, int64_t persistence_threshold, int64_t sub_group_size)
     : unit_of_(numels.size(), -1), offset_of_(numels.size(), 0) {
@@ -56,6 +44,9 @@ FetchUnits::FetchUnits(const std::vector<int64_t>& numels, const std::vector<int
   for (FetchUnit& unit : units_) {
     unit.world_size = world_size;
     unit.shard = std::max<int64_t>(1, (unit.numel + world_size - 1) / world_size);
+    for (int64_t start : unit.offsets)
+      if (start < unit.padded() && (unit.segment_starts.empty() || start > unit.segment_starts.back()))
+        unit.segment_starts.push_back(start);
   }
   // Sub-groups: consecutive units while their shards fit in sub_group_size.
   for (size_t u = 0; u < units_.size(); ++u) {

@@ -48,14 +48,14 @@ struct FetchUnit {
   int sub_group = 0;
   int64_t sub_group_offset = 0;  // where this unit's shard starts in its sub-group's buffers
 
-  // Its parameters as tensors of its gathered storage (ZHOST_EXT_SEGMENTS on its gathers and reductions, so
-  // that a quantizing transform keeps blocks within one parameter). Points into this unit: valid while it
-  // stays in place (FetchUnits never moves a unit after building it).
-  const zhost_ext_header* segments() const;
-
- private:
-  mutable std::vector<int64_t> segment_starts_;  // offsets without empty parameters
-  mutable zhost_segments_ext segments_ext_{};
+  // Where its non-empty parameters start in its gathered storage, ascending from 0: the tensors that
+  // ZHOST_EXT_SEGMENTS names on its gathers and reductions, so that a quantizing transform keeps blocks within
+  // one parameter.
+  std::vector<int64_t> segment_starts;
+  // That extension, pointing into segment_starts: the caller keeps it until the collective completes.
+  zhost_segments_ext segments() const {
+    return {{sizeof(zhost_segments_ext), ZHOST_EXT_SEGMENTS, nullptr}, segment_starts.data(), segment_starts.size()};
+  }
 };
 
 struct SubGroup {

@@ -76,7 +76,8 @@ void Gatherer::start_gather(int unit, zhost_collective_intent intent) {
     u.gathered_in_micro_batch = true;
   }
   zhost_collective_args args = zero::collective_args(intent, layout.block);
-  args.ext = layout.segments();
+  u.segments = layout.segments();
+  args.ext = &u.segments.header;
   u.read_exactly = intent == ZHOST_INTENT_PARAM_READ;
   args.send = &u.send_dl;
   args.recv = &u.recv_dl;

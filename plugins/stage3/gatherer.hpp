@@ -59,6 +59,7 @@ class Gatherer {
                        // parameter offload)
     at::Tensor send;   // what the gather in flight sends: the shard, or its staging buffer
     DLTensor send_dl{}, recv_dl{};
+    zhost_segments_ext segments{};  // on the gather in flight
     zhost_work* gather_work = nullptr;
     int open_uses = 0;                     // blocks between their pre_ and post_ hooks that read this unit
     bool prefetched = false;               // gathered ahead of the event that needs it, not yet used

@@ -66,7 +66,8 @@ void UnitReduction::launch(int unit) {
   context_.agreement.before(RankAgreement::Collective::kReduce, unit, context_.step);
   u.staging_dl = dl_view(u.grad_staging);
   zhost_collective_args args = zero::collective_args(ZHOST_INTENT_GRAD_REDUCE, layout.block);
-  args.ext = layout.segments();
+  u.segments = layout.segments();
+  args.ext = &u.segments.header;
   args.flags = ZHOST_COLLECTIVE_ASYNC;
   u.reduced = at::empty({layout.shard}, context_.on_device);
   u.reduced_dl = dl_view(u.reduced);

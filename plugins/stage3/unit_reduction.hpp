@@ -41,6 +41,7 @@ class UnitReduction {
     at::Tensor grad_staging;  // [N*S] compute dtype, from the first gradient to the reduction's end
     at::Tensor reduced;       // [S] this rank's reduced elements
     DLTensor staging_dl{}, reduced_dl{};
+    zhost_segments_ext segments{};  // on the reduction in flight
     zhost_work* reduce_work = nullptr;
     int grads_pending = 0;
     bool reduced_this_micro_batch = false;
