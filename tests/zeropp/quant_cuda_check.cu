@@ -1,6 +1,6 @@
 // tests/zeropp/quant_cuda_check.cu: the CUDA quantization kernels (zhost/kit/zeropp_quant_cuda.hpp) against the
-// CPU kernels (zhost/kit/zeropp_quant.hpp), bit for bit, on a GPU: quantize, dequantize and dequantize-and-add
-// for fp32, bf16 and fp16, int8 and int4, odd sizes, with a zero block and a block holding an inf. A plain
+// CPU kernels (zhost/kit/zeropp_quant.hpp), bit for bit, on a GPU: quantize, dequantize, dequantize-and-add and
+// quantize with error feedback (three rounds of LoCo on one error buffer) for fp32, bf16 and fp16, int8 and int4, odd sizes, with a zero block and a block holding an inf. A plain
 // program, not a GoogleTest binary, so that nvcc alone builds it (tests/zeropp/CMakeLists.txt): exit 0 when
 // every case agrees, 1 naming the first difference, 77 (ctest: skipped) when there is no CUDA device.
 // This machine has none, so it has been built and linked here but has never run its comparisons.
@@ -145,6 +145,25 @@ int check_case(zq::Dtype type, zq::Bits bits, int64_t n, int64_t block_size) {
   const std::vector<uint8_t> gpu_sum = sum.read();
   if (int64_t at = first_difference(zq::Dtype::kF32, cpu_sum.data(), gpu_sum.data(), n); at >= 0)
     return differs(name, "dequantize_add", at);
+
+  // LoCo: three sends of the same buffer, each compensated by the error the one before left.
+  std::vector<float> cpu_error(static_cast<size_t>(n), 0.0f);
+  DeviceBuffer error(4 * cpu_error.size());
+  for (int round = 0; round < 3; ++round) {
+    zq::quantize_compensated(input.data(), type, n, format, 0.8f, cpu_error.data(), cpu_data.data(),
+                             cpu_scales.data());
+    zq::cuda::quantize_compensated(src.ptr, type, n, format, 0.8f, static_cast<float*>(error.ptr), data.ptr,
+                                   static_cast<float*>(scales.ptr), nullptr);
+    const std::vector<uint8_t> gpu_error = error.read(), gpu_loco_data = data.read(),
+                               gpu_loco_scales = scales.read();
+    if (int64_t at = first_difference(zq::Dtype::kF32, cpu_error.data(), gpu_error.data(), n); at >= 0)
+      return differs(name, "quantize_compensated's error", at);
+    if (int64_t at = first_difference(zq::Dtype::kF32, cpu_scales.data(), gpu_loco_scales.data(), blocks); at >= 0)
+      return differs(name, "quantize_compensated's scales", at);
+    if (gpu_loco_data != cpu_data)
+      return differs(name, "quantize_compensated's data (byte)",
+                     std::mismatch(cpu_data.begin(), cpu_data.end(), gpu_loco_data.begin()).first - cpu_data.begin());
+  }
   return 0;
 }
 

@@ -1,6 +1,6 @@
 // sdk/kit/zeropp_quant/zeropp_quant.cu: the CUDA kernels of zhost/kit/zeropp_quant_cuda.hpp: one thread
-// block per quantization block for quantize (absmax on the bit patterns, reduced through warp shuffles and
-// shared memory), grid-stride loops for dequantize and dequantize-and-add. Note [Block quantization
+// block per quantization block for quantize and quantize with error feedback (absmax on the bit patterns,
+// reduced through warp shuffles and shared memory), grid-stride loops for dequantize and dequantize-and-add. Note [Block quantization
 // arithmetic] with explicit round-to-nearest intrinsics (__fmul_rn, __fadd_rn, __fdiv_rn,
 // __float2int_rn), so no FMA contraction or fast division changes a bit. Never run on a GPU so far.
 #include <cuda_bf16.h>
@@ -52,14 +52,19 @@ __device__ inline int quantized(float x, float prescale, float inverse) {
   return __float2int_rn(fminf(fmaxf(t, -q_max), q_max));
 }
 
-// One thread block per quantization block.
-template <class T, int kBits>
-__global__ void quantize_kernel(const T* src, int64_t n, int64_t block, uint8_t* data, float* scales) {
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * block;
-  const int64_t end = min(n, begin + block);
+// A quantization block's scale (Note [Block quantization arithmetic]) from the values value(i), i in [begin,
+// end), computed by the whole thread block: absmax on the bit patterns, reduced through warp shuffles and
+// shared memory.
+struct BlockScale {
+  float scale = 0, prescale = 1, inverse = 0;
+  bool nonzero = false;  // finite, not all zeros: quantize (else every q is 0)
+};
+
+template <int kBits, class Value>
+__device__ BlockScale block_scale(int64_t begin, int64_t end, Value value) {
   uint32_t largest = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    largest = max(largest, __float_as_uint(to_float(src[i])) & 0x7FFFFFFFu);
+    largest = max(largest, __float_as_uint(value(i)) & 0x7FFFFFFFu);
   }
   for (int offset = 16; offset > 0; offset /= 2) largest = max(largest, __shfl_xor_sync(0xFFFFFFFFu, largest, offset));
   __shared__ uint32_t warp_max[kThreads / 32];
@@ -69,27 +74,72 @@ __global__ void quantize_kernel(const T* src, int64_t n, int64_t block, uint8_t*
   for (int w = 0; w < kThreads / 32; ++w) a_bits = max(a_bits, warp_max[w]);
 
   const float q_max = kBits == 8 ? 127.0f : 7.0f;
-  bool nonzero = false;  // finite, not all zeros: quantize (else every q is 0)
-  float scale = 0, prescale = 1, inverse = 0;
+  BlockScale s;
   if (a_bits >= 0x7F800000u) {
-    scale = __uint_as_float(0x7FC00000u);
+    s.scale = __uint_as_float(0x7FC00000u);
   } else if (a_bits != 0) {
     const float a = __uint_as_float(a_bits);
-    scale = __fdiv_rn(a, q_max);
-    prescale = a < 0x1p-64f ? 0x1p64f : 1.0f;
-    inverse = __fdiv_rn(q_max, __fmul_rn(a, prescale));
-    nonzero = true;
+    s.scale = __fdiv_rn(a, q_max);
+    s.prescale = a < 0x1p-64f ? 0x1p64f : 1.0f;
+    s.inverse = __fdiv_rn(q_max, __fmul_rn(a, s.prescale));
+    s.nonzero = true;
   }
-  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  return s;
+}
+
+// One thread block per quantization block.
+template <class T, int kBits>
+__global__ void quantize_kernel(const T* src, int64_t n, int64_t block, uint8_t* data, float* scales) {
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * block;
+  const int64_t end = min(n, begin + block);
+  const BlockScale s = block_scale<kBits>(begin, end, [&](int64_t i) { return to_float(src[i]); });
+  if (threadIdx.x == 0) scales[blockIdx.x] = s.scale;
   if (kBits == 8) {
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      const int q = nonzero ? quantized<8>(to_float(src[i]), prescale, inverse) : 0;
+      const int q = s.nonzero ? quantized<8>(to_float(src[i]), s.prescale, s.inverse) : 0;
       data[i] = static_cast<uint8_t>(static_cast<int8_t>(q));
     }
   } else {  // pairs; block and begin are even
     for (int64_t i = begin + 2 * threadIdx.x; i < end; i += 2 * blockDim.x) {
-      const int low = nonzero ? quantized<4>(to_float(src[i]), prescale, inverse) : 0;
-      const int high = (nonzero && i + 1 < end) ? quantized<4>(to_float(src[i + 1]), prescale, inverse) : 0;
+      const int low = s.nonzero ? quantized<4>(to_float(src[i]), s.prescale, s.inverse) : 0;
+      const int high = (s.nonzero && i + 1 < end) ? quantized<4>(to_float(src[i + 1]), s.prescale, s.inverse) : 0;
+      data[i / 2] = static_cast<uint8_t>((low & 0xF) | ((high & 0xF) << 4));
+    }
+  }
+}
+
+// Note [LoCo error feedback] for one element: its q, and its error updated from the compensated value c.
+template <int kBits>
+__device__ inline int compensated_q(float c, const BlockScale& s, float keep, float take, float* e) {
+  const int q = s.nonzero ? quantized<kBits>(c, s.prescale, s.inverse) : 0;
+  if (isnan(s.scale)) {
+    *e = 0.0f;  // a block with inf or NaN restarts its error
+  } else {
+    const float sent = __fmul_rn(static_cast<float>(q), s.scale);
+    *e = __fadd_rn(__fmul_rn(keep, *e), __fmul_rn(take, __fsub_rn(c, sent)));
+  }
+  return q;
+}
+
+// One thread block per quantization block: the compensated values c = x + e are formed twice (for the scale,
+// then for q), the same bits both times, so no scratch buffer is needed.
+template <class T, int kBits>
+__global__ void quantize_compensated_kernel(const T* src, int64_t n, int64_t block, float keep, float take,
+                                            float* error, uint8_t* data, float* scales) {
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * block;
+  const int64_t end = min(n, begin + block);
+  auto compensated = [&](int64_t i) { return __fadd_rn(to_float(src[i]), error[i]); };
+  const BlockScale s = block_scale<kBits>(begin, end, compensated);
+  if (threadIdx.x == 0) scales[blockIdx.x] = s.scale;
+  if (kBits == 8) {
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const int q = compensated_q<8>(compensated(i), s, keep, take, &error[i]);
+      data[i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    }
+  } else {  // pairs; block and begin are even
+    for (int64_t i = begin + 2 * threadIdx.x; i < end; i += 2 * blockDim.x) {
+      const int low = compensated_q<4>(compensated(i), s, keep, take, &error[i]);
+      const int high = i + 1 < end ? compensated_q<4>(compensated(i + 1), s, keep, take, &error[i + 1]) : 0;
       data[i / 2] = static_cast<uint8_t>((low & 0xF) | ((high & 0xF) << 4));
     }
   }
@@ -195,6 +245,35 @@ void dequantize_add(const void* data, const float* scales, int64_t n, const Bloc
     add_kernel<4><<<elementwise_grid(n), kThreads, 0, s>>>(bytes, scales, n, format.block_size, sum);
   }
   check_launch("dequantize_add");
+}
+
+void quantize_compensated(const void* src, Dtype src_type, int64_t n, const BlockFormat& format, float beta,
+                          float* error, void* data, float* scales, void* stream) {
+  check_call(n, format, data, scales, src);
+  if (!(beta >= 0.0f && beta < 1.0f)) {
+    throw sdk::PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                           "zeropp cuda error feedback: beta " + std::to_string(beta) + " is outside [0, 1)");
+  }
+  if (n > 0 && error == nullptr) {
+    throw sdk::PluginError(ZHOST_ERR_INVALID_ARGUMENT, "zeropp cuda error feedback: null error buffer");
+  }
+  if (n == 0) return;
+  const auto blocks = static_cast<unsigned>(block_count(n, format));
+  auto* s = static_cast<cudaStream_t>(stream);
+  auto* bytes = static_cast<uint8_t*>(data);
+  const float keep = beta, take = 1.0f - beta;  // as the CPU path forms them
+  with_type(src_type, [&](auto zero) {
+    using T = decltype(zero);
+    const T* values = static_cast<const T*>(src);
+    if (format.bits == Bits::kInt8) {
+      quantize_compensated_kernel<T, 8>
+          <<<blocks, kThreads, 0, s>>>(values, n, format.block_size, keep, take, error, bytes, scales);
+    } else {
+      quantize_compensated_kernel<T, 4>
+          <<<blocks, kThreads, 0, s>>>(values, n, format.block_size, keep, take, error, bytes, scales);
+    }
+  });
+  check_launch("quantize_compensated");
 }
 
 }  // namespace zhost::zeropp::cuda

@@ -24,4 +24,8 @@ void dequantize(const void* data, const float* scales, int64_t n, const BlockFor
 void dequantize_add(const void* data, const float* scales, int64_t n, const BlockFormat& format, float* sum,
                     void* stream);
 
+// Note [LoCo error feedback]: quantize(src + error) and update error (n fp32 values in device memory).
+void quantize_compensated(const void* src, Dtype src_type, int64_t n, const BlockFormat& format, float beta,
+                          float* error, void* data, float* scales, void* stream);
+
 }  // namespace zhost::zeropp::cuda
