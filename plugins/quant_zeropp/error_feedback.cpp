@@ -1,7 +1,7 @@
 // plugins/quant_zeropp/error_feedback.cpp: LoCo's kept errors (see the header).
 #include "plugins/quant_zeropp/error_feedback.hpp"
 
-#include <algorithm>
+#include <ATen/ops/empty.h>
 
 namespace zhost::zeropp {
 namespace {
@@ -11,28 +11,31 @@ const BlockFormat kKeptFormat{Bits::kInt8, 512};
 
 }  // namespace
 
-float* ErrorFeedback::load(int32_t block, int hop, int64_t n) {
+float* ErrorFeedback::load(const DeviceOps& ops, int32_t block, int hop, int64_t n) {
   Kept& kept = kept_[Key{block, hop, n}];
-  open_.resize(static_cast<size_t>(n));
+  const at::TensorOptions fp32 = ops.options().dtype(at::kFloat);
+  if (!open_.defined() || open_.numel() < n || open_.device() != fp32.device()) open_ = at::empty({n}, fp32);
+  float* error = open_.data_ptr<float>();
   if (!kept.packed) {
-    kept.packed = std::make_unique<ByteBuffer>(packed_bytes(ChunkPieces(n), kKeptFormat));
+    kept.packed = std::make_unique<ByteBuffer>(ops, packed_bytes(ChunkPieces(n), kKeptFormat));
     bytes_ += static_cast<uint64_t>(kept.packed->shape);
   }
   if (kept.reductions == 0 || kept.reductions >= options_.reset_after) {
-    std::fill(open_.begin(), open_.end(), 0.0f);
+    ops.zero(error, n * static_cast<int64_t>(sizeof(float)));
     kept.reductions = 0;
   } else {
-    unpack(kept.packed->data(), ChunkPieces(n), kKeptFormat, open_.data(), Dtype::kF32);
+    unpack(ops, kept.packed->data(), ChunkPieces(n), kKeptFormat, error, Dtype::kF32);
   }
   ++kept.reductions;
+  open_ops_ = &ops;
   open_kept_ = &kept;
   open_n_ = n;
-  return open_.data();
+  return error;
 }
 
 void ErrorFeedback::store() {
   if (!open_kept_) return;
-  pack(open_.data(), Dtype::kF32, ChunkPieces(open_n_), kKeptFormat, open_kept_->packed->data(),
+  pack(*open_ops_, open_.data_ptr<float>(), Dtype::kF32, ChunkPieces(open_n_), kKeptFormat, open_kept_->packed->data(),
        open_kept_->packed->shape);
   open_kept_ = nullptr;
 }

@@ -7,7 +7,8 @@
 //
 // Between reductions an error buffer is kept as int8 blocks of 512 with fp32 scales, as DeepSpeed keeps it:
 // 1 + 4/512 bytes per element, so hop 1 holds about 1 byte per parameter of the model on every rank (not
-// 1/N of it: each rank's send buffer is the whole unit's gradient). memory_bytes() reports it. A buffer's
+// 1/N of it: each rank's send buffer is the whole unit's gradient), on the device of the collectives
+// (Note [ZeRO++ on the collective's device]). memory_bytes() reports it. A buffer's
 // error restarts from zero after reset_T of its reductions (DeepSpeed counts one counter over all buffers
 // instead). The errors are not saved in checkpoints: a resumed job starts them from zero.
 #pragma once
@@ -16,7 +17,6 @@
 #include <map>
 #include <memory>
 #include <tuple>
-#include <vector>
 
 #include "plugins/quant_zeropp/packed_chunks.hpp"
 #include "zhost/cpp/plugin.hpp"
@@ -33,15 +33,15 @@ class ErrorFeedback {
   ErrorFeedback(const sdk::Host& host, LocoOptions options) : host_(host), options_(options) {}
   const LocoOptions& options() const { return options_; }
   float beta() const { return options_.beta; }
-  // The fp32 error of (block, hop)'s buffer of n elements for this reduction: zeros the first time and after
-  // reset_T reductions of it. The caller updates it (quantize_compensated) and hands it
-  // back with store() before the next load().
-  float* load(int32_t block, int hop, int64_t n);
+  // The fp32 error of (block, hop)'s buffer of n elements for this reduction, in the memory of `ops`: zeros
+  // the first time and after reset_T reductions of it. The caller updates it (quantize_compensated) and hands
+  // it back with store() before the next load().
+  float* load(const DeviceOps& ops, int32_t block, int hop, int64_t n);
   // Keeps the updated error of the buffer load() last gave out.
   void store();
   uint64_t memory_bytes() const { return bytes_; }
   // The fp32 copy of the error in use, as large as the largest buffer (staging, not model state).
-  uint64_t scratch_bytes() const { return open_.capacity() * sizeof(float); }
+  uint64_t scratch_bytes() const { return open_.defined() ? static_cast<uint64_t>(open_.nbytes()) : 0; }
 
  private:
   using Key = std::tuple<int32_t, int, int64_t>;  // block, hop, elements
@@ -52,7 +52,8 @@ class ErrorFeedback {
   const sdk::Host& host_;
   LocoOptions options_;
   std::map<Key, Kept> kept_;
-  std::vector<float> open_;  // the error load() gave out
+  at::Tensor open_;  // fp32: the error load() gave out, at its start
+  const DeviceOps* open_ops_ = nullptr;
   Kept* open_kept_ = nullptr;
   int64_t open_n_ = 0;
   uint64_t bytes_ = 0;

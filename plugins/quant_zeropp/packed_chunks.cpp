@@ -4,7 +4,6 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 
 #include "zhost/cpp/error.hpp"
@@ -40,11 +39,12 @@ Byte* for_each_piece(Byte* packed, const ChunkPieces& pieces, const BlockFormat&
 
 // pack() and pack_compensated(): `quantize_piece(first, n, data, scales)`, then zeros to the stride.
 template <class Q>
-void pack_with(const ChunkPieces& pieces, const BlockFormat& format, uint8_t* out, int64_t stride, Q&& quantize_piece) {
+void pack_with(const DeviceOps& ops, const ChunkPieces& pieces, const BlockFormat& format, uint8_t* out, int64_t stride,
+               Q&& quantize_piece) {
   if (stride < packed_bytes(pieces, format))
     throw sdk::PluginError(ZHOST_ERR_INTERNAL, "quant_zeropp: a packed chunk does not fit its stride");
   uint8_t* end = for_each_piece(out, pieces, format, quantize_piece);
-  std::memset(end, 0, static_cast<size_t>(out + stride - end));
+  if (end < out + stride) ops.zero(end, out + stride - end);
 }
 
 }  // namespace
@@ -97,38 +97,41 @@ std::optional<Dtype> quantizable(DLDataType type) {
   return std::nullopt;
 }
 
-void pack(const void* src, Dtype type, const ChunkPieces& pieces, const BlockFormat& format, uint8_t* out,
-          int64_t stride) {
+void pack(const DeviceOps& ops, const void* src, Dtype type, const ChunkPieces& pieces, const BlockFormat& format,
+          uint8_t* out, int64_t stride) {
   const auto* in = static_cast<const uint8_t*>(src);
-  pack_with(pieces, format, out, stride, [&](int64_t first, int64_t n, uint8_t* data, float* scales) {
-    quantize(in + first * element_bytes(type), type, n, format, data, scales);
+  pack_with(ops, pieces, format, out, stride, [&](int64_t first, int64_t n, uint8_t* data, float* scales) {
+    ops.quantize(in + first * element_bytes(type), type, n, format, data, scales);
   });
 }
 
-void pack_compensated(const void* src, Dtype type, const ChunkPieces& pieces, const BlockFormat& format, float beta,
-                      float* error, uint8_t* out, int64_t stride) {
+void pack_compensated(const DeviceOps& ops, const void* src, Dtype type, const ChunkPieces& pieces,
+                      const BlockFormat& format, float beta, float* error, uint8_t* out, int64_t stride) {
   const auto* in = static_cast<const uint8_t*>(src);
-  pack_with(pieces, format, out, stride, [&](int64_t first, int64_t n, uint8_t* data, float* scales) {
-    quantize_compensated(in + first * element_bytes(type), type, n, format, beta, error + first, data, scales);
+  pack_with(ops, pieces, format, out, stride, [&](int64_t first, int64_t n, uint8_t* data, float* scales) {
+    ops.quantize_compensated(in + first * element_bytes(type), type, n, format, beta, error + first, data, scales);
   });
 }
 
-void unpack(const uint8_t* packed, const ChunkPieces& pieces, const BlockFormat& format, void* dst, Dtype type) {
+void unpack(const DeviceOps& ops, const uint8_t* packed, const ChunkPieces& pieces, const BlockFormat& format,
+            void* dst, Dtype type) {
   auto* out = static_cast<uint8_t*>(dst);
   for_each_piece(packed, pieces, format, [&](int64_t first, int64_t n, const uint8_t* data, const float* scales) {
-    dequantize(data, scales, n, format, out + first * element_bytes(type), type);
+    ops.dequantize(data, scales, n, format, out + first * element_bytes(type), type);
   });
 }
 
-void unpack_add(const uint8_t* packed, const ChunkPieces& pieces, const BlockFormat& format, float* sum) {
+void unpack_add(const DeviceOps& ops, const uint8_t* packed, const ChunkPieces& pieces, const BlockFormat& format,
+                float* sum) {
   for_each_piece(packed, pieces, format, [&](int64_t first, int64_t n, const uint8_t* data, const float* scales) {
-    dequantize_add(data, scales, n, format, sum + first);
+    ops.dequantize_add(data, scales, n, format, sum + first);
   });
 }
 
-ByteBuffer::ByteBuffer(int64_t bytes) : tensor(at::empty({bytes}, at::kByte)), shape(bytes) {
+ByteBuffer::ByteBuffer(const DeviceOps& ops, int64_t bytes)
+    : tensor(at::empty({bytes}, ops.options().dtype(at::kByte))), shape(bytes) {
   view.data = tensor.data_ptr();
-  view.device = {kDLCPU, 0};
+  view.device = ops.device();
   view.ndim = 1;
   view.dtype = {kDLUInt, 8, 1};
   view.shape = &shape;

@@ -23,6 +23,7 @@
 #include <optional>
 #include <vector>
 
+#include "plugins/quant_zeropp/device_ops.hpp"
 #include "zhost/host.h"
 #include "zhost/kit/zeropp_quant.hpp"
 
@@ -57,23 +58,27 @@ ChunkPlan plan_chunks(const zhost_collective_args& args, int parts, int64_t part
 // The kernels' element type for a DLPack dtype; empty for types ZeRO++ does not quantize.
 std::optional<Dtype> quantizable(DLDataType type);
 
+// Every buffer below is in the memory of `ops` (Note [ZeRO++ on the collective's device], device_ops.hpp).
 // out (stride bytes, at least packed_bytes) = the packed chunk of the pieces' elements at src.
-void pack(const void* src, Dtype type, const ChunkPieces& pieces, const BlockFormat& format, uint8_t* out,
-          int64_t stride);
+void pack(const DeviceOps& ops, const void* src, Dtype type, const ChunkPieces& pieces, const BlockFormat& format,
+          uint8_t* out, int64_t stride);
 // As pack(), of src + error, updating error (numel fp32 values): Note [LoCo error feedback]
 // (zhost/kit/zeropp_quant.hpp).
-void pack_compensated(const void* src, Dtype type, const ChunkPieces& pieces, const BlockFormat& format, float beta,
-                      float* error, uint8_t* out, int64_t stride);
+void pack_compensated(const DeviceOps& ops, const void* src, Dtype type, const ChunkPieces& pieces,
+                      const BlockFormat& format, float beta, float* error, uint8_t* out, int64_t stride);
 // dst (numel elements of `type`) = the chunk's dequantized values.
-void unpack(const uint8_t* packed, const ChunkPieces& pieces, const BlockFormat& format, void* dst, Dtype type);
+void unpack(const DeviceOps& ops, const uint8_t* packed, const ChunkPieces& pieces, const BlockFormat& format,
+            void* dst, Dtype type);
 // sum[i] += the chunk's dequantized value i (fp32).
-void unpack_add(const uint8_t* packed, const ChunkPieces& pieces, const BlockFormat& format, float* sum);
+void unpack_add(const DeviceOps& ops, const uint8_t* packed, const ChunkPieces& pieces, const BlockFormat& format,
+                float* sum);
 
-// A flat byte buffer for packed chunks and a DLTensor describing it, for the host's collectives.
+// A flat byte buffer for packed chunks in the memory of `ops`, and a DLTensor describing it, for the host's
+// collectives.
 struct ByteBuffer {
-  explicit ByteBuffer(int64_t bytes);
+  ByteBuffer(const DeviceOps& ops, int64_t bytes);
   uint8_t* data() { return tensor.data_ptr<uint8_t>(); }
-  at::Tensor tensor;  // uint8, host memory
+  at::Tensor tensor;  // uint8, on ops' device
   DLTensor view{};    // valid while this buffer lives (its shape points into `shape`)
   int64_t shape = 0;
   ByteBuffer(const ByteBuffer&) = delete;

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "plugins/quant_zeropp/device_ops.hpp"
 #include "plugins/quant_zeropp/error_feedback.hpp"
 #include "plugins/quant_zeropp/node_groups.hpp"
 #include "plugins/quant_zeropp/packed_chunks.hpp"
@@ -105,14 +106,18 @@ class QuantZeropp : public sdk::CollectiveHooks {
   }
 
  private:
-  // Whether a collective ZeRO++ is asked to transform can be: refused (an error) for device memory, which
-  // this version does not serve; declined with one warning per reason for shapes it does not transform.
+  // Whether a collective ZeRO++ is asked to transform can be: refused (an error) for memory this build cannot
+  // serve (DeviceOps::of) or send and recv on different devices; declined with one warning per reason for
+  // shapes it does not transform.
   bool servable(const zhost_collective_args& args, const char* what, bool other_shape) {
     if (!args.send || !args.recv) return false;
-    if (args.send->device.device_type != kDLCPU || args.recv->device.device_type != kDLCPU)
-      throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED,
-                             "quant_zeropp: collectives of device memory are not served in this version (the CUDA "
-                             "kernels exist but are not wired in); turn ZeRO++ off for GPU training");
+    const DLDevice send_at = DeviceOps::of(args.send->device).device();
+    const DLDevice recv_at = DeviceOps::of(args.recv->device).device();
+    if (send_at.device_type != recv_at.device_type || send_at.device_id != recv_at.device_id)
+      throw sdk::PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                             kit::format("quant_zeropp: {} with send and recv on different devices (a bug in the "
+                                         "plugin that started it)",
+                                         what));
     std::string reason;
     if (other_shape)
       reason = "uneven parts, a sub-group or a reduction other than sum/average";

@@ -14,13 +14,14 @@ void QuantizedGather::serve(zhost_collective_args& args) const {
   const ChunkPlan plan = plan_chunks(args, world, n, format_);  // rank r's shard: chunk r
   const int rank = wire::rank(host_, args.group);
   const size_t element = static_cast<size_t>(args.send->dtype.bits / 8);
+  const DeviceOps& ops = DeviceOps::of(args.send->device);
 
-  ByteBuffer mine(plan.stride), all(plan.stride * world);
-  pack(wire::data(*args.send), type, plan.chunks[rank], format_, mine.data(), plan.stride);
+  ByteBuffer mine(ops, plan.stride), all(ops, plan.stride * world);
+  pack(ops, wire::data(*args.send), type, plan.chunks[rank], format_, mine.data(), plan.stride);
   wire::all_gather(host_, args, mine.view, all.view);
   auto* out = static_cast<uint8_t*>(wire::data(*args.recv));
   for (int r = 0; r < world; ++r)
-    unpack(all.data() + r * plan.stride, plan.chunks[r], format_, out + r * n * element, type);
+    unpack(ops, all.data() + r * plan.stride, plan.chunks[r], format_, out + r * n * element, type);
 }
 
 }  // namespace zhost::zeropp

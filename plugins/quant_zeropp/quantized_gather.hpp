@@ -18,7 +18,8 @@ namespace zhost::zeropp {
 class QuantizedGather {
  public:
   QuantizedGather(const sdk::Host& host, BlockFormat format) : host_(host), format_(format) {}
-  // Serves an equal-split all-gather of host memory in a quantizable type; args.recv holds the result.
+  // Serves an equal-split all-gather in a quantizable type, send and recv on one device (Note [ZeRO++ on the
+  // collective's device]); args.recv holds the result.
   void serve(zhost_collective_args& args) const;
 
  private:

@@ -35,7 +35,8 @@ class QuantizedReduce {
   // `feedback`: LoCo's kept errors, or NULL without LoCo; it outlives this.
   QuantizedReduce(const sdk::Host& host, BlockFormat format, NodeGroups& groups, ErrorFeedback* feedback)
       : host_(host), format_(format), groups_(groups), feedback_(feedback) {}
-  // Serves an equal-split SUM or AVG reduce-scatter over the whole job of host memory in a quantizable type.
+  // Serves an equal-split SUM or AVG reduce-scatter over the whole job in a quantizable type, send and recv on
+  // one device (Note [ZeRO++ on the collective's device]).
   void serve(zhost_collective_args& args);
 
  private:

@@ -1,13 +1,17 @@
 // plugins/quant_zeropp/secondary_copies.cpp: hpZ (see secondary_copies.hpp).
 #include "plugins/quant_zeropp/secondary_copies.hpp"
 
-#include <cstring>
 #include <string>
 
 #include "plugins/quant_zeropp/packed_chunks.hpp"
 #include "plugins/quant_zeropp/wire.hpp"
 
 namespace zhost::zeropp {
+namespace {
+
+bool same_device(DLDevice a, DLDevice b) { return a.device_type == b.device_type && a.device_id == b.device_id; }
+
+}  // namespace
 
 void SecondaryCopies::check_layout() {
   if (checked_) return;
@@ -27,24 +31,26 @@ void SecondaryCopies::keep(const zhost_collective_args& args) {
   const int64_t total = wire::numel(*args.recv);
   wire::require(total % local_ranks == 0, "hpZ: a gathered block must split evenly over the node's ranks");
   const int64_t slice_bytes = total / local_ranks * (args.recv->dtype.bits / 8);
+  const DeviceOps& ops = DeviceOps::of(args.recv->device);
   Copy& copy = copies_[args.block];
-  if (!copy.slice || copy.slice->shape != slice_bytes) {
+  if (!copy.slice || copy.slice->shape != slice_bytes || !same_device(copy.slice->view.device, ops.device())) {
     bytes_ -= copy.slice ? static_cast<uint64_t>(copy.slice->shape) : 0;
-    copy.slice = std::make_unique<ByteBuffer>(slice_bytes);
+    copy.slice = std::make_unique<ByteBuffer>(ops, slice_bytes);
     bytes_ += static_cast<uint64_t>(slice_bytes);
   }
   copy.gathered_numel = total;
-  std::memcpy(copy.slice->data(),
-              static_cast<const uint8_t*>(wire::data(*args.recv)) + groups_.local_index() * slice_bytes,
-              static_cast<size_t>(slice_bytes));
+  ops.copy(copy.slice->data(),
+           static_cast<const uint8_t*>(wire::data(*args.recv)) + groups_.local_index() * slice_bytes, slice_bytes);
 }
 
 bool SecondaryCopies::serve(zhost_collective_args& args) {
   auto found = copies_.find(args.block);
-  if (found == copies_.end() || found->second.gathered_numel != wire::numel(*args.recv)) return false;
+  if (found == copies_.end() || found->second.gathered_numel != wire::numel(*args.recv) ||
+      !same_device(found->second.slice->view.device, DeviceOps::of(args.recv->device).device()))
+    return false;
   ByteBuffer& slice = *found->second.slice;
   if (groups_.ranks_per_node() == 1) {
-    std::memcpy(wire::data(*args.recv), slice.data(), static_cast<size_t>(slice.shape));
+    DeviceOps::of(args.recv->device).copy(wire::data(*args.recv), slice.data(), slice.shape);
     return true;
   }
   DLTensor recv = *args.recv;  // the same memory, as bytes

@@ -1,12 +1,13 @@
 // tests/zeropp/packed_chunks_test.cpp: quant_zeropp's chunk packing (plugins/quant_zeropp/packed_chunks.hpp),
 // compiled into the test: how a chunk is cut at the tensors ZHOST_EXT_SEGMENTS names (Note [Blocks within a
-// tensor]), the stride of a collective's chunks, refusal of malformed segments, and that a block never takes
-// its scale from a neighbouring tensor.
+// tensor]), the stride of a collective's chunks, refusal of malformed segments, that a block never takes
+// its scale from a neighbouring tensor, and which memory the device operations serve.
 #include "plugins/quant_zeropp/packed_chunks.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "zhost/cpp/error.hpp"
@@ -75,11 +76,12 @@ TEST(PackedChunks, BlocksNeverTakeTheirScaleFromANeighbouringTensor) {
   for (const bool cut : {true, false}) {
     const ChunkPieces pieces = cut ? ChunkPieces(starts, 2, 0, n) : ChunkPieces(n);
     const int64_t stride = packed_bytes(pieces, format) + 8;  // a larger neighbour's stride: zeros after
-    ByteBuffer packed(stride);
-    pack(values.data(), Dtype::kF32, pieces, format, packed.data(), stride);
+    const DeviceOps& ops = DeviceOps::of(DLDevice{kDLCPU, 0});
+    ByteBuffer packed(ops, stride);
+    pack(ops, values.data(), Dtype::kF32, pieces, format, packed.data(), stride);
     EXPECT_EQ(packed.data()[stride - 1], 0);
     std::vector<float> back(values.size());
-    unpack(packed.data(), pieces, format, back.data(), Dtype::kF32);
+    unpack(ops, packed.data(), pieces, format, back.data(), Dtype::kF32);
     float worst = 0;
     for (size_t i = 64; i < values.size(); ++i) worst = std::max(worst, std::fabs(back[i] - values[i]));
     if (cut)
@@ -87,6 +89,29 @@ TEST(PackedChunks, BlocksNeverTakeTheirScaleFromANeighbouringTensor) {
     else
       EXPECT_GT(worst, 10 * matrix_max / 254) << "one piece: the matrix shares the norm's scale";
   }
+}
+
+// Note [ZeRO++ on the collective's device]: host memory (pageable or pinned) is served by the CPU kernels; a
+// device this build cannot serve is refused with an error that says what to do, never treated as host memory.
+TEST(DeviceOps, HostMemoryServedAndOtherDevicesRefusedByName) {
+  const DeviceOps& pageable = DeviceOps::of(DLDevice{kDLCPU, 0});
+  EXPECT_EQ(&DeviceOps::of(DLDevice{kDLCUDAHost, 0}), &pageable);
+  EXPECT_EQ(pageable.device().device_type, kDLCPU);
+  EXPECT_TRUE(pageable.options().device().is_cpu());
+  auto refusal = [](DLDevice device) -> std::string {
+    try {
+      DeviceOps::of(device);
+    } catch (const sdk::PluginError& e) {
+      EXPECT_EQ(e.code(), ZHOST_ERR_UNSUPPORTED);
+      return e.what();
+    }
+    return "not refused";
+  };
+  EXPECT_NE(refusal(DLDevice{kDLVulkan, 0}).find("device type 7"), std::string::npos)
+      << refusal(DLDevice{kDLVulkan, 0});
+#ifndef ZHOST_WITH_CUDA
+  EXPECT_NE(refusal(DLDevice{kDLCUDA, 1}).find("ZHOST_WITH_CUDA"), std::string::npos) << refusal(DLDevice{kDLCUDA, 1});
+#endif
 }
 
 }  // namespace
