@@ -2,9 +2,9 @@
 // The NVMe tier's throughput through its ABI: G GiB stored as buffers of M MiB (every store submitted, then
 // every event waited), then loaded back the same way; write and read GB/s per round, with checksums on and
 // off in the same round (so their cost is a paired ratio), the one going first alternating between rounds (the
-// first run of a round meets a different state of the file system and page cache than the second). The plugin is created by the conformance kit's
-// host with the descriptor's defaults plus --set. `bench_nvme step ...` is the optimizer-step mode
-// (step_bench.cpp). run.sh runs fio next to the first mode.
+// first run of a round meets a different state of the file system and page cache than the second). The plugin is
+// created by the conformance kit's host with the descriptor's defaults plus --set. `bench_nvme step ...` is the
+// optimizer-step mode (step_bench.cpp). run.sh runs fio next to the first mode.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -1,9 +1,10 @@
 // tests/zeropp/quant_cuda_check.cu: the CUDA quantization kernels (zhost/kit/zeropp_quant_cuda.hpp) against the
 // CPU kernels (zhost/kit/zeropp_quant.hpp), bit for bit, on a GPU: quantize, dequantize, dequantize-and-add and
-// quantize with error feedback (three rounds of LoCo on one error buffer) for fp32, bf16 and fp16, int8 and int4, odd sizes, with a zero block and a block holding an inf. A plain
-// program, not a GoogleTest binary, so that nvcc alone builds it (tests/zeropp/CMakeLists.txt): exit 0 when
-// every case agrees, 1 naming the first difference, 77 (ctest: skipped) when there is no CUDA device.
-// This machine has none, so it has been built and linked here but has never run its comparisons.
+// quantize with error feedback (three rounds of LoCo on one error buffer) for fp32, bf16 and fp16, int8 and int4, odd
+// sizes, with a zero block and a block holding an inf. A plain program, not a GoogleTest binary, so that nvcc alone
+// builds it (tests/zeropp/CMakeLists.txt): exit 0 when every case agrees, 1 naming the first difference, 77 (ctest:
+// skipped) when there is no CUDA device. This machine has none, so it has been built and linked here but has never run
+// its comparisons.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -150,12 +151,10 @@ int check_case(zq::Dtype type, zq::Bits bits, int64_t n, int64_t block_size) {
   std::vector<float> cpu_error(static_cast<size_t>(n), 0.0f);
   DeviceBuffer error(4 * cpu_error.size());
   for (int round = 0; round < 3; ++round) {
-    zq::quantize_compensated(input.data(), type, n, format, 0.8f, cpu_error.data(), cpu_data.data(),
-                             cpu_scales.data());
+    zq::quantize_compensated(input.data(), type, n, format, 0.8f, cpu_error.data(), cpu_data.data(), cpu_scales.data());
     zq::cuda::quantize_compensated(src.ptr, type, n, format, 0.8f, static_cast<float*>(error.ptr), data.ptr,
                                    static_cast<float*>(scales.ptr), nullptr);
-    const std::vector<uint8_t> gpu_error = error.read(), gpu_loco_data = data.read(),
-                               gpu_loco_scales = scales.read();
+    const std::vector<uint8_t> gpu_error = error.read(), gpu_loco_data = data.read(), gpu_loco_scales = scales.read();
     if (int64_t at = first_difference(zq::Dtype::kF32, cpu_error.data(), gpu_error.data(), n); at >= 0)
       return differs(name, "quantize_compensated's error", at);
     if (int64_t at = first_difference(zq::Dtype::kF32, cpu_scales.data(), gpu_loco_scales.data(), blocks); at >= 0)

@@ -1,8 +1,8 @@
 // sdk/kit/zeropp_quant/zeropp_quant.cu: the CUDA kernels of zhost/kit/zeropp_quant_cuda.hpp: one thread
 // block per quantization block for quantize and quantize with error feedback (absmax on the bit patterns,
-// reduced through warp shuffles and shared memory), grid-stride loops for dequantize and dequantize-and-add. Note [Block quantization
-// arithmetic] with explicit round-to-nearest intrinsics (__fmul_rn, __fadd_rn, __fdiv_rn,
-// __float2int_rn), so no FMA contraction or fast division changes a bit. Never run on a GPU so far.
+// reduced through warp shuffles and shared memory), grid-stride loops for dequantize and dequantize-and-add.
+// Note [Block quantization arithmetic] with explicit round-to-nearest intrinsics (__fmul_rn, __fadd_rn,
+// __fdiv_rn, __float2int_rn), so no FMA contraction or fast division changes a bit. Never run on a GPU so far.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
