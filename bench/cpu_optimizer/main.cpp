@@ -12,6 +12,12 @@
 // It runs twice, with plain and with streaming stores; "of triad" divides our GB/s by the faster of the
 // two, same thread count, same round. "vs torch AdamW": torch's time / ours, same thread count, and in
 // parentheses against torch's faster thread count of the round.
+//
+// A second table per size: the step prologue's exact gradient norm (Note [Exact gradient norm],
+// zhost/kit/grad_numerics.hpp: max_abs, then square_sum_limbs, one thread each, as every ZeRO stage runs
+// them on its reduced gradients) over the same gradient buffer, against LibTorch's fp32 at::norm on one thread
+// and against one of our optimizer steps on one thread (no copy), timed in the same rounds. Its GB/s counts
+// the 8 B per element its two passes read.
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
@@ -33,6 +39,7 @@
 #include <vector>
 
 #include "zhost/kit/cpu_optimizer.hpp"
+#include "zhost/kit/grad_numerics.hpp"
 
 namespace {
 
@@ -43,6 +50,8 @@ constexpr double kOurBytesPerParam = 28;
 constexpr double kTriadBytesPerElement = 12;
 const char* const kTriad = "triad (fp32), plain stores";
 const char* const kTriadStreaming = "triad (fp32), streaming stores";
+const char* const kExactNorm = "exact norm (max_abs + square_sum_limbs)";
+const char* const kTorchNorm = "at::norm (fp32)";
 
 struct Options {
   std::vector<int64_t> sizes = {10'000'000, 100'000'000};
@@ -204,6 +213,9 @@ int main(int argc, char** argv) {
     torch_param.mutable_grad() = torch::from_blob(grad.data(), {n}, torch::kFloat);
     torch::optim::AdamW torch_adamw({torch_param}, torch::optim::AdamWOptions(1e-3).weight_decay(0.01));
 
+    const at::Tensor grad_tensor = torch::from_blob(grad.data(), {n}, torch::kFloat);
+    double norm_sink = 0;  // keeps the norms' results alive
+
     optim::AdamHyper hyper;
     hyper.lr = 1e-3;
     hyper.weight_decay = 0.01;
@@ -238,6 +250,8 @@ int main(int argc, char** argv) {
         {kTriad, 1, true},
         {kTriadStreaming, all, true},
         {kTriadStreaming, 1, true},
+        {kExactNorm, 1},
+        {kTorchNorm, 1},
     };
     std::vector<std::function<void()>> steps = {
         ours(all, true),
@@ -250,6 +264,14 @@ int main(int argc, char** argv) {
         [&] { triad(ta.data(), tb.data(), tc.data(), 3.0f, triad_n, 1, false); },
         [&] { triad(ta.data(), tb.data(), tc.data(), 3.0f, triad_n, all, true); },
         [&] { triad(ta.data(), tb.data(), tc.data(), 3.0f, triad_n, 1, true); },
+        [&] {
+          const float largest = zhost::kit::max_abs({grad_tensor});
+          norm_sink += static_cast<double>(zhost::kit::square_sum_limbs({grad_tensor}, largest).limb[0]);
+        },
+        [&] {
+          at::set_num_threads(1);
+          norm_sink += grad_tensor.norm().item<double>();
+        },
     };
     std::vector<std::string> loads;
     for (int round = 0; round < options.rounds; ++round) {
@@ -266,6 +288,7 @@ int main(int argc, char** argv) {
       std::abort();
     };
     for (const Row& row : rows) {
+      if (row.name == kExactNorm || row.name == kTorchNorm) continue;  // the second table
       const double seconds = median(row.seconds);
       const double lowest = *std::min_element(row.seconds.begin(), row.seconds.end());
       const double highest = *std::max_element(row.seconds.begin(), row.seconds.end());
@@ -314,6 +337,28 @@ int main(int argc, char** argv) {
                   return joined;
                 }()
                     .c_str());
+    const Row& exact = row_of(kExactNorm, 1);
+    const Row& torch_norm = row_of(kTorchNorm, 1);
+    const Row& step_one = row_of("ours, fp32 grad, no copy", 1);
+    std::vector<double> vs_torch_norm, vs_step;
+    for (size_t r = 0; r < exact.seconds.size(); ++r) {
+      vs_torch_norm.push_back(exact.seconds[r] / torch_norm.seconds[r]);
+      vs_step.push_back(exact.seconds[r] / step_one.seconds[r]);
+    }
+    std::printf(
+        "\n| params | gradient norm, 1 thread | ms (median; range over rounds) | GB/s read | time / at::norm's | "
+        "time / one optimizer step's (1 thread, no copy) |\n|---|---|---|---|---|---|\n");
+    for (const Row* row : {&exact, &torch_norm}) {
+      const double seconds = median(row->seconds);
+      const double passes = row == &exact ? 2 : 1;
+      std::printf("| %lldM | %s | %.2f (%.2f - %.2f) | %.1f | %s | %s |\n", static_cast<long long>(n / 1'000'000),
+                  row->name.c_str(), seconds * 1e3, *std::min_element(row->seconds.begin(), row->seconds.end()) * 1e3,
+                  *std::max_element(row->seconds.begin(), row->seconds.end()) * 1e3,
+                  static_cast<double>(n) * 4 * passes / seconds / 1e9,
+                  row == &exact ? (std::to_string(median(vs_torch_norm)).substr(0, 4) + "x").c_str() : "",
+                  row == &exact ? (std::to_string(median(vs_step)).substr(0, 4) + "x").c_str() : "");
+    }
+    if (norm_sink == 42.0) std::printf("\n");  // never: the norms must not be optimized away
     std::fflush(stdout);
   }
   std::printf("\n- load average at end: %s\n", load_average().c_str());

@@ -8,12 +8,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "host/core/error.hpp"
 #include "tests/optim/optim_test_support.hpp"
+#include "tests/support/scoped_env.hpp"
 #include "zhost/cpp/error.hpp"
+#include "zhost/kit/cpu_isa.hpp"
 #include "zhost/kit/grad_numerics.hpp"
 
 namespace zhost::optim {
@@ -182,6 +186,63 @@ TEST(ExactNorm, ZeroGradientsAndOverflow) {
   with_inf[16] = -std::numeric_limits<float>::infinity();
   EXPECT_TRUE(std::isinf(max_abs({with_inf})));
   EXPECT_TRUE(std::isinf(exact_norm_over({{with_inf}})));
+}
+
+// The limbs of Note [Exact gradient norm] computed independently of the kit: each element's floor(x^2 * 2^s)
+// from its integer significand and exponent (x = m 2^k, so x^2 2^s = m^2 2^(2k + s)), in 128-bit integers.
+SquareSumLimbs reference_limbs(const std::vector<float>& values, float max_abs) {
+  __extension__ typedef unsigned __int128 Uint128;
+  const int s = 80 - 2 * std::ilogb(max_abs) - 2;
+  Uint128 sum = 0;
+  for (const float x : values) {
+    if (x == 0) continue;
+    int exponent = 0;
+    const double fraction = std::frexp(static_cast<double>(std::fabs(x)), &exponent);  // x = fraction 2^exponent
+    const auto m = static_cast<uint64_t>(std::ldexp(fraction, 24));                    // 24-bit significand
+    const int shift = 2 * (exponent - 24) + s;                                         // x^2 2^s = m^2 2^shift
+    const Uint128 square = static_cast<Uint128>(m) * m;
+    sum += shift >= 0 ? square << shift : (-shift >= 128 ? 0 : square >> -shift);
+  }
+  SquareSumLimbs limbs;
+  for (int i = 0; i < 4; ++i) limbs.limb[i] = static_cast<int64_t>((sum >> (32 * i)) & 0xFFFFFFFFu);
+  return limbs;
+}
+
+// The norm's passes are vectorized per ISA (sdk/kit/src/grad_norm_kernels.hpp); each must give the plain
+// formula's limbs, to the bit, on every size around its blocks, magnitudes from subnormal to 1e30, both
+// signs and zeros, and a million values near the maximum; and every one must report an inf or NaN anywhere
+// as overflow.
+TEST(ExactNorm, EveryIsaGivesThePlainFormulasLimbs) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> decade(-44, 30);
+  std::uniform_real_distribution<float> near_one(0.75f, 1.0f);
+  for (const int64_t n :
+       {int64_t{1}, int64_t{7}, int64_t{4095}, int64_t{4096}, int64_t{4097}, int64_t{100003}, int64_t{1000003}}) {
+    std::vector<float> values(static_cast<size_t>(n));
+    // The largest case holds values near the maximum only, so that its sum of squares fills the 128-bit total
+    // (and would overflow fp64's exact range in a lane that skipped the kernel's blocks).
+    const bool dense = n > 100003;
+    for (float& v : values)
+      v = dense ? near_one(rng) * 1e30f : unit(rng) * std::pow(10.0f, static_cast<float>(decade(rng)));
+    values[0] = -0.0f;
+    if (n > 1) values[static_cast<size_t>(n) / 2] = -1e30f;  // the largest, negative
+    float expected_max = 0;
+    for (const float v : values) expected_max = std::max(expected_max, std::fabs(v));
+    const SquareSumLimbs expected = reference_limbs(values, expected_max);
+    const at::Tensor tensor = testing::to_tensor(values);
+    for (const cpu_optim::Isa isa : {cpu_optim::Isa::kScalar, cpu_optim::Isa::kAvx2, cpu_optim::Isa::kAvx512}) {
+      if (!cpu_optim::isa_supported(isa)) continue;
+      const ::zhost::testing::ScopedEnv env("ZHOST_CPU_ISA", cpu_optim::isa_name(isa));
+      SCOPED_TRACE(std::string(cpu_optim::isa_name(isa)) + ", n = " + std::to_string(n));
+      ASSERT_EQ(max_abs({tensor}), expected_max);
+      const SquareSumLimbs limbs = square_sum_limbs({tensor}, expected_max);
+      for (int i = 0; i < kSquareSumLimbs; ++i) EXPECT_EQ(limbs.limb[i], expected.limb[i]) << "limb " << i;
+      at::Tensor with_nan = tensor.clone();
+      with_nan[n - 1] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_TRUE(std::isinf(max_abs({with_nan})));
+    }
+  }
 }
 
 TEST(ClipCoefficient, IsPyTorchs) {

@@ -11,9 +11,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
+#include "grad_norm_kernels.hpp"
 #include "kit_error.hpp"
+#include "zhost/kit/cpu_isa.hpp"
 
 namespace zhost::kit {
 namespace {
@@ -68,34 +71,40 @@ double global_grad_norm(at::TensorList tensors) { return std::sqrt(squared_norm(
 
 namespace {
 
-__extension__ typedef unsigned __int128 Uint128;  // GCC and Clang's 128-bit integer
-constexpr int kFractionBits = 80;                 // Note [Exact gradient norm]: every g^2 / 2^(2(e+1)) scaled to 2^80
+using detail::Uint128;
+constexpr int kFractionBits = 80;  // Note [Exact gradient norm]: every g^2 / 2^(2(e+1)) scaled to 2^80
 
-// Calls visit(float) for every element of `tensor` (fp32, bf16 or fp16; a CUDA tensor is copied to the
-// host first), in order.
+// The norm passes of the selected ISA (the CPU kernels' choice, zhost/kit/cpu_isa.hpp).
+detail::NormKernels norm_kernels() {
+  cpu_optim::Isa isa = cpu_optim::Isa::kScalar;
+  try {
+    isa = cpu_optim::selected_isa();
+  } catch (const std::runtime_error& e) {
+    detail::fail(ZHOST_ERR_UNSUPPORTED, "{}", e.what());
+  }
+#if defined(ZHOST_CPU_OPTIM_X86)
+  if (isa == cpu_optim::Isa::kAvx512) return detail::avx512_norm_kernels();
+  if (isa == cpu_optim::Isa::kAvx2) return detail::avx2_norm_kernels();
+#endif
+  return detail::scalar_norm_kernels();
+}
+
+// Calls visit(const float* run, int64_t n) over the values of `tensor` (fp32, bf16 or fp16; a CUDA tensor
+// is copied to the host first), in order: the data itself for a contiguous fp32 tensor, else fp32 copies
+// of consecutive pieces.
 template <class Visit>
-void for_each_value(const at::Tensor& tensor, Visit&& visit) {
-  const at::Tensor host = (tensor.device().is_cpu() ? tensor : tensor.cpu()).contiguous();
-  const int64_t n = host.numel();
-  switch (host.scalar_type()) {
-    case at::kFloat: {
-      const float* data = host.data_ptr<float>();
-      for (int64_t i = 0; i < n; ++i) visit(data[i]);
-      break;
-    }
-    case at::kBFloat16: {
-      const c10::BFloat16* data = host.data_ptr<c10::BFloat16>();
-      for (int64_t i = 0; i < n; ++i) visit(static_cast<float>(data[i]));
-      break;
-    }
-    case at::kHalf: {
-      const c10::Half* data = host.data_ptr<c10::Half>();
-      for (int64_t i = 0; i < n; ++i) visit(static_cast<float>(data[i]));
-      break;
-    }
-    default:
-      detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "exact gradient norm: {} tensors are not supported (fp32, bf16, fp16)",
-                   c10::toString(host.scalar_type()));
+void for_each_fp32_run(const at::Tensor& tensor, Visit&& visit) {
+  const at::Tensor host = (tensor.device().is_cpu() ? tensor : tensor.cpu()).contiguous().reshape({-1});
+  const at::ScalarType type = host.scalar_type();
+  if (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) {
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "exact gradient norm: {} tensors are not supported (fp32, bf16, fp16)",
+                 c10::toString(type));
+  }
+  if (type == at::kFloat) return visit(host.data_ptr<float>(), host.numel());
+  constexpr int64_t kPiece = int64_t{1} << 16;
+  for (int64_t start = 0; start < host.numel(); start += kPiece) {
+    const at::Tensor piece = host.narrow(0, start, std::min(kPiece, host.numel() - start)).to(at::kFloat);
+    visit(piece.data_ptr<float>(), piece.numel());
   }
 }
 
@@ -105,13 +114,14 @@ int scale_exponent(float max_abs) { return kFractionBits - 2 * std::ilogb(max_ab
 }  // namespace
 
 float max_abs(at::TensorList tensors) {
-  float result = 0;
-  for (const at::Tensor& tensor : tensors) {
-    for_each_value(tensor, [&](float x) {
-      const float magnitude = std::fabs(x);
-      if (!(magnitude <= result)) result = std::isnan(magnitude) ? INFINITY : magnitude;  // NaN: overflow
-    });
-  }
+  const detail::NormKernels kernels = norm_kernels();
+  uint32_t largest = 0;
+  for (const at::Tensor& tensor : tensors)
+    for_each_fp32_run(tensor,
+                      [&](const float* run, int64_t n) { largest = std::max(largest, kernels.max_abs_bits(run, n)); });
+  if (largest >= 0x7F800000u) return INFINITY;  // inf, or NaN: overflow
+  float result;
+  std::memcpy(&result, &largest, sizeof(result));
   return result;
 }
 
@@ -119,16 +129,10 @@ SquareSumLimbs square_sum_limbs(at::TensorList tensors, float max_abs) {
   SquareSumLimbs limbs;
   if (!(max_abs > 0) || !std::isfinite(max_abs)) return limbs;    // all zero (or overflow: not used)
   const double scale = std::ldexp(1.0, scale_exponent(max_abs));  // a power of two in [2^-176, 2^376]
-  constexpr double kTwoTo40 = 1099511627776.0, kTwoToMinus40 = 1.0 / kTwoTo40;
+  const detail::NormKernels kernels = norm_kernels();
   Uint128 sum = 0;
-  for (const at::Tensor& tensor : tensors) {
-    for_each_value(tensor, [&](float x) {
-      const double value = static_cast<double>(x) * static_cast<double>(x) * scale;  // < 2^80, exact
-      const double high = std::floor(value * kTwoToMinus40);                         // < 2^40
-      const double low = value - high * kTwoTo40;                                    // exact, in [0, 2^40)
-      sum += (static_cast<Uint128>(static_cast<uint64_t>(high)) << 40) + static_cast<uint64_t>(low);
-    });
-  }
+  for (const at::Tensor& tensor : tensors)
+    for_each_fp32_run(tensor, [&](const float* run, int64_t n) { sum += kernels.square_sum(run, n, scale); });
   // Four limbs hold one rank's sum (below 2^127); the fifth is headroom for the carries of many ranks.
   for (int i = 0; i < 4; ++i) limbs.limb[i] = static_cast<int64_t>((sum >> (32 * i)) & 0xFFFFFFFFu);
   return limbs;
