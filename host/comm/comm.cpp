@@ -408,14 +408,19 @@ bool wait_until(const compat::WorkPtr& work, Clock::time_point deadline, bool po
     work->wait();  // rethrows the backend's error, orders the current CUDA stream after the collective
     return true;
   }
-  const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  try {
-    work->wait(std::max(remaining, std::chrono::milliseconds(1)));
-  } catch (const std::exception&) {
-    if (!work->isCompleted() && Clock::now() >= deadline) return false;
-    throw;
+  // A backend's timed wait can end a little before `deadline` on our clock (its timeout is whole
+  // milliseconds, its timer not ours): a work that is not completed then has only timed out, and is waited
+  // for again until the deadline has passed. A completed work that throws failed.
+  for (;;) {
+    const auto remaining = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    try {
+      work->wait(std::max(remaining, std::chrono::milliseconds(1)));
+      return true;
+    } catch (const std::exception&) {
+      if (work->isCompleted()) throw;
+      if (Clock::now() >= deadline) return false;
+    }
   }
-  return true;
 }
 
 }  // namespace
