@@ -1,6 +1,7 @@
 // sdk/kit/src/grad_numerics.cpp: overflow check, global norm, clipping and the master-to-model copy.
 #include "zhost/kit/grad_numerics.hpp"
 
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/isfinite.h>
@@ -89,23 +90,38 @@ detail::NormKernels norm_kernels() {
   return detail::scalar_norm_kernels();
 }
 
-// Calls visit(const float* run, int64_t n) over the values of `tensor` (fp32, bf16 or fp16; a CUDA tensor
-// is copied to the host first), in order: the data itself for a contiguous fp32 tensor, else fp32 copies
-// of consecutive pieces.
-template <class Visit>
-void for_each_fp32_run(const at::Tensor& tensor, Visit&& visit) {
-  const at::Tensor host = (tensor.device().is_cpu() ? tensor : tensor.cpu()).contiguous().reshape({-1});
-  const at::ScalarType type = host.scalar_type();
-  if (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) {
-    detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "exact gradient norm: {} tensors are not supported (fp32, bf16, fp16)",
-                 c10::toString(type));
+// Reduces partial(const float* run, int64_t n) -> T over the values of every tensor (fp32, bf16 or fp16; a
+// CUDA tensor is copied to the host first) with combine(T, T), which must be exact and order-free (a max, an
+// integer sum), so that the result does not depend on the split: a contiguous fp32 tensor is cut into runs
+// over LibTorch's intra-op threads; a 16-bit one goes through fp32 copies of consecutive pieces.
+template <class T, class Partial, class Combine>
+T reduce_fp32_runs(at::TensorList tensors, T init, const Partial& partial, const Combine& combine) {
+  constexpr int64_t kGrain = int64_t{1} << 18;  // elements a thread takes at least
+  T result = init;
+  for (const at::Tensor& tensor : tensors) {
+    const at::Tensor host = (tensor.device().is_cpu() ? tensor : tensor.cpu()).contiguous().reshape({-1});
+    const at::ScalarType type = host.scalar_type();
+    if (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) {
+      detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "exact gradient norm: {} tensors are not supported (fp32, bf16, fp16)",
+                   c10::toString(type));
+    }
+    if (type == at::kFloat) {
+      const float* data = host.data_ptr<float>();
+      result = combine(result, at::parallel_reduce(
+                                   0, host.numel(), kGrain, init,
+                                   [&](int64_t begin, int64_t end, T ident) {
+                                     return combine(ident, partial(data + begin, end - begin));
+                                   },
+                                   combine));
+      continue;
+    }
+    constexpr int64_t kPiece = int64_t{1} << 16;
+    for (int64_t start = 0; start < host.numel(); start += kPiece) {
+      const at::Tensor piece = host.narrow(0, start, std::min(kPiece, host.numel() - start)).to(at::kFloat);
+      result = combine(result, partial(piece.data_ptr<float>(), piece.numel()));
+    }
   }
-  if (type == at::kFloat) return visit(host.data_ptr<float>(), host.numel());
-  constexpr int64_t kPiece = int64_t{1} << 16;
-  for (int64_t start = 0; start < host.numel(); start += kPiece) {
-    const at::Tensor piece = host.narrow(0, start, std::min(kPiece, host.numel() - start)).to(at::kFloat);
-    visit(piece.data_ptr<float>(), piece.numel());
-  }
+  return result;
 }
 
 // 2^(kFractionBits - 2(e+1)) for M = max_abs, e its binary exponent: M^2 scaled stays below 2^80.
@@ -115,10 +131,9 @@ int scale_exponent(float max_abs) { return kFractionBits - 2 * std::ilogb(max_ab
 
 float max_abs(at::TensorList tensors) {
   const detail::NormKernels kernels = norm_kernels();
-  uint32_t largest = 0;
-  for (const at::Tensor& tensor : tensors)
-    for_each_fp32_run(tensor,
-                      [&](const float* run, int64_t n) { largest = std::max(largest, kernels.max_abs_bits(run, n)); });
+  const uint32_t largest = reduce_fp32_runs(
+      tensors, uint32_t{0}, [&](const float* run, int64_t n) { return kernels.max_abs_bits(run, n); },
+      [](uint32_t a, uint32_t b) { return std::max(a, b); });
   if (largest >= 0x7F800000u) return INFINITY;  // inf, or NaN: overflow
   float result;
   std::memcpy(&result, &largest, sizeof(result));
@@ -130,9 +145,9 @@ SquareSumLimbs square_sum_limbs(at::TensorList tensors, float max_abs) {
   if (!(max_abs > 0) || !std::isfinite(max_abs)) return limbs;    // all zero (or overflow: not used)
   const double scale = std::ldexp(1.0, scale_exponent(max_abs));  // a power of two in [2^-176, 2^376]
   const detail::NormKernels kernels = norm_kernels();
-  Uint128 sum = 0;
-  for (const at::Tensor& tensor : tensors)
-    for_each_fp32_run(tensor, [&](const float* run, int64_t n) { sum += kernels.square_sum(run, n, scale); });
+  const Uint128 sum = reduce_fp32_runs(
+      tensors, Uint128{0}, [&](const float* run, int64_t n) { return kernels.square_sum(run, n, scale); },
+      [](Uint128 a, Uint128 b) { return a + b; });
   // Four limbs hold one rank's sum (below 2^127); the fifth is headroom for the carries of many ranks.
   for (int i = 0; i < 4; ++i) limbs.limb[i] = static_cast<int64_t>((sum >> (32 * i)) & 0xFFFFFFFFu);
   return limbs;
