@@ -105,10 +105,12 @@ class DataParallel : public sdk::PartitionHooks {
   void step(zhost_step_args& args) {
     const zero::StepDecision decision = zero::step_prologue(host_, {mine_}, world_size_, mine_.device(), args);
     if (!decision.overflow) {
-      gather_reduced_gradients();
+      // One rank: its split is the whole flat space, and gathering it would only copy it.
+      if (world_size_ > 1) gather_reduced_gradients();
+      const at::Tensor& reduced = world_size_ > 1 ? grads_ : mine_;
       for (size_t id = 0; id < params_.size(); ++id) {
         Param& p = params_[id];
-        at::Tensor grad = grads_.narrow(0, layout_.param_offset(static_cast<uint32_t>(id)), p.model.numel());
+        at::Tensor grad = reduced.narrow(0, layout_.param_offset(static_cast<uint32_t>(id)), p.model.numel());
         if (grad.scalar_type() != at::kFloat) grad = grad.to(at::kFloat);
         optimizer_->step(p.master, grad.view(p.master.sizes()), p.state, args.applied_steps + 1, args.lr,
                          decision.grad_scale);
@@ -146,8 +148,12 @@ class DataParallel : public sdk::PartitionHooks {
   };
 
   // Reduce-scatters the flat gradients piece by piece; each rank adds the sums of its split's elements into
-  // mine_ (as the ZeRO stages add into their targets: the same bits).
+  // mine_ (as the ZeRO stages add into their targets: the same bits). One rank adds its own gradients.
   void reduce_into_split() {
+    if (world_size_ == 1) {  // the sum over one rank is its own gradients: the same bits, without the copies
+      mine_.add_(grads_);
+      return;
+    }
     const int64_t split = layout_.partition_size();
     const int64_t my_begin = rank_ * split;
     for (int64_t begin = 0; begin < layout_.padded(); begin += piece_elements_) {

@@ -59,6 +59,12 @@ void GradientReducer::add(uint32_t param, const at::Tensor& grad) {
 // Groups the bucket's pieces by owner rank and starts their reduce-scatter.
 void GradientReducer::launch(Bucket& bucket) {
   if (bucket.used == 0) return;
+  if (layout_->world_size() == 1 && !staged()) {  // the sum over one rank is its own gradients: the same bits
+    add_into_target(bucket.pieces, bucket.staging.narrow(0, 0, bucket.used));
+    bucket.pieces.clear();
+    bucket.used = 0;
+    return;
+  }
   bucket.to_host_copy.order_compute_after();  // a staged copy of the last reduction reads what is rewritten here
   std::stable_sort(bucket.pieces.begin(), bucket.pieces.end(),
                    [](const Piece& a, const Piece& b) { return a.owner < b.owner; });

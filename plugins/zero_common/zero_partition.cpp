@@ -221,12 +221,15 @@ void ZeroPartition::gather_updated_partitions(const at::Tensor& updated) {
     const int64_t length = std::min(gather_chunk_, partition - start);
     at::Tensor send = updated.narrow(0, start, length);
     if (send.scalar_type() != compute_dtype_) send = gather_send_.narrow(0, 0, length).copy_(send);
-    at::Tensor recv = gather_buffer_.narrow(0, 0, length * world_size_);
-    DLTensor send_dl = dl_view(send), recv_dl = dl_view(recv);
-    zhost_collective_args args = collective_args(ZHOST_INTENT_PARAM_SYNC);
-    args.send = &send_dl;
-    args.recv = &recv_dl;
-    host_.check(host_.collectives().all_gather(host_.context(), &args));
+    at::Tensor recv = send;  // one rank: its partition is everything, and gathering it would only copy it
+    if (world_size_ > 1) {
+      recv = gather_buffer_.narrow(0, 0, length * world_size_);
+      DLTensor send_dl = dl_view(send), recv_dl = dl_view(recv);
+      zhost_collective_args args = collective_args(ZHOST_INTENT_PARAM_SYNC);
+      args.send = &send_dl;
+      args.recv = &recv_dl;
+      host_.check(host_.collectives().all_gather(host_.context(), &args));
+    }
     for (int owner = 0; owner < world_size_; ++owner) {
       const int64_t flat = owner * partition + start;
       for (const Segment& s : layout_.segments(flat, flat + length))
