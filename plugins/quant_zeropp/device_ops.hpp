@@ -9,8 +9,9 @@
 //     (zhost/kit/zeropp_quant_cuda.hpp), fills and copies enqueued on the calling thread's current stream of
 //     that device. The host's NCCL collectives order themselves against that stream (they wait for it before
 //     they send, and a waited-on collective makes it wait for them), so the plugin never blocks the host
-//     between a kernel and the collective that sends its output; LibTorch's caching allocator keeps the
-//     buffers alive for the work queued on them.
+//     between a kernel and the collective that sends its output. A buffer freed at the end of a call goes
+//     back to LibTorch's caching allocator, which hands it out again only to work on the same stream,
+//     queued after everything that used it.
 // Both paths run the same plugin code, with the same bits (the kernels agree bit for bit,
 // tests/zeropp/quant_cuda_check.cu), so the CPU tests exercise the logic of both. The CUDA path is compile-
 // checked here and has never run on a GPU: this project has none.
@@ -28,8 +29,9 @@ namespace zhost::zeropp {
 class DeviceOps {
  public:
   virtual ~DeviceOps() = default;
-  // For the memory of `device`. Throws sdk::PluginError(ZHOST_ERR_UNSUPPORTED) naming the device when this
-  // build cannot serve it (a CUDA device without ZHOST_WITH_CUDA, or another kind of device).
+  // For the memory of `device`: one object per memory (static lifetime), so two buffers share a device exactly
+  // when their DeviceOps are the same object. Throws sdk::PluginError(ZHOST_ERR_UNSUPPORTED) naming the device
+  // when this build cannot serve it (a CUDA device without ZHOST_WITH_CUDA, or another kind of device).
   static const DeviceOps& of(DLDevice device);
 
   // As the functions of zhost/kit/zeropp_quant.hpp, every pointer into this device's memory.

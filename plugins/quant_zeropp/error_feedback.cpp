@@ -13,12 +13,14 @@ const BlockFormat kKeptFormat{Bits::kInt8, 512};
 
 float* ErrorFeedback::load(const DeviceOps& ops, int32_t block, int hop, int64_t n) {
   Kept& kept = kept_[Key{block, hop, n}];
-  const at::TensorOptions fp32 = ops.options().dtype(at::kFloat);
-  if (!open_.defined() || open_.numel() < n || open_.device() != fp32.device()) open_ = at::empty({n}, fp32);
+  if (!open_.defined() || open_.numel() < n || open_ops_ != &ops)
+    open_ = at::empty({n}, ops.options().dtype(at::kFloat));
   float* error = open_.data_ptr<float>();
-  if (!kept.packed) {
+  if (!kept.packed || &kept.packed->ops() != &ops) {  // first use, or the job's collectives moved device
+    bytes_ -= kept.packed ? static_cast<uint64_t>(kept.packed->shape) : 0;
     kept.packed = std::make_unique<ByteBuffer>(ops, packed_bytes(ChunkPieces(n), kKeptFormat));
     bytes_ += static_cast<uint64_t>(kept.packed->shape);
+    kept.reductions = 0;  // an error from another device restarts from zero
   }
   if (kept.reductions == 0 || kept.reductions >= options_.reset_after) {
     ops.zero(error, n * static_cast<int64_t>(sizeof(float)));

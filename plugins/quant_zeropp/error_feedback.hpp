@@ -52,8 +52,8 @@ class ErrorFeedback {
   const sdk::Host& host_;
   LocoOptions options_;
   std::map<Key, Kept> kept_;
-  at::Tensor open_;  // fp32: the error load() gave out, at its start
-  const DeviceOps* open_ops_ = nullptr;
+  at::Tensor open_;                      // fp32: the error load() gave out, at its start
+  const DeviceOps* open_ops_ = nullptr;  // where open_ lives
   Kept* open_kept_ = nullptr;
   int64_t open_n_ = 0;
   uint64_t bytes_ = 0;

@@ -129,7 +129,7 @@ void unpack_add(const DeviceOps& ops, const uint8_t* packed, const ChunkPieces& 
 }
 
 ByteBuffer::ByteBuffer(const DeviceOps& ops, int64_t bytes)
-    : tensor(at::empty({bytes}, ops.options().dtype(at::kByte))), shape(bytes) {
+    : tensor(at::empty({bytes}, ops.options().dtype(at::kByte))), shape(bytes), ops_(&ops) {
   view.data = tensor.data_ptr();
   view.device = ops.device();
   view.ndim = 1;

@@ -75,14 +75,19 @@ void unpack_add(const DeviceOps& ops, const uint8_t* packed, const ChunkPieces& 
 
 // A flat byte buffer for packed chunks in the memory of `ops`, and a DLTensor describing it, for the host's
 // collectives.
-struct ByteBuffer {
+class ByteBuffer {
+ public:
   ByteBuffer(const DeviceOps& ops, int64_t bytes);
   uint8_t* data() { return tensor.data_ptr<uint8_t>(); }
-  at::Tensor tensor;  // uint8, on ops' device
-  DLTensor view{};    // valid while this buffer lives (its shape points into `shape`)
+  const DeviceOps& ops() const { return *ops_; }  // where it lives
+  at::Tensor tensor;                              // uint8, on ops' device
+  DLTensor view{};                                // valid while this buffer lives (its shape points into `shape`)
   int64_t shape = 0;
   ByteBuffer(const ByteBuffer&) = delete;
   ByteBuffer& operator=(const ByteBuffer&) = delete;
+
+ private:
+  const DeviceOps* ops_;  // static lifetime (DeviceOps::of)
 };
 
 }  // namespace zhost::zeropp

@@ -111,9 +111,7 @@ class QuantZeropp : public sdk::CollectiveHooks {
   // shapes it does not transform.
   bool servable(const zhost_collective_args& args, const char* what, bool other_shape) {
     if (!args.send || !args.recv) return false;
-    const DLDevice send_at = DeviceOps::of(args.send->device).device();
-    const DLDevice recv_at = DeviceOps::of(args.recv->device).device();
-    if (send_at.device_type != recv_at.device_type || send_at.device_id != recv_at.device_id)
+    if (&DeviceOps::of(args.send->device) != &DeviceOps::of(args.recv->device))
       throw sdk::PluginError(ZHOST_ERR_INVALID_ARGUMENT,
                              kit::format("quant_zeropp: {} with send and recv on different devices (a bug in the "
                                          "plugin that started it)",

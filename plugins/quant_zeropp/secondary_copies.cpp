@@ -7,11 +7,6 @@
 #include "plugins/quant_zeropp/wire.hpp"
 
 namespace zhost::zeropp {
-namespace {
-
-bool same_device(DLDevice a, DLDevice b) { return a.device_type == b.device_type && a.device_id == b.device_id; }
-
-}  // namespace
 
 void SecondaryCopies::check_layout() {
   if (checked_) return;
@@ -33,7 +28,7 @@ void SecondaryCopies::keep(const zhost_collective_args& args) {
   const int64_t slice_bytes = total / local_ranks * (args.recv->dtype.bits / 8);
   const DeviceOps& ops = DeviceOps::of(args.recv->device);
   Copy& copy = copies_[args.block];
-  if (!copy.slice || copy.slice->shape != slice_bytes || !same_device(copy.slice->view.device, ops.device())) {
+  if (!copy.slice || copy.slice->shape != slice_bytes || &copy.slice->ops() != &ops) {
     bytes_ -= copy.slice ? static_cast<uint64_t>(copy.slice->shape) : 0;
     copy.slice = std::make_unique<ByteBuffer>(ops, slice_bytes);
     bytes_ += static_cast<uint64_t>(slice_bytes);
@@ -45,12 +40,13 @@ void SecondaryCopies::keep(const zhost_collective_args& args) {
 
 bool SecondaryCopies::serve(zhost_collective_args& args) {
   auto found = copies_.find(args.block);
+  const DeviceOps& ops = DeviceOps::of(args.recv->device);
   if (found == copies_.end() || found->second.gathered_numel != wire::numel(*args.recv) ||
-      !same_device(found->second.slice->view.device, DeviceOps::of(args.recv->device).device()))
+      &found->second.slice->ops() != &ops)
     return false;
   ByteBuffer& slice = *found->second.slice;
   if (groups_.ranks_per_node() == 1) {
-    DeviceOps::of(args.recv->device).copy(wire::data(*args.recv), slice.data(), slice.shape);
+    ops.copy(wire::data(*args.recv), slice.data(), slice.shape);
     return true;
   }
   DLTensor recv = *args.recv;  // the same memory, as bytes
