@@ -12,12 +12,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <stdexcept>
 #include <vector>
 
 #include "grad_norm_kernels.hpp"
+#include "isa_choice.hpp"
 #include "kit_error.hpp"
-#include "zhost/kit/cpu_isa.hpp"
 
 namespace zhost::kit {
 namespace {
@@ -77,12 +76,7 @@ constexpr int kFractionBits = 80;  // Note [Exact gradient norm]: every g^2 / 2^
 
 // The norm passes of the selected ISA (the CPU kernels' choice, zhost/kit/cpu_isa.hpp).
 detail::NormKernels norm_kernels() {
-  cpu_optim::Isa isa = cpu_optim::Isa::kScalar;
-  try {
-    isa = cpu_optim::selected_isa();
-  } catch (const std::runtime_error& e) {
-    detail::fail(ZHOST_ERR_UNSUPPORTED, "{}", e.what());
-  }
+  const cpu_optim::Isa isa = detail::chosen_isa(std::nullopt, "exact gradient norm");
 #if defined(ZHOST_CPU_OPTIM_X86)
   if (isa == cpu_optim::Isa::kAvx512) return detail::avx512_norm_kernels();
   if (isa == cpu_optim::Isa::kAvx2) return detail::avx2_norm_kernels();

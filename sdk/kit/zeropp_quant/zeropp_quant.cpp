@@ -3,8 +3,7 @@
 // optimizer's, zhost/kit/cpu_isa.hpp). The kernels live in quant_{scalar,avx2,avx512}.cpp.
 #include "zhost/kit/zeropp_quant.hpp"
 
-#include <stdexcept>
-
+#include "../src/isa_choice.hpp"
 #include "../src/kit_error.hpp"
 #include "quant_kernels.hpp"
 
@@ -16,13 +15,7 @@ using kit::detail::fail;
 constexpr int64_t kMaxBlockSize = int64_t{1} << 24;
 
 detail::KernelTable kernels(const QuantOptions& options) {
-  Isa isa = Isa::kScalar;
-  try {
-    isa = options.isa ? *options.isa : cpu_optim::selected_isa();
-    cpu_optim::require_isa(isa, "zeropp quantization");
-  } catch (const std::runtime_error& e) {
-    fail(ZHOST_ERR_UNSUPPORTED, "{}", e.what());
-  }
+  const Isa isa = kit::detail::chosen_isa(options.isa, "zeropp quantization");
 #if defined(ZHOST_CPU_OPTIM_X86)
   if (isa == Isa::kAvx512) return detail::avx512_kernels();
   if (isa == Isa::kAvx2) return detail::avx2_kernels();
