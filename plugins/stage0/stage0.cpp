@@ -7,7 +7,8 @@
 // zero.reduce_bucket_size elements (flat order is owner order, so a piece needs no regrouping), each rank
 // adding its sums into its split; at the step every rank all-gathers the reduced splits back into the flat
 // buffer (a reduce-scatter and an all-gather: the bytes of a ring all-reduce) and steps every parameter
-// from it. Communication buffers: the flat buffer (the gradients' size), the split, and one piece. Every
+// from it (one rank skips both collectives: it adds its gradients into its split and steps from that).
+// Communication buffers: the flat buffer (the gradients' size), the split, and one piece. Every
 // element is summed over the ranks in rank order whatever the pieces (Note [One summation order]), which is
 // what makes stages 1-3 bitwise equal to stage 0; the step prologue and the optimizer's arithmetic are
 // theirs too (Note [Step prologue], Note [One optimizer arithmetic]). Unlike DeepSpeed's data parallelism,

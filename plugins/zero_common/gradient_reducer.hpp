@@ -6,7 +6,8 @@
 // per-rank counts, so each rank receives the sums of its partition's elements (Note [One summation order]:
 // the same bits whatever the bucket size, the stage or the rank count), and adds them into its target: a
 // tensor of the partition's length. With `overlap` two buckets alternate: one reduces while backward
-// fills the other.
+// fills the other. On one rank (unstaged) a full bucket is added into the target at once: no regrouping, no
+// collective, the same bits.
 //
 // Staged (a device with memory of its own, and a target in host memory, e.g. an offload tier's
 // accumulator): each bucket's received elements start for the host by copy while backward goes on, and are
