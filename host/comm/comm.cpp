@@ -288,6 +288,8 @@ struct Comm::Group : std::enable_shared_from_this<Comm::Group> {
 
   std::unique_ptr<Work::State> start(CollectiveKind kind, const Traffic& traffic, bool on_cuda);
   Work issue(std::unique_ptr<Work::State> state, const std::function<compat::WorkPtr()>& call);
+  // Note [One-rank groups]: runs what the collective amounts to on one rank, completed on return.
+  Work complete_locally(std::unique_ptr<Work::State> state, const std::function<void()>& local);
   const compat::BackendPtr& backend_for(const at::Tensor& tensor, CollectiveKind kind) const;
   const compat::BackendPtr& barrier_backend() const { return gloo ? gloo : nccl; }
   [[noreturn]] void fail_collective(const Work::State& state, const std::string& cause);
@@ -338,6 +340,23 @@ Work Comm::Group::issue(std::unique_ptr<Work::State> state, const std::function<
   } catch (const std::exception& e) {
     fail_collective(*state, "backend error: " + compat::describe_exception(e));
   }
+  return Work(std::move(state));
+}
+
+// Note [One-rank groups]: a group of one rank has nothing to exchange. Its collectives skip the backend
+// (whose worker thread would wake, copy single-threaded and signal back) and run as what they amount to
+// there - nothing for an all-reduce, a broadcast or a barrier, a copy of input into output for an
+// all-gather, reduce-scatter or all-to-all - in the caller's thread (on the current stream for CUDA
+// tensors), complete when they return. The same bits as the backend's result: a sum, average, max or min
+// over one rank is the rank's own value. Sequence numbers and traffic (zero bytes) count as for any
+// collective.
+Work Comm::Group::complete_locally(std::unique_ptr<Work::State> state, const std::function<void()>& local) {
+  try {
+    local();
+  } catch (const std::exception& e) {
+    fail_collective(*state, "local copy failed: " + compat::describe_exception(e));
+  }
+  state->done = true;
   return Work(std::move(state));
 }
 
@@ -890,6 +909,7 @@ Work Comm::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(kind, all_reduce_traffic(bytes_of(data), group_->size, group_->remote), data.is_cuda());
+  if (group_->size == 1) return group_->complete_locally(std::move(state), [] {});
   if (emulate_avg || !wire.is_same(data))
     state->finish = [data, wire, emulate_avg, size = group_->size] {
       if (emulate_avg) wire.div_(size);
@@ -927,13 +947,14 @@ Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& out
   expect_reducible(in, op, kind);
   const compat::BackendPtr& backend = group_->backend_for(in, kind);
   const int64_t shard = counts[group_->rank];
-  at::Tensor pieces = at::empty({group_->size * shard}, in.options());
   c10d::AllToAllOptions options;
   options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state =
       group_->start(kind, reduce_scatter_traffic(to_bytes(counts, in), group_->rank, group_->remote), in.is_cuda());
+  if (group_->size == 1) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
+  at::Tensor pieces = at::empty({group_->size * shard}, in.options());
   state->finish = [pieces, out, op, size = group_->size, shard] { reduce_chunks(pieces.view({size, shard}), out, op); };
   return group_->issue(std::move(state), [&] {
     std::vector<int64_t> receive_counts(group_->size, shard);
@@ -958,6 +979,7 @@ Work Comm::all_gather_async(const at::Tensor& input, const at::Tensor& output) {
   auto state = group_->start(
       kind, all_gather_traffic(std::vector<uint64_t>(group_->size, bytes_of(in)), group_->rank, group_->remote),
       in.is_cuda());
+  if (group_->size == 1) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
   return group_->issue(std::move(state), [&] {
     if (backend == group_->nccl) return backend->_allgather_base(out, in, options);
     // Gloo (1.13) has no flat all-gather: gather into views of the flat output.
@@ -980,13 +1002,14 @@ Work Comm::all_gather_v_async(const at::Tensor& input, const at::Tensor& output,
   expect_numel(in, counts[group_->rank], kind, "input", "this rank's count");
   expect_numel(out, total(counts), kind, "output", "sum of counts");
   const compat::BackendPtr& backend = group_->backend_for(in, kind);
-  at::Tensor copies = in.repeat({group_->size});
   c10d::AllToAllOptions options;
   options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state =
       group_->start(kind, all_gather_traffic(to_bytes(counts, in), group_->rank, group_->remote), in.is_cuda());
+  if (group_->size == 1) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
+  at::Tensor copies = in.repeat({group_->size});
   return group_->issue(std::move(state), [&] {
     std::vector<int64_t> receive_counts = counts;
     std::vector<int64_t> send_counts(group_->size, in.numel());
@@ -1008,6 +1031,7 @@ Work Comm::broadcast_async(const at::Tensor& tensor, int root) {
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(kind, broadcast_traffic(bytes_of(data), group_->size, group_->rank, root, group_->remote),
                              data.is_cuda());
+  if (group_->size == 1) return group_->complete_locally(std::move(state), [] {});
   return group_->issue(std::move(state), [&] {
     std::vector<at::Tensor> tensors{on_the_wire(data, backend != group_->nccl)};
     return backend->broadcast(tensors, options);
@@ -1041,6 +1065,7 @@ Work Comm::all_to_all_async(const at::Tensor& input, const at::Tensor& output, c
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(kind, traffic, in.is_cuda());
+  if (group_->size == 1) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
   return group_->issue(std::move(state), [&] {
     std::vector<int64_t> output_splits = recv_counts;
     std::vector<int64_t> input_splits = send_counts;
@@ -1056,6 +1081,7 @@ Work Comm::barrier_async() {
   options.timeout = group_->job->timeout;
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(CollectiveKind::kBarrier, Traffic{}, backend == group_->nccl);
+  if (group_->size == 1) return group_->complete_locally(std::move(state), [] {});
   return group_->issue(std::move(state), [&] { return backend->barrier(options); });
 }
 

@@ -248,6 +248,35 @@ TEST(SingleRankTest, EveryCollectiveWorksAlone) {
   EXPECT_EQ(comm->counters().total().bytes_sent, 0u);  // nothing leaves a single rank
 }
 
+// Note [One-rank groups]: each collective is its local copy, done before the call returns.
+TEST(SingleRankTest, CollectivesAreTheirLocalCopyCompleteOnReturn) {
+  auto comm = Comm::create({0, 1});
+  const at::Tensor input = at::randn({6});
+  auto expect_copied = [&](const char* what, Work work, const at::Tensor& output) {
+    EXPECT_TRUE(work.is_completed()) << what << " was left to a backend thread";
+    work.wait();
+    EXPECT_TRUE(at::equal(output, input)) << what;
+  };
+  at::Tensor output = at::full({6}, -1.0f);
+  expect_copied("reduce_scatter", comm->reduce_scatter_async(input, output, ReduceOp::kMax), output);
+  output.fill_(-1);
+  expect_copied("reduce_scatter_v", comm->reduce_scatter_v_async(input, output, {6}, ReduceOp::kAvg), output);
+  output.fill_(-1);
+  expect_copied("all_gather", comm->all_gather_async(input, output), output);
+  output.fill_(-1);
+  expect_copied("all_gather_v", comm->all_gather_v_async(input, output, {6}), output);
+  output.fill_(-1);
+  expect_copied("all_to_all", comm->all_to_all_async(input, output, {6}, {6}), output);
+  at::Tensor reduced = input.to(at::kBFloat16);
+  const at::Tensor before = reduced.clone();
+  Work average = comm->all_reduce_async(reduced, ReduceOp::kAvg);
+  EXPECT_TRUE(average.is_completed());
+  EXPECT_TRUE(at::equal(reduced, before));  // the average over one rank of a bf16 tensor is itself
+  EXPECT_TRUE(comm->broadcast_async(reduced, 0).is_completed());
+  EXPECT_TRUE(comm->barrier_async().is_completed());
+  EXPECT_EQ(comm->counters().total().calls, 8u);
+}
+
 TEST(SingleRankTest, BadArgumentsAreClearErrors) {
   auto comm = Comm::create({0, 1});
   at::Tensor output = at::empty({3});
