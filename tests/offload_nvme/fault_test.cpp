@@ -2,7 +2,9 @@
 // ABI with the plugin loaded by the host's own loader: a disk that fills up (an 8 MiB ext4 image mounted
 // by the test) is an error naming the bytes needed and the folder, and every buffer stored before still
 // loads; a write the device fails mid-transfer (a loop device backed by a full tmpfs) names the file, the
-// offset and the reason, and the buffers stored before still load; a byte flipped in the tier's file is reported with
+// offset and the reason, and the buffers stored before still load; a device whose sectors fail (EIO) under the
+// mounted file system names the file and offset on read and on write, and the buffers it can still reach load
+// unchanged; a byte flipped in the tier's file is reported with
 // the file and offset and never handed over; a dead job's folder (Note [Job folders]) is removed at start while a live
 // one is kept; nothing is left behind when the tier goes.
 #include <fcntl.h>
@@ -26,6 +28,7 @@
 #include "zhost/offload.h"
 
 using namespace zhost;
+using zhost::testing::FailingDisk;
 using zhost::testing::SmallDisk;
 using zhost::testing::ThinDisk;
 namespace fs = std::filesystem;
@@ -173,6 +176,53 @@ TEST_P(NvmeFaults, WriteErrorMidTransferNamesFileAndOffsetAndEarlierBuffersSurvi
     expect_all_load(tier, stored);
     std::vector<char> never(1 << 20);
     EXPECT_NE(tier.load(stored.size(), never), "") << "the failed buffer was stored";
+  }
+}
+
+// The device fails under the mounted file system (FailingDisk: every block past 24 MiB gives EIO) with 20
+// buffers on it: each that still loads is exactly what was stored; each that does not names the read, the file,
+// the offset and the kernel's reason, and none is handed over. A buffer stored after the failure fails the same
+// way on its write, and what loaded before still loads.
+TEST_P(NvmeFaults, DeviceIoErrorsNameFileAndOffsetAndNothingReachableIsLost) {
+  zhost::testing::ScratchDir dir;
+  FailingDisk disk(dir.path(), 64);
+  if (!disk.mounted()) GTEST_SKIP() << "no loop mount here (needs root, mkfs.ext4 and a loop device)";
+  HostServices host;
+  {
+    Tier tier(host, disk.path().string(), GetParam(), 65536);
+    std::string error;
+    const std::vector<std::vector<char>> stored = store_until_error(tier, 20, error);
+    ASSERT_EQ(error, "");
+    ASSERT_TRUE(disk.fail_beyond(24));
+    const std::string file_prefix = disk.path().string() + "/zhost-nvme-";
+    std::vector<uint64_t> readable, unreadable;
+    for (uint64_t key = 0; key < stored.size(); ++key) {
+      std::vector<char> back(1 << 20, 0);
+      const std::string failure = tier.load(key, back);
+      if (failure.empty()) {
+        EXPECT_EQ(back, stored[key]) << "buffer " << key << " loaded other bytes than were stored";
+        readable.push_back(key);
+        continue;
+      }
+      unreadable.push_back(key);
+      // e.g. "offload_nvme: read of 65536 bytes at offset 17039360 of .../data.bin failed: Input/output error"
+      EXPECT_NE(failure.find("offload_nvme: read of "), std::string::npos) << failure;
+      EXPECT_NE(failure.find(" at offset "), std::string::npos) << failure;
+      EXPECT_NE(failure.find(file_prefix), std::string::npos) << failure;
+      EXPECT_NE(failure.find("/data.bin failed: Input/output error"), std::string::npos) << failure;
+    }
+    EXPECT_FALSE(readable.empty()) << "no buffer lay before the failing blocks";
+    ASSERT_FALSE(unreadable.empty()) << "no buffer lay past 24 MiB: the test's disk did not fail";
+    std::vector<char> more = random_bytes(1 << 20, 1000);
+    const std::string write_failure = tier.store(stored.size(), more);
+    EXPECT_NE(write_failure.find("offload_nvme: write of "), std::string::npos) << write_failure;
+    EXPECT_NE(write_failure.find(file_prefix), std::string::npos) << write_failure;
+    EXPECT_NE(write_failure.find("/data.bin failed: Input/output error"), std::string::npos) << write_failure;
+    for (uint64_t key : readable) {
+      std::vector<char> back(1 << 20, 0);
+      ASSERT_EQ(tier.load(key, back), "") << "buffer " << key;
+      EXPECT_EQ(back, stored[key]) << "buffer " << key;
+    }
   }
 }
 
