@@ -25,6 +25,8 @@
 #define PLUGIN_NAME "frozen_dp_v0_6"
 #elif ZHOST_ABI_MINOR == 7
 #define PLUGIN_NAME "frozen_dp_v0_7"
+#elif ZHOST_ABI_MINOR == 8
+#define PLUGIN_NAME "frozen_dp_v0_8"
 #else
 #error "built against headers of an unexpected minor"
 #endif

@@ -23,6 +23,8 @@
 #define TIER_NAME "frozen_tier_v0_6"
 #elif ZHOST_ABI_MINOR == 7
 #define TIER_NAME "frozen_tier_v0_7"
+#elif ZHOST_ABI_MINOR == 8
+#define TIER_NAME "frozen_tier_v0_8"
 #else
 #error "built against headers of an unexpected minor"
 #endif

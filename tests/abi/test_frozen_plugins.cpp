@@ -147,5 +147,5 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(FrozenTier{1, ZHOST_OFFLOAD_API_SIZE_0_2}, FrozenTier{2, ZHOST_OFFLOAD_API_SIZE_0_2},
                       FrozenTier{3, ZHOST_OFFLOAD_API_SIZE_0_3}, FrozenTier{4, ZHOST_OFFLOAD_API_SIZE_0_4},
                       FrozenTier{5, ZHOST_OFFLOAD_API_SIZE_0_6}, FrozenTier{6, ZHOST_OFFLOAD_API_SIZE_0_6},
-                      FrozenTier{7, ZHOST_OFFLOAD_API_SIZE}),
+                      FrozenTier{7, ZHOST_OFFLOAD_API_SIZE_0_8}, FrozenTier{8, ZHOST_OFFLOAD_API_SIZE_0_8}),
     [](const ::testing::TestParamInfo<FrozenTier>& tier) { return "v0_" + std::to_string(tier.param.minor); });

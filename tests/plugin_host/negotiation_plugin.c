@@ -75,6 +75,8 @@ static const zhost_offload_api k_offload = {sizeof(zhost_offload_api),
                                             NULL,
                                             NULL,
                                             NULL,
+                                            NULL,
+                                            NULL,
                                             NULL}; /* not a computing tier */
 
 static zhost_status* create(zhost_plugin_create_args* args) {

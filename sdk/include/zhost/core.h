@@ -39,7 +39,7 @@ extern "C" {
  *                7 = the offload table gains optimizer_move_storage (hot swap of a computing tier's storage);
  *                8 = collective transforms are served (zhost/collective.h, final), the collectives table gains
  *                    topology (which node each rank is on). */
-#define ZHOST_ABI_MINOR 8
+#define ZHOST_ABI_MINOR 9
 
 /* The exported entry symbol for a major version. Hosts probe the newest major they know first. */
 #define ZHOST_ENTRY_SYMBOL_V0 "zhost_plugin_v0"

@@ -5,7 +5,8 @@
  * host's copy services (zhost/host.h, zhost_copy_services). Since 0.4 a tier declares its roles, keys have
  * two namespaces, events can be tested without blocking and a computing tier may keep its optimizer states
  * in a storage tier: the tier contract, docs/abi.md "Tier contract". Since 0.7 a computing tier can move its
- * states to another storage while the job runs (optimizer_move_storage): docs/abi.md "Storage swap".
+ * states to another storage while the job runs (optimizer_move_storage): docs/abi.md "Storage swap". Since 0.9
+ * it can move finished gradients there too (optimizer_grad_done): docs/abi.md "Gradients in storage".
  *
  * A tier stores flat buffers outside device memory and moves them asynchronously. Buffers are named by a
  * 64-bit key chosen by the caller (e.g. sub-group id and state kind). A tier that can compute (the CPU
@@ -197,8 +198,22 @@ typedef struct zhost_offload_api {
    * phase of moving every optimizer group's master and states to another storage (zhost_tier_storage_move).
    * Called between steps, while no call of this tier is in flight and no event of its storage is pending. */
   zhost_status* (*optimizer_move_storage)(zhost_plugin_instance* self, zhost_tier_storage_move* args);
+  /* 0.9, computing tiers (NULL: accumulators stay in host memory), docs/abi.md "Gradients in storage": the
+   * caller adds nothing more into elements [offset, offset + numel) of group key's accumulator before the
+   * group's next step (or optimizer_grad_zero). A tier that keeps the group's states in a storage tier may move
+   * that range's gradients there and give their host memory back; it sets *moved to 1 when it may have, and
+   * the optimizer_grad() view is then not to be read over that range until the step, which uses the moved
+   * values. *moved = 0: the view still holds them. optimizer_read_state(..., "grad", ...) reads the
+   * accumulator wherever its elements are. */
+  zhost_status* (*optimizer_grad_done)(zhost_plugin_instance* self, uint64_t key, int64_t offset, int64_t numel,
+                                       int32_t* moved);
+  /* 0.9, with optimizer_grad_done: zeroes group key's whole accumulator, moved ranges included (a step skipped
+   * for overflow); the view reads zeros after it. */
+  zhost_status* (*optimizer_grad_zero)(zhost_plugin_instance* self, uint64_t key);
 } zhost_offload_api;
-#define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_move_storage)
+#define ZHOST_OFFLOAD_API_SIZE ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_grad_zero)
+/* What a tier built for ABI 0.7 or 0.8 fills: everything up to optimizer_move_storage. */
+#define ZHOST_OFFLOAD_API_SIZE_0_8 ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_move_storage)
 /* What a tier built for ABI 0.5 or 0.6 fills: everything up to optimizer_write_state. */
 #define ZHOST_OFFLOAD_API_SIZE_0_6 ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_write_state)
 /* What a tier built for ABI 0.4 fills: everything up to optimizer_drop. */

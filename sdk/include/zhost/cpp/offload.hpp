@@ -21,7 +21,9 @@
 //     void optimizer_step_range(const zhost_tier_step_args& args, int64_t offset);  // offset resolved here
 //     void optimizer_drop(uint64_t key);
 // (and, for checkpoints, optimizer_read_state / optimizer_write_state: TierDefaults' refuse; with
-// ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE, for hot swap, optimizer_move_storage: TierDefaults' refuses)
+// ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE, for hot swap, optimizer_move_storage: TierDefaults' refuses; a tier
+// that sets kMovesGradients = true implements bool optimizer_grad_done(key, offset, numel) and
+// optimizer_grad_zero(key), docs/abi.md "Gradients in storage")
 // and gets their table entries; a storing-only tier gets NULL there, as the contract says. Every entry
 // runs the method inside guard(), so exceptions become statuses. Asynchronous tiers override
 // wait_event/test_event (and order_compute_after); TierDefaults' versions serve tiers whose events are
@@ -54,6 +56,9 @@ struct TierDefaults {
   void optimizer_write_state(const zhost_tier_state_args&) {
     throw PluginError(ZHOST_ERR_UNSUPPORTED, "this tier cannot take optimizer states from a checkpoint");
   }
+  // Computing tiers that move finished gradients out of host memory set this and implement
+  // optimizer_grad_done and optimizer_grad_zero (0.9); the table has NULL there otherwise.
+  static constexpr bool kMovesGradients = false;
   // Computing tiers with ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE whose storage can be swapped override this (0.7).
   void optimizer_move_storage(zhost_tier_storage_move&) {
     throw PluginError(ZHOST_ERR_UNSUPPORTED, "this tier cannot move its optimizer states to another storage");
@@ -69,6 +74,7 @@ template <typename T>
 struct OffloadTableOf {
   static constexpr bool kComputes = (T::kTierFlags & ZHOST_PLUGIN_FLAG_TIER_COMPUTES) != 0;
   static constexpr bool kUsesStorage = kComputes && (T::kTierFlags & ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE) != 0;
+  static constexpr bool kMovesGradients = kComputes && T::kMovesGradients;
   static T& self(zhost_plugin_instance* instance) { return InstanceOf<T>::self(instance); }
 
   static zhost_status* store(zhost_plugin_instance* s, zhost_tier_io_args* a) {
@@ -142,6 +148,19 @@ struct OffloadTableOf {
     });
   }
 
+  static zhost_status* optimizer_grad_done(zhost_plugin_instance* s, uint64_t key, int64_t offset, int64_t numel,
+                                           int32_t* moved) {
+    *moved = 0;
+    return guard([&] {
+      if constexpr (kMovesGradients) *moved = self(s).optimizer_grad_done(key, offset, numel) ? 1 : 0;
+    });
+  }
+  static zhost_status* optimizer_grad_zero(zhost_plugin_instance* s, uint64_t key) {
+    return guard([&] {
+      if constexpr (kMovesGradients) self(s).optimizer_grad_zero(key);
+    });
+  }
+
   static constexpr zhost_offload_api table = {
       sizeof(zhost_offload_api),
       nullptr,
@@ -162,6 +181,8 @@ struct OffloadTableOf {
       kComputes ? optimizer_read_state : nullptr,
       kComputes ? optimizer_write_state : nullptr,
       kUsesStorage ? optimizer_move_storage : nullptr,
+      kMovesGradients ? optimizer_grad_done : nullptr,
+      kMovesGradients ? optimizer_grad_zero : nullptr,
   };
 };
 
