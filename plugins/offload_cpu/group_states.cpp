@@ -2,6 +2,9 @@
 // the header).
 #include "plugins/offload_cpu/group_states.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <deque>
 
@@ -46,8 +49,12 @@ GroupStates::GroupStates(const sdk::Host& host, uint64_t group_key, uint32_t gen
       generation_(generation & 3u),
       numel_(numel),
       num_states_(num_states),
-      storage_(storage && storage->tier.active() ? storage : nullptr) {
+      storage_(storage && storage->tier.active() ? storage : nullptr),
+      pinned_(pinned) {
   if (storage_) {
+    const int64_t chunks = (numel + storage_->chunk - 1) / storage_->chunk;
+    grad_finished_.assign(static_cast<size_t>(chunks), 0);
+    grad_stored_.assign(static_cast<size_t>(chunks), 0);
     // Storage keys pack the group key, the chunk and the state (see storage_key): check they fit.
     if (group_key >= (1ull << 30) || (numel + storage_->chunk - 1) / storage_->chunk >= (1ll << 30))
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
@@ -72,11 +79,21 @@ GroupStates::GroupStates(GroupStates&& other) noexcept
       generation_(other.generation_),
       numel_(other.numel_),
       num_states_(other.num_states_),
-      storage_(std::exchange(other.storage_, nullptr)) {
+      storage_(std::exchange(other.storage_, nullptr)),
+      pinned_(other.pinned_),
+      grad_finished_(std::move(other.grad_finished_)),
+      grad_stored_(std::move(other.grad_stored_)),
+      grad_stores_(std::move(other.grad_stores_)),
+      grad_stored_chunks_(other.grad_stored_chunks_),
+      grads_moved_(other.grads_moved_) {
   for (int s = 0; s < 3; ++s) resident_[s] = std::move(other.resident_[s]);
 }
 
-GroupStates::~GroupStates() { drop_stored(); }
+GroupStates::~GroupStates() {
+  TransferFailure ignored;
+  for (GradStore& store : grad_stores_) complete_transfer(store.event, ignored);  // the memory may go after this
+  drop_stored();
+}
 
 uint64_t GroupStates::host_bytes() const {
   uint64_t bytes = 0;
@@ -214,12 +231,137 @@ void GroupStates::drop_stored() noexcept {
   if (!storage_) return;
   const int64_t chunks = (numel_ + storage_->chunk - 1) / storage_->chunk;
   try {
-    for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t c = 0; c < chunks; ++c) {
       for (int s = 0; s < num_states_; ++s) storage_->tier.drop(storage_key(static_cast<uint32_t>(s), c));
+      if (grads_moved_) storage_->tier.drop(storage_key(kGrad, c));
+    }
   } catch (const std::exception& e) {
     host_.warn(std::string("offload_cpu: could not drop a group from its storage tier: ") + e.what());
   }
   storage_ = nullptr;
+}
+
+// ---- Note [Gradients in storage] -------------------------------------------------------------------------
+
+void GroupStates::give_back(float* data, int64_t count) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const auto end = reinterpret_cast<uintptr_t>(data + count) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+bool GroupStates::grad_done(float* grad, int64_t offset, int64_t count) {
+  if (!moves_grads()) return false;
+  if (offset < 0 || count < 0 || offset + count > numel_)
+    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: finished gradients [" + std::to_string(offset) + ", " +
+                                                      std::to_string(offset + count) + ") are outside group " +
+                                                      std::to_string(key_) + " of " + std::to_string(numel_) +
+                                                      " elements");
+  const int64_t chunk = storage_->chunk;
+  for (int64_t c = offset / chunk; count > 0 && c * chunk < offset + count; ++c) {
+    const int64_t length = chunk_length(c);
+    int64_t& finished = grad_finished_[static_cast<size_t>(c)];
+    finished += std::min(offset + count, c * chunk + length) - std::max(offset, c * chunk);
+    if (finished > length || grad_stored_[static_cast<size_t>(c)])
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: gradients of group " + std::to_string(key_) +
+                                                        " around element " + std::to_string(offset) +
+                                                        " were reported finished twice before the step");
+    if (finished < length) continue;
+    while (static_cast<int64_t>(grad_stores_.size()) >= storage_->areas) {  // complete the oldest first
+      TransferFailure failure;
+      GradStore& oldest = grad_stores_.front();
+      complete_transfer(oldest.event, failure);
+      give_back(grad + oldest.chunk * chunk, chunk_length(oldest.chunk));
+      grad_stores_.pop_front();
+      failure.rethrow();
+    }
+    GradStore& store = grad_stores_.emplace_back();
+    store.chunk = c;
+    store.shape = length;
+    store.event = start_transfer(kGrad, c, grad + c * chunk, &store.shape, store.view, /*to_storage=*/true);
+    grad_stored_[static_cast<size_t>(c)] = 1;
+    ++grad_stored_chunks_;
+    grads_moved_ = true;
+  }
+  return true;
+}
+
+void GroupStates::grad_drain(float* grad) {
+  TransferFailure failure;
+  for (GradStore& store : grad_stores_) {
+    complete_transfer(store.event, failure);
+    give_back(grad + store.chunk * storage_->chunk, chunk_length(store.chunk));
+  }
+  grad_stores_.clear();
+  failure.rethrow();
+}
+
+void GroupStates::grad_before_step(float* grad, int64_t begin, int64_t count) {
+  if (!storage_ || count <= 0) return;
+  grad_drain(grad);
+  const int64_t chunk = storage_->chunk;
+  for (int64_t c = begin / chunk; c * chunk < begin + count; ++c) {
+    if (!grad_stored_[static_cast<size_t>(c)]) continue;
+    int64_t shape = chunk_length(c);
+    DLTensor view{};
+    TransferFailure failure;
+    complete_transfer(start_transfer(kGrad, c, grad + c * chunk, &shape, view, /*to_storage=*/false), failure);
+    failure.rethrow();
+    grad_stored_[static_cast<size_t>(c)] = 0;
+    --grad_stored_chunks_;
+  }
+}
+
+void GroupStates::grad_after_step(float* grad, int64_t begin, int64_t count) {
+  if (!storage_ || count <= 0) return;
+  const int64_t chunk = storage_->chunk;
+  for (int64_t c = begin / chunk; c * chunk < begin + count; ++c) grad_finished_[static_cast<size_t>(c)] = 0;
+  if (moves_grads()) give_back(grad + begin, count);  // stepping zeroed them
+}
+
+void GroupStates::grad_zero(float* grad) {
+  if (storage_) {
+    grad_drain(grad);
+    std::fill(grad_finished_.begin(), grad_finished_.end(), 0);
+    std::fill(grad_stored_.begin(), grad_stored_.end(), 0);
+    grad_stored_chunks_ = 0;
+  }
+  if (!moves_grads()) {
+    std::memset(grad, 0, static_cast<size_t>(numel_) * 4);
+    return;
+  }
+  give_back(grad, numel_);  // the whole pages read as zeros now, without being touched; then the partial ones
+  const int64_t page = ::sysconf(_SC_PAGESIZE) / 4;
+  std::memset(grad, 0, static_cast<size_t>(std::min(numel_, page)) * 4);
+  if (numel_ > page) std::memset(grad + numel_ - page, 0, static_cast<size_t>(page) * 4);
+}
+
+void GroupStates::grad_read(float* grad, int64_t offset, int64_t count, float* out) {
+  if (storage_) grad_drain(grad);
+  const int64_t chunk = storage_ ? storage_->chunk : numel_ + 1;
+  std::vector<float> loaded;
+  for (int64_t at = offset; at < offset + count;) {
+    const int64_t c = at / chunk, end = std::min(offset + count, (c + 1) * chunk);
+    if (storage_ && grad_stored_[static_cast<size_t>(c)]) {
+      int64_t shape = chunk_length(c);
+      loaded.resize(static_cast<size_t>(shape));
+      DLTensor view{};
+      TransferFailure failure;
+      complete_transfer(start_transfer(kGrad, c, loaded.data(), &shape, view, /*to_storage=*/false), failure);
+      failure.rethrow();
+      std::memcpy(out + (at - offset), loaded.data() + (at - c * chunk), static_cast<size_t>(end - at) * 4);
+    } else {
+      std::memcpy(out + (at - offset), grad + at, static_cast<size_t>(end - at) * 4);
+    }
+    at = end;
+  }
+}
+
+uint64_t GroupStates::grad_host_bytes() const {
+  const uint64_t all = static_cast<uint64_t>(numel_) * 4;
+  if (!storage_) return all;
+  const uint64_t moved = static_cast<uint64_t>(grad_stored_chunks_) * static_cast<uint64_t>(storage_->chunk) * 4;
+  return moved < all ? all - moved : 0;
 }
 
 }  // namespace zhost::cpu_tier

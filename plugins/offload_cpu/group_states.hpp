@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,7 +67,7 @@ struct StateStorage {
 // finishes transfers at once (NULL events) simply gets no overlap.
 class GroupStates {
  public:
-  enum State : uint32_t { kMaster = 0, kExpAvg = 1, kExpAvgSq = 2 };
+  enum State : uint32_t { kMaster = 0, kExpAvg = 1, kExpAvgSq = 2, kGrad = 3 };  // kGrad: storage keys only
   static constexpr uint32_t kAll = (1u << kMaster) | (1u << kExpAvg) | (1u << kExpAvgSq);
 
   // `num_states`: 3 (master, exp_avg, exp_avg_sq) or 2 (Lion: no exp_avg_sq). With an active `storage`
@@ -116,6 +117,25 @@ class GroupStates {
     }
     pipeline.finish();
   }
+
+  // Note [Gradients in storage]: the partition adds its reduced gradients into the group's accumulator (`grad`,
+  // numel floats of the tier's, host memory) and reports each range it has finished for the step
+  // (optimizer_grad_done). For a stored group in pageable memory, a chunk (storage_chunk_elements) whose every
+  // element is finished is stored under its own key, at most `areas` stores in flight, and its whole pages are
+  // given back to the kernel (madvise): between backward and step, host memory holds only the chunks still
+  // being filled. The step loads each stored chunk back into its place just before stepping it and gives its
+  // pages back again after (stepping zeroes them). The values and their order do not change, so training is
+  // bit for bit the same as with the accumulator resident. Pinned or resident groups keep every gradient in
+  // host memory (grad_done returns false).
+  bool moves_grads() const { return storage_ != nullptr && !pinned_; }
+  bool grad_done(float* grad, int64_t offset, int64_t count);
+  void grad_before_step(float* grad, int64_t begin, int64_t count);  // stored chunks in [begin, +count) loaded back
+  void grad_after_step(float* grad, int64_t begin, int64_t count);   // stepped (zeroed) pages given back
+  // Every gradient zero, stored ones forgotten; a group that moves gradients zeroes by giving pages back, so
+  // this also makes a new accumulator (allocated uninitialized) zero without making it resident.
+  void grad_zero(float* grad);
+  void grad_read(float* grad, int64_t offset, int64_t count, float* out);  // wherever the elements are
+  uint64_t grad_host_bytes() const;  // of the accumulator's numel * 4, what host memory holds
 
   // A stored group only: moves state `s` of the whole group between its storage tier and `memory` (numel floats of
   // the caller's), chunk by chunk straight from or into that memory, up to `areas` chunks in flight and no staging.
@@ -173,6 +193,16 @@ class GroupStates {
   void complete_transfer(zhost_tier_event* event, TransferFailure& failure);
   uint64_t storage_key(uint32_t state, int64_t chunk) const;
   void drop_stored() noexcept;
+  int64_t chunk_length(int64_t c) const { return std::min(storage_->chunk, numel_ - c * storage_->chunk); }
+  void grad_drain(float* grad);                // every gradient store completed and its pages given back
+  void give_back(float* data, int64_t count);  // the whole pages of [data, data + count): zeros, not resident
+
+  struct GradStore {  // a finished chunk of gradients on its way to the storage tier
+    int64_t chunk = 0;
+    int64_t shape = 0;
+    DLTensor view{};
+    zhost_tier_event* event = nullptr;
+  };
 
   sdk::Host host_;
   uint64_t key_;
@@ -181,6 +211,14 @@ class GroupStates {
   int num_states_;
   StateStorage* storage_;  // null: resident
   HostBuffer resident_[3];
+  bool pinned_ = false;
+  // Note [Gradients in storage], per chunk: elements finished this step, and whether the chunk's gradients are
+  // in the storage tier (their pages given back).
+  std::vector<int64_t> grad_finished_;
+  std::vector<uint8_t> grad_stored_;
+  std::deque<GradStore> grad_stores_;  // in flight, oldest first (a deque: views' shapes stay put)
+  int64_t grad_stored_chunks_ = 0;
+  bool grads_moved_ = false;  // some chunk was ever stored: its keys are dropped with the group
 };
 
 }  // namespace zhost::cpu_tier

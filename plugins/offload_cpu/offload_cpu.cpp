@@ -8,8 +8,9 @@
 //
 // Composition (docs/abi.md "Tier composition"): with a storage tier under it (zero.offload_optimizer.storage,
 // served by tier_for(ZHOST_TIER_FOR_OPTIMIZER_STORAGE)), a group's master and states live there between
-// steps and come into a bounded staging area chunk by chunk for each step (group_states.hpp); gradient
-// accumulators stay in host memory. Buffer keys and optimizer-group keys are separate namespaces.
+// steps and come into a bounded staging area chunk by chunk for each step (group_states.hpp); the gradients
+// a partition reports finished go there too until the step (Note [Gradients in storage]). Buffer keys and
+// optimizer-group keys are separate namespaces.
 //
 // Memory is host memory from the host's buffer service (accounted for by the host). Buffers move to and
 // from device memory (CUDA) through the host's copy services: store and load then hand back the copy as
@@ -231,6 +232,17 @@ class CpuTier : public zhost::sdk::TierDefaults {
     out.shape = &g.numel;
   }
 
+  // Note [Gradients in storage] (group_states.hpp).
+  static constexpr bool kMovesGradients = true;
+  bool optimizer_grad_done(uint64_t key, int64_t offset, int64_t count) {
+    Group& g = group(key);
+    return g.states->grad_done(g.grad.floats(), offset, count);
+  }
+  void optimizer_grad_zero(uint64_t key) {
+    Group& g = group(key);
+    g.states->grad_zero(g.grad.floats());
+  }
+
   void optimizer_step(const zhost_tier_step_args& args) { step(args, 0, false); }
   void optimizer_step_range(const zhost_tier_step_args& args, int64_t offset) { step(args, offset, true); }
   void optimizer_drop(uint64_t key) { groups_.erase(key); }
@@ -243,7 +255,7 @@ class CpuTier : public zhost::sdk::TierDefaults {
     uint64_t host = storage_->staging.bytes() + (pending_storage_ ? pending_storage_->staging.bytes() : 0), stored = 0;
     for (const auto& [key, buffer] : buffers_) host += buffer.bytes();
     for (const auto& [key, g] : groups_) {
-      host += g.grad.bytes() + g.states->host_bytes();
+      host += g.states->grad_host_bytes() + g.states->host_bytes();
       stored += g.states->storage_bytes();
     }
     for (const auto& [key, states] : pending_) {
@@ -342,13 +354,15 @@ class CpuTier : public zhost::sdk::TierDefaults {
           numel(n),
           states(std::make_unique<GroupStates>(host, key, generation, n, desc.kind == ZHOST_OPTIMIZER_LION ? 2 : 3,
                                                pinned, storage)),
-          grad(host, static_cast<uint64_t>(n) * 4, pinned, "offload_cpu gradients") {
+          grad(host, static_cast<uint64_t>(n) * 4, pinned, "offload_cpu gradients",
+               states->moves_grads() ? HostBuffer::Fill::kUninitialized : HostBuffer::Fill::kZeros) {
       optimizer.ext = nullptr;
+      if (states->moves_grads()) states->grad_zero(grad.floats());  // zeros, none of it resident yet
     }
     zhost_optimizer_desc optimizer;
     int64_t numel;
     std::unique_ptr<GroupStates> states;  // master, exp_avg, exp_avg_sq: resident, or in the storage tier
-    HostBuffer grad;                      // the accumulator stays in host memory: the partition adds into it
+    HostBuffer grad;  // the accumulator the partition adds into (finished ranges may move: group_states.hpp)
   };
 
   // A new group in `into`, its states in the storage tier (under `generation`'s keys) when the job composes
@@ -406,6 +420,7 @@ class CpuTier : public zhost::sdk::TierDefaults {
     g.states->visit(offset, offset + count, GroupStates::kAll, GroupStates::kAll,
                     [&](float* const* states, int64_t begin, int64_t n) {
                       float* master = states[GroupStates::kMaster];
+                      g.states->grad_before_step(g.grad.floats(), begin, n);
                       float* grad = g.grad.floats() + begin;
                       void* piece_out = out ? out + static_cast<size_t>(begin - offset) * out_element : nullptr;
                       if (o.kind == ZHOST_OPTIMIZER_LION) {
@@ -428,6 +443,7 @@ class CpuTier : public zhost::sdk::TierDefaults {
                       if (piece_out && copy == cpu_optim::Copy16::kNone)
                         std::memcpy(piece_out, master, static_cast<size_t>(n) * 4);
                       std::memset(grad, 0, static_cast<size_t>(n) * 4);
+                      g.states->grad_after_step(g.grad.floats(), begin, n);
                     });
   }
 
@@ -482,6 +498,18 @@ class CpuTier : public zhost::sdk::TierDefaults {
   void copy_state(const zhost_tier_state_args& args, bool into_group) {
     Group& g = group(args.key);
     const std::string name = args.state ? args.state : "";
+    if (name == "grad" && !into_group) {  // the accumulator, wherever its elements are (Note [Gradients in storage])
+      if (!args.data || !is_float(*args.data, 32) || args.data->ndim != 1 || !is_contiguous(*args.data))
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: a state range is a contiguous 1-D fp32 tensor");
+      const int64_t count = numel(*args.data);
+      if (args.offset < 0 || args.offset + count > g.numel)
+        throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: gradient range [" + std::to_string(args.offset) +
+                                                          ", " + std::to_string(args.offset + count) +
+                                                          ") is outside group " + std::to_string(args.key));
+      g.states->grad_read(g.grad.floats(), args.offset, count,
+                          reinterpret_cast<float*>(host_data(*args.data, "a gradient range")));
+      return;
+    }
     int s = -1;
     if (name == "master") s = GroupStates::kMaster;
     if (name == "exp_avg") s = GroupStates::kExpAvg;

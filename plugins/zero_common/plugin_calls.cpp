@@ -108,6 +108,16 @@ void OptimizerTier::step_range(uint64_t key, int64_t offset, int64_t step, doubl
   host_.check(ref_.api->optimizer_step_range(ref_.instance, &args, offset));
 }
 
+bool OptimizerTier::grad_done(uint64_t key, int64_t offset, int64_t numel) const {
+  if (!ZHOST_HAS_FIELD(ref_.api, zhost_offload_api, optimizer_grad_done) || !ref_.api->optimizer_grad_done)
+    return false;
+  int32_t moved = 0;
+  host_.check(ref_.api->optimizer_grad_done(ref_.instance, key, offset, numel, &moved));
+  return moved != 0;
+}
+
+void OptimizerTier::grad_zero(uint64_t key) const { host_.check(ref_.api->optimizer_grad_zero(ref_.instance, key)); }
+
 void StagedStep::step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& device) {
   const int64_t numel = device.numel();
   const int64_t chunk = tier_.steps_ranges() ? chunk_ : numel;
