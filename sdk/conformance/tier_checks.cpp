@@ -270,17 +270,12 @@ class OptimizerRun {
 
   // One step: whole, or as range steps of `piece` elements (0.4 callers: offset in the args; 0.3 callers:
   // the 0.3 struct size and the argument). Compares the tier's params_out with the reference.
-  void step(int64_t step, uint32_t seed, int64_t piece = 0, bool caller_0_3 = false) {
-    const std::vector<float> grad = random_floats(kGroup, 1.0f, seed);
-    DLTensor acc{};
-    tier_.ok(tier_.api().optimizer_grad(tier_.self(), kKey, &acc), "optimizer_grad");
-    expect(acc.ndim == 1 && acc.shape[0] == kGroup && acc.dtype.code == kDLFloat && acc.dtype.bits == 32 &&
-               (acc.device.device_type == kDLCPU || acc.device.device_type == kDLCUDAHost),
-           "optimizer_grad is not a 1-D fp32 host view of the group's length");
-    float* accumulator = reinterpret_cast<float*>(static_cast<char*>(acc.data) + acc.byte_offset);
-    for (int64_t i = 0; i < kGroup; ++i)
-      expect(accumulator[i] == 0.0f, "the accumulator is not zero after setup or the previous step");
-    std::memcpy(accumulator, grad.data(), grad.size() * 4);
+  //
+  // `report` (0.9, docs/abi.md "Gradients in storage"): the gradients are reported finished in three uneven
+  // ranges before the step, and read back through optimizer_read_state("grad") where the tier moved them.
+  void step(int64_t step, uint32_t seed, int64_t piece = 0, bool caller_0_3 = false, bool report = false) {
+    const std::vector<float> grad = fill(seed);
+    if (report) report_finished(grad);
     std::vector<float> out(kGroup, -1.0f);
     const double lr = 1e-2, grad_scale = 0.5;
     const int64_t chunk = piece > 0 ? piece : kGroup;
@@ -310,13 +305,68 @@ class OptimizerRun {
     const std::string diff = mismatch(out, ref_.master, rtol_);
     expect(diff.empty(), std::string(kind_name(ref_.optimizer.kind)) + " step " + std::to_string(step) +
                              (piece ? " in ranges" : "") + (caller_0_3 ? " (0.3 caller)" : "") + ": " + diff);
-    for (int64_t i = 0; i < kGroup; ++i) expect(accumulator[i] == 0.0f, "the step did not zero the accumulator");
+    expect_zero_accumulator("the step did not zero the accumulator");
   }
 
+  // Gradients written and reported finished (0.9), then optimizer_grad_zero: the accumulator reads zero
+  // again, wherever the tier had moved them, and the next step starts from zeros.
+  void zero_after_report(uint32_t seed) {
+    report_finished(fill(seed));
+    tier_.ok(tier_.api().optimizer_grad_zero(tier_.self(), kKey), "optimizer_grad_zero");
+    expect_zero_accumulator("optimizer_grad_zero left gradients in the accumulator");
+    if (!tier_.api().optimizer_read_state) return;
+    std::vector<float> back(kGroup, -1.0f);
+    read_grad(back);
+    for (float x : back) expect(x == 0.0f, "optimizer_read_state(\"grad\") after optimizer_grad_zero is not zero");
+  }
   const ReferenceGroup& reference() const { return ref_; }
   ReferenceGroup& reference() { return ref_; }
 
  private:
+  float* accumulator() const {
+    DLTensor acc{};
+    tier_.ok(tier_.api().optimizer_grad(tier_.self(), kKey, &acc), "optimizer_grad");
+    expect(acc.ndim == 1 && acc.shape[0] == kGroup && acc.dtype.code == kDLFloat && acc.dtype.bits == 32 &&
+               (acc.device.device_type == kDLCPU || acc.device.device_type == kDLCUDAHost),
+           "optimizer_grad is not a 1-D fp32 host view of the group's length");
+    return reinterpret_cast<float*>(static_cast<char*>(acc.data) + acc.byte_offset);
+  }
+  void expect_zero_accumulator(const char* what) const {
+    const float* values = accumulator();
+    for (int64_t i = 0; i < kGroup; ++i) expect(values[i] == 0.0f, what);
+  }
+  // Random gradients written into the (zero) accumulator, as a partition adds them.
+  std::vector<float> fill(uint32_t seed) const {
+    const std::vector<float> grad = random_floats(kGroup, 1.0f, seed);
+    expect_zero_accumulator("the accumulator is not zero after setup or the previous step");
+    std::memcpy(accumulator(), grad.data(), grad.size() * 4);
+    return grad;
+  }
+  void read_grad(std::vector<float>& into) const {
+    int64_t shape = 0;
+    DLTensor view = float_view(into, shape);
+    zhost_tier_state_args args{};
+    args.struct_size = sizeof(args);
+    args.key = kKey;
+    args.state = "grad";
+    args.offset = 0;
+    args.data = &view;
+    tier_.ok(tier_.api().optimizer_read_state(tier_.self(), &args), "optimizer_read_state(\"grad\")");
+  }
+  void report_finished(const std::vector<float>& grad) const {
+    bool moved = false;
+    for (const auto& [offset, count] : {std::pair<int64_t, int64_t>{500, 501}, {0, 17}, {17, 483}}) {
+      int32_t range_moved = -1;
+      tier_.ok(tier_.api().optimizer_grad_done(tier_.self(), kKey, offset, count, &range_moved), "optimizer_grad_done");
+      expect(range_moved == 0 || range_moved == 1, "optimizer_grad_done left *moved unset");
+      moved = moved || range_moved == 1;
+    }
+    if (!moved || !tier_.api().optimizer_read_state) return;
+    std::vector<float> back(kGroup, -1.0f);
+    read_grad(back);
+    expect(back == grad, "optimizer_read_state(\"grad\") does not return the finished gradients");
+  }
+
   const Tier& tier_;
   double rtol_;
   ReferenceGroup ref_;
@@ -344,6 +394,11 @@ void check_optimizer_kinds(const CheckRun& run, bool over_storage) {
         group.step(4, 14, 97, /*caller_0_3=*/true);
       }
       group.step(5, 15);
+      if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_grad_zero)) && tier.api().optimizer_grad_done) {
+        group.step(6, 16, 0, false, /*report=*/true);
+        group.zero_after_report(17);  // a skipped step: the reference does not move
+        group.step(7, 18, 97, false, /*report=*/true);
+      }
       if (storage) expect(storage->loads() > 0, "the steps loaded nothing from the storage tier");
       if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_drop)) && tier.api().optimizer_drop) {
         tier.ok(tier.api().optimizer_drop(tier.self(), kKey), "optimizer_drop");
