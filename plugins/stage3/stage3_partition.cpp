@@ -67,7 +67,8 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   if (offload_.active()) offload_.allocate();
   std::vector<at::Tensor> unit_grads;
   for (int u = 0; u < c.units(); ++u) unit_grads.push_back(optimizer_.grad_of(u));
-  reduction_.setup(std::move(unit_grads), copies);
+  reduction_.setup(
+      std::move(unit_grads), copies, [this](int unit) { optimizer_.grad_finished(unit); }, optimizer_.offloaded());
   gatherer_.gather_persistent();
   log_setup(setup);
 }
@@ -109,7 +110,7 @@ void Stage3Partition::begin_micro_batch(const zhost_micro_batch_args& args) {
   context_.micro_step = args.micro_step;
   in_micro_batch_ = true;
   gatherer_.begin_micro_batch();
-  reduction_.begin_micro_batch();
+  reduction_.begin_micro_batch(args.micro_step == 0, args.is_boundary != 0);
 }
 
 void Stage3Partition::backward_end() {

@@ -75,13 +75,50 @@ at::Tensor SubGroupOptimizer::grad_of(int unit) const {
   return group_of(unit).grad.narrow(0, layout.sub_group_offset, layout.shard);
 }
 
+void SubGroupOptimizer::grad_finished(int unit) {
+  if (!tier_.active() || tier_keeps_grads_) return;
+  const FetchUnit& layout = context_.unit(unit);
+  if (layout.shard == 0) return;
+  finished_max_ = std::max(finished_max_, kit::max_abs({grad_of(unit)}));  // +inf for an inf or NaN
+  if (tier_.grad_done(static_cast<uint64_t>(layout.sub_group), layout.sub_group_offset, layout.shard))
+    grads_moved_ = true;
+  else
+    tier_keeps_grads_ = true;  // it keeps every gradient in host memory: the step reads them there
+}
+
+kit::SquareSumLimbs SubGroupOptimizer::tier_grad_limbs(float global_max) const {
+  constexpr int64_t kPiece = int64_t{1} << 22;  // 16 MiB of fp32 at a time
+  kit::SquareSumLimbs sum;
+  at::Tensor buffer;
+  for (size_t g = 0; g < sub_groups_.size(); ++g) {
+    const int64_t numel = context_.layout.sub_groups()[g].numel;
+    for (int64_t offset = 0; offset < numel; offset += kPiece) {
+      const int64_t n = std::min(kPiece, numel - offset);
+      if (!buffer.defined()) buffer = at::empty({std::min(kPiece, numel)}, at::kFloat);
+      if (buffer.numel() < n) buffer = at::empty({n}, at::kFloat);
+      const at::Tensor piece = buffer.narrow(0, 0, n);
+      tier_.read_state(g, "grad", offset, piece);
+      const kit::SquareSumLimbs part = kit::square_sum_limbs({piece}, global_max);
+      for (int i = 0; i < kit::kSquareSumLimbs; ++i) sum.limb[i] += part.limb[i];  // exact: integers
+    }
+  }
+  return sum;
+}
+
 bool SubGroupOptimizer::step(zhost_step_args& args) {
   // Note [Step prologue]: overflow, exact norm and the one gradient factor, over every sub-group's shard (a
-  // tier's accumulators are in host memory, the collectives' scalars on the device).
-  std::vector<at::Tensor> grads;
-  for (const SubGroupState& g : sub_groups_) grads.push_back(g.grad);
-  const zero::StepDecision decision =
-      zero::step_prologue(context_.host, grads, context_.world_size, context_.on_device.device(), args);
+  // tier's accumulators are in host memory, the collectives' scalars on the device). Gradients a tier moved
+  // out (Note [Gradients in storage]) give their max as they finished and their limbs read back from the tier.
+  zero::StepDecision decision;
+  if (grads_moved_) {
+    decision = zero::step_prologue(
+        context_.host, finished_max_, [this](float global_max) { return tier_grad_limbs(global_max); },
+        context_.world_size, context_.on_device.device(), args);
+  } else {
+    std::vector<at::Tensor> grads;
+    for (const SubGroupState& g : sub_groups_) grads.push_back(g.grad);
+    decision = zero::step_prologue(context_.host, grads, context_.world_size, context_.on_device.device(), args);
+  }
   const int64_t step = args.applied_steps + 1;
   if (!decision.overflow) {
     if (tier_.active()) {
@@ -94,8 +131,16 @@ bool SubGroupOptimizer::step(zhost_step_args& args) {
       }
     }
   }
-  if (decision.overflow || !tier_.active())
-    for (SubGroupState& g : sub_groups_) g.grad.zero_();
+  if (decision.overflow || !tier_.active()) {
+    for (size_t i = 0; i < sub_groups_.size(); ++i) {
+      if (grads_moved_)
+        tier_.grad_zero(i);
+      else
+        sub_groups_[i].grad.zero_();
+    }
+  }
+  grads_moved_ = false;
+  finished_max_ = 0;
   return !decision.overflow;
 }
 

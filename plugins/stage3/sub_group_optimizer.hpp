@@ -15,6 +15,7 @@
 #include "plugins/stage3/param_offload_staging.hpp"
 #include "plugins/stage3/stage3_context.hpp"
 #include "plugins/stage3/staging_pool.hpp"
+#include "zhost/kit/grad_numerics.hpp"
 #include "zhost/kit/optimizer.hpp"
 
 namespace zhost::stage3 {
@@ -42,6 +43,9 @@ class SubGroupOptimizer {
   void master_from_shard(int unit);
   void finish_sub_group(size_t g, const zhost_optimizer_desc& optimizer);
   at::Tensor grad_of(int unit) const;  // [S] view into its sub-group's gradient (the tier's accumulator)
+  // The unit's gradient is complete for this step: with a tier, its largest magnitude is kept for the step's
+  // norm and the tier told, so that it may move the range out of host memory (Note [Gradients in storage]).
+  void grad_finished(int unit);
 
   // Unscale, norm, clip and step; the gradients zeroed. Returns whether the shards changed (no overflow).
   bool step(zhost_step_args& args);
@@ -65,6 +69,8 @@ class SubGroupOptimizer {
     return sub_groups_[static_cast<size_t>(context_.unit(unit).sub_group)];
   }
   void step_offloaded(double grad_scale, int64_t step, double lr);
+  // This rank's part of Note [Exact gradient norm] step 2, reading the tier's accumulators piece by piece.
+  kit::SquareSumLimbs tier_grad_limbs(float global_max) const;
   void step_into_parameter_tier(size_t sub_group, double grad_scale, int64_t step, double lr);
   void copy_states(const zhost_state_io& io, bool save);
   void refresh_shards_from_tier();
@@ -78,6 +84,9 @@ class SubGroupOptimizer {
   zero::OptimizerTier tier_;                   // zero.offload_optimizer's tier (inactive without one)
   bool staged_ = false;                        // the tier's memory is reached by copies (a device of its own)
   zero::StagedStep staged_step_;               // staged: the tier's step, chunk by chunk through pinned buffers
+  bool grads_moved_ = false;                   // the tier may hold some of this step's gradients outside host memory
+  float finished_max_ = 0;                     // max |g| over the units finished this step
+  bool tier_keeps_grads_ = false;              // the tier answered that it keeps gradients in host memory
 };
 
 }  // namespace zhost::stage3

@@ -9,6 +9,7 @@
 
 #include "zhost/kit/dlpack_views.hpp"
 #include "zhost/kit/format.hpp"
+#include "zhost/kit/host_pages.hpp"
 
 namespace zhost::stage3 {
 
@@ -19,14 +20,19 @@ UnitReduction::~UnitReduction() {
   for (Unit& u : units_) zero::abandon(context_.host, u.reduce_work);
 }
 
-void UnitReduction::setup(std::vector<at::Tensor> unit_grads, const zero::HostCopies& copies) {
+void UnitReduction::setup(std::vector<at::Tensor> unit_grads, const zero::HostCopies& copies, Finished finished,
+                          bool prefault) {
   copies_ = copies;
+  finished_ = std::move(finished);
+  prefault_ = prefault;
   units_.resize(unit_grads.size());
   for (size_t u = 0; u < units_.size(); ++u) units_[u].grad = std::move(unit_grads[u]);
   arrived_.assign(context_.param_numels.size(), 0);
 }
 
-void UnitReduction::begin_micro_batch() {
+void UnitReduction::begin_micro_batch(bool first, bool boundary) {
+  first_ = first;
+  boundary_ = boundary;
   std::fill(arrived_.begin(), arrived_.end(), 0);
   for (int u = 0; u < context_.units(); ++u) {
     unit_state(u).grads_pending = static_cast<int>(context_.unit(u).params.size());
@@ -85,10 +91,13 @@ void UnitReduction::complete(int unit) {
   Unit& u = unit_state(unit);
   zero::wait_for(context_.host, u.reduce_work);
   const at::Tensor mine = u.reduced;
-  if (copies_.separate())
+  if (copies_.separate()) {
     stage_to_host(unit, mine);
-  else
+  } else {
+    if (prefault_ && first_) kit::prefault_for_write(u.grad);
     u.grad.add_(mine);
+    if (boundary_ && finished_) finished_(unit);
+  }
   u.grad_staging = at::Tensor();
   u.reduced = at::Tensor();
   reductions_.erase(std::find(reductions_.begin(), reductions_.end(), unit));
@@ -110,7 +119,9 @@ void UnitReduction::drain_oldest_to_host() {
   ToHost& oldest = to_host_.front();
   oldest.copy.wait();
   const int64_t n = oldest.source.numel();
+  if (prefault_ && first_) kit::prefault_for_write(unit_state(oldest.unit).grad);
   unit_state(oldest.unit).grad.add_(oldest.host.narrow(0, 0, n));
+  if (boundary_ && finished_) finished_(oldest.unit);
   pool_.give(std::move(oldest.host));
   to_host_elements_ -= n;
   to_host_.pop_front();

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "plugins/stage3/stage3_context.hpp"
@@ -25,11 +26,17 @@ class UnitReduction {
   UnitReduction(const UnitReduction&) = delete;
   UnitReduction& operator=(const UnitReduction&) = delete;
 
-  // Setup: each unit's gradient ([S], compute dtype; fp32 in host memory with a tier), and the copies to
-  // stage through (staged when copies.separate()).
-  void setup(std::vector<at::Tensor> unit_grads, const zero::HostCopies& copies);
+  // Called once a unit's gradient holds its sums for the step: its reduction on the last micro-batch before the
+  // step is added in (Note [Gradients in storage]).
+  using Finished = std::function<void(int unit)>;
 
-  void begin_micro_batch();
+  // Setup: each unit's gradient ([S], compute dtype; fp32 in host memory with a tier), the copies to stage
+  // through (staged when copies.separate()) and who hears of finished units. `prefault`: the gradients are
+  // a tier's accumulator, whose pages it may give back after each step: they are prefaulted for writing before
+  // a step's first add (kit::prefault_for_write).
+  void setup(std::vector<at::Tensor> unit_grads, const zero::HostCopies& copies, Finished finished, bool prefault);
+
+  void begin_micro_batch(bool first, bool boundary);
   void grad_ready(uint32_t id, const DLTensor& grad);
   // backward_end: units with a parameter that received no gradient are reduced (zeros there, or an error
   // without ignore_unused_parameters), every reduction completed and every copy drained.
@@ -68,6 +75,10 @@ class UnitReduction {
   int64_t reducing_elements_ = 0;
   std::deque<ToHost> to_host_;
   int64_t to_host_elements_ = 0;
+  Finished finished_;
+  bool prefault_ = false;
+  bool first_ = true;     // this micro-batch is the step's first
+  bool boundary_ = true;  // this micro-batch is the step's last
 };
 
 }  // namespace zhost::stage3

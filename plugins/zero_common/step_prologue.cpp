@@ -15,9 +15,17 @@ namespace zhost::zero {
 
 StepDecision step_prologue(const sdk::Host& host, at::TensorList reduced, int world_size, const at::Device& device,
                            zhost_step_args& args) {
+  return step_prologue(
+      host, kit::max_abs(reduced), [&](float global_max) { return kit::square_sum_limbs(reduced, global_max); },
+      world_size, device, args);
+}
+
+StepDecision step_prologue(const sdk::Host& host, float local_max_abs,
+                           const std::function<kit::SquareSumLimbs(float global_max)>& local_limbs, int world_size,
+                           const at::Device& device, zhost_step_args& args) {
   StepDecision decision;
   // 1. The largest magnitude over all ranks (+inf for any inf or NaN: overflow on every rank alike).
-  at::Tensor max_abs = at::tensor({kit::max_abs(reduced)}, at::TensorOptions().dtype(at::kFloat)).to(device);
+  at::Tensor max_abs = at::tensor({local_max_abs}, at::TensorOptions().dtype(at::kFloat)).to(device);
   all_reduce(host, max_abs, ZHOST_REDUCE_MAX);
   const float global_max = max_abs.item<float>();
   if (!std::isfinite(global_max)) {
@@ -27,7 +35,7 @@ StepDecision step_prologue(const sdk::Host& host, at::TensorList reduced, int wo
     return decision;
   }
   // 2. The fixed-point sum of squares, summed exactly over ranks.
-  const kit::SquareSumLimbs mine = kit::square_sum_limbs(reduced, global_max);
+  const kit::SquareSumLimbs mine = local_limbs(global_max);
   at::Tensor limbs = at::tensor(std::vector<int64_t>(mine.limb, mine.limb + kit::kSquareSumLimbs),
                                 at::TensorOptions().dtype(at::kLong))
                          .to(device);

@@ -18,7 +18,10 @@
 #include <ATen/core/ATen_fwd.h>
 #include <c10/core/Device.h>
 
+#include <functional>
+
 #include "zhost/cpp/plugin.hpp"
+#include "zhost/kit/grad_numerics.hpp"
 #include "zhost/partition.h"
 
 namespace zhost::zero {
@@ -33,5 +36,10 @@ struct StepDecision {
 // Fills args.grad_norm and args.overflow.
 StepDecision step_prologue(const sdk::Host& host, at::TensorList reduced, int world_size, const at::Device& device,
                            zhost_step_args& args);
+// The same for a rank whose part is not all in memory (Note [Gradients in storage]): its max |g| (+inf for an
+// inf or NaN) and a function that returns its limbs at the global max.
+StepDecision step_prologue(const sdk::Host& host, float local_max_abs,
+                           const std::function<kit::SquareSumLimbs(float global_max)>& local_limbs, int world_size,
+                           const at::Device& device, zhost_step_args& args);
 
 }  // namespace zhost::zero

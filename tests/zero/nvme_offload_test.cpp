@@ -81,7 +81,7 @@ INSTANTIATE_TEST_SUITE_P(
         // several sub-groups, each an optimizer group of the CPU tier; reads ahead, writes behind
         Case{"Stage3TwoRanksUringPipelined", "io_uring",
              "--nproc 2 --set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 "
-             "--set zero.sub_group_size=3000",
+             "--set zero.sub_group_size=3000 --set gradient_accumulation_steps=2",
              " --set zero.offload_optimizer.buffer_count=3 --set zero.offload_optimizer.pipeline_read=true "
              "--set zero.offload_optimizer.pipeline_write=true"}),
     [](const ::testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
@@ -111,6 +111,33 @@ TEST_P(NvmeOffload, EqualsPlainCpuOffloadBitForBit) {
     EXPECT_GE(on_nvme, states);
     EXPECT_LE(on_nvme, states * 1.1);
   }
+}
+
+// Note [Gradients in storage] (plugins/offload_cpu/group_states.hpp): stage 3 reports each unit's gradients
+// finished on the step's last micro-batch, and the CPU tier moves them to the NVMe tier until the step instead
+// of keeping 4 bytes per parameter in host memory. With pin_memory the tier keeps them (pinned memory is not
+// given back). Both jobs train the same bits; without gradient accumulation the one that moves them peaks
+// lower by about the gradients' bytes, and its files hold them too (16 bytes per parameter instead of 12).
+// (With accumulation the earlier micro-batches' sums stay in host memory: the Stage3 case above, bit for bit.)
+TEST(NvmeOffload, Stage3GradientsLeaveHostMemoryAndChangeNoBit) {
+  ScratchDir dir;
+  const std::string args =
+      "--nproc 1 --set zero.stage=3 --set steps=3 "
+      "--set model.width=512 --set model.layers=4 --set model.heads=8 "
+      "--set train_micro_batch_size_per_gpu=1" +
+      on_nvme(dir.path() / "nvme", "io_uring") + " --set offload_cpu.storage_chunk_elements=262144";
+  RunOutput kept = train(dir, "kept", args + " --set zero.offload_optimizer.pin_memory=true");
+  RunOutput moved = train(dir, "moved", args);
+  ASSERT_EQ(kept.losses.size(), 3u);
+  EXPECT_EQ(moved.losses, kept.losses);
+  EXPECT_EQ(weights_mismatch(moved, kept, 0, 0), "");
+  const double params = read_model_states(moved).at("num_params").get<double>();
+  const double gradients = 4 * params;
+  ASSERT_GT(gradients, 40e6);  // large enough to stand out of the run-to-run noise of peak RSS
+  EXPECT_GT(last_memory_category(kept, "peak_rss") - last_memory_category(moved, "peak_rss"), 0.6 * gradients);
+  EXPECT_GE(last_memory_category(moved, "tier_nvme"), 16 * params);
+  EXPECT_LT(last_memory_category(kept, "tier_nvme"), 13 * params);
+  EXPECT_TRUE(empty_folder(dir.path() / "nvme")) << "the job left files under nvme_path";
 }
 
 // Stage 3's parameter shards on NVMe (zero.offload_param.device = "nvme", the optimizer on the CPU tier):
