@@ -23,18 +23,25 @@ at::Tensor reduce_over_ranks(int world_size, int64_t numel, ReduceOp op, at::Sca
     const at::Tensor data = rank_data(rank, numel, dtype);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg: result = result + data; break;
-      case ReduceOp::kMax: result = at::maximum(result, data); break;
-      case ReduceOp::kMin: result = at::minimum(result, data); break;
+      case ReduceOp::kAvg:
+        result = result + data;
+        break;
+      case ReduceOp::kMax:
+        result = at::maximum(result, data);
+        break;
+      case ReduceOp::kMin:
+        result = at::minimum(result, data);
+        break;
     }
   }
   return op == ReduceOp::kAvg ? result / world_size : result;
 }
 
 void check_equal(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
-  SCENARIO_CHECK(actual.sizes() == expected.sizes() && at::equal(actual, expected), "{}: got {} expected {}", what,
-                 fmt::to_string(fmt::join(actual.data_ptr<float>(), actual.data_ptr<float>() + actual.numel(), ",")),
-                 fmt::to_string(fmt::join(expected.data_ptr<float>(), expected.data_ptr<float>() + expected.numel(), ",")));
+  SCENARIO_CHECK(
+      actual.sizes() == expected.sizes() && at::equal(actual, expected), "{}: got {} expected {}", what,
+      fmt::to_string(fmt::join(actual.data_ptr<float>(), actual.data_ptr<float>() + actual.numel(), ",")),
+      fmt::to_string(fmt::join(expected.data_ptr<float>(), expected.data_ptr<float>() + expected.numel(), ",")));
 }
 
 // Uneven partition sizes, one of them empty.
@@ -66,7 +73,8 @@ const bool reduce_scatter_registered = register_scenario("reduce_scatter", [](Ra
     at::Tensor output = at::full({shard}, -99.0f);
     ctx.comm.reduce_scatter(rank_data(ctx.rank, shard * ctx.world_size), output, op);
     const at::Tensor full = reduce_over_ranks(ctx.world_size, shard * ctx.world_size, op);
-    check_equal(output, full.narrow(0, ctx.rank * shard, shard), fmt::format("reduce_scatter op {}", static_cast<int>(op)));
+    check_equal(output, full.narrow(0, ctx.rank * shard, shard),
+                fmt::format("reduce_scatter op {}", static_cast<int>(op)));
   }
   const std::vector<int64_t> counts = uneven_counts(ctx.world_size);
   const int64_t total = offset_of(counts, ctx.world_size);
@@ -195,9 +203,10 @@ const bool bf16_registered = register_scenario("bf16", [](RankContext& ctx) {
   const int64_t total = offset_of(counts, ctx.world_size);
   at::Tensor shard = bf16(at::full({counts[ctx.rank]}, -99.0f));
   ctx.comm.reduce_scatter_v(bf16(rank_data(ctx.rank, total)), shard, counts);
-  check_bf16(shard, reduce_over_ranks(ctx.world_size, total, ReduceOp::kSum).narrow(0, offset_of(counts, ctx.rank),
-                                                                                  counts[ctx.rank]),
-             "bf16 reduce_scatter_v");
+  check_bf16(
+      shard,
+      reduce_over_ranks(ctx.world_size, total, ReduceOp::kSum).narrow(0, offset_of(counts, ctx.rank), counts[ctx.rank]),
+      "bf16 reduce_scatter_v");
 
   at::Tensor gathered = bf16(at::full({4 * ctx.world_size}, -99.0f));
   ctx.comm.all_gather(bf16(rank_data(ctx.rank, 4)), gathered);
@@ -284,7 +293,8 @@ TEST(SingleRankTest, BadArgumentsAreClearErrors) {
     comm->reduce_scatter(at::zeros({4}), output);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("reduce_scatter: the input tensor has 4 elements but needs 3"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("reduce_scatter: the input tensor has 4 elements but needs 3"),
+              std::string::npos)
         << e.what();
   }
   at::Tensor integers = at::zeros({2}, at::kInt);
