@@ -83,9 +83,7 @@ GroupStates::GroupStates(GroupStates&& other) noexcept
       pinned_(other.pinned_),
       grad_finished_(std::move(other.grad_finished_)),
       grad_stored_(std::move(other.grad_stored_)),
-      grad_stores_(std::move(other.grad_stores_)),
-      grad_stored_chunks_(other.grad_stored_chunks_),
-      grads_moved_(other.grads_moved_) {
+      grad_stores_(std::move(other.grad_stores_)) {
   for (int s = 0; s < 3; ++s) resident_[s] = std::move(other.resident_[s]);
 }
 
@@ -233,7 +231,7 @@ void GroupStates::drop_stored() noexcept {
   try {
     for (int64_t c = 0; c < chunks; ++c) {
       for (int s = 0; s < num_states_; ++s) storage_->tier.drop(storage_key(static_cast<uint32_t>(s), c));
-      if (grads_moved_) storage_->tier.drop(storage_key(kGrad, c));
+      if (moves_grads()) storage_->tier.drop(storage_key(kGrad, c));  // unknown keys are no error
     }
   } catch (const std::exception& e) {
     host_.warn(std::string("offload_cpu: could not drop a group from its storage tier: ") + e.what());
@@ -280,8 +278,6 @@ bool GroupStates::grad_done(float* grad, int64_t offset, int64_t count) {
     store.shape = length;
     store.event = start_transfer(kGrad, c, grad + c * chunk, &store.shape, store.view, /*to_storage=*/true);
     grad_stored_[static_cast<size_t>(c)] = 1;
-    ++grad_stored_chunks_;
-    grads_moved_ = true;
   }
   return true;
 }
@@ -308,7 +304,6 @@ void GroupStates::grad_before_step(float* grad, int64_t begin, int64_t count) {
     complete_transfer(start_transfer(kGrad, c, grad + c * chunk, &shape, view, /*to_storage=*/false), failure);
     failure.rethrow();
     grad_stored_[static_cast<size_t>(c)] = 0;
-    --grad_stored_chunks_;
   }
 }
 
@@ -324,7 +319,6 @@ void GroupStates::grad_zero(float* grad) {
     grad_drain(grad);
     std::fill(grad_finished_.begin(), grad_finished_.end(), 0);
     std::fill(grad_stored_.begin(), grad_stored_.end(), 0);
-    grad_stored_chunks_ = 0;
   }
   if (!moves_grads()) {
     std::memset(grad, 0, static_cast<size_t>(numel_) * 4);
@@ -339,17 +333,20 @@ void GroupStates::grad_zero(float* grad) {
 void GroupStates::grad_read(float* grad, int64_t offset, int64_t count, float* out) {
   if (storage_) grad_drain(grad);
   const int64_t chunk = storage_ ? storage_->chunk : numel_ + 1;
-  std::vector<float> loaded;
+  std::vector<float> loaded;  // a stored chunk the range covers only in part
   for (int64_t at = offset; at < offset + count;) {
     const int64_t c = at / chunk, end = std::min(offset + count, (c + 1) * chunk);
     if (storage_ && grad_stored_[static_cast<size_t>(c)]) {
       int64_t shape = chunk_length(c);
-      loaded.resize(static_cast<size_t>(shape));
+      const bool whole = at == c * chunk && end - at == shape;  // loaded straight into `out`
+      if (!whole) loaded.resize(static_cast<size_t>(shape));
       DLTensor view{};
       TransferFailure failure;
-      complete_transfer(start_transfer(kGrad, c, loaded.data(), &shape, view, /*to_storage=*/false), failure);
+      complete_transfer(
+          start_transfer(kGrad, c, whole ? out + (at - offset) : loaded.data(), &shape, view, /*to_storage=*/false),
+          failure);
       failure.rethrow();
-      std::memcpy(out + (at - offset), loaded.data() + (at - c * chunk), static_cast<size_t>(end - at) * 4);
+      if (!whole) std::memcpy(out + (at - offset), loaded.data() + (at - c * chunk), static_cast<size_t>(end - at) * 4);
     } else {
       std::memcpy(out + (at - offset), grad + at, static_cast<size_t>(end - at) * 4);
     }
@@ -360,7 +357,8 @@ void GroupStates::grad_read(float* grad, int64_t offset, int64_t count, float* o
 uint64_t GroupStates::grad_host_bytes() const {
   const uint64_t all = static_cast<uint64_t>(numel_) * 4;
   if (!storage_) return all;
-  const uint64_t moved = static_cast<uint64_t>(grad_stored_chunks_) * static_cast<uint64_t>(storage_->chunk) * 4;
+  const auto stored = static_cast<uint64_t>(std::count(grad_stored_.begin(), grad_stored_.end(), uint8_t{1}));
+  const uint64_t moved = stored * static_cast<uint64_t>(storage_->chunk) * 4;
   return moved < all ? all - moved : 0;
 }
 

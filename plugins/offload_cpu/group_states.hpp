@@ -217,8 +217,6 @@ class GroupStates {
   std::vector<int64_t> grad_finished_;
   std::vector<uint8_t> grad_stored_;
   std::deque<GradStore> grad_stores_;  // in flight, oldest first (a deque: views' shapes stay put)
-  int64_t grad_stored_chunks_ = 0;
-  bool grads_moved_ = false;  // some chunk was ever stored: its keys are dropped with the group
 };
 
 }  // namespace zhost::cpu_tier

@@ -87,16 +87,14 @@ void SubGroupOptimizer::grad_finished(int unit) {
 }
 
 kit::SquareSumLimbs SubGroupOptimizer::tier_grad_limbs(float global_max) const {
-  constexpr int64_t kPiece = int64_t{1} << 22;  // 16 MiB of fp32 at a time
+  int64_t largest = 0;
+  for (const SubGroup& group : context_.layout.sub_groups()) largest = std::max(largest, group.numel);
+  const at::Tensor buffer = at::empty({std::min<int64_t>(int64_t{1} << 22, largest)}, at::kFloat);  // <= 16 MiB
   kit::SquareSumLimbs sum;
-  at::Tensor buffer;
   for (size_t g = 0; g < sub_groups_.size(); ++g) {
     const int64_t numel = context_.layout.sub_groups()[g].numel;
-    for (int64_t offset = 0; offset < numel; offset += kPiece) {
-      const int64_t n = std::min(kPiece, numel - offset);
-      if (!buffer.defined()) buffer = at::empty({std::min(kPiece, numel)}, at::kFloat);
-      if (buffer.numel() < n) buffer = at::empty({n}, at::kFloat);
-      const at::Tensor piece = buffer.narrow(0, 0, n);
+    for (int64_t offset = 0; offset < numel; offset += buffer.numel()) {
+      const at::Tensor piece = buffer.narrow(0, 0, std::min(buffer.numel(), numel - offset));
       tier_.read_state(g, "grad", offset, piece);
       const kit::SquareSumLimbs part = kit::square_sum_limbs({piece}, global_max);
       for (int i = 0; i < kit::kSquareSumLimbs; ++i) sum.limb[i] += part.limb[i];  // exact: integers

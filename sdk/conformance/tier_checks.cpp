@@ -342,14 +342,15 @@ class OptimizerRun {
     std::memcpy(accumulator(), grad.data(), grad.size() * 4);
     return grad;
   }
-  void read_grad(std::vector<float>& into) const {
+  // Elements [offset, offset + into.size()) of the accumulator.
+  void read_grad(std::vector<float>& into, int64_t offset = 0) const {
     int64_t shape = 0;
     DLTensor view = float_view(into, shape);
     zhost_tier_state_args args{};
     args.struct_size = sizeof(args);
     args.key = kKey;
     args.state = "grad";
-    args.offset = 0;
+    args.offset = offset;
     args.data = &view;
     tier_.ok(tier_.api().optimizer_read_state(tier_.self(), &args), "optimizer_read_state(\"grad\")");
   }
@@ -365,6 +366,10 @@ class OptimizerRun {
     std::vector<float> back(kGroup, -1.0f);
     read_grad(back);
     expect(back == grad, "optimizer_read_state(\"grad\") does not return the finished gradients");
+    std::vector<float> part(451, -1.0f);  // a range that starts and ends inside the tier's chunks, if it has any
+    read_grad(part, 37);
+    expect(std::equal(part.begin(), part.end(), grad.begin() + 37),
+           "optimizer_read_state(\"grad\") of a range inside the group does not return its finished gradients");
   }
 
   const Tier& tier_;
