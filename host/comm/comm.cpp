@@ -901,8 +901,6 @@ Work Comm::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
   const compat::BackendPtr& backend = group_->backend_for(data, kind);
   const bool gloo = backend != group_->nccl;
   const bool emulate_avg = op == ReduceOp::kAvg && gloo;
-  // Gloo cannot reduce bf16: reduce an fp32 copy (counted as the bf16 bytes the caller asked to move).
-  const at::Tensor wire = gloo && data.scalar_type() == at::kBFloat16 ? data.to(at::kFloat) : data;
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(emulate_avg ? ReduceOp::kSum : op);
   options.timeout = group_->job->timeout;
@@ -910,6 +908,8 @@ Work Comm::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(kind, all_reduce_traffic(bytes_of(data), group_->size, group_->remote), data.is_cuda());
   if (group_->size == 1) return group_->complete_locally(std::move(state), [] {});
+  // Gloo cannot reduce bf16: reduce an fp32 copy (counted as the bf16 bytes the caller asked to move).
+  const at::Tensor wire = gloo && data.scalar_type() == at::kBFloat16 ? data.to(at::kFloat) : data;
   if (emulate_avg || !wire.is_same(data))
     state->finish = [data, wire, emulate_avg, size = group_->size] {
       if (emulate_avg) wire.div_(size);
