@@ -194,7 +194,7 @@ void import_zero(Importer& importer, Section& root) {
       param.map("nvme_path", "zero.offload_param.nvme_path");
     else
       param.note("nvme_path", kNvmeKnob);
-    param.note("max_in_cpu", "zhost keeps no parameters in host memory beyond buffer_count staging buffers");
+    param.map("max_in_cpu", "zero.offload_param.max_in_cpu");
     param.finish();
   }
   auto deprecated_offload = [&](const char* key, const char* target, const char* table) {

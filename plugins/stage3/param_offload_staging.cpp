@@ -20,7 +20,7 @@ ParamOffloadStaging::~ParamOffloadStaging() {
   // destroys tiers after the partition plugin (docs/abi.md "Tier lifetimes").
   for (Slot& slot : staging_)
     if (slot.load)
-      if (zhost_status* status = params_tier_.api->wait_event(params_tier_.instance, slot.load))
+      if (zhost_status* status = slot.tier.api->wait_event(slot.tier.instance, slot.load))
         context_.host.services()->status_destroy(status);
 }
 
@@ -50,6 +50,45 @@ void ParamOffloadStaging::check_buffer_size() const {
                                   context_.options.offload_buffer_size, largest, largest));
 }
 
+void ParamOffloadStaging::keep_within_max_in_cpu() {
+  const Stage3Context& c = context_;
+  if (c.options.offload_max_in_cpu == 0) return;
+  int kept = 0;
+  int64_t kept_elements = 0, total = 0;
+  for (int unit = 0; unit < c.units(); ++unit) {
+    const int64_t shard = c.unit(unit).shard;
+    if (kept == unit && kept_elements + shard <= c.options.offload_max_in_cpu) {
+      ++kept;
+      kept_elements += shard;
+    }
+    total += shard;
+  }
+  if (kept == 0) return;
+  host_tier_.struct_size = sizeof(host_tier_);
+  c.host.check(c.host.services()->tier_for(c.host.context(), ZHOST_TIER_FOR_OPTIMIZER, &host_tier_));
+  if (host_tier_.instance == params_tier_.instance) {  // device = "cpu": every shard is in host memory already
+    host_tier_ = zhost_tier_ref{};
+    return;
+  }
+  if (!host_tier_.instance || !host_tier_.api || !host_tier_.api->store || !host_tier_.api->load) {
+    c.host.warn(kit::format(
+        "zero.offload_param.max_in_cpu = {} would keep {} elements in host memory, but the "
+        "optimizer's tier '{}' cannot store parameters; all of them go to '{}' (set max_in_cpu = 0 "
+        "to say so)",
+        c.options.offload_max_in_cpu, kept_elements, host_tier_.name ? host_tier_.name : "none", params_tier_.name));
+    host_tier_ = zhost_tier_ref{};
+    return;
+  }
+  in_host_tier_.assign(static_cast<size_t>(c.units()), 0);
+  std::fill(in_host_tier_.begin(), in_host_tier_.begin() + kept, 1);
+  c.host.info(
+      kit::format("zero.offload_param.max_in_cpu = {}: the shards of units 0-{} ({} of {} elements on "
+                  "this rank) stay in host memory, in tier '{}'; {} on '{}'{}",
+                  c.options.offload_max_in_cpu, kept - 1, kept_elements, total, host_tier_.name,
+                  kept == c.units() ? "none" : kit::format("units {}-{}", kept, c.units() - 1), params_tier_.name,
+                  kept == c.units() ? " (set max_in_cpu lower to put shards there)" : ""));
+}
+
 void ParamOffloadStaging::allocate() {
   const int64_t largest = context_.layout.largest_shard();
   // No more gathers than units can be in flight: more buffers would only take memory.
@@ -59,7 +98,8 @@ void ParamOffloadStaging::allocate() {
 
 void ParamOffloadStaging::store(int unit, const at::Tensor& shard) {
   DLTensor src = dl_view(shard);
-  tier_io(params_tier_, params_tier_.api->store, param_key(unit), src);
+  const zhost_tier_ref& tier = tier_of(unit);
+  tier_io(tier, tier.api->store, param_key(unit), src);
 }
 
 ParamOffloadStaging::Slot* ParamOffloadStaging::free_slot() {
@@ -77,11 +117,12 @@ bool ParamOffloadStaging::slot_available() const {
 
 void ParamOffloadStaging::load(Slot& slot, int unit, DLTensor& dst) {
   slot.unit = unit;
-  slot.load = tier_io_start(params_tier_, params_tier_.api->load, param_key(unit), dst);
+  slot.tier = tier_of(unit);
+  slot.load = tier_io_start(slot.tier, slot.tier.api->load, param_key(unit), dst);
   if (!slot.load) return;
-  const zhost_offload_api* api = params_tier_.api;
+  const zhost_offload_api* api = slot.tier.api;
   if (ZHOST_HAS_FIELD(api, zhost_offload_api, order_compute_after) && api->order_compute_after) {
-    context_.host.check(api->order_compute_after(params_tier_.instance, slot.load));
+    context_.host.check(api->order_compute_after(slot.tier.instance, slot.load));
   } else {
     finish_load(slot);
     slot.unit = unit;
@@ -98,7 +139,7 @@ void ParamOffloadStaging::finish_load(Slot& slot) {
   slot.unit = -1;
   if (!slot.load) return;
   zhost_tier_event* load = std::exchange(slot.load, nullptr);
-  context_.host.check(params_tier_.api->wait_event(params_tier_.instance, load));
+  context_.host.check(slot.tier.api->wait_event(slot.tier.instance, load));
 }
 
 uint64_t ParamOffloadStaging::buffer_bytes() const {
@@ -124,6 +165,7 @@ void ParamOffloadStaging::tier_io(const zhost_tier_ref& tier, TierIo io, uint64_
 
 void ParamOffloadStaging::drop_shards(const zhost_tier_ref& tier) noexcept {
   for (int unit = 0; unit < context_.units(); ++unit) {
+    if (in_host_tier(unit)) continue;
     sdk::Status status(context_.host.services(), tier.api->drop(tier.instance, param_key(unit)));
     if (!status.ok())
       context_.host.warn(kit::format("stage3: could not drop {}'s shard from tier '{}': {}", context_.unit_name(unit),
@@ -175,6 +217,7 @@ void ParamOffloadStaging::copy_to_pending(zhost_tier_storage_move& args, const F
   uint64_t bytes = 0;
   try {
     for (int unit = 0; unit < context_.units(); ++unit) {
+      if (in_host_tier(unit)) continue;  // Note [max_in_cpu]: kept in host memory whatever the parameter tier
       const at::Tensor shard = staging_.front().buffer.narrow(0, 0, context_.unit(unit).shard);
       DLTensor view = dl_view(shard);
       tier_io(params_tier_, params_tier_.api->load, param_key(unit), view);

@@ -21,6 +21,7 @@ Stage3Options read_options(const sdk::Host& host) {
   o.ignore_unused_parameters = host.config_bool("zero.ignore_unused_parameters");
   o.offload_buffer_count = host.config_int("zero.offload_param.buffer_count");
   o.offload_buffer_size = host.config_int("zero.offload_param.buffer_size");
+  o.offload_max_in_cpu = host.config_int("zero.offload_param.max_in_cpu");
   o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
   o.agree_each_collective = host.config_string("zero.stage3_rank_agreement") == "each_collective";
   if (!host.config_bool("zero.contiguous_gradients"))
@@ -68,6 +69,10 @@ const zhost_plugin_descriptor* describe() {
                     "staging buffers for parameter shards fetched from the tier (gathers in flight at once)", 1, 1e6)
         .config_int("zero.offload_param.buffer_size", 100000000,
                     "elements per staging buffer (at least the largest shard; allocated no larger)", 1, 1e15)
+        .config_int("zero.offload_param.max_in_cpu", 1000000000,
+                    "with device = \"nvme\" (or another storing tier): this rank's first shard elements kept in "
+                    "host memory by the optimizer's tier, the rest in the parameter tier (Note [max_in_cpu])",
+                    0, 1e15)
         .config_bool("zero.stage3_gather_16bit_weights_on_model_save", false,
                      "gather the full 16-bit weights when the model is saved")
         .config_string("zero.stage3_rank_agreement", "each_collective",

@@ -30,6 +30,7 @@ struct Stage3Options {
   bool ignore_unused_parameters = true;
   int64_t offload_buffer_count = 5;              // zero.offload_param: staging buffers for parameter shards
   int64_t offload_buffer_size = 100000000;       // elements each (at most; sized to the largest shard)
+  int64_t offload_max_in_cpu = 1000000000;       // elements kept by the optimizer's tier (Note [max_in_cpu])
   int64_t step_chunk = zero::kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
   bool agree_each_collective = true;             // zero.stage3_rank_agreement
 };

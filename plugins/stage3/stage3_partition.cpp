@@ -58,7 +58,10 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   // One sub-group at a time: with the optimizer (and the shards) in tiers, each sub-group's master (and
   // shards) go there before the next is built, so start-up holds one sub-group of them, not the whole model's.
   if (!offloaded) optimizer_.make_optimizer(setup.optimizer);
-  if (offload_.active()) offload_.check_buffer_size();
+  if (offload_.active()) {
+    offload_.check_buffer_size();
+    offload_.keep_within_max_in_cpu();
+  }
   for (size_t g = 0; g < c.layout.sub_groups().size(); ++g) {
     optimizer_.add_sub_group(g);
     for (int u : c.layout.sub_groups()[g].units) init_unit(u);

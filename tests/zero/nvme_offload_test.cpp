@@ -140,8 +140,21 @@ TEST(NvmeOffload, Stage3GradientsLeaveHostMemoryAndChangeNoBit) {
   EXPECT_TRUE(empty_folder(dir.path() / "nvme")) << "the job left files under nvme_path";
 }
 
+// Bytes the NVMe tier instances of a run wrote, over every rank (their closing log lines).
+long long nvme_bytes_written(const RunOutput& r) {
+  const std::string log = r.out + r.err;
+  const std::regex written("offload_nvme: [0-9]+ requests completed through \\S+, ([0-9]+) bytes written");
+  long long bytes = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), written); it != std::sregex_iterator(); ++it)
+    bytes += std::stoll((*it)[1]);
+  return bytes;
+}
+
 // Stage 3's parameter shards on NVMe (zero.offload_param.device = "nvme", the optimizer on the CPU tier):
-// stored after each step, loaded for their gathers through the tier's events, equal to shards in host memory.
+// stored after each step, loaded for their gathers through the tier's events, equal to shards in host memory,
+// whichever part zero.offload_param.max_in_cpu keeps in host memory (Note [max_in_cpu]): none (0), the first
+// units' (10000 elements: the shards of the units that fit stay with the CPU tier, the rest are written to
+// NVMe) or all (DeepSpeed's default, 1e9, above this model's size: nothing of the shards is written).
 TEST(NvmeParamOffload, Stage3ShardsOnNvmeEqualShardsInHostMemoryBitForBit) {
   ScratchDir dir;
   const fs::path folder = dir.path() / "nvme";
@@ -150,18 +163,45 @@ TEST(NvmeParamOffload, Stage3ShardsOnNvmeEqualShardsInHostMemoryBitForBit) {
       "--nproc 2 --set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 --set zero.sub_group_size=3000 "
       "--set train_micro_batch_size_per_gpu=1 --set zero.offload_optimizer.device=cpu";
   RunOutput plain = train(dir, "plain", args + " --set zero.offload_param.device=cpu");
-  RunOutput nvme =
-      train(dir, "nvme",
-            args + " --set zero.offload_param.device=nvme --set zero.offload_param.nvme_path=" + folder.string() +
-                " --set aio.block_size=4096 --set aio.queue_depth=4");
-  const std::string log = nvme.out + nvme.err;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("offload_nvme: ([0-9]+) requests completed through"))) << log;
-  EXPECT_GT(std::stoll(m[1]), 0) << log;
   ASSERT_EQ(plain.losses.size(), 5u);
-  EXPECT_EQ(nvme.losses, plain.losses);
-  EXPECT_EQ(weights_mismatch(nvme, plain, 0, 0), "");
-  EXPECT_TRUE(empty_folder(folder)) << "the job left files under nvme_path";
+  auto shards_on_nvme = [&](const std::string& name, const std::string& max_in_cpu) {
+    RunOutput r =
+        train(dir, name,
+              args + " --set zero.offload_param.device=nvme --set zero.offload_param.nvme_path=" + folder.string() +
+                  " --set aio.block_size=4096 --set aio.queue_depth=4" +
+                  (max_in_cpu.empty() ? "" : " --set zero.offload_param.max_in_cpu=" + max_in_cpu));
+    EXPECT_EQ(r.losses, plain.losses) << name;
+    EXPECT_EQ(weights_mismatch(r, plain, 0, 0), "") << name;
+    EXPECT_TRUE(empty_folder(folder)) << name << " left files under nvme_path";
+    return r;
+  };
+  const RunOutput none = shards_on_nvme("none_kept", "0"), part = shards_on_nvme("part_kept", "10000"),
+                  all = shards_on_nvme("all_kept", "");
+  // A storage swap moves only the units the parameter tier keeps; the kept ones stay with the CPU tier.
+  const RunOutput swapped =
+      shards_on_nvme("part_kept_swapped", "10000 --set 'zero.offload_param.swap_schedule=[\"2:cpu\",\"4:nvme\"]'");
+  EXPECT_NE(swapped.err.find("parameter shards moved from 'nvme' to 'cpu' after step 2"), std::string::npos)
+      << swapped.err;
+  const long long all_bytes = nvme_bytes_written(none), part_bytes = nvme_bytes_written(part);
+  EXPECT_GT(all_bytes, 0) << none.out + none.err;
+  EXPECT_GT(part_bytes, 0) << part.out + part.err;
+  EXPECT_LT(part_bytes, all_bytes) << part.out + part.err;
+  EXPECT_EQ(nvme_bytes_written(all), 0) << all.out + all.err;
+  // Each rank says which part it keeps: some units, not all, within the limit.
+  std::smatch m;
+  const std::string part_log = part.out + part.err;
+  ASSERT_TRUE(
+      std::regex_search(part_log, m,
+                        std::regex("max_in_cpu = 10000: the shards of units 0-[0-9]+ \\(([0-9]+) of ([0-9]+) "
+                                   "elements on this rank\\) stay in host memory, in tier 'offload_cpu'; units")))
+      << part_log;
+  EXPECT_GT(std::stoll(m[1]), 0);
+  EXPECT_LE(std::stoll(m[1]), 10000);
+  EXPECT_LT(std::stoll(m[1]), std::stoll(m[2]));
+  EXPECT_NE((all.out + all.err).find("none on 'offload_nvme' (set max_in_cpu lower to put shards there)"),
+            std::string::npos)
+      << all.out + all.err;
+  EXPECT_EQ((none.out + none.err).find("stay in host memory"), std::string::npos) << none.out + none.err;
 }
 
 // Both roles on NVMe, in one folder: the host makes one tier instance per role (Note [One instance per storing
@@ -175,9 +215,10 @@ TEST(NvmeParamOffload, OptimizerAndShardsBothOnNvmeEqualHostMemoryBitForBit) {
       "--set train_micro_batch_size_per_gpu=1";
   RunOutput plain =
       train(dir, "plain", args + " --set zero.offload_param.device=cpu --set zero.offload_optimizer.device=cpu");
-  RunOutput nvme = train(dir, "nvme",
-                         args + on_nvme(folder, "io_uring") + " --set zero.offload_param.device=nvme " +
-                             "--set zero.offload_param.nvme_path=" + folder.string());
+  RunOutput nvme =
+      train(dir, "nvme",
+            args + on_nvme(folder, "io_uring") + " --set zero.offload_param.device=nvme " +
+                "--set zero.offload_param.max_in_cpu=0 --set zero.offload_param.nvme_path=" + folder.string());
   const std::string log = nvme.out + nvme.err;
   // Each instance reports its own requests and removes its own folder: two per rank.
   const std::regex removed("requests completed through io_uring, [0-9]+ bytes written, [0-9]+ read; removed (\\S+)");
