@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <torch/version.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -110,7 +112,12 @@ double host_model_state_bytes(const TrainSettings& settings, int world_size, int
   double per_rank = all.total();
   // What the NVMe tier keeps in files takes no host memory (its staging buffers are not model states).
   if (settings.optimizer_states_on_nvme) per_rank -= all.master + all.optimizer;
-  if (settings.params_on_nvme && settings.zero_stage >= 3) per_rank -= all.params;
+  // Parameter shards on NVMe: all but the first max_in_cpu elements of each rank's (Note [max_in_cpu]).
+  if (settings.params_on_nvme && settings.zero_stage >= 3) {
+    const double per_rank_params = std::ceil(static_cast<double>(shape.num_params) / world_size);
+    const double in_files = std::max(0.0, per_rank_params - static_cast<double>(settings.params_max_in_cpu));
+    if (per_rank_params > 0) per_rank -= all.params * in_files / per_rank_params;
+  }
   if (trains_on_cuda(settings)) per_rank -= zero_formula(shape).total();  // the device keeps the rest
   return per_rank * local_ranks;
 }

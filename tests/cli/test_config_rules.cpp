@@ -227,7 +227,8 @@ TEST(MemoryCheck, RefusesAModelTooLargeForTheMachineAtOnce) {
 }
 
 // What the NVMe tier keeps in files does not count: with the optimizer states and the parameter shards on
-// NVMe, only the gradients stay in host memory (4 of stage 3's 16 bytes per parameter in fp32).
+// NVMe, only the gradients stay in host memory (4 of stage 3's 16 bytes per parameter in fp32), and the
+// shards' first zero.offload_param.max_in_cpu elements (DeepSpeed's default 1e9: 4 GB more).
 TEST(MemoryCheck, CountsOnlyWhatStaysInHostMemoryWithNvmeOffload) {
   zhost::testing::ScratchDir scratch;
   scratch.write("train.toml",  // gpt, 24 blocks of width 8192: 1.9e10 parameters
@@ -237,12 +238,16 @@ TEST(MemoryCheck, CountsOnlyWhatStaysInHostMemoryWithNvmeOffload) {
   auto in_memory = zhost::testing::run_zhost(scratch.path(), "run train.toml");
   EXPECT_EQ(in_memory.exit_code, 2) << in_memory.err;
   EXPECT_NE(in_memory.err.find("the model states alone need 288.1 GiB"), std::string::npos) << in_memory.err;
-  auto on_nvme = zhost::testing::run_zhost(
-      scratch.path(),
-      "run train.toml --set zero.offload_optimizer.device=nvme --set zero.offload_optimizer.nvme_path=" + folder +
-          " --set zero.offload_param.device=nvme --set zero.offload_param.nvme_path=" + folder);
+  const std::string nvme =
+      "run train.toml --set zero.offload_optimizer.device=nvme --set "
+      "zero.offload_optimizer.nvme_path=" +
+      folder + " --set zero.offload_param.device=nvme --set zero.offload_param.nvme_path=" + folder;
+  auto on_nvme = zhost::testing::run_zhost(scratch.path(), nvme + " --set zero.offload_param.max_in_cpu=0");
   EXPECT_EQ(on_nvme.exit_code, 2) << on_nvme.err;
   EXPECT_NE(on_nvme.err.find("the model states alone need 72.0 GiB"), std::string::npos) << on_nvme.err;
+  auto default_kept = zhost::testing::run_zhost(scratch.path(), nvme);
+  EXPECT_EQ(default_kept.exit_code, 2) << default_kept.err;
+  EXPECT_NE(default_kept.err.find("the model states alone need 75.7 GiB"), std::string::npos) << default_kept.err;
 }
 
 // Every config in examples/configs passes `config check` as shipped (infinity.toml with its nvme_path keys
