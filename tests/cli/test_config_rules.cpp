@@ -250,6 +250,26 @@ TEST(MemoryCheck, CountsOnlyWhatStaysInHostMemoryWithNvmeOffload) {
   EXPECT_NE(default_kept.err.find("the model states alone need 75.7 GiB"), std::string::npos) << default_kept.err;
 }
 
+// DeepSpeed's offload_optimizer.fast_init speeds up an initial read from NVMe that zhost never makes: true is
+// accepted with one warning saying so, by config check and by run alike.
+TEST(NvmeConfig, FastInitIsAcceptedWithAWarningThatItChangesNothing) {
+  zhost::testing::ScratchDir scratch;
+  scratch.write("train.toml",
+                "steps = 1\n[model]\nlayers = 1\nwidth = 32\nheads = 2\nseq_len = 8\n[zero]\nstage = 2\n");
+  const std::string folder = (scratch.path() / "nvme").string();
+  std::filesystem::create_directories(folder);
+  const std::string args =
+      " train.toml --set zero.offload_optimizer.device=nvme --set zero.offload_optimizer.nvme_path=" + folder +
+      " --set zero.offload_optimizer.fast_init=true";
+  const std::string warning = "warning: zero.offload_optimizer.fast_init = true changes nothing";
+  auto check = zhost::testing::run_zhost(scratch.path(), "config check" + args);
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_NE((check.out + check.err).find(warning), std::string::npos) << check.out << check.err;
+  auto run = zhost::testing::run_zhost(scratch.path(), "run" + args);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find(warning), std::string::npos) << run.err;
+}
+
 // Every config in examples/configs passes `config check` as shipped (infinity.toml with its nvme_path keys
 // pointed at a scratch folder, which config check needs to exist).
 TEST(ExampleConfigs, EveryOnePassesConfigCheck) {
