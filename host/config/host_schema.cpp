@@ -274,7 +274,8 @@ void add_runtime_keys(HostKeys& keys) {
               "the job's peak TFLOP/s (all ranks) that MFU is against; 0 = measure the ranks' matmul rate at start",
               at_least(0));
   keys.flag("run.memory_check", true,
-            "refuse to start when the model states need more host memory than the machine has available");
+            "refuse to start when the model states need more host memory than the machine has available, or more "
+            "room than the NVMe folders' file systems have free");
   keys.text("checkpoint.dir", "checkpoints",
             "folder of the job's checkpoints: step-NNNNNNNN folders and `latest` (docs/checkpoints.md)");
   keys.integer("checkpoint.interval", 0, "save a checkpoint every this many steps; 0 = never by count", at_least(0));

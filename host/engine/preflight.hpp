@@ -1,8 +1,8 @@
 // host/engine/preflight.hpp: the checks of a job that need more than its config yet cost no training, so
 // that a job that cannot run stops before it allocates anything: the data source opens and fits the
 // model and fp16 has kernels on the training device (`zhost config check` and `zhost run`), and the model
-// states fit this machine's available memory
-// (`zhost run`). Each throws UsageError (exit 2) with what to change.
+// states fit this machine's available memory and NVMe space (`zhost run`). Each throws UsageError (exit 2) with what to
+// change.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -51,5 +51,10 @@ void check_cpu_threads(const config::ResolvedConfig& config, int local_world_siz
 // set; run.memory_check = false skips it.
 void check_host_memory(const config::ResolvedConfig& config, const TrainSettings& settings, int world_size,
                        int local_ranks);
+// Refuses the job when the NVMe tiers' files of its `local_ranks` ranks will not fit the free space of
+// their folders' file systems (Note [NVMe space at start], preflight.cpp), naming the bytes, the folder and
+// what to change; run.memory_check = false skips it.
+void check_nvme_space(const config::ResolvedConfig& config, const TrainSettings& settings, int world_size,
+                      int local_ranks);
 
 }  // namespace zhost::engine

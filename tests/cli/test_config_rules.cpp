@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/cli/cli_support.hpp"
+#include "tests/support/loop_disks.hpp"
 #include "tests/support/scratch_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -248,6 +249,57 @@ TEST(MemoryCheck, CountsOnlyWhatStaysInHostMemoryWithNvmeOffload) {
   auto default_kept = zhost::testing::run_zhost(scratch.path(), nvme);
   EXPECT_EQ(default_kept.exit_code, 2) << default_kept.err;
   EXPECT_NE(default_kept.err.find("the model states alone need 75.7 GiB"), std::string::npos) << default_kept.err;
+}
+
+// Model states that cannot fit the NVMe folder's file system are refused before anything is written (Note
+// [NVMe space at start]): a 16 MB disk (12.6 MiB free) and a 1.65M-parameter gpt at stage 3 whose optimizer
+// states (16 bytes per parameter: master, Adam's two, the moved gradient) take 25.2 MiB and whose fp32
+// shards take 6.3 MiB more when max_in_cpu = 0 keeps none of them in host memory.
+TEST(NvmeSpaceCheck, RefusesStatesThatCannotFitTheDiskBeforeWritingAny) {
+  zhost::testing::ScratchDir scratch;
+  zhost::testing::SmallDisk disk(scratch.path(), 16);
+  if (!disk.mounted()) GTEST_SKIP() << "needs root, mkfs.ext4 and a loop device";
+  scratch.write("train.toml",
+                "steps = 1\n[model]\nlayers = 2\nwidth = 256\nheads = 4\nseq_len = 16\n[zero]\nstage = 3\n");
+  const std::string folder = disk.path().string();
+  const std::string run =
+      "run train.toml --set zero.offload_optimizer.device=nvme --set zero.offload_optimizer.nvme_path=" + folder +
+      " --set zero.offload_param.device=nvme --set zero.offload_param.nvme_path=" + folder;
+  auto files_on_disk = [&] {
+    int n = 0;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(disk.path()))
+      n += entry.is_regular_file() && entry.path().string().find("lost+found") == std::string::npos;
+    return n;
+  };
+  auto both = zhost::testing::run_zhost(scratch.path(), run + " --set zero.offload_param.max_in_cpu=0");
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+  EXPECT_NE(both.err.find("zhost: error: the model states on NVMe alone need 31.5 MiB on the file system of " + folder +
+                          " (25.2 MiB for zero.offload_optimizer.nvme_path (" + folder +
+                          ") and 6.3 MiB for zero.offload_param.nvme_path (" + folder +
+                          "); 1 rank(s) here of 1, ZeRO stage 3), but it has "),
+            std::string::npos)
+      << both.err;
+  EXPECT_NE(both.err.find("free; free space there, point the nvme_path keys at a larger disk, or set "
+                          "run.memory_check = false to start anyway"),
+            std::string::npos)
+      << both.err;
+  EXPECT_EQ(files_on_disk(), 0);
+  // The shards within max_in_cpu (the default, 1e9) stay in host memory and need no room there; two ranks
+  // on this machine need the same bytes together.
+  auto kept = zhost::testing::run_zhost(scratch.path(), run + " --nproc 2");
+  EXPECT_EQ(kept.exit_code, 2) << kept.err;
+  EXPECT_NE(kept.err.find("need 25.2 MiB on the file system of " + folder +
+                          " (25.2 MiB for "
+                          "zero.offload_optimizer.nvme_path (" +
+                          folder + "); 2 rank(s) here of 2, ZeRO stage 3)"),
+            std::string::npos)
+      << kept.err;
+  EXPECT_EQ(files_on_disk(), 0);
+  // run.memory_check = false starts the job; the tier's own check then stops it when a buffer does not fit.
+  auto unchecked = zhost::testing::run_zhost(scratch.path(), run + " --set run.memory_check=false");
+  EXPECT_NE(unchecked.exit_code, 0);
+  EXPECT_NE(unchecked.err.find("but its file system has"), std::string::npos) << unchecked.err;
+  EXPECT_EQ(files_on_disk(), 0);
 }
 
 // DeepSpeed's offload_optimizer.fast_init speeds up an initial read from NVMe that zhost never makes: true is
