@@ -189,11 +189,15 @@ void import_zero(Importer& importer, Section& root) {
     param.map("device", "zero.offload_param.device");
     param.map("buffer_count", "zero.offload_param.buffer_count");
     param.map("buffer_size", "zero.offload_param.buffer_size");
-    param.note("pin_memory", "zhost's CPU tier keeps parameter shards in its own host buffers (no value changes)");
-    if (names_nvme(param.object(), importer.overrides().param_device))
+    if (names_nvme(param.object(), importer.overrides().param_device)) {
       param.map("nvme_path", "zero.offload_param.nvme_path");
-    else
+      param.map("pin_memory", "zero.offload_param.pin_memory");
+    } else {
       param.note("nvme_path", kNvmeKnob);
+      param.note("pin_memory",
+                 "with device = \"cpu\" the shards are in the CPU tier's buffers, page-locked by "
+                 "offload_optimizer.pin_memory");
+    }
     param.map("max_in_cpu", "zero.offload_param.max_in_cpu");
     param.finish();
   }

@@ -106,9 +106,15 @@ class NvmeTier : public sdk::TierDefaults {
     slot_bytes_ = static_cast<uint64_t>(options_.block_size) * options_.queue_depth;
     slots_ = static_cast<char*>(std::aligned_alloc(4096, slot_bytes_));
     if (!slots_) throw PluginError(ZHOST_ERR_OUT_OF_MEMORY, "offload_nvme: no memory for the staging slots");
-    // zero.offload_optimizer.pin_memory: page-locked staging (best effort: RLIMIT_MEMLOCK may refuse it).
-    if (host.config_bool("zero.offload_optimizer.pin_memory") && ::mlock(slots_, slot_bytes_) != 0)
-      host.warn("offload_nvme: could not page-lock the staging slots (RLIMIT_MEMLOCK); continuing unpinned");
+    // The role's pin_memory: page-locked staging (best effort: RLIMIT_MEMLOCK may refuse it).
+    const char* pin_key = host.tier_role() == ZHOST_TIER_FOR_PARAMS ? "zero.offload_param.pin_memory"
+                                                                    : "zero.offload_optimizer.pin_memory";
+    if (host.config_bool(pin_key)) {
+      pinned_ = ::mlock(slots_, slot_bytes_) == 0;
+      if (!pinned_)
+        host.warn(std::string("offload_nvme: ") + pin_key +
+                  " = true, but the staging slots could not be page-locked (RLIMIT_MEMLOCK); continuing unpinned");
+    }
     EngineOptions eo;
     eo.slots = slots_;
     eo.slot_count = options_.queue_depth;
@@ -120,7 +126,8 @@ class NvmeTier : public sdk::TierDefaults {
     queue_ = std::make_unique<OpQueue>();
     host_.info("offload_nvme: " + std::string(engine_->name()) + " engine on " + file_->path() + ", blocks of " +
                std::to_string(options_.block_size) + " bytes, queue depth " + std::to_string(options_.queue_depth) +
-               (options_.verify ? ", checksums on" : ", checksums off"));
+               (options_.verify ? ", checksums on" : ", checksums off") +
+               (pinned_ ? ", staging page-locked" : ", staging pageable"));
   }
 
   ~NvmeTier() {
@@ -258,6 +265,7 @@ class NvmeTier : public sdk::TierDefaults {
   JobDir dir_;
   uint64_t slot_bytes_ = 0;
   char* slots_ = nullptr;
+  bool pinned_ = false;  // the slots are page-locked (the role's pin_memory)
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<BlockFile> file_;
   std::unique_ptr<OpQueue> queue_;
@@ -282,6 +290,8 @@ const zhost_plugin_descriptor* describe() {
       .config_string("zero.offload_optimizer.nvme_path", "", "folder on the NVMe disk for the optimizer's states")
       .config_string("zero.offload_param.nvme_path", "", "folder on the NVMe disk for stage 3's parameter shards")
       .config_bool("zero.offload_optimizer.pin_memory", false, "page-locked host buffers (faster device copies)")
+      .config_bool("zero.offload_param.pin_memory", false,
+                   "the parameter shards' instance: page-locked staging slots (DeepSpeed's offload_param.pin_memory)")
       // DeepSpeed's aio table, with DeepSpeed's defaults.
       .config_int("aio.block_size", 1048576, "bytes per I/O request (a multiple of 4096)", 4096, 1 << 30)
       .config_int("aio.queue_depth", 8, "I/O requests in flight (staging slots of block_size each)", 1, 1024)

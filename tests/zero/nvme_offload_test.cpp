@@ -205,7 +205,8 @@ TEST(NvmeParamOffload, Stage3ShardsOnNvmeEqualShardsInHostMemoryBitForBit) {
 }
 
 // Both roles on NVMe, in one folder: the host makes one tier instance per role (Note [One instance per storing
-// role]), each with its own job folder, and the job equals both roles in host memory bit for bit.
+// role]), each with its own job folder and its role's pin_memory (offload_param.pin_memory = true here, the
+// optimizer's false), and the job equals both roles in host memory bit for bit.
 TEST(NvmeParamOffload, OptimizerAndShardsBothOnNvmeEqualHostMemoryBitForBit) {
   ScratchDir dir;
   const fs::path folder = dir.path() / "nvme";
@@ -218,8 +219,18 @@ TEST(NvmeParamOffload, OptimizerAndShardsBothOnNvmeEqualHostMemoryBitForBit) {
   RunOutput nvme =
       train(dir, "nvme",
             args + on_nvme(folder, "io_uring") + " --set zero.offload_param.device=nvme " +
-                "--set zero.offload_param.max_in_cpu=0 --set zero.offload_param.nvme_path=" + folder.string());
+                "--set zero.offload_param.max_in_cpu=0 --set zero.offload_param.nvme_path=" + folder.string() +
+                " --set zero.offload_param.pin_memory=true");
   const std::string log = nvme.out + nvme.err;
+  auto count = [&](const std::string& needle) {
+    int n = 0;
+    for (size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1)) ++n;
+    return n;
+  };
+  // Page-locking may be refused without CAP_IPC_LOCK (RLIMIT_MEMLOCK): then the tier says so.
+  EXPECT_EQ(count(", staging page-locked") + count("zero.offload_param.pin_memory = true, but the staging slots"), 2)
+      << log;
+  EXPECT_EQ(count(", staging pageable"), 2) << log;
   // Each instance reports its own requests and removes its own folder: two per rank.
   const std::regex removed("requests completed through io_uring, [0-9]+ bytes written, [0-9]+ read; removed (\\S+)");
   std::set<std::string> folders;
