@@ -217,10 +217,9 @@ void check_nvme_space(const config::ResolvedConfig& config, const TrainSettings&
     }
     if (needed <= available) continue;
     fail_usage(
-        "the model states on NVMe alone need {} on the file system of {} ({}; {} rank(s) here of {}, ZeRO stage "
-        "{}), "
-        "but it has {} free; free space there, point the nvme_path keys at a larger disk, or set "
-        "run.memory_check = false to start anyway",
+        "the model states on NVMe alone need {} on the file system of {} ({}; {} rank(s) here of {}, "
+        "ZeRO stage {}), but it has {} free; free space there, point the nvme_path keys at a larger disk, or "
+        "set run.memory_check = false to start anyway",
         size_text(needed), files.front().folder, fmt::join(parts, " and "), local_ranks, world_size,
         settings.zero_stage, size_text(available));
   }
