@@ -81,11 +81,14 @@ void ParamOffloadStaging::keep_within_max_in_cpu() {
   }
   in_host_tier_.assign(static_cast<size_t>(c.units()), 0);
   std::fill(in_host_tier_.begin(), in_host_tier_.begin() + kept, 1);
+  auto units = [](int first, int last) {
+    return first == last ? kit::format("unit {}", first) : kit::format("units {}-{}", first, last);
+  };
   c.host.info(
-      kit::format("zero.offload_param.max_in_cpu = {}: the shards of units 0-{} ({} of {} elements on "
-                  "this rank) stay in host memory, in tier '{}'; {} on '{}'{}",
-                  c.options.offload_max_in_cpu, kept - 1, kept_elements, total, host_tier_.name,
-                  kept == c.units() ? "none" : kit::format("units {}-{}", kept, c.units() - 1), params_tier_.name,
+      kit::format("zero.offload_param.max_in_cpu = {}: the shards of {} ({} of {} elements on this rank) "
+                  "stay in host memory, in tier '{}'; {} on '{}'{}",
+                  c.options.offload_max_in_cpu, units(0, kept - 1), kept_elements, total, host_tier_.name,
+                  kept == c.units() ? "none" : units(kept, c.units() - 1), params_tier_.name,
                   kept == c.units() ? " (set max_in_cpu lower to put shards there)" : ""));
 }
 
