@@ -29,8 +29,9 @@ class FlatLayout {
   FlatLayout(const std::vector<int64_t>& numels, int world_size);
 
   int world_size() const { return world_size_; }
-  int64_t total() const { return total_; }                   // T
-  int64_t partition_size() const { return partition_size_; } // S
+  uint32_t num_params() const { return static_cast<uint32_t>(offsets_.size() - 1); }
+  int64_t total() const { return total_; }                          // T
+  int64_t partition_size() const { return partition_size_; }        // S
   int64_t padded() const { return partition_size_ * world_size_; }  // P
   int64_t param_offset(uint32_t param) const { return offsets_[param]; }
   int64_t param_numel(uint32_t param) const { return offsets_[param + 1] - offsets_[param]; }

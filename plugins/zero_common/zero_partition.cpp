@@ -84,10 +84,11 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   arrived_.assign(params_.size(), 0);
   host_.info(kit::format(
       "stage {}: {} parameters padded to {} = {} partitions of {} elements; this rank owns "
-      "flat [{}, {}); gradient buckets of {} elements (reduce-scatter{}), parameter all-gather in chunks "
+      "flat [{}, {}); gradient buckets of up to {} elements in flat order (reduce-scatter{}), parameter "
+      "all-gather in chunks "
       "of {} elements per rank{}",
       options_.stage, layout_.total(), layout_.padded(), world_size_, partition, begin, begin + partition,
-      reducer_.bucket_elements(), options_.overlap_comm ? ", two overlapping with backward" : "", gather_chunk_,
+      reducer_.bucket_elements(), options_.overlap_comm ? ", one in flight while backward goes on" : "", gather_chunk_,
       tier_.active() ? kit::format("; optimizer offloaded to tier '{}'{}", tier_.name(),
                                    options_.delayed_update ? kit::format(", delayed parameter update from step {}",
                                                                          options_.delayed_update_start)

@@ -199,6 +199,27 @@ TEST_P(ZeroFormulas, ModelStateBytesAndTrafficMatch) {
   for (const auto& m : r.metrics) EXPECT_NEAR(m.at("comm_bytes_sent") / traffic, 1.0, 0.05) << "step " << m.at("step");
 }
 
+// Communication buffers of stages 1 and 2 at the default bucket sizes (DeepSpeed's 5e8 elements, above
+// this model's Ψ), in bf16 (2 bytes): one flat range's staging (all Ψ), this rank's share of it (S = Ψ/N
+// rounded up; Note [Flat-range buckets]: no second, regrouped copy of the bucket), and the parameter
+// all-gather's receive (N*S) and send (S) chunks. Measured at every step, after the buffers are in use.
+TEST_P(ZeroFormulas, CommunicationBuffersAreOneRangeItsShareAndTheGatherChunks) {
+  const auto [stage, ranks] = GetParam();
+  ScratchDir dir;
+  RunOutput r = train(dir, "run", stage,
+                      job("gpt", 2) + " --nproc " + std::to_string(ranks) + " --set bf16.enabled=true" +
+                          " --set zero.reduce_bucket_size=500000000 --set zero.allgather_bucket_size=500000000");
+  const double psi = read_model_states(r)["num_params"].get<double>(), n = ranks;
+  const double s = std::ceil(psi / n), expected = 2 * (psi + s + n * s + s);
+  std::ifstream metrics(r.run_dir / "metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line); ++steps) {
+    const double buffers = nlohmann::json::parse(line)["memory"]["buffers"].get<double>();
+    EXPECT_NEAR(buffers / expected, 1.0, 0.001) << buffers << " bytes of buffers, expected " << expected;
+  }
+  EXPECT_EQ(steps, 2);
+}
+
 TEST(ZeroConfig, StageTwoKeyInAStageOneConfigIsRejected) {
   ScratchDir dir;
   RunOutput r =
