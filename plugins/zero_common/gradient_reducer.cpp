@@ -58,7 +58,8 @@ GradientReducer::~GradientReducer() {
   for (auto& buffer : buffers_) abandon(host_, buffer->work);
 }
 
-// A free buffer for `range` (a new one when none is free); a staged copy still reading it is drained first.
+// A free buffer for `range` (a new one when none is free). A staged copy still reading its `received` is
+// drained here, so nothing of its last use is pending while the range fills and reduces.
 int GradientReducer::take_buffer(int range) {
   for (size_t i = 0; i < buffers_.size(); ++i) {
     Buffer& b = *buffers_[i];
@@ -110,7 +111,6 @@ void GradientReducer::launch(Range& range) {
   buffer.recv_view = buffer.received.narrow(0, 0, mine);
   buffer.send_dl = dl_view(buffer.send_view);
   buffer.recv_dl = dl_view(buffer.recv_view);
-  buffer.to_host_copy.order_compute_after();  // a staged copy of its last reduction reads what is rewritten here
   zhost_collective_args args = collective_args(ZHOST_INTENT_GRAD_REDUCE);
   args.flags = ZHOST_COLLECTIVE_ASYNC;
   args.send = &buffer.send_dl;
@@ -132,7 +132,6 @@ void GradientReducer::complete_oldest() {
   const Range& range = ranges_[static_cast<size_t>(buffer.range)];
   const int64_t at = range.mine_begin - rank_ * layout_->partition_size();
   if (staged()) {
-    drain(buffer);
     const int64_t n = buffer.recv_view.numel();
     if (n > 0) {
       if (!buffer.to_host.defined() || buffer.to_host.numel() < n)
