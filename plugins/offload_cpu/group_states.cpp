@@ -357,9 +357,10 @@ void GroupStates::grad_read(float* grad, int64_t offset, int64_t count, float* o
 uint64_t GroupStates::grad_host_bytes() const {
   const uint64_t all = static_cast<uint64_t>(numel_) * 4;
   if (!storage_) return all;
-  const auto stored = static_cast<uint64_t>(std::count(grad_stored_.begin(), grad_stored_.end(), uint8_t{1}));
-  const uint64_t moved = stored * static_cast<uint64_t>(storage_->chunk) * 4;
-  return moved < all ? all - moved : 0;
+  uint64_t moved = 0;
+  for (size_t c = 0; c < grad_stored_.size(); ++c)
+    if (grad_stored_[c]) moved += static_cast<uint64_t>(chunk_length(static_cast<int64_t>(c))) * 4;
+  return all - moved;
 }
 
 }  // namespace zhost::cpu_tier

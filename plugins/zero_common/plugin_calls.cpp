@@ -109,7 +109,10 @@ void OptimizerTier::step_range(uint64_t key, int64_t offset, int64_t step, doubl
 }
 
 bool OptimizerTier::grad_done(uint64_t key, int64_t offset, int64_t numel) const {
-  if (!ZHOST_HAS_FIELD(ref_.api, zhost_offload_api, optimizer_grad_done) || !ref_.api->optimizer_grad_done)
+  // The two come as a pair (0.9): a tier that could move gradients but not zero them is told nothing, so its
+  // accumulators stay in host memory and a skipped step zeroes them there.
+  if (!ZHOST_HAS_FIELD(ref_.api, zhost_offload_api, optimizer_grad_zero) || !ref_.api->optimizer_grad_done ||
+      !ref_.api->optimizer_grad_zero)
     return false;
   int32_t moved = 0;
   host_.check(ref_.api->optimizer_grad_done(ref_.instance, key, offset, numel, &moved));

@@ -135,7 +135,8 @@ class OptimizerTier {
   // Note [Gradients in storage] (plugins/offload_cpu/group_states.hpp): elements [offset, offset + numel) of
   // group `key`'s accumulator get nothing more before the step. Returns whether the tier may have moved them
   // out of host memory (the accumulator view must then not be read there; read_state(key, "grad", ...) can);
-  // false from tiers before 0.9 and tiers that keep gradients in host memory.
+  // false from tiers before 0.9, tiers that keep gradients in host memory and tiers that lack
+  // optimizer_grad_zero (which the contract pairs with it).
   bool grad_done(uint64_t key, int64_t offset, int64_t numel) const;
   // The whole accumulator zero, moved ranges included (a tier whose grad_done moved some).
   void grad_zero(uint64_t key) const;

@@ -399,7 +399,11 @@ void check_optimizer_kinds(const CheckRun& run, bool over_storage) {
         group.step(4, 14, 97, /*caller_0_3=*/true);
       }
       group.step(5, 15);
-      if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_grad_zero)) && tier.api().optimizer_grad_done) {
+      if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_grad_zero)))
+        expect(!tier.api().optimizer_grad_done == !tier.api().optimizer_grad_zero,
+               "optimizer_grad_done and optimizer_grad_zero come as a pair (ABI 0.9): set both or neither");
+      if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_grad_zero)) && tier.api().optimizer_grad_done &&
+          tier.api().optimizer_grad_zero) {
         group.step(6, 16, 0, false, /*report=*/true);
         group.zero_after_report(17);  // a skipped step: the reference does not move
         group.step(7, 18, 97, false, /*report=*/true);
