@@ -24,8 +24,9 @@ class ScratchDir {
     path_ = pattern;
   }
   ~ScratchDir() {
-    ::nftw(path_.c_str(), [](const char* file, const struct stat*, int, struct FTW*) { return ::remove(file); }, 16,
-           FTW_DEPTH | FTW_PHYS);
+    ::nftw(
+        path_.c_str(), [](const char* file, const struct stat*, int, struct FTW*) { return ::remove(file); }, 16,
+        FTW_DEPTH | FTW_PHYS);
   }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
@@ -50,6 +51,13 @@ inline std::string read_text_file(const std::filesystem::path& file) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// How many times `needle` starts in `text` (overlapping ones included): a log line expected once, twice...
+inline int count_occurrences(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
 }
 
 }  // namespace zhost::testing

@@ -182,22 +182,18 @@ TEST(DelayedUpdate, RefusedAtConfigCheckWithoutAnOptimizerTier) {
 // trains as without them.
 TEST(DelayedUpdate, SettingsThatDelayNothingAreWarnedAboutOnce) {
   ScratchDir dir;
-  auto count = [](const std::string& text, const std::string& needle) {
-    size_t n = 0;
-    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-    return n;
-  };
   RunOutput never = train(dir, "never", " --set zero.offload_optimizer.delayed_update=true");
-  EXPECT_EQ(count(never.err,
-                  "warning: zero.offload_optimizer.delayed_update = true delays no step of this job: its 6 steps end "
-                  "before zero.offload_optimizer.delayed_update_start_step = 41"),
-            1u)
+  EXPECT_EQ(count_occurrences(
+                never.err,
+                "warning: zero.offload_optimizer.delayed_update = true delays no step of this job: its 6 steps end "
+                "before zero.offload_optimizer.delayed_update_start_step = 41"),
+            1)
       << never.err;
   RunOutput unused = train(dir, "unused", " --set zero.offload_optimizer.delayed_update_start_step=3");
-  EXPECT_EQ(count(unused.err,
-                  "--set zero.offload_optimizer.delayed_update_start_step=3: warning: "
-                  "zero.offload_optimizer.delayed_update_start_step = 3 has no effect"),
-            1u)
+  EXPECT_EQ(count_occurrences(unused.err,
+                              "--set zero.offload_optimizer.delayed_update_start_step=3: warning: "
+                              "zero.offload_optimizer.delayed_update_start_step = 3 has no effect"),
+            1)
       << unused.err;
   RunOutput plain = train(dir, "plain", "");
   ASSERT_EQ(plain.losses.size(), 6u);

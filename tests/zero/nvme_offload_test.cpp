@@ -222,11 +222,7 @@ TEST(NvmeParamOffload, OptimizerAndShardsBothOnNvmeEqualHostMemoryBitForBit) {
                 "--set zero.offload_param.max_in_cpu=0 --set zero.offload_param.nvme_path=" + folder.string() +
                 " --set zero.offload_param.pin_memory=true");
   const std::string log = nvme.out + nvme.err;
-  auto count = [&](const std::string& needle) {
-    int n = 0;
-    for (size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1)) ++n;
-    return n;
-  };
+  auto count = [&](const std::string& needle) { return count_occurrences(log, needle); };
   // Page-locking may be refused without CAP_IPC_LOCK (RLIMIT_MEMLOCK): then the tier says so.
   EXPECT_EQ(count(", staging page-locked") + count("zero.offload_param.pin_memory = true, but the staging slots"), 2)
       << log;

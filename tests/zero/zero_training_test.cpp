@@ -186,11 +186,7 @@ TEST_P(ZeroFormulas, ModelStateBytesAndTrafficMatch) {
   const std::string log = r.out + r.err;
   for (int rank = 0; rank < ranks; ++rank)  // each rank logs its model states
     EXPECT_NE(log.find("[rank " + std::to_string(rank) + "] "), std::string::npos) << log;
-  int lines = 0;
-  for (size_t at = log.find("model states per rank"); at != std::string::npos;
-       at = log.find("model states per rank", at + 1))
-    ++lines;
-  EXPECT_EQ(lines, ranks) << log;
+  EXPECT_EQ(count_occurrences(log, "model states per rank"), ranks) << log;
 
   // Per step each rank sends its share of a reduce-scatter and of an all-gather of Ψ bf16 values:
   // 2 * 2Ψ(N-1)/N bytes, "about 2Ψ" elements in ZeRO's words, plus one scalar for the gradient norm.
