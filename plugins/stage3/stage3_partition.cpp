@@ -17,7 +17,6 @@ Stage3Partition::Stage3Partition(const sdk::Host& host, const Stage3Options& opt
     : context_(host, options),
       offload_(context_),
       optimizer_(context_, pool_, offload_),
-      reduction_(context_, pool_),
       gatherer_(context_, offload_) {}
 
 void Stage3Partition::setup(const zhost_partition_setup& setup) {
@@ -68,12 +67,47 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
     optimizer_.finish_sub_group(g, setup.optimizer);
   }
   if (offload_.active()) offload_.allocate();
-  std::vector<at::Tensor> unit_grads;
-  for (int u = 0; u < c.units(); ++u) unit_grads.push_back(optimizer_.grad_of(u));
-  reduction_.setup(
-      std::move(unit_grads), copies, [this](int unit) { optimizer_.grad_finished(unit); }, optimizer_.offloaded());
+  setup_reducer(copies);
   gatherer_.gather_persistent();
   log_setup(setup);
+}
+
+// One reduction per unit, split equally over the ranks: each rank's sums are its shard of the unit's gradient
+// (a view into its sub-group's gradient, or the tier's fp32 accumulator). Units are launched as their
+// gradients complete, each after the ranks agree on it (rank_agreement.hpp); the staging of a unit lives
+// only while it fills and reduces.
+void Stage3Partition::setup_reducer(const zero::HostCopies& copies) {
+  const Stage3Context& c = context_;
+  std::vector<zero::ReductionRange> ranges;
+  std::vector<at::Tensor> unit_grads;
+  for (int u = 0; u < c.units(); ++u) {
+    const FetchUnit& unit = c.unit(u);
+    zero::ReductionRange range;
+    range.params = unit.params;
+    range.offsets = unit.offsets;
+    for (uint32_t id : unit.params) range.lengths.push_back(c.param_numels[id]);
+    range.numel = unit.padded();
+    range.block = unit.block;
+    range.segment_starts = unit.segment_starts;
+    ranges.push_back(std::move(range));
+    unit_grads.push_back(optimizer_.grad_of(u));
+  }
+  zero::ReducerOptions options;
+  options.owner = "stage3";
+  options.param_names = c.param_names;
+  options.fixed_order = false;
+  options.in_flight_elements = c.options.overlap_comm ? c.options.reduce_bucket_size : 0;
+  options.ignore_unused_parameters = c.options.ignore_unused_parameters;
+  options.local_sum_on_one_rank = false;  // a transform (ZeRO++ qgZ) may serve even one rank's reductions
+  options.keep_buffers = false;
+  options.prefault_targets = optimizer_.offloaded();
+  options.before_launch = [this](int unit) {
+    context_.agreement.before(RankAgreement::Collective::kReduce, unit, context_.step);
+  };
+  options.finished = [this](int unit) { optimizer_.grad_finished(unit); };
+  reducer_ =
+      zero::GradientReducer(c.host, std::move(ranges), c.rank, c.world_size, c.on_device, std::move(options), copies,
+                            [grads = std::move(unit_grads)](int unit) { return grads[static_cast<size_t>(unit)]; });
 }
 
 void Stage3Partition::init_unit(int u) {
@@ -113,11 +147,13 @@ void Stage3Partition::begin_micro_batch(const zhost_micro_batch_args& args) {
   context_.micro_step = args.micro_step;
   in_micro_batch_ = true;
   gatherer_.begin_micro_batch();
-  reduction_.begin_micro_batch(args.micro_step == 0, args.is_boundary != 0);
+  reducer_.begin_micro_batch(args.micro_step == 0, args.is_boundary != 0);
 }
 
+void Stage3Partition::grad_ready(uint32_t id, const DLTensor& grad) { reducer_.add(id, kit::tensor_view(grad)); }
+
 void Stage3Partition::backward_end() {
-  reduction_.finish();
+  reducer_.finish();
   gatherer_.end_micro_batch();
   in_micro_batch_ = false;
 }
@@ -144,8 +180,8 @@ void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {
 
 void Stage3Partition::memory(zhost_model_state_bytes& out) const {
   optimizer_.memory(out);
-  // Gradient staging lives only while a unit reduces (at most reduce_bucket_size); parameter staging stays.
-  out.buffers = offload_.buffer_bytes();
+  // Gradient staging lives only while a unit fills and reduces; parameter staging stays.
+  out.buffers = offload_.buffer_bytes() + reducer_.buffer_bytes();
 }
 
 // Checkpoints (docs/checkpoints.md): loading fills the masters and states from whatever ranks and stage saved

@@ -41,7 +41,8 @@
 //   block_trace.hpp          the recorded block order
 //   unit_residency.hpp       a unit's Released -> Gathering -> Live state machine, transitions checked
 //   gatherer.hpp             gathers, prefetch along the block trace, releases (the pre_/post_ hooks)
-//   unit_reduction.hpp       gradient staging and reduce-scatter, unit by unit (grad_ready, backward_end)
+//   zero_common/gradient_reducer.hpp  the stages' one gradient reduction, a range per unit (grad_ready,
+//                            backward_end)
 //   sub_group_optimizer.hpp  the sub-grouped step on the masters or in the tier; checkpointed states
 //   param_offload_staging.hpp  zero.offload_param: shards in a tier, device staging buffers, storage swap
 //   staging_pool.hpp         pinned host buffers reused for the copies to and from a tier
@@ -57,7 +58,7 @@
 #include "plugins/stage3/stage3_context.hpp"
 #include "plugins/stage3/staging_pool.hpp"
 #include "plugins/stage3/sub_group_optimizer.hpp"
-#include "plugins/stage3/unit_reduction.hpp"
+#include "plugins/zero_common/gradient_reducer.hpp"
 #include "zhost/cpp/partition.hpp"
 
 namespace zhost::stage3 {
@@ -74,7 +75,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   void post_forward(int32_t block) { gatherer_.leave(block, false); }
   void pre_backward(int32_t block) { gatherer_.enter(BlockEvent{true, block}); }
   void post_backward(int32_t block) { gatherer_.leave(block, true); }
-  void grad_ready(uint32_t id, const DLTensor& grad) { reduction_.grad_ready(id, grad); }
+  void grad_ready(uint32_t id, const DLTensor& grad);
   void backward_end();
   void step(zhost_step_args& args);
   void memory(zhost_model_state_bytes& out) const;
@@ -89,6 +90,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   // already): the shard starts from the parameters' initial values (the padding stays zero), in the compute
   // dtype, as the unpartitioned model holds them; the fp32 master starts from those values.
   void init_unit(int u);
+  void setup_reducer(const zero::HostCopies& copies);
   void log_setup(const zhost_partition_setup& setup) const;
 
   // Destroyed in reverse: gathers, then reductions and their copies, then parameter loads are completed.
@@ -96,7 +98,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   HostStagingPool pool_;
   ParamOffloadStaging offload_;
   SubGroupOptimizer optimizer_;
-  UnitReduction reduction_;
+  zero::GradientReducer reducer_;
   Gatherer gatherer_;
   bool in_micro_batch_ = false;
 };

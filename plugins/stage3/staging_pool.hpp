@@ -1,6 +1,5 @@
 // plugins/stage3/staging_pool.hpp: the host staging buffers (pinned when the device is CUDA) that stage 3
-// reuses for its copies to and from an offload tier: reduced gradient shards on their way to the tier's
-// accumulator (unit_reduction.hpp) and updated shards on their way to the parameter tier
+// reuses for its copies to and from an offload tier: updated shards on their way to the parameter tier
 // (sub_group_optimizer.hpp). Buffers return to the pool after use and are kept between steps.
 #pragma once
 

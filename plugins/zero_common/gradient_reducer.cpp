@@ -1,56 +1,79 @@
-// plugins/zero_common/gradient_reducer.cpp: flat-range bucketed reduce-scatter of gradients (see the header,
-// Note [Flat-range buckets]).
+// plugins/zero_common/gradient_reducer.cpp: bucketed reduce-scatter of gradients over ranges the stage
+// describes (see the header, Note [Flat-range buckets]).
 #include "plugins/zero_common/gradient_reducer.hpp"
 
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "zhost/kit/dlpack_views.hpp"
+#include "zhost/kit/format.hpp"
+#include "zhost/kit/host_pages.hpp"
 
 namespace zhost::zero {
 
 using kit::dl_view;
+using sdk::PluginError;
 
-GradientReducer::GradientReducer(const sdk::Host& host, const FlatLayout& layout, int rank,
-                                 at::TensorOptions bucket_options, int64_t bucket_elements, bool overlap,
-                                 HostCopies copies, Target target)
-    : host_(host),
-      layout_(&layout),
-      rank_(rank),
-      options_(bucket_options),
-      capacity_(std::max<int64_t>(1, std::min(bucket_elements, layout.total()))),
-      overlap_(overlap),
-      copies_(copies),
-      target_(std::move(target)) {
-  // The ranges: whole parameters in flat order, up to capacity_ elements each (a larger parameter alone).
+std::vector<ReductionRange> flat_ranges(const FlatLayout& layout, int rank, int64_t bucket_elements) {
+  const int64_t capacity = std::max<int64_t>(1, std::min(bucket_elements, layout.total()));
   const int64_t split = layout.partition_size();
-  const int64_t my_begin = rank * split, my_end = my_begin + split;
-  const uint32_t params = layout.num_params();
-  for (uint32_t p = 0; p < params; ++p) {
-    const int64_t begin = layout.param_offset(p), end = begin + layout.param_numel(p);
-    if (ranges_.empty() || end - ranges_.back().begin > capacity_) {
-      Range r;
-      r.begin = begin;
-      r.first = p;
-      ranges_.push_back(r);
+  std::vector<ReductionRange> ranges;
+  int64_t begin = 0;  // of the last range, in flat space
+  for (uint32_t p = 0; p < layout.num_params(); ++p) {
+    const int64_t offset = layout.param_offset(p), numel = layout.param_numel(p);
+    if (ranges.empty() || offset + numel - begin > capacity) {
+      ranges.emplace_back();
+      begin = offset;
     }
-    ranges_.back().end = end;
-    ranges_.back().last = p;
-    range_of_.push_back(static_cast<int>(ranges_.size()) - 1);
+    ReductionRange& r = ranges.back();
+    r.params.push_back(p);
+    r.offsets.push_back(offset - begin);
+    r.lengths.push_back(numel);
+    r.numel = offset + numel - begin;
   }
-  added_.assign(params, 0);
-  for (Range& r : ranges_) {
-    r.missing = static_cast<int>(r.last - r.first) + 1;
-    r.mine_begin = std::clamp(r.begin, my_begin, my_end);
-    r.mine_end = std::clamp(r.end, my_begin, my_end);
+  begin = 0;
+  for (ReductionRange& r : ranges) {
+    const int64_t end = begin + r.numel;
     r.counts.assign(static_cast<size_t>(layout.world_size()), 0);
     for (int owner = 0; owner < layout.world_size(); ++owner)
       r.counts[static_cast<size_t>(owner)] =
-          std::max<int64_t>(0, std::min(r.end, (owner + 1) * split) - std::max(r.begin, owner * split));
-    largest_range_ = std::max(largest_range_, r.end - r.begin);
-    largest_share_ = std::max(largest_share_, r.mine_end - r.mine_begin);
+          std::max<int64_t>(0, std::min(end, (owner + 1) * split) - std::max(begin, owner * split));
+    r.target_offset = std::clamp(begin, rank * split, (rank + 1) * split) - rank * split;
+    r.flat_offset = begin;
+    begin = end;
   }
+  return ranges;
+}
+
+GradientReducer::GradientReducer(const sdk::Host& host, std::vector<ReductionRange> ranges, int rank, int world_size,
+                                 at::TensorOptions bucket_options, ReducerOptions options, HostCopies copies,
+                                 Target target)
+    : host_(host),
+      ranges_(std::move(ranges)),
+      world_size_(world_size),
+      rank_(rank),
+      options_(bucket_options),
+      config_(std::move(options)),
+      copies_(copies),
+      target_(std::move(target)) {
+  const size_t params = config_.param_names.size();
+  range_of_.assign(params, -1);
+  index_in_.assign(params, 0);
+  added_.assign(params, 0);
+  for (size_t r = 0; r < ranges_.size(); ++r) {
+    ReductionRange& range = ranges_[r];
+    counts_given_.push_back(!range.counts.empty());
+    if (range.counts.empty()) range.counts.assign(static_cast<size_t>(world_size_), range.numel / world_size_);
+    for (size_t i = 0; i < range.params.size(); ++i) {
+      range_of_.at(range.params[i]) = static_cast<int>(r);
+      index_in_[range.params[i]] = static_cast<int>(i);
+    }
+    largest_range_ = std::max(largest_range_, range.numel);
+  }
+  progress_.resize(ranges_.size());
+  for (size_t r = 0; r < ranges_.size(); ++r) progress_[r].missing = static_cast<int>(ranges_[r].params.size());
   next_launch_ = static_cast<int>(ranges_.size()) - 1;
 }
 
@@ -58,69 +81,116 @@ GradientReducer::~GradientReducer() {
   for (auto& buffer : buffers_) abandon(host_, buffer->work);
 }
 
-// A free buffer for `range` (a new one when none is free). A staged copy still reading its `received` is
-// drained here, so nothing of its last use is pending while the range fills and reduces.
+void GradientReducer::begin_micro_batch(bool first, bool boundary) {
+  first_ = first;
+  boundary_ = boundary;
+}
+
+// A free buffer for `range`: with flat_staging any free one, viewing the range's flat place; else the smallest
+// free one it fits, one whose memory finish() gave back, or a new one (sized to any range when buffers are
+// kept). A staged copy still reading its `received` is drained here, so nothing of its last use is pending
+// while the range fills and reduces.
 int GradientReducer::take_buffer(int range) {
+  const ReductionRange& r = ranges_[static_cast<size_t>(range)];
+  const bool flat = config_.flat_staging.defined();
+  int any = -1, fit = -1, emptied = -1;
   for (size_t i = 0; i < buffers_.size(); ++i) {
-    Buffer& b = *buffers_[i];
+    const Buffer& b = *buffers_[i];
     if (b.range >= 0 || b.work) continue;
-    drain(b);
-    b.range = range;
-    return static_cast<int>(i);
+    any = static_cast<int>(i);
+    if (!b.staging.defined())
+      emptied = any;
+    else if (b.staging.numel() >= r.numel &&
+             (fit < 0 || b.staging.numel() < buffers_[static_cast<size_t>(fit)]->staging.numel()))
+      fit = any;
   }
-  auto b = std::make_unique<Buffer>();
-  b->staging = at::empty({largest_range_}, options_);
-  if (layout_->world_size() > 1 || staged()) b->received = at::empty({std::max<int64_t>(1, largest_share_)}, options_);
-  b->range = range;
-  buffers_.push_back(std::move(b));
-  return static_cast<int>(buffers_.size()) - 1;
+  int chosen = flat ? any : (fit >= 0 ? fit : emptied);
+  if (chosen < 0) {
+    buffers_.push_back(std::make_unique<Buffer>());
+    chosen = static_cast<int>(buffers_.size()) - 1;
+  }
+  Buffer& buffer = *buffers_[static_cast<size_t>(chosen)];
+  if (flat)
+    buffer.staging = config_.flat_staging.narrow(0, r.flat_offset, r.numel);
+  else if (!buffer.staging.defined())
+    buffer.staging = at::empty({config_.keep_buffers ? largest_range_ : r.numel}, options_);
+  drain(buffer);
+  buffer.range = range;
+  zero_padding(range, buffer);
+  return chosen;
+}
+
+// The padding after the range's last parameter is sent as zeros.
+void GradientReducer::zero_padding(int range, Buffer& buffer) {
+  const ReductionRange& r = ranges_[static_cast<size_t>(range)];
+  const int64_t covered = r.offsets.back() + r.lengths.back();
+  if (covered < r.numel) buffer.staging.narrow(0, covered, r.numel - covered).zero_();
 }
 
 void GradientReducer::add(uint32_t param, const at::Tensor& grad) {
-  Range& range = ranges_[static_cast<size_t>(range_of_[param])];
-  if (range.buffer < 0) range.buffer = take_buffer(range_of_[param]);
-  Buffer& buffer = *buffers_[static_cast<size_t>(range.buffer)];
-  buffer.staging.narrow(0, layout_->param_offset(param) - range.begin, layout_->param_numel(param))
-      .copy_(grad.reshape({-1}));
+  const int r = range_of_.at(param);
+  if (added_[param])
+    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                      kit::format("{}: parameter {} produced a gradient twice in one backward; ZeRO reduces each "
+                                  "gradient once per micro-batch",
+                                  config_.owner, config_.param_names[param]));
   added_[param] = 1;
-  --range.missing;
-  launch_ready();
+  Progress& progress = progress_[static_cast<size_t>(r)];
+  if (progress.buffer < 0) progress.buffer = take_buffer(r);
+  const ReductionRange& range = ranges_[static_cast<size_t>(r)];
+  const size_t i = static_cast<size_t>(index_in_[param]);
+  buffers_[static_cast<size_t>(progress.buffer)]
+      ->staging.narrow(0, range.offsets[i], range.lengths[i])
+      .copy_(grad.reshape({-1}));
+  if (--progress.missing == 0) launch_ready(r);
 }
 
-// Launches the ranges, in descending flat order, while the next one has all its gradients.
-void GradientReducer::launch_ready() {
-  while (next_launch_ >= 0 && ranges_[static_cast<size_t>(next_launch_)].missing == 0) {
-    launch(ranges_[static_cast<size_t>(next_launch_)]);
-    --next_launch_;
-  }
+// Fixed order: launches the ranges, in descending order, while the next one has all its gradients.
+// Otherwise: launches the range just completed.
+void GradientReducer::launch_ready(int completed) {
+  if (!config_.fixed_order) return launch(completed);
+  while (next_launch_ >= 0 && progress_[static_cast<size_t>(next_launch_)].missing == 0) launch(next_launch_--);
 }
 
-// Starts the range's reduce-scatter (one rank, unstaged: adds it into the target at once). With overlap, the
-// reduction launched before it is completed first, so at most one is in flight while backward goes on.
-void GradientReducer::launch(Range& range) {
-  Buffer& buffer = *buffers_[static_cast<size_t>(range.buffer)];
-  const at::Tensor sent = buffer.staging.narrow(0, 0, range.end - range.begin);
-  if (layout_->world_size() == 1 && !staged()) {  // the sum over one rank is its own gradients: the same bits
-    add_into_target(range.begin, sent);
+// Starts the range's reduce-scatter (one rank, unstaged: adds it into the target at once). Reductions launched
+// before it are completed first while the window would overflow; with no window it completes at once.
+void GradientReducer::launch(int r) {
+  const ReductionRange& range = ranges_[static_cast<size_t>(r)];
+  Progress& progress = progress_[static_cast<size_t>(r)];
+  progress.launched = true;
+  const int b = std::exchange(progress.buffer, -1);
+  Buffer& buffer = *buffers_[static_cast<size_t>(b)];
+  const at::Tensor sent = buffer.staging.narrow(0, 0, range.numel);
+  if (world_size_ == 1 && !staged() && config_.local_sum_on_one_rank) {  // the sum over one rank: the same bits
+    add_into_target(r, sent);
     buffer.range = -1;
-    range.buffer = -1;
     return;
   }
-  const int64_t mine = range.mine_end - range.mine_begin;
+  while (!in_flight_.empty() && in_flight_elements_ + range.numel > config_.in_flight_elements) complete_oldest();
+  if (config_.before_launch) config_.before_launch(r);
+  const int64_t mine = received_here(range);
+  if (!buffer.received.defined() || buffer.received.numel() < mine)
+    buffer.received = at::empty({std::max<int64_t>(1, mine)}, options_);
   buffer.send_view = sent;
   buffer.recv_view = buffer.received.narrow(0, 0, mine);
   buffer.send_dl = dl_view(buffer.send_view);
   buffer.recv_dl = dl_view(buffer.recv_view);
-  zhost_collective_args args = collective_args(ZHOST_INTENT_GRAD_REDUCE);
+  zhost_collective_args args = collective_args(ZHOST_INTENT_GRAD_REDUCE, range.block);
   args.flags = ZHOST_COLLECTIVE_ASYNC;
   args.send = &buffer.send_dl;
   args.recv = &buffer.recv_dl;
-  args.recv_counts = range.counts.data();
+  if (counts_given_[static_cast<size_t>(r)]) args.recv_counts = range.counts.data();
+  if (!range.segment_starts.empty()) {
+    buffer.segments = {{sizeof(zhost_segments_ext), ZHOST_EXT_SEGMENTS, nullptr},
+                       range.segment_starts.data(),
+                       range.segment_starts.size()};
+    args.ext = &buffer.segments.header;
+  }
   host_.check(host_.collectives().reduce_scatter(host_.context(), &args));
   buffer.work = args.work;
-  in_flight_.push_back(range.buffer);
-  range.buffer = -1;
-  while (in_flight_.size() > (overlap_ ? 1u : 0u)) complete_oldest();
+  in_flight_.push_back(b);
+  in_flight_elements_ += range.numel;
+  if (config_.in_flight_elements == 0) complete_oldest();
 }
 
 // Waits for the oldest reduction in flight and adds this rank's sums into the target (staged: starts their
@@ -129,59 +199,77 @@ void GradientReducer::complete_oldest() {
   Buffer& buffer = *buffers_[static_cast<size_t>(in_flight_.front())];
   in_flight_.erase(in_flight_.begin());
   wait_for(host_, buffer.work);
-  const Range& range = ranges_[static_cast<size_t>(buffer.range)];
-  const int64_t at = range.mine_begin - rank_ * layout_->partition_size();
-  if (staged()) {
-    const int64_t n = buffer.recv_view.numel();
-    if (n > 0) {
-      if (!buffer.to_host.defined() || buffer.to_host.numel() < n)
-        buffer.to_host = copies_.host_empty(std::max<int64_t>(n, largest_share_), options_.dtype().toScalarType());
-      buffer.to_host_at = at;
-      buffer.to_host_n = n;
-      buffer.to_host_copy = copies_.start(buffer.recv_view, buffer.to_host.narrow(0, 0, n));
-    }
-  } else if (buffer.recv_view.numel() > 0) {
-    add_into_target(at, buffer.recv_view);
+  const int r = buffer.range;
+  in_flight_elements_ -= ranges_[static_cast<size_t>(r)].numel;
+  const int64_t n = buffer.recv_view.numel();
+  if (staged() && n > 0) {
+    if (!buffer.to_host.defined() || buffer.to_host.numel() < n)
+      buffer.to_host = copies_.host_empty(n, options_.dtype().toScalarType());
+    buffer.to_host_range = r;
+    buffer.to_host_copy = copies_.start(buffer.recv_view, buffer.to_host.narrow(0, 0, n));
+  } else {
+    add_into_target(r, buffer.recv_view);
   }
   buffer.send_view = buffer.recv_view = at::Tensor();
   buffer.range = -1;
 }
 
-void GradientReducer::add_into_target(int64_t at, const at::Tensor& values) {
-  if (values.numel() == 0) return;
-  target_().narrow(0, at, values.numel()).add_(values);
+// Adds this rank's sums of range `r` into its target; on the step's last micro-batch the range is finished.
+void GradientReducer::add_into_target(int r, const at::Tensor& values) {
+  const int64_t n = values.numel();
+  if (n > 0) {
+    at::Tensor into = target_(r).narrow(0, ranges_[static_cast<size_t>(r)].target_offset, n);
+    if (config_.prefault_targets && first_) kit::prefault_for_write(into);
+    into.add_(values);
+  }
+  if (boundary_ && config_.finished) config_.finished(r);
 }
 
 // Waits for the buffer's copy to the host and adds the elements into the target.
 void GradientReducer::drain(Buffer& buffer) {
   if (!buffer.to_host_copy.pending()) return;
   buffer.to_host_copy.wait();
-  add_into_target(buffer.to_host_at, buffer.to_host.narrow(0, 0, buffer.to_host_n));
+  const int r = buffer.to_host_range;
+  add_into_target(r, buffer.to_host.narrow(0, 0, received_here(ranges_[static_cast<size_t>(r)])));
 }
 
 void GradientReducer::finish() {
-  // Ranges still missing gradients (parameters unused by this loss): their gaps reduce as zeros.
-  for (int r = next_launch_; r >= 0; --r) {
-    Range& range = ranges_[static_cast<size_t>(r)];
-    if (range.missing == 0) continue;
-    if (range.buffer < 0) range.buffer = take_buffer(r);
-    at::Tensor& staging = buffers_[static_cast<size_t>(range.buffer)]->staging;
-    for (uint32_t p = range.first; p <= range.last; ++p)
-      if (!added_[p]) staging.narrow(0, layout_->param_offset(p) - range.begin, layout_->param_numel(p)).zero_();
-    range.missing = 0;
+  // Parameters unused by this loss: an error, or zeros at their places.
+  for (size_t p = 0; p < added_.size(); ++p) {
+    if (added_[p] || range_of_[p] < 0) continue;
+    if (!config_.ignore_unused_parameters)
+      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
+                        kit::format("{}: parameter {} received no gradient in this backward (unused by the loss); "
+                                    "set zero.ignore_unused_parameters = true to treat it as zero",
+                                    config_.owner, config_.param_names[p]));
+    const int r = range_of_[p];
+    Progress& progress = progress_[static_cast<size_t>(r)];
+    if (progress.buffer < 0) progress.buffer = take_buffer(r);
+    const ReductionRange& range = ranges_[static_cast<size_t>(r)];
+    const size_t i = static_cast<size_t>(index_in_[p]);
+    buffers_[static_cast<size_t>(progress.buffer)]->staging.narrow(0, range.offsets[i], range.lengths[i]).zero_();
+    --progress.missing;
   }
-  launch_ready();
+  if (config_.fixed_order) {
+    launch_ready(-1);
+  } else {  // in range order, alike on every rank
+    for (size_t r = 0; r < ranges_.size(); ++r)
+      if (!progress_[r].launched) launch(static_cast<int>(r));
+  }
   while (!in_flight_.empty()) complete_oldest();
   for (auto& buffer : buffers_) drain(*buffer);
-  for (Range& range : ranges_) range.missing = static_cast<int>(range.last - range.first) + 1;
+  for (size_t r = 0; r < ranges_.size(); ++r)
+    progress_[r] = Progress{static_cast<int>(ranges_[r].params.size()), -1, false};
   std::fill(added_.begin(), added_.end(), 0);
   next_launch_ = static_cast<int>(ranges_.size()) - 1;
+  if (!config_.keep_buffers || config_.flat_staging.defined())  // device memory (and views) back; pinned stays
+    for (auto& buffer : buffers_) buffer->staging = buffer->received = at::Tensor();
 }
 
 uint64_t GradientReducer::buffer_bytes() const {
   uint64_t bytes = 0;
   for (const auto& buffer : buffers_) {
-    bytes += buffer->staging.nbytes();
+    if (buffer->staging.defined() && !config_.flat_staging.defined()) bytes += buffer->staging.nbytes();
     if (buffer->received.defined()) bytes += buffer->received.nbytes();  // to_host: the host counts pinned memory
   }
   return bytes;

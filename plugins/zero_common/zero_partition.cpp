@@ -75,20 +75,25 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
     if (options_.stage == 2) ensure_grad_partition();
   }
 
-  reducer_ = GradientReducer(host_, layout_, rank_, on_device.dtype(compute_dtype_), options_.reduce_bucket_size,
-                             options_.overlap_comm, copies_, [this] { return ensure_grad_partition(); });
+  ReducerOptions reducing;
+  reducing.owner = kit::format("stage{}", options_.stage);
+  for (const Param& p : params_) reducing.param_names.push_back(p.name);
+  reducing.in_flight_elements = options_.overlap_comm ? options_.reduce_bucket_size : 0;
+  reducing.ignore_unused_parameters = options_.ignore_unused_parameters;
+  reducer_ = GradientReducer(host_, flat_ranges(layout_, rank_, options_.reduce_bucket_size), rank_, world_size_,
+                             on_device.dtype(compute_dtype_), std::move(reducing), copies_,
+                             [this](int) { return ensure_grad_partition(); });
   gather_chunk_ = std::clamp<int64_t>(options_.allgather_bucket_size / world_size_, 1, partition);
   gather_buffer_ = at::empty({gather_chunk_ * world_size_}, on_device.dtype(compute_dtype_));
   if (compute_dtype_ != at::kFloat && !tier_.active())  // the fp32 master is cast chunk by chunk to send
     gather_send_ = at::empty({gather_chunk_}, on_device.dtype(compute_dtype_));
-  arrived_.assign(params_.size(), 0);
   host_.info(kit::format(
       "stage {}: {} parameters padded to {} = {} partitions of {} elements; this rank owns "
       "flat [{}, {}); gradient buckets of up to {} elements in flat order (reduce-scatter{}), parameter "
       "all-gather in chunks "
       "of {} elements per rank{}",
       options_.stage, layout_.total(), layout_.padded(), world_size_, partition, begin, begin + partition,
-      reducer_.bucket_elements(), options_.overlap_comm ? ", one in flight while backward goes on" : "", gather_chunk_,
+      reducer_.largest_range(), options_.overlap_comm ? ", in flight while backward goes on" : "", gather_chunk_,
       tier_.active() ? kit::format("; optimizer offloaded to tier '{}'{}", tier_.name(),
                                    options_.delayed_update ? kit::format(", delayed parameter update from step {}",
                                                                          options_.delayed_update_start)
@@ -106,34 +111,16 @@ void ZeroPartition::attach_optimizer_tier(const zhost_partition_setup& setup) {
 
 void ZeroPartition::begin_micro_batch(const zhost_micro_batch_args& args) {
   boundary_ = args.is_boundary != 0;
-  std::fill(arrived_.begin(), arrived_.end(), 0);
+  reducer_.begin_micro_batch(args.micro_step == 0, boundary_);
 }
 
 void ZeroPartition::grad_ready(uint32_t id, const DLTensor& grad_view) {
   if (!reduces_now()) return;  // stage 1 outside the boundary: the host accumulates .grad
-  if (arrived_[id])
-    throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                      kit::format("stage{}: parameter {} produced a gradient twice in one backward; ZeRO reduces each "
-                                  "gradient once per micro-batch",
-                                  options_.stage, params_[id].name));
-  arrived_[id] = 1;
   reducer_.add(id, tensor_view(grad_view));
 }
 
-void ZeroPartition::check_all_gradients_arrived() {
-  if (options_.ignore_unused_parameters) return;
-  for (size_t i = 0; i < arrived_.size(); ++i)
-    if (!arrived_[i])
-      throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
-                        kit::format("stage{}: parameter {} received no gradient in this backward (unused by the loss); "
-                                    "set zero.ignore_unused_parameters = true to treat it as zero",
-                                    options_.stage, params_[i].name));
-}
-
 void ZeroPartition::backward_end() {
-  if (!reduces_now()) return;
-  check_all_gradients_arrived();
-  reducer_.finish();
+  if (reduces_now()) reducer_.finish();
 }
 
 at::Tensor ZeroPartition::ensure_grad_partition() {

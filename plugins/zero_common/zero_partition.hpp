@@ -81,7 +81,6 @@ class ZeroPartition : public sdk::PartitionHooks {
   };
 
   bool reduces_now() const { return options_.stage == 2 || boundary_; }
-  void check_all_gradients_arrived();
   void attach_optimizer_tier(const zhost_partition_setup& setup);
   void gather_updated_partitions(const at::Tensor& updated);
   at::Tensor ensure_grad_partition();
@@ -109,7 +108,6 @@ class ZeroPartition : public sdk::PartitionHooks {
   HostCopies copies_;         // to and from the tier's host memory
   StagedStep staged_step_;    // staged: the tier's step, chunk by chunk through pinned buffers
   int64_t gather_chunk_ = 0;
-  std::vector<uint8_t> arrived_;  // per parameter: its gradient reached grad_ready this micro-batch
   bool boundary_ = true;
   // Delayed update (Note [Delayed parameter update]): grad_partition_ is then this fp32 host buffer and the
   // tier's accumulator apart; the step in flight writes updated_host_ (staged) or updated_.

@@ -216,6 +216,32 @@ TEST_P(ZeroFormulas, CommunicationBuffersAreOneRangeItsShareAndTheGatherChunks) 
   EXPECT_EQ(steps, 2);
 }
 
+// Stages 1-3 reduce through the one GradientReducer, which also checks what arrives: with
+// zero.ignore_unused_parameters = false, a parameter that receives no gradient (its block skipped by
+// LayerDrop) stops the job with one error that names it and the key, at every stage alike. The default
+// reduces it as zeros (Stage3BlockOrder's LayerDrop tests).
+class UnusedParameter : public ::testing::TestWithParam<int> {};
+
+INSTANTIATE_TEST_SUITE_P(Stages, UnusedParameter, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& stage) {
+                           return "Stage" + std::to_string(stage.param);
+                         });
+
+TEST_P(UnusedParameter, StopsTheJobNamingItWhenNotIgnored) {
+  ScratchDir dir;
+  const std::string stage = std::to_string(GetParam());
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "run",
+                          "--set zero.stage=" + stage + job("llama", 6) +
+                              " --nproc 2 --set model.layers=4 --set model.layer_drop=0.5"
+                              " --set zero.ignore_unused_parameters=false");
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("stage" + stage + ": parameter "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("received no gradient in this backward (unused by the loss); set "
+                       "zero.ignore_unused_parameters = true to treat it as zero"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(ZeroConfig, StageTwoKeyInAStageOneConfigIsRejected) {
   ScratchDir dir;
   RunOutput r =
