@@ -170,16 +170,6 @@ void add_model_rules(Schema& schema) {
         "model.width / model.heads = {} / {} = {}; change width or heads, e.g. width = {}",
         width, heads, width / heads, width + heads);
   });
-  // Per-rank LayerDrop makes ranks run different blocks. Stages 0 to 2 reduce gradients in the order they
-  // arrive, so their collectives would no longer match across ranks (a hang or wrong sums); stage 3 checks
-  // the block order and stops with an error naming the ranks, which is what the option exists to show.
-  rule(schema, {"model.layer_drop_per_rank", "zero.stage"}, [](const ResolvedConfig& config) -> Problem {
-    if (!config.get_bool("model.layer_drop_per_rank") || config.get_int("zero.stage") == 3) return std::nullopt;
-    return std::string(
-        "model.layer_drop_per_rank = true makes ranks skip different blocks, which data-parallel "
-        "reduction at zero.stage 0, 1 and 2 cannot follow; set it to false (every rank skips the same "
-        "blocks)");
-  });
 }
 
 void add_data_rules(Schema& schema) {
