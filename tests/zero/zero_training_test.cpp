@@ -56,13 +56,15 @@ struct Layout {
 
 class EqualsStageZero : public ::testing::TestWithParam<Layout> {};
 
-INSTANTIATE_TEST_SUITE_P(Layouts, EqualsStageZero,
-                         ::testing::Values(Layout{"LlamaThreeRanksOverlapping", "llama", 3, 2, 1,
-                                                  " --set zero.overlap_comm=true"},
-                                           Layout{"GptThreeRanks", "gpt", 3, 2, 1, ""},
-                                           Layout{"LlamaTwoRanksAccumulating", "llama", 2, 1, 2, ""},
-                                           Layout{"GptThreeRanksAccumulating", "gpt", 3, 1, 2, ""}),
-                         [](const ::testing::TestParamInfo<Layout>& layout) { return std::string(layout.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, EqualsStageZero,
+    ::testing::Values(Layout{"LlamaThreeRanksOverlapping", "llama", 3, 2, 1, " --set zero.overlap_comm=true"},
+                      Layout{"GptThreeRanks", "gpt", 3, 2, 1, ""},
+                      Layout{"LlamaTwoRanksAccumulating", "llama", 2, 1, 2, ""},
+                      Layout{"GptThreeRanksAccumulating", "gpt", 3, 1, 2, ""},
+                      Layout{"LlamaOneRankOverlapping", "llama", 1, 2, 1, " --set zero.overlap_comm=true"},
+                      Layout{"GptOneRankAccumulating", "gpt", 1, 2, 2, ""}),
+    [](const ::testing::TestParamInfo<Layout>& layout) { return std::string(layout.param.name); });
 
 TEST_P(EqualsStageZero, Fp32WeightsAfterTwentySteps) {
   const Layout& l = GetParam();
