@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include <chrono>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -128,7 +129,7 @@ struct Trainer::Impl {
   std::vector<std::vector<int32_t>> blocks_using_param;
   std::vector<int32_t> pending_grads_per_block;
   std::vector<uint8_t> grad_reported;  // per parameter: grad_ready ran in this micro-batch
-  std::string hook_error;              // first failure inside an autograd hook; raised after backward
+  std::exception_ptr hook_error;  // first failure inside an autograd hook (its exit code kept); raised after backward
   bool partition_takes_grads = false;  // ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS: drop .grad after grad_ready
   HostServices& services;
   // ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS: the model is built without storage and the plugin
@@ -165,11 +166,11 @@ struct Trainer::Impl {
   // the error keeps its own words instead of autograd's wrapping.
   void call_in_hook(zhost_status* status, const char* hook) {
     if (!status) return;
-    if (hook_error.empty()) {
+    if (!hook_error) {
       try {
         call(status, hook);
-      } catch (const Error& e) {
-        hook_error = e.what();
+      } catch (const Error&) {
+        hook_error = std::current_exception();
       }
     } else {
       delete_status(status);
@@ -416,7 +417,7 @@ struct Trainer::Impl {
   }
 
   void on_grad_ready(size_t id) {
-    if (!hook_error.empty()) return;
+    if (hook_error) return;
     grad_reported[id] = 1;
     const at::Tensor& grad = model->parameters()[id].tensor.grad();
     DLTensor view = kit::dl_view(grad);
@@ -437,7 +438,7 @@ struct Trainer::Impl {
   // be handed it. In id order, the same on every rank (the blocks skipped are the same on every rank).
   void report_accumulated_grads() {
     const auto& params = model->parameters();
-    for (size_t id = 0; id < params.size() && hook_error.empty(); ++id) {
+    for (size_t id = 0; id < params.size() && !hook_error; ++id) {
       if (grad_reported[id] || !params[id].tensor.grad().defined()) continue;
       DLTensor view = kit::dl_view(params[id].tensor.grad());
       call_in_hook(api.grad_ready(partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
@@ -484,9 +485,9 @@ struct Trainer::Impl {
         x.register_hook([this, block](const at::Tensor&) {
           if (trace || profiled) begin_backward_block(block);
           const TraceScope span(trace, "hook", "pre_backward", "block", block);
-          if (hook_error.empty()) call_in_hook(api.pre_backward(partition.instance, block), "pre_backward");
+          if (!hook_error) call_in_hook(api.pre_backward(partition.instance, block), "pre_backward");
           if (param_store) {  // without its parameters the block's backward cannot run: stop it here
-            if (!hook_error.empty()) throw Error(hook_error);
+            if (hook_error) std::rethrow_exception(hook_error);
             check_materialized(block, "backward");
           }
         });
@@ -554,7 +555,7 @@ struct Trainer::Impl {
       if (activation_checkpoints) activation_checkpoints->end_micro_batch();
       if (trace || profiled) end_backward_block();
       if (settings.layer_drop > 0) report_accumulated_grads();
-      if (!hook_error.empty()) throw Error(hook_error);
+      if (hook_error) std::rethrow_exception(hook_error);
       sync_for_timing();
     }
     timing.backward += ms_since(start);
