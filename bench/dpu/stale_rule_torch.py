@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/dpu/stale_rule_torch.py: the cost of the one-step-stale rule measured without zhost.
 
-zhost's delayed parameter update follows Note [Delayed parameter update] (plugins/zero_common/delayed_update.hpp)
+zhost's delayed parameter update follows Note [Delayed parameter update] (zhost/zero/delayed_update.hpp)
 exactly (tests/zero/delayed_update_test.cpp). Whether the loss it costs on the example job belongs to the rule
 or to zhost is answered here by an independent implementation of the same rule in PyTorch eager: the
 example job's model (tests/model/reference_models.py; width 128, 2 layers, 4 heads, seq 64, vocab 256), AdamW

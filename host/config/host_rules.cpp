@@ -347,7 +347,7 @@ void add_nvme_rules(Schema& schema) {
         return check_nvme_path(config.get_string("zero.offload_param.nvme_path"), "zero.offload_param.nvme_path",
                                params_nvme, "zero.offload_param.device");
       });
-  // Note [Delayed parameter update] (plugins/zero_common/delayed_update.hpp): the tier's step is what is delayed.
+  // Note [Delayed parameter update] (zhost/zero/delayed_update.hpp): the tier's step is what is delayed.
   rule(schema, {"zero.offload_optimizer.delayed_update", "zero.offload_optimizer.device", "zero.stage"},
        [](const ResolvedConfig& config) -> Problem {
          if (!config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;

@@ -13,7 +13,7 @@ namespace zhost::config {
 void add_host_keys(Schema& schema);
 
 // zero.offload_optimizer.delayed_update_start_step's default: the ZeRO-Offload paper delays only after its
-// first 40 iterations (Note [Delayed parameter update], plugins/zero_common/delayed_update.hpp).
+// first 40 iterations (Note [Delayed parameter update], zhost/zero/delayed_update.hpp).
 inline constexpr int64_t kDelayedUpdateStartDefault = 41;
 
 }  // namespace zhost::config

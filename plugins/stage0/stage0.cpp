@@ -2,8 +2,8 @@
 //
 // Every rank holds the whole model, fp32 master weights (the parameters themselves in fp32 training) and
 // the optimizer state: 16Ψ bytes in mixed precision, as the ZeRO paper's baseline. Gradients are reduced by
-// the stages' one GradientReducer (plugins/zero_common/gradient_reducer.hpp), over the ranges of
-// Note [Flat-range buckets] on the even split of the flat layout (plugins/zero_common/flat_layout.hpp),
+// the stages' one GradientReducer (zhost/zero/gradient_reducer.hpp), over the ranges of
+// Note [Flat-range buckets] on the even split of the flat layout (zhost/zero/flat_layout.hpp),
 // staged in place in one flat buffer: as a range's gradients complete during backward it is
 // reduce-scattered, each rank adding its sums into its split; at the step every rank all-gathers the reduced
 // splits back into the flat buffer (a reduce-scatter and an all-gather: the bytes of a ring all-reduce) and
@@ -24,15 +24,15 @@
 
 #include <vector>
 
-#include "plugins/zero_common/flat_layout.hpp"
-#include "plugins/zero_common/gradient_reducer.hpp"
-#include "plugins/zero_common/plugin_calls.hpp"
-#include "plugins/zero_common/step_prologue.hpp"
 #include "zhost/cpp/partition.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 #include "zhost/kit/grad_numerics.hpp"
 #include "zhost/kit/optimizer.hpp"
 #include "zhost/kit/state_io.hpp"
+#include "zhost/zero/flat_layout.hpp"
+#include "zhost/zero/gradient_reducer.hpp"
+#include "zhost/zero/plugin_calls.hpp"
+#include "zhost/zero/step_prologue.hpp"
 
 namespace zhost::stage0 {
 namespace {

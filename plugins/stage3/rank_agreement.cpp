@@ -5,9 +5,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 
-#include "plugins/zero_common/plugin_calls.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 #include "zhost/kit/format.hpp"
+#include "zhost/zero/plugin_calls.hpp"
 
 namespace zhost::stage3 {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "plugins/stage3/fetch_units.hpp"
 #include "plugins/stage3/rank_agreement.hpp"
-#include "plugins/zero_common/plugin_calls.hpp"
 #include "zhost/cpp/partition.hpp"
+#include "zhost/zero/plugin_calls.hpp"
 
 namespace zhost::stage3 {
 

@@ -41,7 +41,7 @@
 //   block_trace.hpp          the recorded block order
 //   unit_residency.hpp       a unit's Released -> Gathering -> Live state machine, transitions checked
 //   gatherer.hpp             gathers, prefetch along the block trace, releases (the pre_/post_ hooks)
-//   zero_common/gradient_reducer.hpp  the stages' one gradient reduction, a range per unit (grad_ready,
+//   zhost/zero/gradient_reducer.hpp  the stages' one gradient reduction (the SDK), a range per unit (grad_ready,
 //                            backward_end)
 //   sub_group_optimizer.hpp  the sub-grouped step on the masters or in the tier; checkpointed states
 //   param_offload_staging.hpp  zero.offload_param: shards in a tier, device staging buffers, storage swap
@@ -58,8 +58,8 @@
 #include "plugins/stage3/stage3_context.hpp"
 #include "plugins/stage3/staging_pool.hpp"
 #include "plugins/stage3/sub_group_optimizer.hpp"
-#include "plugins/zero_common/gradient_reducer.hpp"
 #include "zhost/cpp/partition.hpp"
+#include "zhost/zero/gradient_reducer.hpp"
 
 namespace zhost::stage3 {
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "plugins/zero_common/plugin_calls.hpp"
+#include "zhost/zero/plugin_calls.hpp"
 
 namespace zhost::stage3 {
 

@@ -7,9 +7,9 @@
 
 #include <utility>
 
-#include "plugins/zero_common/step_prologue.hpp"
 #include "zhost/kit/grad_numerics.hpp"
 #include "zhost/kit/state_io.hpp"
+#include "zhost/zero/step_prologue.hpp"
 
 namespace zhost::stage3 {
 

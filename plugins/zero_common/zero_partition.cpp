@@ -8,13 +8,13 @@
 #include <cmath>
 #include <utility>
 
-#include "plugins/zero_common/plugin_calls.hpp"
-#include "plugins/zero_common/step_prologue.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 #include "zhost/kit/format.hpp"
 #include "zhost/kit/grad_numerics.hpp"
 #include "zhost/kit/optimizer.hpp"
 #include "zhost/kit/state_io.hpp"
+#include "zhost/zero/plugin_calls.hpp"
+#include "zhost/zero/step_prologue.hpp"
 
 namespace zhost::zero {
 

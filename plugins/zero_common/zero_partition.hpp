@@ -33,12 +33,12 @@
 #include <string>
 #include <vector>
 
-#include "plugins/zero_common/delayed_update.hpp"
-#include "plugins/zero_common/flat_layout.hpp"
-#include "plugins/zero_common/gradient_reducer.hpp"
-#include "plugins/zero_common/plugin_calls.hpp"
 #include "zhost/cpp/partition.hpp"
 #include "zhost/kit/optimizer.hpp"
+#include "zhost/zero/delayed_update.hpp"
+#include "zhost/zero/flat_layout.hpp"
+#include "zhost/zero/gradient_reducer.hpp"
+#include "zhost/zero/plugin_calls.hpp"
 
 namespace zhost::zero {
 

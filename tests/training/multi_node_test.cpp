@@ -46,7 +46,7 @@ Bytes equal_chunks(uint64_t chunk) { return {kPeers * chunk, kRemotePeers * chun
 Bytes all_reduce(uint64_t n) { return {2 * n * kPeers / kWorld, 2 * n * kRemotePeers / kWorld}; }
 Bytes operator+(Bytes a, Bytes b) { return {a.total + b.total, a.inter_node + b.inter_node}; }
 
-// The step prologue of every ZeRO stage (plugins/zero_common/step_prologue.cpp): the largest gradient
+// The step prologue of every ZeRO stage (sdk/zero/src/step_prologue.cpp): the largest gradient
 // magnitude (one fp32, MAX) and the exact sum of squares (kSquareSumLimbs int64 limbs, SUM).
 Bytes step_prologue() { return all_reduce(sizeof(float)) + all_reduce(zhost::kit::kSquareSumLimbs * sizeof(int64_t)); }
 

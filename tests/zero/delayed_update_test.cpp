@@ -1,5 +1,5 @@
 // tests/zero/delayed_update_test.cpp: ZeRO-Offload's delayed parameter update (zero.offload_optimizer.
-// delayed_update, Note [Delayed parameter update] in plugins/zero_common/delayed_update.hpp) through real
+// delayed_update, Note [Delayed parameter update] in zhost/zero/delayed_update.hpp) through real
 // `zhost run` jobs on 2 ranks with the offload_cpu tier (the tests' small gpt, fp32, clipping acting).
 //
 // The rule is pinned by exact comparisons with runs that need no delay to compute the same numbers:

@@ -1,8 +1,8 @@
 // tests/zero/flat_layout_test.cpp: the flat layout of ZeRO stages 1 and 2: padding to equal partitions,
 // parameters straddling partitions, and segment lookup over any flat range.
-#include <gtest/gtest.h>
+#include "zhost/zero/flat_layout.hpp"
 
-#include "plugins/zero_common/flat_layout.hpp"
+#include <gtest/gtest.h>
 
 using zhost::zero::FlatLayout;
 using zhost::zero::Segment;
@@ -45,7 +45,7 @@ TEST(FlatLayout, OneRankOwnsEverything) {
 }
 
 TEST(FlatLayout, SplitsAParameterAtPartitionBoundaries) {
-  FlatLayout layout({10, 7, 3}, 3);  // partitions [0,7) [7,14) [14,21)
+  FlatLayout layout({10, 7, 3}, 3);        // partitions [0,7) [7,14) [14,21)
   auto pieces = layout.split_by_owner(0);  // flat [0, 10): 7 on rank 0, 3 on rank 1
   ASSERT_EQ(pieces.size(), 2u);
   EXPECT_EQ(pieces[0].param_offset, 0);

@@ -1,6 +1,6 @@
-// plugins/zero_common/delayed_update.cpp: the background optimizer step of the delayed parameter update
+// sdk/zero/src/delayed_update.cpp: the background optimizer step of the delayed parameter update
 // (Note [Delayed parameter update] in the header).
-#include "plugins/zero_common/delayed_update.hpp"
+#include "zhost/zero/delayed_update.hpp"
 
 #include <utility>
 

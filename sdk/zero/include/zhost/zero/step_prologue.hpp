@@ -1,4 +1,4 @@
-// plugins/zero_common/step_prologue.hpp: the numerics before every ZeRO stage's optimizer step (stages 0-3,
+// zhost/zero/step_prologue.hpp: the numerics before every ZeRO stage's optimizer step (stages 0-3,
 // with or without an offload tier), written once.
 //
 // Note [Step prologue]: each rank holds a disjoint part of the reduced gradients (its partition, its

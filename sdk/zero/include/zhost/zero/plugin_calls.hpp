@@ -1,4 +1,4 @@
-// plugins/zero_common/plugin_calls.hpp: what every ZeRO stage plugin asks of the host the same way: the
+// zhost/zero/plugin_calls.hpp: what every ZeRO stage plugin asks of the host the same way: the
 // collectives it runs (one args idiom, the scalar all-reduce of the gradient norm, waiting for and
 // abandoning asynchronous work), the offload tier that runs its optimizer (zero.offload_optimizer), over
 // the tier ABI (zhost/offload.h), and the copies that stage data between the training device and the

@@ -1,6 +1,6 @@
-// plugins/zero_common/step_prologue.cpp: overflow, exact global norm and the step's gradient factor (Note
+// sdk/zero/src/step_prologue.cpp: overflow, exact global norm and the step's gradient factor (Note
 // [Step prologue]).
-#include "plugins/zero_common/step_prologue.hpp"
+#include "zhost/zero/step_prologue.hpp"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/tensor.h>
@@ -8,8 +8,8 @@
 #include <cmath>
 #include <vector>
 
-#include "plugins/zero_common/plugin_calls.hpp"
 #include "zhost/kit/grad_numerics.hpp"
+#include "zhost/zero/plugin_calls.hpp"
 
 namespace zhost::zero {
 

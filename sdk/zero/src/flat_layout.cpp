@@ -1,5 +1,5 @@
-// plugins/zero_common/flat_layout.cpp: flat-space arithmetic of ZeRO stages 1 and 2 (see the header).
-#include "plugins/zero_common/flat_layout.hpp"
+// sdk/zero/src/flat_layout.cpp: flat-space arithmetic of ZeRO stages 1 and 2 (see the header).
+#include "zhost/zero/flat_layout.hpp"
 
 #include <algorithm>
 #include <stdexcept>

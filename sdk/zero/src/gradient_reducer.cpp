@@ -1,6 +1,6 @@
-// plugins/zero_common/gradient_reducer.cpp: bucketed reduce-scatter of gradients over ranges the stage
+// sdk/zero/src/gradient_reducer.cpp: bucketed reduce-scatter of gradients over ranges the stage
 // describes (see the header, Note [Flat-range buckets]).
-#include "plugins/zero_common/gradient_reducer.hpp"
+#include "zhost/zero/gradient_reducer.hpp"
 
 #include <ATen/ops/empty.h>
 

@@ -1,4 +1,4 @@
-// plugins/zero_common/delayed_update.hpp: ZeRO-Offload's delayed parameter update (DPU,
+// zhost/zero/delayed_update.hpp: ZeRO-Offload's delayed parameter update (DPU,
 // zero.offload_optimizer.delayed_update): from step zero.offload_optimizer.delayed_update_start_step on, the
 // offload tier's optimizer step of step t runs on a background thread while step t+1's forward and backward
 // run on the weights from before it.

@@ -1,4 +1,4 @@
-// plugins/zero_common/gradient_reducer.hpp: the one gradient reduction of the ZeRO stages 1, 2 and 3.
+// zhost/zero/gradient_reducer.hpp: the one gradient reduction of the ZeRO stages 1, 2 and 3.
 //
 // A stage describes its reductions once, at setup, as ranges (ReductionRange): the parameters whose
 // gradients one reduce-scatter sums, where each lies in the buffer sent, and how many sums each rank
@@ -43,8 +43,8 @@
 #include <string>
 #include <vector>
 
-#include "plugins/zero_common/flat_layout.hpp"
-#include "plugins/zero_common/plugin_calls.hpp"
+#include "zhost/zero/flat_layout.hpp"
+#include "zhost/zero/plugin_calls.hpp"
 
 namespace zhost::zero {
 

@@ -1,5 +1,5 @@
-// plugins/zero_common/plugin_calls.cpp: collectives and the optimizer's offload tier (see the header).
-#include "plugins/zero_common/plugin_calls.hpp"
+// sdk/zero/src/plugin_calls.cpp: collectives and the optimizer's offload tier (see the header).
+#include "zhost/zero/plugin_calls.hpp"
 
 #include <ATen/ops/empty.h>
 
