@@ -1,4 +1,4 @@
-// sdk/zero/src/flat_layout.cpp: flat-space arithmetic of ZeRO stages 1 and 2 (see the header).
+// sdk/zero/src/flat_layout.cpp: flat-space arithmetic of ZeRO stages 0, 1 and 2 (see the header).
 #include "zhost/zero/flat_layout.hpp"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// zhost/zero/flat_layout.hpp: how ZeRO stages 1 and 2 lay the parameters out in one flat space.
+// zhost/zero/flat_layout.hpp: how ZeRO stages 0, 1 and 2 lay the parameters out in one flat space.
 //
 // The parameters, in registration order, are concatenated into a flat space of T elements, padded to
 // P = N * S so that it splits into N equal partitions of S elements; rank k owns flat [k*S, (k+1)*S) (its

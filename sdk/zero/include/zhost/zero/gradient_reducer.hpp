@@ -1,10 +1,10 @@
-// zhost/zero/gradient_reducer.hpp: the one gradient reduction of the ZeRO stages 1, 2 and 3.
+// zhost/zero/gradient_reducer.hpp: the one gradient reduction of the ZeRO stages 0, 1, 2 and 3.
 //
 // A stage describes its reductions once, at setup, as ranges (ReductionRange): the parameters whose
 // gradients one reduce-scatter sums, where each lies in the buffer sent, and how many sums each rank
-// receives. Stages 1 and 2 cut the flat layout (flat_ranges below, Note [Flat-range buckets]); stage 3 has
-// one range per fetch unit, split equally over the ranks (its shards). The reducer then does the rest, the
-// same way for every stage:
+// receives. Stages 0, 1 and 2 cut the flat layout (flat_ranges below, Note [Flat-range buckets]; stage 0
+// stages them in place in its own flat buffer, `flat_staging`); stage 3 has one range per fetch unit, split
+// equally over the ranks (its shards). The reducer then does the rest, the same way for every stage:
 //   - a gradient is copied to its place in its range's staging buffer as it arrives; a gradient handed
 //     twice in one micro-batch is an error, one that never arrives is an error or zeros
 //     (zero.ignore_unused_parameters);
@@ -19,7 +19,7 @@
 // Every element is summed over the ranks in rank order whatever the ranges (Note [One summation order]), so
 // the bits do not depend on the stage.
 //
-// Launch order: with `fixed_order` (stages 1 and 2) ranges are launched in descending range order, the
+// Launch order: with `fixed_order` (stages 0, 1 and 2) ranges are launched in descending range order, the
 // order autograd mostly delivers them in, and a complete range waits for the ranges before it: every rank
 // issues the same collectives whatever order its gradients arrive in. Without it (stage 3) a range is
 // launched as soon as it is complete, and the stage checks that the ranks agree (`before_launch`).
@@ -29,7 +29,7 @@
 //   finish()                             launch every range left (missing gradients as zeros), complete every
 //                                        reduction, drain every copy: the targets hold the micro-batch's sums
 //
-// Note [Flat-range buckets]: for stages 1 and 2 a range is a fixed range of the flat layout: whole
+// Note [Flat-range buckets]: for stages 0, 1 and 2 a range is a fixed range of the flat layout: whole
 // parameters, consecutive in flat order, up to reduce_bucket_size elements (a larger parameter is a range of
 // its own), cut once at setup. Flat order is owner order, so a range is reduce-scattered as it lies with
 // per-rank counts (its overlap with each rank's partition), and this rank's sums, one contiguous run, go to
@@ -61,7 +61,7 @@ struct ReductionRange {
   std::vector<int64_t> segment_starts;  // ZHOST_EXT_SEGMENTS on its reduce-scatter; none when empty
 };
 
-// Note [Flat-range buckets]: the ranges of stages 1 and 2 for `rank`, with targets in its partition.
+// Note [Flat-range buckets]: the ranges of stages 0, 1 and 2 for `rank`, with targets in its partition.
 std::vector<ReductionRange> flat_ranges(const FlatLayout& layout, int rank, int64_t bucket_elements);
 
 struct ReducerOptions {

@@ -2,7 +2,7 @@
 // collectives it runs (one args idiom, the scalar all-reduce of the gradient norm, waiting for and
 // abandoning asynchronous work), the offload tier that runs its optimizer (zero.offload_optimizer), over
 // the tier ABI (zhost/offload.h), and the copies that stage data between the training device and the
-// tier's host memory (the host's copy services). Shared by stages 1, 2 and 3.
+// tier's host memory (the host's copy services). Shared by stages 0-3, and by any stage built on the SDK.
 #pragma once
 
 #include <ATen/core/Tensor.h>
