@@ -262,7 +262,7 @@ void GradientReducer::finish() {
     progress_[r] = Progress{static_cast<int>(ranges_[r].params.size()), -1, false};
   std::fill(added_.begin(), added_.end(), 0);
   next_launch_ = static_cast<int>(ranges_.size()) - 1;
-  if (!config_.keep_buffers || config_.flat_staging.defined())  // device memory (and views) back; pinned stays
+  if (!config_.keep_buffers)  // device memory back; the pinned host buffers stay (costly to allocate)
     for (auto& buffer : buffers_) buffer->staging = buffer->received = at::Tensor();
 }
 
