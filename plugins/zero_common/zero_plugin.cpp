@@ -11,8 +11,10 @@ namespace {
 // DeepSpeed's keys with DeepSpeed's meaning and defaults. Keys that only mean something in stage 2
 // (contiguous_gradients) are declared by stage 2 alone, so that the host rejects them in a stage 1 config.
 void declare_keys(sdk::DescriptorBuilder& builder, int stage) {
-  declare_gradient_keys(builder, stage == 1 ? "reduce boundary gradients while backward runs (one bucket in flight)"
-                                            : "reduce gradients while backward runs (one bucket in flight)");
+  declare_gradient_keys(
+      builder, stage == 1
+                   ? "reduce boundary gradients while backward runs (up to reduce_bucket_size elements in flight)"
+                   : "reduce gradients while backward runs (up to reduce_bucket_size elements in flight)");
   builder
       .config_int("zero.allgather_bucket_size", 500000000,
                   "elements per all-gather of updated parameters (all ranks together)", 1, 1e15)
