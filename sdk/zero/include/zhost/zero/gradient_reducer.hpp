@@ -66,7 +66,8 @@ std::vector<ReductionRange> flat_ranges(const FlatLayout& layout, int rank, int6
 
 struct ReducerOptions {
   std::string owner;                     // "stage2": how error messages start
-  std::vector<std::string> param_names;  // per parameter id, for error messages
+  // Per parameter id, for error messages; also how many parameters there are (every id a range names).
+  std::vector<std::string> param_names;
   bool fixed_order = true;               // see "Launch order" above
   int64_t in_flight_elements = 0;        // sent elements left in flight while backward goes on
   bool ignore_unused_parameters = true;  // a gradient that never arrives reduces as zeros (else: an error)
