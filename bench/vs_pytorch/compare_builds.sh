@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # bench/vs_pytorch/compare_builds.sh: zhost's tokens/s with two builds of zhost (e.g. main and a change), on
-# the 30m gpt of run.sh, stages 0 and 3 on 1 and 2 ranks, the two builds back to back for each setting and
+# one of run.sh's gpts (sizes.sh; SIZE, default 30m), stages 0 and 3 on 1 and 2 ranks, the two builds back to back for each setting and
 # round, so that the machine's drift hits both alike. Prints one line per run and, per setting, the median
 # tokens/s of each build and the median over rounds of NEW / OLD; also stage 3 / stage 0 per build.
 #
 #   bench/vs_pytorch/compare_builds.sh OLD_BUILD NEW_BUILD [ROUNDS (4)] [RESULTS_DIR]
 #
 # Per run: the median tokens/s of steps 4 to 11 (metrics.jsonl; the first three warm up). Environment:
-# PYTHON (/usr/bin/python3), STAGES ("0 3"), RANKS ("1 2").
+# PYTHON (/usr/bin/python3), SIZE (30m), STAGES ("0 3"), RANKS ("1 2").
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,6 +18,8 @@ python=${PYTHON:-/usr/bin/python3}
 for build in "$old" "$new"; do
   [[ -x $build/bin/zhost ]] || { echo "compare_builds.sh: $build/bin/zhost not built" >&2; exit 2; }
 done
+source "$here/sizes.sh"
+read -r layers width heads seq micro <<< "${sizes[${SIZE:-30m}]}"
 unset OMP_NUM_THREADS
 mkdir -p "$results"
 lines=$results/runs.txt
@@ -30,8 +32,8 @@ for round in $(seq 1 "$rounds"); do
         dir=$results/$side-stage$stage-ranks$ranks-$round
         rm -rf "$dir" && mkdir -p "$dir"
         "$build/bin/zhost" --log-level warn run "$here/gpt.toml" --nproc "$ranks" --set "zero.stage=$stage" \
-          --set model.layers=10 --set model.width=512 --set model.heads=8 --set model.seq_len=128 \
-          --set train_micro_batch_size_per_gpu=4 --set steps=11 --set "run.dir=$dir" --set run.name=run \
+          --set "model.layers=$layers" --set "model.width=$width" --set "model.heads=$heads" \
+          --set "model.seq_len=$seq" --set "train_micro_batch_size_per_gpu=$micro" --set steps=11 --set "run.dir=$dir" --set run.name=run \
           > "$dir/log" 2>&1 || { echo "compare_builds.sh: $side failed, see $dir/log" >&2; exit 1; }
         tps=$("$python" -c "import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])][3:]

@@ -33,8 +33,7 @@ mkdir -p "$results"
 cpus=$(nproc)
 unset OMP_NUM_THREADS  # zhost picks its threads per rank itself; PyTorch is given the same count
 
-# name -> layers width heads seq_len micro-batch
-declare -A sizes=([3m]="4 256 8 128 8" [30m]="10 512 8 128 4")
+source "$here/sizes.sh"
 
 source "$here/../machine.sh"
 describe_machine "$zhost" "BUILD=$build ROUNDS=$rounds WARMUP=$warmup MEASURED=$measured SIZES='${size_order[*]}' \
