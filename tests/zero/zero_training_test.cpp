@@ -162,7 +162,15 @@ struct Accounting {
   int ranks;
 };
 
-class ZeroFormulas : public ::testing::TestWithParam<Accounting> {};
+class ZeroFormulas : public ::testing::TestWithParam<Accounting> {
+ protected:
+  // The gpt in bf16 for `steps` steps, at the parameter's stage and rank count, with `extra` settings.
+  RunOutput train_bf16_gpt(const ScratchDir& dir, int steps, const std::string& extra) const {
+    return train(
+        dir, "run", GetParam().stage,
+        job("gpt", steps) + " --nproc " + std::to_string(GetParam().ranks) + " --set bf16.enabled=true" + extra);
+  }
+};
 
 INSTANTIATE_TEST_SUITE_P(StagesAndRanks, ZeroFormulas,
                          ::testing::Values(Accounting{1, 2}, Accounting{1, 3}, Accounting{2, 2}, Accounting{2, 3}),
@@ -174,9 +182,7 @@ INSTANTIATE_TEST_SUITE_P(StagesAndRanks, ZeroFormulas,
 TEST_P(ZeroFormulas, ModelStateBytesAndTrafficMatch) {
   const auto [stage, ranks] = GetParam();
   ScratchDir dir;
-  RunOutput r = train(dir, "run", stage,
-                      job("gpt", 3) + " --nproc " + std::to_string(ranks) + " --set bf16.enabled=true" +
-                          " --set train_micro_batch_size_per_gpu=1");
+  RunOutput r = train_bf16_gpt(dir, 3, " --set train_micro_batch_size_per_gpu=1");
   auto states = read_model_states(r);
   const double psi = states["num_params"].get<double>(), n = ranks;
   const double expected = stage == 1 ? 4 * psi + 12 * psi / n : 2 * psi + 14 * psi / n;
@@ -202,11 +208,10 @@ TEST_P(ZeroFormulas, ModelStateBytesAndTrafficMatch) {
 // rounded up; Note [Flat-range buckets]: no second, regrouped copy of the bucket), and the parameter
 // all-gather's receive (N*S) and send (S) chunks. Measured at every step, after the buffers are in use.
 TEST_P(ZeroFormulas, CommunicationBuffersAreOneRangeItsShareAndTheGatherChunks) {
-  const auto [stage, ranks] = GetParam();
+  const int ranks = GetParam().ranks;
   ScratchDir dir;
-  RunOutput r = train(dir, "run", stage,
-                      job("gpt", 2) + " --nproc " + std::to_string(ranks) + " --set bf16.enabled=true" +
-                          " --set zero.reduce_bucket_size=500000000 --set zero.allgather_bucket_size=500000000");
+  RunOutput r =
+      train_bf16_gpt(dir, 2, " --set zero.reduce_bucket_size=500000000 --set zero.allgather_bucket_size=500000000");
   const double psi = read_model_states(r)["num_params"].get<double>(), n = ranks;
   const double s = std::ceil(psi / n), expected = 2 * (psi + s + n * s + s);
   std::ifstream metrics(r.run_dir / "metrics.jsonl");
