@@ -396,6 +396,15 @@ void add_nvme_rules(Schema& schema) {
                      start == kDelayedUpdateStartDefault ? " (the default: the first 40 steps are synchronous)" : "",
                      config.get_int("steps"));
                });
+  warning_rule(schema, {"zero.offload_optimizer.delayed_update_extrapolation", "zero.offload_optimizer.delayed_update"},
+               [](const ResolvedConfig& config) -> Problem {
+                 const double k = config.get_float("zero.offload_optimizer.delayed_update_extrapolation");
+                 if (k == 0 || config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;
+                 return fmt::format(
+                     "zero.offload_optimizer.delayed_update_extrapolation = {:g} has no effect: it extrapolates the "
+                     "weights of zero.offload_optimizer.delayed_update, which is false",
+                     k);
+               });
   // Note [Storage swap] (host/engine/storage_swap.hpp): swaps happen between steps, with nothing of the tiers in
   // flight, in step order.
   auto check_schedule = [](const ResolvedConfig& config, const std::string& key) -> Problem {

@@ -225,6 +225,10 @@ void add_zero_keys(HostKeys& keys) {
                "zhost: with delayed_update, the first delayed step; the steps before it step synchronously "
                "(1 = delayed from the first step)",
                at_least(1));
+  keys.number("zero.offload_optimizer.delayed_update_extrapolation", 0.0,
+              "zhost: with delayed_update, k: delayed steps run on the last weights extrapolated along their last "
+              "update, W + k (W - W_before); 0 = the stale weights themselves",
+              between(0, 8));
   keys.text_list("zero.offload_optimizer.swap_schedule", {},
                  "zhost: hot swaps of the storage under the optimizer's tier, each \"STEP:STORAGE\" (after step STEP "
                  "the states move into STORAGE: cpu, nvme or a storing tier's name), steps increasing");

@@ -27,6 +27,10 @@ void declare_keys(sdk::DescriptorBuilder& builder, int stage) {
                      "zhost: with delayed_update, the first delayed step; the steps before it step synchronously "
                      "(1 = delayed from the first step)",
                      1, 1e15);
+  builder.config_float("zero.offload_optimizer.delayed_update_extrapolation", 0.0,
+                       "zhost: with delayed_update, k: delayed steps run on the last weights extrapolated along "
+                       "their last update, W + k (W - W_before); 0 = the stale weights themselves",
+                       0, 8);
   if (stage == 2)
     builder.config_bool("zero.contiguous_gradients", true,
                         "keep reduced gradients in one contiguous partition (zhost always does)");
@@ -43,6 +47,7 @@ ZeroOptions read_options(const sdk::Host& host, int stage) {
   o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
   o.delayed_update = host.config_bool("zero.offload_optimizer.delayed_update");
   o.delayed_update_start = host.config_int("zero.offload_optimizer.delayed_update_start_step");
+  o.delayed_update_extrapolation = host.config_float("zero.offload_optimizer.delayed_update_extrapolation");
   if (host.config_bool("zero.round_robin_gradients"))
     host.warn(
         "zero.round_robin_gradients = true has no effect: DeepSpeed uses it to interleave gradient "

@@ -17,6 +17,10 @@
 //     before the start step.
 //   - config check refuses a start step below 1.
 //   - 40 steps: the loss stays within 2% of the job without delay.
+//   - extrapolation (zero.offload_optimizer.delayed_update_extrapolation = k): AdamW's step is proportional to
+//     its learning rate, so E_1 = W_1 + k (W_1 - W_0) is W_0 stepped once at (1 + k) times step 1's learning
+//     rate; L_3(E_1) comes from such a run resumed with lr 0 and agrees up to the rounding of the two ways of
+//     computing E_1. Drained every step, or resumed, the job is exact as without extrapolation.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,6 +44,9 @@ const char* kDelayed =
 const char* kDelayedFrom3 =
     " --set zero.offload_optimizer.delayed_update=true --set zero.offload_optimizer.delayed_update_start_step=3";
 const char* kNoLr = " --set optimizer.lr=0 --set scheduler.warmup_min_lr=0 --set scheduler.warmup_max_lr=0";
+// Delayed from the first step with the weights extrapolated by k = 1.5.
+const std::string kExtrapolated =
+    std::string(kDelayed) + " --set zero.offload_optimizer.delayed_update_extrapolation=1.5";
 
 RunOutput train(const ScratchDir& dir, const std::string& name, const std::string& args) {
   RunOutput r = run_zhost(dir.path(), small_job_config(), name, kJob + args);
@@ -80,17 +87,25 @@ TEST(DelayedUpdate, DrainedAfterEveryStepEqualsNoDelayBitForBit) {
   EXPECT_NE(weights_mismatch(delayed, plain, 0, 0), "");  // without the drains the delay shows
 }
 
-TEST(DelayedUpdate, ResumedFromACheckpointEqualsTheJobThatSaved) {
-  ScratchDir dir;
-  const std::string job = std::string(kDelayed) + " --set checkpoint.interval=3";
+// The job `args` saving after steps 3 and 6, and the job resumed from step 3: steps 4-6 and the final weights
+// must be the same bits. Returns the job that saved.
+RunOutput expect_resumed_equals_the_job_that_saved(const ScratchDir& dir, const std::string& args) {
+  const std::string job = args + " --set checkpoint.interval=3";
   RunOutput full = train(dir, "full", job + " --set checkpoint.dir=full_ckpt");
   RunOutput resumed = train(
       dir, "resumed",
       job + " --set checkpoint.dir=resumed_ckpt --resume " + (dir.path() / "full_ckpt" / "step-00000003").string());
-  ASSERT_EQ(full.losses.size(), 6u);
-  ASSERT_EQ(resumed.losses.size(), 3u);  // steps 4-6
+  EXPECT_EQ(full.losses.size(), 6u);
+  EXPECT_EQ(resumed.losses.size(), 3u);  // steps 4-6
+  if (full.losses.size() != 6u || resumed.losses.size() != 3u) return full;
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed.losses[i], full.losses[i + 3]) << "step " << i + 4;
   EXPECT_EQ(weights_mismatch(resumed, full, 0, 0), "");
+  return full;
+}
+
+TEST(DelayedUpdate, ResumedFromACheckpointEqualsTheJobThatSaved) {
+  ScratchDir dir;
+  expect_resumed_equals_the_job_that_saved(dir, kDelayed);
 }
 
 // Note [Delayed parameter update], the switch: steps 1 to S read the fresh weights W_{t-1}, step S + 1 reads
@@ -118,6 +133,101 @@ TEST(DelayedUpdate, FromTheStartStepEachStepReadsTheWeightsFromTwoUpdatesBefore)
   EXPECT_EQ(delayed.losses[4], after_3.losses[1]);  // step 5 on W_3 (step 3's gradients were fresh: plain's W_3)
   EXPECT_NE(delayed.losses[4], after_2.losses[2]);  // ... not on W_2
   EXPECT_NE(delayed.losses[4], plain.losses[4]);    // ... nor on W_4
+}
+
+// Note [Delayed parameter update], extrapolation, with S = 1 and k = 1.5: steps 1 and 2 read W_0 as without
+// extrapolation; step 3 reads E_1 = W_1 + 1.5 (W_1 - W_0), which is W_0 stepped at 2.5 times step 1's learning
+// rate (AdamW's step, weight decay included, is proportional to it). The runs that pin it, with `args` added
+// to each: the job, and L_t(W_1) and L_t(E_1) (the latter up to rounding) from one step of the job without
+// delay at 1 and at 2.5 times the rate, resumed with lr 0.
+struct StepThreeRuns {
+  RunOutput extrapolated, first, wide, after_first, after_wide;
+};
+
+StepThreeRuns step_three_runs(const ScratchDir& dir, const std::string& args) {
+  StepThreeRuns r;
+  r.extrapolated = train(dir, "extrapolated", "--set steps=4 " + kExtrapolated + args);
+  r.first = train(dir, "first", "--set steps=1 --set checkpoint.at_end=true --set checkpoint.dir=first_ckpt" + args);
+  r.wide = train(dir, "wide",
+                 "--set steps=1 --set checkpoint.at_end=true --set checkpoint.dir=wide_ckpt --set optimizer.lr=0.025 "
+                 "--set scheduler.warmup_min_lr=0.005 --set scheduler.warmup_max_lr=0.025" +
+                     args);
+  auto frozen_after = [&](const std::string& name, const char* checkpoint) {
+    return train(dir, name,
+                 std::string("--set steps=4") + kNoLr + args + " --resume " +
+                     (dir.path() / checkpoint / "step-00000001").string());
+  };
+  r.after_first = frozen_after("after_first", "first_ckpt");
+  r.after_wide = frozen_after("after_wide", "wide_ckpt");
+  EXPECT_EQ(r.extrapolated.losses.size(), 4u);
+  EXPECT_EQ(r.after_first.losses.size(), 3u);  // steps 2-4
+  EXPECT_EQ(r.after_wide.losses.size(), 3u);
+  return r;
+}
+
+TEST(DelayedUpdate, ExtrapolatedStepsReadTheWeightsCarriedOnAlongTheirLastUpdate) {
+  ScratchDir dir;
+  const StepThreeRuns r = step_three_runs(dir, "");
+  RunOutput frozen = train(dir, "frozen", std::string("--set steps=4") + kNoLr);  // L_t(W_0)
+  ASSERT_EQ(r.extrapolated.losses.size(), 4u);
+  ASSERT_EQ(r.after_first.losses.size(), 3u);
+  ASSERT_EQ(r.after_wide.losses.size(), 3u);
+  ASSERT_EQ(frozen.losses.size(), 4u);
+  ASSERT_EQ(r.first.metrics.size(), 1u);
+  ASSERT_EQ(r.wide.metrics.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.wide.metrics[0].at("lr"), 2.5 * r.first.metrics[0].at("lr"));  // the reference's premise
+  EXPECT_NE(r.extrapolated.err.find("delayed parameter update from step 1, weights extrapolated by 1.5"),
+            std::string::npos)
+      << r.extrapolated.err;
+  EXPECT_EQ(r.extrapolated.losses[0], frozen.losses[0]);  // step 1 on W_0
+  EXPECT_EQ(r.extrapolated.losses[1], frozen.losses[1]);  // step 2 on W_0: nothing extrapolated yet
+  // Step 3 on E_1: E_1 here is W_1 + 1.5 (W_1 - W_0) in fp32, there one step at 2.5 times the rate; the two
+  // differ in the weights' last bits (2.4e-7 in this loss of 5.39 when written). Against that, W_1 (the plain
+  // rule) is 1.5 steps away (0.069 in this loss), and k = 1.47 instead of 1.5 moves it by 1.1e-3.
+  const double on_e1 = r.after_wide.losses[1], on_w1 = r.after_first.losses[1];
+  const double rounding = 1e-6 * on_e1;
+  EXPECT_NEAR(r.extrapolated.losses[2], on_e1, rounding);
+  EXPECT_GT(std::abs(r.extrapolated.losses[2] - on_w1), 100 * rounding) << "step 3 read W_1, not E_1";
+}
+
+// The same in bf16, where the extrapolated weights are cast to the compute dtype after the fp32 arithmetic
+// (and the fp32 master is read back from the tier each step): step 3 reads E_1 up to the casts of two nearly
+// equal fp32 values (equal when written), and a drained job is still the job without delay, bit for bit.
+TEST(DelayedUpdate, ExtrapolatedBf16StepsReadTheExtrapolatedWeightsAndDrainExactly) {
+  ScratchDir dir;
+  const std::string bf16 = " --set bf16.enabled=true";
+  const StepThreeRuns r = step_three_runs(dir, bf16);
+  ASSERT_EQ(r.extrapolated.losses.size(), 4u);
+  ASSERT_EQ(r.after_first.losses.size(), 3u);
+  ASSERT_EQ(r.after_wide.losses.size(), 3u);
+  const double on_e1 = r.after_wide.losses[1], on_w1 = r.after_first.losses[1];
+  const double casts = 1e-4 * on_e1;  // a bf16 ulp here and there
+  EXPECT_NEAR(r.extrapolated.losses[2], on_e1, casts);
+  EXPECT_GT(std::abs(r.extrapolated.losses[2] - on_w1), 10 * casts) << "step 3 read W_1, not E_1";
+  RunOutput plain = train(dir, "plain", bf16);
+  RunOutput drained =
+      train(dir, "drained", kExtrapolated + bf16 + " --set checkpoint.interval=1 --set checkpoint.dir=drained_ckpt");
+  ASSERT_EQ(plain.losses.size(), 6u);
+  EXPECT_EQ(drained.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(drained, plain, 0, 0), "");
+}
+
+// Whatever drains applies the optimizer's weights, not their extrapolation: saved after every step (a save
+// drains), the job is bit for bit the job without delay; resumed, it is bit for bit the job that saved.
+TEST(DelayedUpdate, ExtrapolatedJobDrainedOrResumedIsExact) {
+  ScratchDir dir;
+  RunOutput plain = train(dir, "plain", "");
+  RunOutput drained =
+      train(dir, "drained", kExtrapolated + " --set checkpoint.interval=1 --set checkpoint.dir=drained_ckpt");
+  ASSERT_EQ(plain.losses.size(), 6u);
+  EXPECT_EQ(drained.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(drained, plain, 0, 0), "");
+  RunOutput full = expect_resumed_equals_the_job_that_saved(dir, kExtrapolated);
+  RunOutput stale =
+      train(dir, "stale", std::string(kDelayed) + " --set checkpoint.interval=3 --set checkpoint.dir=stale_ckpt");
+  ASSERT_EQ(full.losses.size(), 6u);
+  ASSERT_EQ(stale.losses.size(), 6u);
+  EXPECT_NE(stale.losses[2], full.losses[2]);  // step 3 reads E_1 there, W_1 here: the extrapolation shows
 }
 
 // Before the start step the tier steps at once: bit for bit the job without delay, up to the last step when
@@ -195,10 +305,17 @@ TEST(DelayedUpdate, SettingsThatDelayNothingAreWarnedAboutOnce) {
                               "zero.offload_optimizer.delayed_update_start_step = 3 has no effect"),
             1)
       << unused.err;
+  RunOutput unused_k = train(dir, "unused_k", " --set zero.offload_optimizer.delayed_update_extrapolation=1.5");
+  EXPECT_EQ(count_occurrences(unused_k.err,
+                              "warning: zero.offload_optimizer.delayed_update_extrapolation = 1.5 has no effect: it "
+                              "extrapolates the weights of zero.offload_optimizer.delayed_update, which is false"),
+            1)
+      << unused_k.err;
   RunOutput plain = train(dir, "plain", "");
   ASSERT_EQ(plain.losses.size(), 6u);
   EXPECT_EQ(never.losses, plain.losses);
   EXPECT_EQ(unused.losses, plain.losses);
+  EXPECT_EQ(unused_k.losses, plain.losses);
   EXPECT_EQ(plain.err.find("warning: zero.offload_optimizer"), std::string::npos) << plain.err;
 }
 

@@ -26,8 +26,17 @@
 //     step S + 1 reads W_{S-1} again. From there on step t reads W_{t-2}. So step t's gradients are
 //     computed on W_{t-1} for t <= S and on W_{t-2} for t > S; with S = 1 (the delay from the first step)
 //     steps 1 and 2 both read W_0.
-//   - Overflow or a skipped step (fp16): step t-1's update is still applied at step t's boundary; g_t is
-//     dropped and nothing starts, so step t+1 runs on W_{t-1}, the current weights.
+//   - Extrapolation (zero.offload_optimizer.delayed_update_extrapolation = k > 0): what a boundary applies is
+//     not W_{t-1} but E_{t-1} = W_{t-1} + k (W_{t-1} - W_{t-2}), the weights carried on along their last
+//     update, computed in fp32 from the tier's master before and after the step in flight and then cast to
+//     the compute dtype. So step t reads E_{t-2} for t > S + 1 (step S + 1 still reads W_{S-1}). The update
+//     itself is unchanged: W_t = optimizer(W_{t-1}, g_t). For an optimizer whose step is proportional to its
+//     learning rate (Adam, AdamW, Lion, SGD) E_t is W_{t-1} stepped at (1 + k) times step t's learning rate,
+//     up to rounding. Whatever drains (the last step, save, load) applies W_t itself: final weights and
+//     checkpoints are the optimizer's, never extrapolated. k = 0 is the plain rule; what k buys:
+//     Note [Delayed momentum stability] (bench/dpu/stability.py).
+//   - Overflow or a skipped step (fp16): step t-1's update is still applied at step t's boundary (E_{t-1}
+//     with extrapolation); g_t is dropped and nothing starts, so step t+1 runs on the weights just applied.
 //   - Last step (the host marks it, ZHOST_EXT_LAST_STEP): its update is applied before step() returns, so
 //     the final weights include every step.
 //   - Drained (waited for and applied) also before save_state and load_state: a checkpoint
@@ -35,9 +44,9 @@
 //     does. A job that saves at step k >= S therefore differs from one that does not after step k; a
 //     resumed job equals the one that saved, bit for bit (before S a save changes nothing).
 // Threads: only the optimizer step runs in the background, and it touches only the tier (its master, states
-// and accumulator) and the buffer the tier writes the updated weights into. The hook thread calls neither
-// the tier nor that buffer while a step is in flight, and every collective stays on the hook thread. Each
-// wait (join) is bounded by the step itself.
+// and accumulator) and the buffers the updated (and extrapolated) weights are written into. The hook thread
+// calls neither the tier nor those buffers while a step is in flight, and every collective stays on the hook
+// thread. Each wait (join) is bounded by the step itself.
 #pragma once
 
 #include <exception>
