@@ -10,6 +10,8 @@
 # Each setup runs without and with DPU (delayed from step 1), alternating, ROUNDS times. Per run: the median
 # tokens/s over steps 3 to STEPS-1 (the first steps warm up, the last one waits for its update) and the mean
 # time the host waits in the stage's step(); per setup: the median over rounds and the ratio with / without.
+# EXTRAPOLATION=K adds a third run per setup and round, DPU with zero.offload_optimizer.delayed_update_extrapolation
+# = K ("ext"), and its ratio to DPU without it.
 set -euo pipefail
 build=${1:?usage: run.sh BUILD_DIR DIR [ROUNDS] [STEPS]}
 dir=${2:?usage: run.sh BUILD_DIR DIR [ROUNDS] [STEPS]}
@@ -47,15 +49,16 @@ echo "date $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$(dirname "$0")" r
 out=$work/results.txt
 for round in $(seq "$rounds"); do
   for setup in cpu nvme cpu-1r; do
-    for dpu in off on; do
+    for dpu in off on ${EXTRAPOLATION:+ext}; do
       case $setup in
         cpu) args=(--nproc 2 --set zero.offload_optimizer.device=cpu) ;;
         nvme) args=(--nproc 2 --set zero.offload_optimizer.device=nvme --set zero.offload_optimizer.nvme_path="$work/nvme") ;;
         cpu-1r) args=(--nproc 1 --set zero.offload_optimizer.device=cpu --set run.intra_op_threads=1
           --set offload_cpu.threads=1) ;;
       esac
-      [ $dpu = on ] && args+=(--set zero.offload_optimizer.delayed_update=true
+      [ $dpu != off ] && args+=(--set zero.offload_optimizer.delayed_update=true
         --set zero.offload_optimizer.delayed_update_start_step=1)
+      [ $dpu = ext ] && args+=(--set zero.offload_optimizer.delayed_update_extrapolation="$EXTRAPOLATION")
       name=$setup-$dpu-$round
       "$build/bin/zhost" run "$work/job.toml" "${args[@]}" --set run.dir="$work/runs" --set run.name="$name" \
         >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
@@ -78,12 +81,19 @@ runs = {}
 for line in open(sys.argv[1]):
     setup, dpu, tokens, step_ms, iteration_ms = line.split()
     runs.setdefault((setup, dpu), []).append((float(tokens), float(step_ms), float(iteration_ms)))
-print("| setup | tokens/s without DPU | with DPU | ratio with / without | step() ms without / with | step time ms without / with |")
-print("|---|---|---|---|---|---|")
-for setup in ("cpu", "nvme", "cpu-1r"):
-    off, on = runs[(setup, "off")], runs[(setup, "on")]
+def table(base, other, base_name, other_name):
+    """One row per setup: `other` against `base` (tokens/s, the host's time in step(), the whole step)."""
+    print(f"| setup | tokens/s {base_name} | {other_name} | ratio {other_name} / {base_name} | "
+          f"step() ms {base_name} / {other_name} | step time ms {base_name} / {other_name} |")
+    print("|---|---|---|---|---|---|")
     med = lambda rs, i: statistics.median(r[i] for r in rs)
-    print(f"| {setup} | {med(off, 0):.1f} | {med(on, 0):.1f} | {med(on, 0) / med(off, 0):.2f} "
-          f"(rounds: {', '.join(f'{b[0] / a[0]:.2f}' for a, b in zip(off, on))}) | "
-          f"{med(off, 1):.0f} / {med(on, 1):.0f} | {med(off, 2):.0f} / {med(on, 2):.0f} |")
+    for setup in ("cpu", "nvme", "cpu-1r"):
+        a, b = runs[(setup, base)], runs[(setup, other)]
+        print(f"| {setup} | {med(a, 0):.1f} | {med(b, 0):.1f} | {med(b, 0) / med(a, 0):.2f} "
+              f"(rounds: {', '.join(f'{y[0] / x[0]:.2f}' for x, y in zip(a, b))}) | "
+              f"{med(a, 1):.0f} / {med(b, 1):.0f} | {med(a, 2):.0f} / {med(b, 2):.0f} |")
+table("off", "on", "without DPU", "with DPU")
+if any(dpu == "ext" for _, dpu in runs):
+    print()
+    table("on", "ext", "DPU", "DPU extrapolated")
 PY

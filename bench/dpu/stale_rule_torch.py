@@ -10,9 +10,11 @@ peak over the job), 16 sequences per step (the example's 2 ranks x 8) drawn from
 /usr/share/common-licenses, zhost's initialisation. One process, one thread.
 
 The rule, from step S on: step t's gradients are taken on the weights before the previous update (the forward
-model keeps W_{t-1} while the optimizer's copy moves to W_t); before S the update is applied at once.
+model keeps W_{t-1} while the optimizer's copy moves to W_t); before S the update is applied at once. With
+--extrapolation K (zero.offload_optimizer.delayed_update_extrapolation) the forward model gets
+W_{t-1} + K (W_{t-1} - W_{t-2}) instead of W_{t-1}, once a delayed update has a predecessor to extrapolate from.
 
-Usage: stale_rule_torch.py --model gpt|llama --start S --lr LR [--steps N] [--seed K]
+Usage: stale_rule_torch.py --model gpt|llama --start S --lr LR [--steps N] [--seed K] [--extrapolation K]
        (--start 0: no delay). Prints one JSON line: the mean loss of the last 10 steps and the settings.
 """
 import argparse
@@ -60,6 +62,7 @@ def main():
     p.add_argument("--lr", type=float, required=True)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--extrapolation", type=float, default=0.0, help="k; 0: the stale weights themselves")
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -74,6 +77,7 @@ def main():
     optimizer = torch.optim.AdamW(master, lr=args.lr, weight_decay=0.01)
     batches = torch.Generator().manual_seed(args.seed + 7)
     losses = []
+    before_update = None  # W_{t-1} while step t's update is computed
     for t in range(1, args.steps + 1):
         starts = torch.randint(len(data) - spec["seq_len"] - 1, (16,), generator=batches)
         batch = torch.stack([data[s:s + spec["seq_len"] + 1] for s in starts])
@@ -89,16 +93,18 @@ def main():
         for group in optimizer.param_groups:  # step 1 at the initial lr, step t at the schedule's t-2
             group["lr"] = args.lr if t == 1 else args.lr * lr_ratio(t - 2, args.steps)
         with torch.no_grad():
-            if args.start > 0 and t >= args.start:  # delayed: the next step still reads W_{t-1}
-                for m, w in zip(master, forward_weights):
-                    w.copy_(m)
+            if args.start > 0 and t >= args.start:  # delayed: the next step still reads W_{t-1} (extrapolated)
+                for i, (m, w) in enumerate(zip(master, forward_weights)):
+                    w.copy_(m if t == args.start else m + args.extrapolation * (m - before_update[i]))
+                before_update = [m.detach().clone() for m in master]
                 optimizer.step()
             else:
                 optimizer.step()
                 for m, w in zip(master, forward_weights):
                     w.copy_(m)
     print(json.dumps({"model": args.model, "start": args.start, "lr": args.lr, "steps": args.steps,
-                      "seed": args.seed, "final_loss": round(sum(losses[-10:]) / 10, 4)}))
+                      "seed": args.seed, "extrapolation": args.extrapolation,
+                      "final_loss": round(sum(losses[-10:]) / 10, 4)}))
 
 
 if __name__ == "__main__":
