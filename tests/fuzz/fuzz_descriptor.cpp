@@ -15,6 +15,9 @@
 #include "host/job/job_setup.hpp"
 #include "host/plugins/loader.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
+#include "zhost/collective.h"
+#include "zhost/offload.h"
+#include "zhost/partition.h"
 
 namespace {
 
@@ -81,16 +84,25 @@ const FuzzedDescriptor* current = nullptr;
 
 zhost_status* create(zhost_plugin_create_args*) { return nullptr; }
 void destroy(zhost_plugin_instance*) {}
-const int kTable = 0;  // stands in for the kind's table: only its presence is checked before create
+// Every kind's table, empty: the loader reads only their struct_size before create, which is never called here.
+template <typename Table>
+const Table* empty_table() {
+  static Table table = [] {
+    Table t{};
+    t.struct_size = sizeof(t);
+    return t;
+  }();
+  return &table;
+}
 
 zhost_status* entry(zhost_negotiation* io) {
   static zhost_plugin_api api{};
   api.struct_size = sizeof(api);
   api.create = create;
   api.destroy = destroy;
-  api.partition = reinterpret_cast<const zhost_partition_api*>(&kTable);
-  api.offload = reinterpret_cast<const zhost_offload_api*>(&kTable);
-  api.collective = reinterpret_cast<const zhost_collective_api*>(&kTable);
+  api.partition = empty_table<zhost_partition_api>();
+  api.offload = empty_table<zhost_offload_api>();
+  api.collective = empty_table<zhost_collective_api>();
   io->plugin_abi_minor = ZHOST_ABI_MINOR;
   io->plugin_min_host_minor = 0;
   io->descriptor = &current->descriptor;
