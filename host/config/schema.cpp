@@ -1,11 +1,12 @@
 // host/config/schema.cpp: declaring keys (with conflict checks between owners) and looking them up.
 #include "host/config/schema.hpp"
 
+#include <algorithm>
+
 #include "host/config/key_path.hpp"
 #include "host/config/toml_node.hpp"
 #include "host/core/error.hpp"
-
-#include <algorithm>
+#include "host/core/text.hpp"
 
 namespace zhost::config {
 namespace {
@@ -20,7 +21,7 @@ std::optional<ConfigValue> parse_default(const KeySpec& spec) {
   auto literal = parse_toml_literal(*spec.default_toml);
   if (!literal) {
     fail_usage("{} declares config key {} with default `{}`, which is not a TOML value; fix the declaration",
-               describe_owner(spec.owner), spec.path, *spec.default_toml);
+               describe_owner(spec.owner), spec.path, text::excerpt(*spec.default_toml));
   }
   Conversion conversion = convert_node(*literal->get(kLiteralKey), spec);
   if (!conversion.value) {
@@ -33,7 +34,7 @@ std::optional<ConfigValue> parse_default(const KeySpec& spec) {
 void check_spec_shape(const KeySpec& spec) {
   if (!is_valid_path(spec.path)) {
     fail_usage("{} declares config key '{}', which is not a dotted path of names like zero.stage",
-               describe_owner(spec.owner), spec.path);
+               describe_owner(spec.owner), text::excerpt(spec.path));
   }
   bool numeric = spec.type == ValueType::Int || spec.type == ValueType::Float || spec.type == ValueType::FloatList;
   if ((spec.min || spec.max) && !numeric) {
@@ -50,7 +51,7 @@ void check_spec_shape(const KeySpec& spec) {
 }  // namespace
 
 std::string describe_owner(const std::string& owner) {
-  return owner == kHostOwner ? "the host" : "plugin '" + owner + "'";
+  return owner == kHostOwner ? "the host" : "plugin '" + text::excerpt(owner) + "'";
 }
 
 void Schema::add(KeySpec spec) {
@@ -63,11 +64,12 @@ void Schema::add(KeySpec spec) {
     bool same_type = entry.spec.type == spec.type;
     bool same_default = entry.default_value == default_value && entry.spec.optional == spec.optional;
     if (!same_type || !same_default) {
-      fail_usage("config key {} is declared differently by {} ({}, {}) and {} ({}, {}); they cannot be loaded "
-                 "together until they agree",
-                 spec.path, describe_owner(entry.owners.front()), type_name(entry.spec.type),
-                 describe_default(entry.default_value, entry.spec.optional), describe_owner(spec.owner),
-                 type_name(spec.type), describe_default(default_value, spec.optional));
+      fail_usage(
+          "config key {} is declared differently by {} ({}, {}) and {} ({}, {}); they cannot be loaded "
+          "together until they agree",
+          spec.path, describe_owner(entry.owners.front()), type_name(entry.spec.type),
+          describe_default(entry.default_value, entry.spec.optional), describe_owner(spec.owner), type_name(spec.type),
+          describe_default(default_value, spec.optional));
     }
     if (std::find(entry.owners.begin(), entry.owners.end(), spec.owner) == entry.owners.end()) {
       entry.owners.push_back(spec.owner);
@@ -86,15 +88,16 @@ void Schema::check_no_table_clash(const KeySpec& spec) const {
   auto table = table_first_key_.find(spec.path);
   if (table != table_first_key_.end()) {
     fail_usage("{} declares config key {}, but {} declares {}, which makes {} a table; rename one of them",
-               describe_owner(spec.owner), spec.path, describe_owner(owners(table->second).front()),
-               table->second, spec.path);
+               describe_owner(spec.owner), spec.path, describe_owner(owners(table->second).front()), table->second,
+               spec.path);
   }
   for (const auto& enclosing : enclosing_tables(spec.path)) {
     auto key = entries_.find(enclosing);
     if (key != entries_.end()) {
-      fail_usage("{} declares config key {}, but {} declares {} as a value, so it cannot be a table; rename "
-                 "one of them",
-                 describe_owner(spec.owner), spec.path, describe_owner(key->second.owners.front()), enclosing);
+      fail_usage(
+          "{} declares config key {}, but {} declares {} as a value, so it cannot be a table; rename "
+          "one of them",
+          describe_owner(spec.owner), spec.path, describe_owner(key->second.owners.front()), enclosing);
     }
   }
 }

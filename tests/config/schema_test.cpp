@@ -22,8 +22,8 @@ TEST(Schema, SameKeyFromTwoOwnersThatAgreeIsMerged) {
 TEST(Schema, ConflictingDefaultNamesBothOwners) {
   Schema schema;
   schema.add(plugin_key("zero.reduce_bucket_size", ValueType::Int, "5e8", "stage1"));
-  std::string message = usage_error_of(
-      [&] { schema.add(plugin_key("zero.reduce_bucket_size", ValueType::Int, "100", "stage2")); });
+  std::string message =
+      usage_error_of([&] { schema.add(plugin_key("zero.reduce_bucket_size", ValueType::Int, "100", "stage2")); });
   EXPECT_EQ(message,
             "config key zero.reduce_bucket_size is declared differently by plugin 'stage1' (int, default 500000000) "
             "and plugin 'stage2' (int, default 100); they cannot be loaded together until they agree");
@@ -45,8 +45,9 @@ TEST(Schema, RequiredAndOptionalDisagree) {
   KeySpec optional = plugin_key("zero.nvme_path", ValueType::String, std::nullopt, "other");
   optional.optional = true;
   std::string message = usage_error_of([&] { schema.add(optional); });
-  EXPECT_TRUE(test_support::contains(message, "(string, no default (required)) and plugin 'other' (string, no "
-                                              "default (optional))"))
+  EXPECT_TRUE(test_support::contains(message,
+                                     "(string, no default (required)) and plugin 'other' (string, no "
+                                     "default (optional))"))
       << message;
 }
 
@@ -65,6 +66,12 @@ TEST(Schema, MalformedDeclarationsAreRejected) {
   Schema schema;
   EXPECT_EQ(usage_error_of([&] { schema.add(plugin_key("zero..x", ValueType::Int, "1", "p")); }),
             "plugin 'p' declares config key 'zero..x', which is not a dotted path of names like zero.stage");
+  // What a plugin wrote is quoted on one line: control characters as \xNN (found by fuzz_descriptor).
+  EXPECT_EQ(usage_error_of([&] { schema.add(plugin_key("steps\n.x", ValueType::Int, "1", "p")); }),
+            "plugin 'p' declares config key 'steps\\x0a.x', which is not a dotted path of names like zero.stage");
+  EXPECT_EQ(usage_error_of([&] { schema.add(plugin_key("p.device", ValueType::String, "c\npu", "p")); }),
+            "plugin 'p' declares config key p.device with default `c\\x0apu`, which is not a TOML value; fix the "
+            "declaration");
   EXPECT_EQ(usage_error_of([&] { schema.add(plugin_key("p.size", ValueType::Int, "1.5", "p")); }),
             "plugin 'p' declares config key p.size with a default that does not fit its own declaration: p.size must "
             "be an integer, got 1.5; write a whole number such as 1 or 2");
