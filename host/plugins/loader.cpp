@@ -60,6 +60,15 @@ int enum_value(const Enum& field) {
 // The longest reason for a malformed descriptor, which quotes the plugin's strings.
 constexpr size_t kMaxReasonBytes = 400;
 
+// A plugin's display text (summary, a key's doc) as the host shows it, in messages and in config check's
+// tables: on one line, each control character (a newline, a tab) a space.
+std::string display_text(const char* text) {
+  std::string shown = text ? text : "";
+  for (char& c : shown)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  return shown;
+}
+
 class DescriptorReader {
  public:
   explicit DescriptorReader(const std::filesystem::path& file) : file_(file.string()) {}
@@ -77,7 +86,7 @@ class DescriptorReader {
     info.name = d->name;
     if (!d->version || !*d->version) malformed(fmt::format("plugin '{}' has no version", info.name));
     info.version = d->version;
-    info.summary = d->summary ? d->summary : "";
+    info.summary = display_text(d->summary);
     const int kind = enum_value(d->kind);
     if (kind < ZHOST_KIND_PARTITION || kind > ZHOST_KIND_COLLECTIVE)
       malformed(fmt::format("plugin '{}' has unknown capability kind {}", info.name, kind));
@@ -114,7 +123,7 @@ class DescriptorReader {
       malformed(fmt::format("config key '{}' has unknown type {}", key.key, type));
     key.type = static_cast<zhost_config_type>(type);
     if (k.default_value) key.default_literal = k.default_value;
-    key.doc = k.doc ? k.doc : "";
+    key.doc = display_text(k.doc);
     if (k.has_range) {
       if (std::isnan(k.min_value) || std::isnan(k.max_value) || k.min_value > k.max_value)
         malformed(fmt::format("config key '{}' has an empty range", key.key));

@@ -101,7 +101,7 @@ static const char* const k_provides[] = {"offload:" VARIANT_NAME, NULL};
 static const char* const k_choices[] = {"fast", "slow", NULL};
 static const zhost_config_key k_keys[] = {
     {sizeof(zhost_config_key), NULL, "zero.offload_optimizer." VARIANT_NAME "_depth", ZHOST_CONFIG_INT, "4",
-     "queue depth of the test tier", 1, 64, 1, NULL},
+     "queue depth\nof the test tier", 1, 64, 1, NULL}, /* display text over two lines: the host makes it one */
     {sizeof(zhost_config_key), NULL, "zero.offload_optimizer." VARIANT_NAME "_mode", ZHOST_CONFIG_STRING, "\"fast\"",
      "mode of the test tier", 0, 0, 0, k_choices},
 };
@@ -112,7 +112,7 @@ static const zhost_plugin_descriptor k_descriptor = {
 #else
     sizeof(zhost_plugin_descriptor),
 #endif
-    NULL, VARIANT_NAME, "1.2.3", "negotiation-matrix test plugin", ZHOST_KIND_OFFLOAD, k_provides, NULL,
+    NULL, VARIANT_NAME, "1.2.3", "negotiation-matrix\ttest plugin", ZHOST_KIND_OFFLOAD, k_provides, NULL,
     NULL, k_keys,       2,       ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE};
 
 static zhost_status* negotiate(zhost_negotiation* io) {

@@ -53,6 +53,8 @@ TEST(Negotiation, SameVersionLoadsAndDescriptorIsRead) {
   EXPECT_EQ(depth.default_literal.value(), "4");
   EXPECT_EQ(depth.min_value.value(), 1);
   EXPECT_EQ(depth.max_value.value(), 64);
+  EXPECT_EQ(depth.doc, "queue depth of the test tier");              // a newline in the plugin's text: one line here
+  EXPECT_EQ(plugin.info.summary, "negotiation-matrix test plugin");  // and a tab
   EXPECT_EQ(plugin.info.config_keys[1].choices, (std::vector<std::string>{"fast", "slow"}));
 }
 
