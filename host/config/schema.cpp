@@ -23,7 +23,9 @@ std::optional<ConfigValue> parse_default(const KeySpec& spec) {
     fail_usage("{} declares config key {} with default `{}`, which is not a TOML value; fix the declaration",
                describe_owner(spec.owner), spec.path, text::excerpt(*spec.default_toml));
   }
-  Conversion conversion = convert_node(*literal->get(kLiteralKey), spec);
+  KeySpec declared = spec;  // the problem's "write e.g." hint must not suggest the default that does not fit
+  declared.default_toml.reset();
+  Conversion conversion = convert_node(*literal->get(kLiteralKey), declared);
   if (!conversion.value) {
     fail_usage("{} declares config key {} with a default that does not fit its own declaration: {}",
                describe_owner(spec.owner), spec.path, conversion.problem);
@@ -57,6 +59,8 @@ std::string describe_owner(const std::string& owner) {
 void Schema::add(KeySpec spec) {
   check_spec_shape(spec);
   std::optional<ConfigValue> default_value = parse_default(spec);
+  // Kept as TOML writes the value (one line, no comment), for the hints that quote it.
+  if (default_value) spec.default_toml = to_toml_literal(*default_value);
 
   auto existing = entries_.find(spec.path);
   if (existing != entries_.end()) {

@@ -72,6 +72,9 @@ TEST(Schema, MalformedDeclarationsAreRejected) {
   EXPECT_EQ(usage_error_of([&] { schema.add(plugin_key("p.device", ValueType::String, "c\npu", "p")); }),
             "plugin 'p' declares config key p.device with default `c\\x0apu`, which is not a TOML value; fix the "
             "declaration");
+  EXPECT_EQ(usage_error_of([&] { schema.add(plugin_key("p.on", ValueType::Bool, "0", "p")); }),
+            "plugin 'p' declares config key p.on with a default that does not fit its own declaration: p.on must be "
+            "true or false, got integer 0; write e.g. on = true");  // not the default it refuses (fuzz_descriptor)
   EXPECT_EQ(usage_error_of([&] { schema.add(plugin_key("p.size", ValueType::Int, "1.5", "p")); }),
             "plugin 'p' declares config key p.size with a default that does not fit its own declaration: p.size must "
             "be an integer, got 1.5; write a whole number such as 1 or 2");
