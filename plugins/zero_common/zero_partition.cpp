@@ -17,35 +17,6 @@
 #include "zhost/zero/step_prologue.hpp"
 
 namespace zhost::zero {
-namespace {
-
-// extrapolated = now + k (now - before), cast to its dtype, and before = now: one pass over the partition, as
-// it shares the cores with the next step's forward and backward.
-template <typename Out>
-void extrapolate_into(const float* now, float* before, Out* extrapolated, float k, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float w = now[i];
-    extrapolated[i] = static_cast<Out>(w + k * (w - before[i]));
-    before[i] = w;
-  }
-}
-
-void extrapolate(const at::Tensor& now, const at::Tensor& before, const at::Tensor& extrapolated, float k) {
-  const int64_t n = now.numel();
-  switch (extrapolated.scalar_type()) {
-    case at::kFloat:
-      return extrapolate_into(now.data_ptr<float>(), before.data_ptr<float>(), extrapolated.data_ptr<float>(), k, n);
-    case at::kBFloat16:
-      return extrapolate_into(now.data_ptr<float>(), before.data_ptr<float>(), extrapolated.data_ptr<at::BFloat16>(), k,
-                              n);
-    case at::kHalf:
-      return extrapolate_into(now.data_ptr<float>(), before.data_ptr<float>(), extrapolated.data_ptr<at::Half>(), k, n);
-    default:
-      throw sdk::PluginError(ZHOST_ERR_INTERNAL, "delayed update: no extrapolation into this compute dtype");
-  }
-}
-
-}  // namespace
 
 using kit::dl_view;
 using kit::tensor_view;
@@ -84,7 +55,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   for (const Segment& s : layout_.segments(begin, begin + partition))
     master_.narrow(0, s.flat_offset - begin, s.length)
         .copy_(params_[s.param].model.reshape({-1}).narrow(0, s.param_offset, s.length));
-  if (options_.delayed_update && !tier_.active())
+  if (options_.delayed.enabled && !tier_.active())
     throw PluginError(ZHOST_ERR_CONFIG,
                       "zero.offload_optimizer.delayed_update = true needs a tier that runs the optimizer; set "
                       "zero.offload_optimizer.device = \"cpu\" or \"nvme\"");
@@ -93,11 +64,17 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
     updated_ = at::empty({partition}, on_device.dtype(compute_dtype_));
     copies_ = HostCopies::find(host_, on_device.device());
     if (staged()) staged_step_ = StagedStep(tier_, copies_, options_.step_chunk, compute_dtype_);
-    if (options_.delayed_update) {  // the stage's own accumulator; the tier's is the step's (Note [Delayed ...])
-      tier_accumulator_ = std::exchange(grad_partition_, at::zeros({partition}, at::kFloat));
-      if (staged()) updated_host_ = copies_.host_empty(partition, compute_dtype_);
-      if (extrapolates()) allocate_extrapolation(partition);
-      tier_bytes_ = tier_.bytes();
+    if (options_.delayed.enabled) {  // gradients go to its accumulator; the tier's is the step's
+      // Unstaged, the step in flight writes updated_ itself; staged, pinned host memory copied over at the boundary.
+      std::vector<at::Tensor> outputs;
+      if (!staged()) outputs.push_back(updated_);
+      delayed_ = std::make_unique<DelayedTierStep>(
+          tier_, copies_, options_.delayed, compute_dtype_, std::vector<at::Tensor>{grad_partition_},
+          std::move(outputs), [this](const std::vector<at::Tensor>& weights) {
+            if (staged()) copies_.start(weights[0], updated_).wait();
+            gather_updated_partitions(staged() ? updated_ : weights[0]);
+          });
+      grad_partition_ = delayed_->accumulator(0);
     }
   } else {
     optimizer_ = kit::make_optimizer(kit::optimizer_spec_from_abi(setup.optimizer));
@@ -120,10 +97,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   std::string offload;
   if (tier_.active()) {
     offload = kit::format("; optimizer offloaded to tier '{}'", tier_.name());
-    if (options_.delayed_update)
-      offload += kit::format(", delayed parameter update from step {}", options_.delayed_update_start);
-    if (options_.delayed_update && extrapolates())
-      offload += kit::format(", weights extrapolated by {}", options_.delayed_update_extrapolation);
+    if (delayed_) offload += delayed_update_summary(options_.delayed);
   }
   host_.info(kit::format(
       "stage {}: {} parameters padded to {} = {} partitions of {} elements; this rank owns "
@@ -133,24 +107,6 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
       options_.stage, layout_.total(), layout_.padded(), world_size_, partition, begin, begin + partition,
       reducer_.largest_range(), options_.overlap_comm ? ", in flight while backward goes on" : "", gather_chunk_,
       offload));
-}
-
-// Note [Delayed parameter update], extrapolation: the tier's master is read where the step's own output is not
-// the fp32 master (16-bit jobs: every delayed step) and where no step has left it here (the first delayed step,
-// after a load), so the tier must give its states back; asked once here, so that a tier that cannot stops the
-// job at setup.
-void ZeroPartition::allocate_extrapolation(int64_t partition) {
-  master_before_ = at::empty({partition}, at::kFloat);
-  try {
-    tier_.read_state(0, kit::kMasterState, 0, master_before_);
-  } catch (const PluginError& e) {
-    throw PluginError(ZHOST_ERR_CONFIG,
-                      kit::format("zero.offload_optimizer.delayed_update_extrapolation needs the tier to read its "
-                                  "master weights back ({}); set it to 0 or use a tier that can",
-                                  e.what()));
-  }
-  if (compute_dtype_ != at::kFloat) master_after_ = at::empty({partition}, at::kFloat);
-  extrapolated_ = staged() ? copies_.host_empty(partition, compute_dtype_) : at::empty({partition}, compute_dtype_);
 }
 
 // The tier named by zero.offload_optimizer.device, if any, takes the master partition and the optimizer;
@@ -188,7 +144,11 @@ void ZeroPartition::step(zhost_step_args& args) {
       step_prologue(host_, {grad_partition_}, world_size_, params_.front().model.device(), args);
   // Note [Delayed parameter update]: the update in flight is applied at this boundary even when this step
   // overflows.
-  if (options_.delayed_update) return step_delayed(args, decision.grad_scale, decision.overflow);
+  if (delayed_) {
+    delayed_->step(args, decision.grad_scale, decision.overflow,
+                   [this](int64_t step, double lr, double grad_scale) { step_tier(step, lr, grad_scale); });
+    return;
+  }
   if (decision.overflow) {  // skipped alike on every rank; the gradients are dropped
     release_gradients();
     return;
@@ -211,63 +171,6 @@ void ZeroPartition::step_tier(int64_t step, double lr, double grad_scale) {
     tier_.step(0, step, lr, grad_scale, updated_);
   }
   gather_updated_partitions(updated_);
-}
-
-// Note [Delayed parameter update]: the previous step's weights are applied, then this step's gradients move
-// into the tier's (zeroed) accumulator; before the start step the tier steps at once, from it on its step
-// starts in the background, and on the job's last step it is applied at once.
-void ZeroPartition::step_delayed(const zhost_step_args& args, double grad_scale, bool overflow) {
-  apply_delayed_update(Apply::kBoundary);
-  if (overflow) {  // dropped, as without the delay; nothing starts
-    grad_partition_.zero_();
-    return;
-  }
-  tier_accumulator_.copy_(grad_partition_);
-  grad_partition_.zero_();
-  const int64_t step = args.applied_steps + 1;
-  const double lr = args.lr;
-  if (args.step < options_.delayed_update_start) {  // not delayed yet: as without the delay
-    master_before_current_ = false;
-    step_tier(step, lr, grad_scale);
-    tier_bytes_ = tier_.bytes();
-    return;
-  }
-  step_in_background(step, lr, grad_scale);
-  if (zhost_ext_find(args.ext, ZHOST_EXT_LAST_STEP)) apply_delayed_update(Apply::kExact);
-}
-
-// The tier's step on the background thread; with extrapolation it also writes E_t = W_t + k (W_t - W_{t-1}),
-// computed in fp32, into extrapolated_ (Note [Delayed parameter update]). W_{t-1} is kept from the step before
-// (master_before_); W_t is the step's own output in fp32 jobs, else read from the tier.
-void ZeroPartition::step_in_background(int64_t step, double lr, double grad_scale) {
-  const at::Tensor out = staged() ? updated_host_ : updated_;
-  delayed_.start([this, step, lr, grad_scale, out] {
-    if (extrapolates() && !master_before_current_) tier_.read_state(0, kit::kMasterState, 0, master_before_);
-    tier_.step(0, step, lr, grad_scale, out);
-    if (!extrapolates()) return;
-    at::Tensor master = out;  // W_t
-    if (compute_dtype_ != at::kFloat) {
-      tier_.read_state(0, kit::kMasterState, 0, master_after_);
-      master = master_after_;
-    }
-    extrapolate(master, master_before_, extrapolated_, static_cast<float>(options_.delayed_update_extrapolation));
-    master_before_current_ = true;
-  });
-}
-
-// Waits for the optimizer step in flight, if any, and all-gathers its updated partitions (from the device
-// copy of the host buffer when staged): at a boundary the extrapolated ones if so set, else the optimizer's
-// own, also when the parameters still hold an extrapolation of a step already waited for (a skipped step
-// since). Called at step boundaries and before anything reads the states.
-void ZeroPartition::apply_delayed_update(Apply how) {
-  const bool waited = delayed_.wait();
-  if (waited) tier_bytes_ = tier_.bytes();
-  const bool extrapolated = how == Apply::kBoundary && extrapolates();
-  if (!waited && !(how == Apply::kExact && extrapolated_applied_)) return;
-  const at::Tensor source = extrapolated ? extrapolated_ : staged() ? updated_host_ : updated_;
-  if (staged()) copies_.start(source, updated_).wait();
-  gather_updated_partitions(staged() ? updated_ : source);
-  extrapolated_applied_ = extrapolated;
 }
 
 // After a step (or a skipped one): stage 2 and a tier's accumulator keep their buffer, zeroed; stage 1
@@ -310,14 +213,8 @@ void ZeroPartition::memory(zhost_model_state_bytes& out) const {
   out.buffers =
       reducer_.buffer_bytes() + gather_buffer_.nbytes() + (gather_send_.defined() ? gather_send_.nbytes() : 0);
   if (tier_.active()) {  // master, states and gradient partition are the tier's
-    out.offloaded = options_.delayed_update ? tier_bytes_ : tier_.bytes();
-    out.buffers += updated_.nbytes();
-    if (options_.delayed_update) {  // the stage's own accumulator, the staged step's host copy, extrapolation's
-      out.buffers += grad_partition_.nbytes() + (updated_host_.defined() ? updated_host_.nbytes() : 0);
-      if (extrapolates())
-        out.buffers +=
-            master_before_.nbytes() + (master_after_.defined() ? master_after_.nbytes() : 0) + extrapolated_.nbytes();
-    }
+    out.offloaded = delayed_ ? delayed_->tier_bytes() : tier_.bytes();  // a busy tier is not called
+    out.buffers += updated_.nbytes() + (delayed_ ? delayed_->buffer_bytes() : 0);
     return;
   }
   out.master = master_.nbytes();
@@ -329,7 +226,7 @@ void ZeroPartition::memory(zhost_model_state_bytes& out) const {
 // parameter: its own tensors, or read from the tier that holds them. Loading fills the partition from whatever
 // ranks saved it, then all-gathers the parameters.
 void ZeroPartition::save_state(const zhost_state_io& io) {
-  apply_delayed_update(Apply::kExact);  // Note [Delayed parameter update]: a checkpoint holds the last step's states
+  if (delayed_) delayed_->drain();  // Note [Delayed parameter update]: a checkpoint holds the last step's states
   const int64_t begin = rank_ * layout_.partition_size();
   const std::vector<Segment> segments = layout_.segments(begin, begin + layout_.partition_size());
   if (tier_.active()) {
@@ -347,8 +244,10 @@ void ZeroPartition::save_state(const zhost_state_io& io) {
 }
 
 void ZeroPartition::load_state(const zhost_state_io& io) {
-  apply_delayed_update(Apply::kExact);
-  master_before_current_ = false;  // the tier's master changes under it
+  if (delayed_) {
+    delayed_->drain();
+    delayed_->states_replaced();
+  }
   const int64_t begin = rank_ * layout_.partition_size();
   const std::vector<Segment> segments = layout_.segments(begin, begin + layout_.partition_size());
   if (tier_.active()) {

@@ -42,10 +42,6 @@
 
 namespace zhost::zero {
 
-// zero.offload_optimizer.delayed_update_start_step's default: the first delayed step (Note [Delayed parameter
-// update]); the steps before it step synchronously. The host's schema declares the same default.
-constexpr int64_t kDefaultDelayedUpdateStart = 41;
-
 // DeepSpeed's zero_optimization keys as the stage plugins read them (see zero_plugin.cpp).
 struct ZeroOptions {
   int stage = 1;                              // 1 or 2
@@ -53,10 +49,8 @@ struct ZeroOptions {
   int64_t allgather_bucket_size = 500000000;  // elements per parameter all-gather (all ranks together)
   bool overlap_comm = false;
   bool ignore_unused_parameters = true;
-  int64_t step_chunk = kDefaultStepChunk;                     // offloaded step from a device: elements per copied chunk
-  bool delayed_update = false;                                // zero.offload_optimizer.delayed_update (needs a tier)
-  int64_t delayed_update_start = kDefaultDelayedUpdateStart;  // zero.offload_optimizer.delayed_update_start_step
-  double delayed_update_extrapolation = 0;  // zero.offload_optimizer.delayed_update_extrapolation (k; 0 = none)
+  int64_t step_chunk = kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
+  DelayedUpdateOptions delayed;            // zero.offload_optimizer.delayed_update and its keys (needs a tier)
 };
 
 class ZeroPartition : public sdk::PartitionHooks {
@@ -83,18 +77,10 @@ class ZeroPartition : public sdk::PartitionHooks {
 
   bool reduces_now() const { return options_.stage == 2 || boundary_; }
   void attach_optimizer_tier(const zhost_partition_setup& setup);
-  void allocate_extrapolation(int64_t partition);
   void gather_updated_partitions(const at::Tensor& updated);
   at::Tensor ensure_grad_partition();
   void release_gradients();
   void step_tier(int64_t step, double lr, double grad_scale);
-  void step_delayed(const zhost_step_args& args, double grad_scale, bool overflow);
-  void step_in_background(int64_t step, double lr, double grad_scale);
-  // At a step boundary (kBoundary) the weights of the step in flight are applied extrapolated, if so set;
-  // wherever the step is drained (kExact) they are applied as the optimizer left them.
-  enum class Apply { kBoundary, kExact };
-  void apply_delayed_update(Apply how);
-  bool extrapolates() const { return options_.delayed_update_extrapolation != 0; }
 
   sdk::Host host_;
   ZeroOptions options_;
@@ -116,18 +102,10 @@ class ZeroPartition : public sdk::PartitionHooks {
   StagedStep staged_step_;    // staged: the tier's step, chunk by chunk through pinned buffers
   int64_t gather_chunk_ = 0;
   bool boundary_ = true;
-  // Delayed update (Note [Delayed parameter update]): grad_partition_ is then this fp32 host buffer and the
-  // tier's accumulator apart; the step in flight writes updated_host_ (staged) or updated_.
-  at::Tensor tier_accumulator_;
-  at::Tensor updated_host_;
-  // Extrapolation, [S] host buffers: the tier's fp32 master before the step in flight (current when the last
-  // change to it was a delayed step), after it (16-bit jobs: read back from the tier), and the extrapolated
-  // weights in the compute dtype.
-  at::Tensor master_before_, master_after_, extrapolated_;
-  bool master_before_current_ = false;
-  bool extrapolated_applied_ = false;  // the parameters hold extrapolated weights, not the optimizer's
-  uint64_t tier_bytes_ = 0;            // the tier's bytes, read while no step runs (memory() never calls a busy tier)
-  DelayedUpdate delayed_;              // last: joined before the buffers and the tier ref it uses are destroyed
+  // Delayed update (Note [Delayed parameter update]): grad_partition_ is then its accumulator, and the step in
+  // flight writes updated_ (unstaged) or its own pinned buffer. Last: its step is joined before the buffers and
+  // the tier ref it uses are destroyed.
+  std::unique_ptr<DelayedTierStep> delayed_;
 };
 
 }  // namespace zhost::zero

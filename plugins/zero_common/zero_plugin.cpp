@@ -20,17 +20,7 @@ void declare_keys(sdk::DescriptorBuilder& builder, int stage) {
                   "elements per all-gather of updated parameters (all ranks together)", 1, 1e15)
       .config_bool("zero.round_robin_gradients", false,
                    "DeepSpeed: interleave gradient partitions for CPU offload; no effect without it");
-  builder.config_bool("zero.offload_optimizer.delayed_update", false,
-                      "zhost: ZeRO-Offload's delayed parameter update: the tier's optimizer step overlaps the next "
-                      "step's forward and backward, which run on weights one step stale (needs an optimizer tier)");
-  builder.config_int("zero.offload_optimizer.delayed_update_start_step", kDefaultDelayedUpdateStart,
-                     "zhost: with delayed_update, the first delayed step; the steps before it step synchronously "
-                     "(1 = delayed from the first step)",
-                     1, 1e15);
-  builder.config_float("zero.offload_optimizer.delayed_update_extrapolation", 0.0,
-                       "zhost: with delayed_update, k: delayed steps run on the last weights extrapolated along "
-                       "their last update, W + k (W - W_before); 0 = the stale weights themselves",
-                       0, 8);
+  declare_delayed_update_keys(builder);
   if (stage == 2)
     builder.config_bool("zero.contiguous_gradients", true,
                         "keep reduced gradients in one contiguous partition (zhost always does)");
@@ -45,9 +35,7 @@ ZeroOptions read_options(const sdk::Host& host, int stage) {
   note_reduce_scatter_key(host);
   o.ignore_unused_parameters = host.config_bool("zero.ignore_unused_parameters");
   o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
-  o.delayed_update = host.config_bool("zero.offload_optimizer.delayed_update");
-  o.delayed_update_start = host.config_int("zero.offload_optimizer.delayed_update_start_step");
-  o.delayed_update_extrapolation = host.config_float("zero.offload_optimizer.delayed_update_extrapolation");
+  o.delayed = read_delayed_update_options(host);
   if (host.config_bool("zero.round_robin_gradients"))
     host.warn(
         "zero.round_robin_gradients = true has no effect: DeepSpeed uses it to interleave gradient "

@@ -109,6 +109,12 @@ ZHOST_ASSERT_STRUCT_COMPLETE(zhost_step_args, ZHOST_STEP_ARGS_SIZE);
  * delayed parameter update) completes it before returning. The extension is the bare header. */
 #define ZHOST_EXT_LAST_STEP 1u
 
+/* Extension type 3 (docs/abi.md 8; added within 0.9), on the step args of a step after which the host moves a
+ * tier's states (a storage swap, Note [Storage swap]): a plugin that defers work past step() completes it before
+ * returning, so that no call into a tier is in flight when step() returns. Unlike type 1 the job goes on. The
+ * extension is the bare header; a plugin that defers nothing ignores it. */
+#define ZHOST_EXT_DRAIN 3u
+
 /* Bytes of model state one rank holds, by kind, as ZeRO's memory analysis counts them. A plugin reports
  * what it allocated; the host adds what it holds itself (the parameters it owns, and full-size gradients
  * when the plugin does not take them) and compares the total with ZeRO's formula for the stage. */

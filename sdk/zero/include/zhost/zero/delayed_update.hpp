@@ -1,7 +1,9 @@
 // zhost/zero/delayed_update.hpp: ZeRO-Offload's delayed parameter update (DPU,
 // zero.offload_optimizer.delayed_update): from step zero.offload_optimizer.delayed_update_start_step on, the
 // offload tier's optimizer step of step t runs on a background thread while step t+1's forward and backward
-// run on the weights from before it.
+// run on the weights from before it. DelayedTierStep is the whole mechanism over a tier's groups (stages 1
+// and 2: one group, the partition; stage 3: its sub-groups); a stage gives it its gradients and a way to write
+// weights into its parameters.
 //
 // Note [Delayed parameter update]: the one-step-stale rule, exactly. W_t are the weights after t applied
 // steps (W_0 the initial ones), g_t the reduced gradients of step t; steps are the job's steps (metrics.jsonl's
@@ -39,21 +41,48 @@
 //     with extrapolation); g_t is dropped and nothing starts, so step t+1 runs on the weights just applied.
 //   - Last step (the host marks it, ZHOST_EXT_LAST_STEP): its update is applied before step() returns, so
 //     the final weights include every step.
-//   - Drained (waited for and applied) also before save_state and load_state: a checkpoint
-//     holds W_t and the states of t, and the step after a save or a load runs on W_t (fresh), as step S
-//     does. A job that saves at step k >= S therefore differs from one that does not after step k; a
-//     resumed job equals the one that saved, bit for bit (before S a save changes nothing).
+//   - Drained (waited for and applied) also before save_state and load_state, and on a step whose args carry
+//     ZHOST_EXT_DRAIN (the host swaps the tier's storage after it, Note [Storage swap]): a checkpoint or a swap
+//     sees W_t and the states of t, and the step after a save, a load or a swap runs on W_t (fresh), as step S
+//     does. A job that saves or swaps at step k >= S therefore differs from one that does not after step k,
+//     and equals one that saves at the same steps; a resumed job equals the one that saved, bit for bit
+//     (before S a save or a swap changes nothing).
 // Threads: only the optimizer step runs in the background, and it touches only the tier (its master, states
 // and accumulator) and the buffers the updated (and extrapolated) weights are written into. The hook thread
 // calls neither the tier nor those buffers while a step is in flight, and every collective stays on the hook
 // thread. Each wait (join) is bounded by the step itself.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
 #include <exception>
 #include <functional>
+#include <string>
 #include <thread>
+#include <vector>
+
+#include "zhost/cpp/plugin.hpp"
+#include "zhost/partition.h"
+#include "zhost/zero/plugin_calls.hpp"
 
 namespace zhost::zero {
+
+// zero.offload_optimizer.delayed_update_start_step's default: the first delayed step (the ZeRO-Offload paper
+// delays after its first 40 iterations). The host's schema declares the same default.
+constexpr int64_t kDefaultDelayedUpdateStart = 41;
+
+// The delayed update's keys as a stage reads them.
+struct DelayedUpdateOptions {
+  bool enabled = false;                           // zero.offload_optimizer.delayed_update
+  int64_t start_step = kDefaultDelayedUpdateStart;  // zero.offload_optimizer.delayed_update_start_step (S)
+  double extrapolation = 0;                       // zero.offload_optimizer.delayed_update_extrapolation (k)
+};
+// Declares the three keys (every stage that can delay declares them alike) and reads them.
+void declare_delayed_update_keys(sdk::DescriptorBuilder& builder);
+DelayedUpdateOptions read_delayed_update_options(const sdk::Host& host);
+// ", delayed parameter update from step S[, weights extrapolated by k]", for a stage's setup line.
+std::string delayed_update_summary(const DelayedUpdateOptions& options);
 
 class DelayedUpdate {
  public:
@@ -71,6 +100,64 @@ class DelayedUpdate {
  private:
   std::thread thread_;
   std::exception_ptr failure_;  // written by the background thread, read after join
+};
+
+// Note [Delayed parameter update] over the tier's groups 0..n-1. The stage reduces each group's gradients into
+// accumulator(g), runs the step prologue on them, and calls step() at every boundary; it calls drain() before
+// anything reads or replaces the tier's states (save_state, load_state) and states_replaced() after a load.
+class DelayedTierStep {
+ public:
+  // Writes the weights of every group ([numel] each, the compute dtype, in host memory) into the parameters
+  // (stages 1/2: the all-gather; stage 3: its shards); on the hook thread.
+  using WriteWeights = std::function<void(const std::vector<at::Tensor>& weights)>;
+  // Steps the tier now, as without the delay (before the start step): its accumulators hold the gradients.
+  using StepNow = std::function<void(int64_t step, double lr, double grad_scale)>;
+
+  DelayedTierStep() = default;
+  // `tier` runs the optimizer; `tier_accumulators[g]`: group g's, as add_group answered; `outputs[g]`: where the
+  // step in flight writes group g's weights, in host memory (empty: allocated here, pinned when `copies` are
+  // separate). Throws ZHOST_ERR_CONFIG when extrapolation needs a master the tier cannot read back.
+  DelayedTierStep(const OptimizerTier& tier, const HostCopies& copies, const DelayedUpdateOptions& options,
+                  at::ScalarType compute_dtype, std::vector<at::Tensor> tier_accumulators,
+                  std::vector<at::Tensor> outputs, WriteWeights write_weights);
+  DelayedTierStep(DelayedTierStep&&) = delete;  // the background step holds `this`
+
+  // [numel] fp32 host memory, zeros after each step: group g's gradients wait here for the step.
+  const at::Tensor& accumulator(size_t g) const { return accumulators_[g]; }
+  // The boundary of step args.step, after the step prologue on the accumulators decided `grad_scale` and
+  // `overflow`. Returns whether weights were written into the parameters (applied, or stepped now).
+  bool step(const zhost_step_args& args, double grad_scale, bool overflow, const StepNow& step_now);
+  // Waits for the step in flight and applies the optimizer's own weights. Returns whether it wrote any.
+  bool drain() { return apply(Weights::kExact); }
+  // The tier's states changed under it (a load): extrapolation reads its master again.
+  void states_replaced() { master_before_current_ = false; }
+  // The tier's bytes as last read while no step ran (a busy tier is never called).
+  uint64_t tier_bytes() const { return tier_bytes_; }
+  // Host memory of this mechanism: accumulators, the outputs it allocated, extrapolation's buffers.
+  uint64_t buffer_bytes() const;
+
+ private:
+  // At a boundary (kBoundary) the step in flight's weights are applied extrapolated, if so set; wherever it is
+  // drained (kExact) as the optimizer left them, also when the parameters still hold an extrapolation.
+  enum class Weights { kBoundary, kExact };
+  bool apply(Weights how);
+  void start(int64_t step, double lr, double grad_scale);
+  bool extrapolates() const { return options_.extrapolation != 0; }
+
+  OptimizerTier tier_;
+  DelayedUpdateOptions options_;
+  at::ScalarType compute_dtype_ = at::kFloat;
+  WriteWeights write_weights_;
+  std::vector<at::Tensor> accumulators_, tier_accumulators_;  // [numel] fp32 each
+  std::vector<at::Tensor> outputs_;  // [numel] compute dtype: W of the last step in flight
+  uint64_t allocated_output_bytes_ = 0;
+  // Extrapolation, per group: the tier's fp32 master before the step in flight (current when the last change to
+  // it was a delayed step), after it (16-bit jobs: read back from the tier), and E in the compute dtype.
+  std::vector<at::Tensor> master_before_, master_after_, extrapolated_;
+  bool master_before_current_ = false;
+  bool extrapolated_applied_ = false;  // the parameters hold extrapolated weights, not the optimizer's
+  uint64_t tier_bytes_ = 0;
+  DelayedUpdate thread_;  // last: joined before the buffers it writes are destroyed
 };
 
 }  // namespace zhost::zero
