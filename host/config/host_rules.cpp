@@ -406,17 +406,12 @@ void add_nvme_rules(Schema& schema) {
                      k);
                });
   // Note [Storage swap] (host/engine/storage_swap.hpp): swaps happen between steps, with nothing of the tiers in
-  // flight, in step order.
+  // flight (a delayed update drains first), in step order.
   auto check_schedule = [](const ResolvedConfig& config, const std::string& key) -> Problem {
     std::string problem;
     const std::vector<StorageSwapPoint> schedule = storage_swap_schedule(config, key, &problem);
     if (!problem.empty()) return problem;
     if (schedule.empty()) return std::nullopt;
-    if (config.get_bool("zero.offload_optimizer.delayed_update"))
-      return fmt::format(
-          "{} cannot be combined with zero.offload_optimizer.delayed_update = true (the delayed step is still "
-          "running at the step boundary where a swap happens); remove one",
-          key);
     int64_t previous = 0;
     for (const StorageSwapPoint& point : schedule) {
       if (point.after_step <= previous)
@@ -441,8 +436,7 @@ void add_nvme_rules(Schema& schema) {
     return std::nullopt;
   };
   rule(schema,
-       {"zero.offload_optimizer.swap_schedule", "zero.offload_optimizer.device",
-        "zero.offload_optimizer.delayed_update", "steps"},
+       {"zero.offload_optimizer.swap_schedule", "zero.offload_optimizer.device", "steps"},
        [check_schedule](const ResolvedConfig& config) -> Problem {
          if (!config.get_string_list("zero.offload_optimizer.swap_schedule").empty() &&
              config.get_string("zero.offload_optimizer.device") == "none")
@@ -452,8 +446,7 @@ void add_nvme_rules(Schema& schema) {
          return check_schedule(config, "zero.offload_optimizer.swap_schedule");
        });
   rule(schema,
-       {"zero.offload_param.swap_schedule", "zero.offload_param.device", "zero.stage",
-        "zero.offload_optimizer.delayed_update", "steps"},
+       {"zero.offload_param.swap_schedule", "zero.offload_param.device", "zero.stage", "steps"},
        [check_schedule](const ResolvedConfig& config) -> Problem {
          if (!config.get_string_list("zero.offload_param.swap_schedule").empty() &&
              config.get_string("zero.offload_param.device") == "none")

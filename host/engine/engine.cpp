@@ -295,11 +295,8 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
     TierInstallation tiers(job, instances, *job.services);
     TransformInstallation transform(instances, *collectives);
 
-    const std::vector<std::string> active = job.config->keys();  // the key is inactive at stage 3
-    const bool delayed_update =
-        std::binary_search(active.begin(), active.end(), "zero.offload_optimizer.delayed_update") &&
-        job.config->get_bool("zero.offload_optimizer.delayed_update");
-    StorageSwaps swaps(job, instances, *job.services, *world, run_dir.path(), delayed_update, settings.comm_timeout_s);
+    StorageSwaps swaps(job, instances, *job.services, *world, run_dir.path(), settings.delayed_update_from,
+                       settings.comm_timeout_s);
 
     Trainer trainer(settings, *world, *partition, run_dir, *job.services, observation.trace());
     trainer.set_storage_swaps(&swaps);

@@ -23,13 +23,14 @@ using json = nlohmann::json;
 }  // namespace
 
 StorageSwaps::StorageSwaps(const JobSetup& job, PluginInstances& instances, HostServices& services, comm::Comm& world,
-                           const std::string& run_path, bool delayed_update, double store_timeout_s)
+                           const std::string& run_path, int64_t delayed_from, double store_timeout_s)
     : job_(job),
       instances_(instances),
       services_(services),
       world_(world),
       run_path_(run_path),
-      delayed_update_(delayed_update),
+      delayed_from_(delayed_from),
+      last_step_(job.config->get_int("steps")),
       store_timeout_s_(store_timeout_s) {
   auto role_instance = [&](zhost_tier_role role) -> const PluginInstance* {
     auto tier = job.resolution.tiers.find(role);
@@ -55,11 +56,32 @@ StorageSwaps::~StorageSwaps() {
   if (params_.stored_in) services_.set_tier(ZHOST_TIER_FOR_PARAMS, std::nullopt);
 }
 
+bool StorageSwaps::scheduled_after(int64_t step) const {
+  for (const Role* role : {&optimizer_, &params_})
+    for (const config::StorageSwapPoint& point : role->schedule)
+      if (point.after_step == step) return true;
+  return false;
+}
+
+bool StorageSwaps::drains_after(int64_t step) const {
+  return delayed_from_ > 0 && (drain_next_ || scheduled_after(step));
+}
+
+bool StorageSwaps::tiers_idle_after(int64_t step) const {
+  return delayed_from_ == 0 || step < delayed_from_ || step == last_step_ || drains_after(step);
+}
+
 void StorageSwaps::after_step(int64_t step, int64_t request) {
+  const bool idle = tiers_idle_after(step);
+  drain_next_ = false;
   for (Role* role : {&optimizer_, &params_})
     for (const config::StorageSwapPoint& point : role->schedule)
       if (point.after_step == step) swap(*role, step, point.storage, "schedule");
-  if (request != 0) serve_request(step, request);
+  if (request == 0) return;
+  if (idle)
+    serve_request(step, request);
+  else
+    drain_next_ = true;  // the request stays waiting on rank 0, and comes back after the next step
 }
 
 // Rank 0 reads the request and hands its text to every rank through the store; every rank then decides alike.
@@ -216,10 +238,6 @@ StorageSwaps::Outcome StorageSwaps::swap(Role& role, int64_t step, const std::st
     if ((to == "none" ? "cpu" : to) == from)
       fail_usage("the {} are kept in '{}' already; name another storage",
                  role.role == ZHOST_TIER_FOR_PARAMS ? "parameter shards" : "optimizer's states", from);
-    if (delayed_update_)
-      fail_usage(
-          "this job runs zero.offload_optimizer.delayed_update, whose optimizer step is still running at the step "
-          "boundary; a storage swap needs the tier idle");
     target = storage_instance(role, find_storage(to), &created);
     if (target) {
       ref.instance = target->instance;

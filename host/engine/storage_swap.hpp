@@ -22,6 +22,11 @@
 //      storage, unchanged, after one warning line with the first failing rank's reason.
 // Each swap is a line of RUN_DIR/swaps.jsonl (rank 0's time and bytes) and every step's record names the
 // storages it ran with (metrics.jsonl "optimizer_storage", "param_storage").
+// With zero.offload_optimizer.delayed_update the tier's step of step N may still run when step() returns
+// (Note [Delayed parameter update]), so a swap after step N needs that step drained: the trainer marks it
+// ZHOST_EXT_DRAIN when drains_after(N) says so (a scheduled swap), and the last step and the steps before the
+// first delayed one are drained already. A control request that reaches the ranks after a step that was not
+// drained is served one step later, after a step marked to drain.
 #pragma once
 
 #include <cstdint>
@@ -39,11 +44,11 @@ namespace zhost::engine {
 
 class StorageSwaps {
  public:
-  // `instances`: the job's live instances (the partition and the tiers among them); `delayed_update`: the job
-  // runs zero.offload_optimizer.delayed_update, which a swap cannot drain (refused); `store_timeout_s`: how long a
-  // rank waits for rank 0's copy of a control request (comm.timeout_s). Rank 0 opens the control channel.
+  // `instances`: the job's live instances (the partition and the tiers among them); `delayed_from`: the first
+  // delayed step of zero.offload_optimizer.delayed_update, 0 without it; `store_timeout_s`: how long a rank
+  // waits for rank 0's copy of a control request (comm.timeout_s). Rank 0 opens the control channel.
   StorageSwaps(const JobSetup& job, PluginInstances& instances, HostServices& services, comm::Comm& world,
-               const std::string& run_path, bool delayed_update, double store_timeout_s);
+               const std::string& run_path, int64_t delayed_from, double store_timeout_s);
   // Takes the swapped-in storages back from the host services (the instances are destroyed by their owner).
   ~StorageSwaps();
   StorageSwaps(const StorageSwaps&) = delete;
@@ -56,8 +61,12 @@ class StorageSwaps {
   // Rank 0: the number of the oldest control request waiting (0 on other ranks and when none); the trainer
   // all-reduces it with the step's loss.
   int64_t waiting_request() const { return channel_ ? channel_->pending() : 0; }
+  // Whether step `step` must carry ZHOST_EXT_DRAIN: a swap follows it in a job whose tier steps in the
+  // background (a scheduled one, or a control request held over from the step before).
+  bool drains_after(int64_t step) const;
   // Collective, at the boundary after `step`: the swaps the schedules put there, then control request `request`
-  // (the all-reduced waiting_request(); 0: none).
+  // (the all-reduced waiting_request(); 0: none), or, when the tier may still be stepping, a drain of the next
+  // step to serve it after.
   void after_step(int64_t step, int64_t request);
 
  private:
@@ -94,7 +103,13 @@ class StorageSwaps {
   HostServices& services_;
   comm::Comm& world_;
   std::string run_path_;
-  bool delayed_update_;
+  bool scheduled_after(int64_t step) const;
+  // Whether nothing of the tiers runs after `step` returned (Note [Delayed parameter update]).
+  bool tiers_idle_after(int64_t step) const;
+
+  int64_t delayed_from_;  // the first delayed step; 0: no delayed update
+  int64_t last_step_;
+  bool drain_next_ = false;  // a control request waits for the next step to drain
   double store_timeout_s_;
   const PluginInstance* partition_ = nullptr;
   const PluginInstance* compute_ = nullptr;  // the tier running the optimizer, or none

@@ -588,8 +588,13 @@ struct Trainer::Impl {
     args.lr = schedule->lr_for_step(applied + 1);
     args.loss_scale = scaler.scale() / settings.gradient_predivide;  // what the gradients carry
     args.clip_norm = settings.gradient_clipping;
+    // The plugin completes deferred work on the last step and before a storage swap (docs/abi.md 8).
     const zhost_ext_header last_step{sizeof(zhost_ext_header), ZHOST_EXT_LAST_STEP, nullptr};
-    if (step == settings.steps) args.ext = &last_step;  // the plugin completes deferred work (docs/abi.md 8)
+    const zhost_ext_header drain{sizeof(zhost_ext_header), ZHOST_EXT_DRAIN, nullptr};
+    if (step == settings.steps)
+      args.ext = &last_step;
+    else if (swaps && swaps->drains_after(step))
+      args.ext = &drain;
     auto start = Clock::now();
     {
       const TraceScope span(trace, "optimizer", "optimizer_step", "step", step);

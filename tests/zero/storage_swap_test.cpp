@@ -5,7 +5,9 @@
 // - swaps that fail (a full disk, a tier that fills up half way, a plugin of another ABI) leave the job on its
 //   storage, bit for bit equal to the job that never tried;
 // - `zhost control RUN_DIR swap` swaps a running job, also into a tier built after the job started, and says
-//   clearly when there is no job, the command is malformed, or two commands race (Note [Control channel]).
+//   clearly when there is no job, the command is malformed, or two commands race (Note [Control channel]);
+// - with the delayed parameter update, a swap (scheduled or by `zhost control`) drains the step in flight first,
+//   exactly where a checkpoint save would (the jobs equal bit for bit).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -169,6 +171,48 @@ TEST(SwapParamSchedule, Stage3ShardsCpuNvmeHelloCpuEqualTheJobWithoutSwapsBitFor
 const std::string kLarger =
     kBase + " --set model.width=128 --set steps=8 --set offload_cpu.storage_chunk_elements=65536";
 
+// ---- with the delayed parameter update -----------------------------------------------------------------
+
+// zero.offload_optimizer.delayed_update: the tier's step of step N still runs when step() returns, so the step
+// before a swap drains it (ZHOST_EXT_DRAIN), as a checkpoint save does (Note [Delayed parameter update]). Swaps
+// after steps 5, 10 and 15 therefore equal, bit for bit, the delayed job that saves after steps 5, 10 and 15 (its
+// extrapolated weights too), and differ from the delayed job that never drains.
+const std::string kDelayedFrom3 =
+    " --set zero.offload_optimizer.delayed_update=true --set zero.offload_optimizer.delayed_update_start_step=3 "
+    "--set zero.offload_optimizer.delayed_update_extrapolation=1.5";
+
+class DelayedUpdateSwap : public ::testing::TestWithParam<Case> {};
+INSTANTIATE_TEST_SUITE_P(
+    Stages, DelayedUpdateSwap,
+    ::testing::Values(Case{"Stage2", "--set zero.stage=2"}),
+    [](const ::testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
+
+TEST_P(DelayedUpdateSwap, ScheduledSwapsDrainTheStepInFlightAsACheckpointDoes) {
+  ScratchDir dir;
+  fs::create_directories(dir.path() / "nvme");
+  const std::string args = kBase + " --nproc 2 --set train_micro_batch_size_per_gpu=1 " + GetParam().args +
+                           kDelayedFrom3;
+  RunOutput delayed = run_zhost(dir.path(), small_job_config(), "delayed", args);
+  RunOutput saving = run_zhost(dir.path(), small_job_config(), "saving",
+                               args + " --set checkpoint.interval=5 --set checkpoint.dir=ckpt");
+  RunOutput swapped = run_zhost(dir.path(), small_job_config(), "swapped",
+                                args + " --set zero.offload_optimizer.nvme_path=" + (dir.path() / "nvme").string() +
+                                    " --set 'zero.offload_optimizer.swap_schedule=[\"5:nvme\",\"10:hello\",\"15:cpu\"]'");
+  for (const RunOutput* run : {&delayed, &saving, &swapped}) ASSERT_EQ(run->exit_code, 0) << run->err;
+  ASSERT_EQ(swapped.losses.size(), 20u);
+  EXPECT_EQ(swapped.losses, saving.losses);
+  EXPECT_EQ(weights_mismatch(swapped, saving, 0, 0), "");
+  // Steps 1-5 read the same weights in all three; step 6 reads W_5 after a drain, E_4 without one.
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(swapped.losses[i], delayed.losses[i]) << "step " << i + 1;
+  EXPECT_NE(swapped.losses[5], delayed.losses[5]) << "no drain before the swap after step 5";
+  const std::vector<json> swaps = json_lines(swapped.run_dir / "swaps.jsonl");
+  ASSERT_EQ(swaps.size(), 3u);
+  for (const json& swap : swaps) EXPECT_TRUE(swap.value("ok", false)) << swap;
+  EXPECT_EQ(storages(swapped)[5], "nvme");
+  EXPECT_TRUE(fs::is_empty(dir.path() / "nvme")) << "the NVMe tier swapped out left its files behind";
+}
+
+
 // The job trained on without moving, equal to `plain`; swaps.jsonl holds the failure, matching `reason`.
 void expect_stayed(const RunOutput& plain, const RunOutput& tried, const std::string& reason) {
   ASSERT_EQ(tried.exit_code, 0) << tried.err;
@@ -238,19 +282,23 @@ TEST(FailedSwap, IntoATierThatFillsUpHalfWayLeavesTheJobOnItsStorage) {
 // copy plugins after it started.
 class RunningJob {
  public:
-  explicit RunningJob(const ScratchDir& dir)
-      : late_(dir.path() / "late"),
-        run_dir_(dir.path() / "runs" / "long"),
-        job_(dir, 2,
-             {"zero.stage=2", "zero.offload_optimizer.device=cpu", "offload_cpu.threads=1",
-              "plugins.path=[\"" + (dir.path() / "late").string() + "\"]",
-              "zero.offload_optimizer.nvme_path=" + (dir.path() / "nvme").string()}) {}
+  // `sets`: more --set KEY=VALUE for the job.
+  explicit RunningJob(const ScratchDir& dir, const std::vector<std::string>& sets = {})
+      : late_(dir.path() / "late"), run_dir_(dir.path() / "runs" / "long"), job_(dir, 2, job_sets(dir, sets)) {}
   bool start() { return job_.wait_for_training(); }
   std::string control(const std::string& args) const { return "control swap " + run_dir_.string() + " " + args; }
   const fs::path& late() const { return late_; }
   const fs::path& run_dir() const { return run_dir_; }
   size_t steps() const { return json_lines(run_dir_ / "metrics.jsonl").size(); }
   BackgroundJob& job() { return job_; }
+  // The job's settings (BackgroundJob adds steps, the run folder and micro-batches of 1).
+  static std::vector<std::string> job_sets(const ScratchDir& dir, const std::vector<std::string>& more) {
+    std::vector<std::string> sets = {"zero.stage=2", "zero.offload_optimizer.device=cpu", "offload_cpu.threads=1",
+                                     "plugins.path=[\"" + (dir.path() / "late").string() + "\"]",
+                                     "zero.offload_optimizer.nvme_path=" + (dir.path() / "nvme").string()};
+    sets.insert(sets.end(), more.begin(), more.end());
+    return sets;
+  }
 
  private:
   fs::path late_, run_dir_;
@@ -345,6 +393,42 @@ TEST(ControlSwap, RacingCommandsAreServedOneAfterTheOther) {
   EXPECT_LT(swaps[0]["origin"].get<std::string>(), swaps[1]["origin"].get<std::string>());
 }
 
+// A control request reaches the ranks with the loss of a step whose tier step still runs: it is served one step
+// later, after a step that drained. The job that swapped after step N (swaps.jsonl) thus equals, bit for bit, the
+// same job that saves a checkpoint after step N (the scheduler does not depend on the job's length).
+TEST(ControlSwap, ADelayedUpdateJobDrainsTheNextStepAndSwapsAfterIt) {
+  ScratchDir dir;
+  Folders folders(dir);
+  const std::vector<std::string> delayed = {"zero.offload_optimizer.delayed_update=true",
+                                            "zero.offload_optimizer.delayed_update_start_step=1"};
+  RunningJob job(dir, delayed);
+  ASSERT_TRUE(job.start()) << job.job().err();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (job.steps() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const Command nvme = zhost(job.control("--optimizer nvme"));
+  ASSERT_EQ(nvme.exit_code, 0) << nvme.output;
+  EXPECT_NE(nvme.output.find("moved from 'cpu' to 'nvme'"), std::string::npos) << nvme.output;
+  const std::vector<json> swaps = json_lines(job.run_dir() / "swaps.jsonl");
+  ASSERT_EQ(swaps.size(), 1u);
+  const int after = swaps[0]["after_step"].get<int>();
+  ASSERT_GE(after, 4) << "seen after step 3 at the earliest, served a step later";
+  while (job.steps() < static_cast<size_t>(after + 2) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<double> losses;
+  for (const json& record : json_lines(job.run_dir() / "metrics.jsonl")) losses.push_back(record["loss"]);
+  ASSERT_GE(losses.size(), static_cast<size_t>(after + 2)) << "the job stopped training";
+
+  std::string args = "--nproc 2 --set train_micro_batch_size_per_gpu=1 --set steps=" + std::to_string(after + 2) +
+                     " --set checkpoint.interval=" + std::to_string(after) + " --set checkpoint.dir=ckpt";
+  for (const std::string& set : RunningJob::job_sets(dir, delayed)) args += " --set '" + set + "'";
+  const RunOutput saving = run_zhost(dir.path(), small_job_config(), "saving", args);
+  ASSERT_EQ(saving.exit_code, 0) << saving.err;
+  ASSERT_EQ(saving.losses.size(), static_cast<size_t>(after + 2));
+  losses.resize(saving.losses.size());
+  EXPECT_EQ(losses, saving.losses) << "the swap after step " << after << " did not drain exactly there";
+}
+
 TEST(ControlSwap, AMalformedRequestIsRefusedAndTheJobTrainsOn) {
   ScratchDir dir;
   Folders folders(dir);
@@ -394,9 +478,6 @@ TEST(SwapScheduleConfig, WhatCannotWorkIsRefusedBeforeTheJobStarts) {
   const std::pair<std::string, std::string> cases[] = {
       {"--set zero.stage=2 --set 'zero.offload_optimizer.swap_schedule=[\"3:nvme\"]'",
        "has none; set zero.offload_optimizer.device = \"cpu\""},
-      {"--set zero.stage=2 --set zero.offload_optimizer.device=cpu --set zero.offload_optimizer.delayed_update=true "
-       "--set 'zero.offload_optimizer.swap_schedule=[\"3:cpu\"]'",
-       "cannot be combined with zero.offload_optimizer.delayed_update"},
       {"--set zero.stage=2 --set zero.offload_optimizer.device=cpu --set "
        "'zero.offload_optimizer.swap_schedule=[\"x:nvme\"]'",
        "is not \"STEP:STORAGE\""},
