@@ -348,7 +348,9 @@ void add_nvme_rules(Schema& schema) {
                                params_nvme, "zero.offload_param.device");
       });
   // Note [Delayed parameter update] (zhost/zero/delayed_update.hpp): the tier's step is what is delayed.
-  rule(schema, {"zero.offload_optimizer.delayed_update", "zero.offload_optimizer.device", "zero.stage"},
+  rule(schema,
+       {"zero.offload_optimizer.delayed_update", "zero.offload_optimizer.device", "zero.stage",
+        "zero.offload_param.device"},
        [](const ResolvedConfig& config) -> Problem {
          if (!config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;
          if (config.get_string("zero.offload_optimizer.device") == "none")
@@ -356,11 +358,18 @@ void add_nvme_rules(Schema& schema) {
                "zero.offload_optimizer.delayed_update = true delays the offload tier's optimizer step, and this "
                "config has no tier running the optimizer; set zero.offload_optimizer.device = \"cpu\", or remove it");
          const int64_t stage = config.get_int("zero.stage");
-         if (stage != 1 && stage != 2)
+         if (stage == 0)
+           return std::string(
+               "zero.offload_optimizer.delayed_update = true is built for zero.stage 1, 2 and 3, and this config has "
+               "zero.stage = 0; use stage 1, 2 or 3, or remove it");
+         // Stage 3 gathers its parameters from their shards during the step in flight; shards kept in a tier
+         // would be loaded from the tier that is stepping.
+         if (stage == 3 && config.get_string("zero.offload_param.device") != "none")
            return fmt::format(
-               "zero.offload_optimizer.delayed_update = true is built for zero.stage 1 and 2, and this config has "
-               "zero.stage = {}; use stage 1 or 2, or remove it",
-               stage);
+               "zero.offload_optimizer.delayed_update = true at zero.stage 3 is built with the parameter shards in "
+               "device memory, and this config has zero.offload_param.device = \"{}\"; set it to \"none\", or "
+               "remove delayed_update",
+               config.get_string("zero.offload_param.device"));
          return std::nullopt;
        });
   // Note [Gradient pre-division] (host/engine/trainer.cpp): as in DeepSpeed, prescale_gradients divides by the

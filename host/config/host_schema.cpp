@@ -220,7 +220,7 @@ void add_zero_keys(HostKeys& keys) {
   keys.flag("zero.offload_optimizer.pipeline_write", false,
             "with a storage tier: write a stepped chunk back while the next one steps");
   keys.flag("zero.offload_optimizer.delayed_update", false,
-            "zhost: the offload tier's optimizer step overlaps the next step (one step stale; stages 1 and 2)");
+            "zhost: the offload tier's optimizer step overlaps the next step (one step stale; stages 1-3)");
   keys.integer("zero.offload_optimizer.delayed_update_start_step", kDelayedUpdateStartDefault,
                "zhost: with delayed_update, the first delayed step; the steps before it step synchronously "
                "(1 = delayed from the first step)",

@@ -24,6 +24,7 @@ Stage3Options read_options(const sdk::Host& host) {
   o.offload_max_in_cpu = host.config_int("zero.offload_param.max_in_cpu");
   o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
   o.agree_each_collective = host.config_string("zero.stage3_rank_agreement") == "each_collective";
+  o.delayed = zero::read_delayed_update_options(host);
   if (!host.config_bool("zero.contiguous_gradients"))
     host.warn(
         "zero.contiguous_gradients = false: zhost keeps each rank's reduced gradients in contiguous sub-group buffers "
@@ -82,6 +83,7 @@ const zhost_plugin_descriptor* describe() {
                        "backward, if the collectives of different sizes did not fail first)",
                        {"each_collective", "each_micro_batch"});
     zero::declare_gradient_keys(*builder, "reduce gradients while backward runs");
+    zero::declare_delayed_update_keys(*builder);
     return builder->build();
   }();
   return descriptor;

@@ -13,6 +13,7 @@
 #include "plugins/stage3/fetch_units.hpp"
 #include "plugins/stage3/rank_agreement.hpp"
 #include "zhost/cpp/partition.hpp"
+#include "zhost/zero/delayed_update.hpp"
 #include "zhost/zero/plugin_calls.hpp"
 
 namespace zhost::stage3 {
@@ -33,6 +34,7 @@ struct Stage3Options {
   int64_t offload_max_in_cpu = 1000000000;       // elements kept by the optimizer's tier (Note [max_in_cpu])
   int64_t step_chunk = zero::kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
   bool agree_each_collective = true;             // zero.stage3_rank_agreement
+  zero::DelayedUpdateOptions delayed;            // zero.offload_optimizer.delayed_update and its keys
 };
 
 struct Stage3Context {

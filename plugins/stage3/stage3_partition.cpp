@@ -67,9 +67,25 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
     optimizer_.finish_sub_group(g, setup.optimizer);
   }
   if (offload_.active()) offload_.allocate();
+  if (c.options.delayed.enabled) delay_updates();
   setup_reducer(copies);
   gatherer_.gather_persistent();
   log_setup(setup);
+}
+
+// Note [Delayed parameter update] at stage 3: the tier steps the sub-groups in the background while the shards
+// the gathers read stay as they were until the boundary. Parameter shards kept in a tier are refused: the forward
+// would load them from the tier that is stepping.
+void Stage3Partition::delay_updates() {
+  if (!optimizer_.offloaded())
+    throw PluginError(ZHOST_ERR_CONFIG,
+                      "zero.offload_optimizer.delayed_update = true needs a tier that runs the optimizer; set "
+                      "zero.offload_optimizer.device = \"cpu\" or \"nvme\"");
+  if (offload_.active())
+    throw PluginError(ZHOST_ERR_CONFIG,
+                      "zero.offload_optimizer.delayed_update = true at stage 3 keeps the parameter shards in device "
+                      "memory; set zero.offload_param.device = \"none\", or remove delayed_update");
+  optimizer_.delay_updates(context_.options.delayed);
 }
 
 // One reduction per unit, split equally over the ranks: each rank's sums are its shard of the unit's gradient
@@ -139,7 +155,9 @@ void Stage3Partition::log_setup(const zhost_partition_setup& setup) const {
           : "",
       c.layout.shard_elements(), largest, c.layout.sub_groups().size(), c.options.prefetch_bucket_size,
       c.options.max_live_parameters, c.options.max_reuse_distance,
-      optimizer_.offloaded() ? kit::format("; optimizer offloaded to tier '{}'", optimizer_.tier().name()) : ""));
+      optimizer_.offloaded()
+          ? kit::format("; optimizer offloaded to tier '{}'{}", optimizer_.tier().name(), optimizer_.delayed_summary())
+          : ""));
 }
 
 void Stage3Partition::begin_micro_batch(const zhost_micro_batch_args& args) {
@@ -180,8 +198,16 @@ void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {
 
 void Stage3Partition::memory(zhost_model_state_bytes& out) const {
   optimizer_.memory(out);
-  // Gradient staging lives only while a unit fills and reduces; parameter staging stays.
-  out.buffers = offload_.buffer_bytes() + reducer_.buffer_bytes();
+  // Gradient staging lives only while a unit fills and reduces; parameter staging and the delayed update's
+  // buffers stay.
+  out.buffers = offload_.buffer_bytes() + reducer_.buffer_bytes() + optimizer_.buffer_bytes();
+}
+
+// A checkpoint holds the last step's states (Note [Delayed parameter update]): a step in flight is completed
+// first, and its shards gathered where they stay gathered.
+void Stage3Partition::save_state(const zhost_state_io& io) {
+  if (optimizer_.drain()) gatherer_.gather_persistent();
+  optimizer_.save_state(io);
 }
 
 // Checkpoints (docs/checkpoints.md): loading fills the masters and states from whatever ranks and stage saved

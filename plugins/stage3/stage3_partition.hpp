@@ -35,6 +35,9 @@
 // the host as its reduction completes, while backward goes on, and is added into the tier's accumulator
 // when drained (within reduce_bucket_size elements in flight, and at backward_end); at the step, each chunk
 // of updated shards (step_chunk_size elements) is copied back to the device while the next chunk steps.
+// With zero.offload_optimizer.delayed_update (not with zero.offload_param) the tier steps every sub-group in the
+// background while the next step's forward and backward gather the shards as they were; the new shards are
+// written at the next boundary (Note [Delayed parameter update]).
 //
 // The pieces, each in a file of its own, all reading the shared Stage3Context (stage3_context.hpp):
 //   fetch_units.hpp          how parameters are grouped into units, sharded and sub-grouped
@@ -80,7 +83,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   void step(zhost_step_args& args);
   void memory(zhost_model_state_bytes& out) const;
   void gather_param(uint32_t id, DLTensor& out);
-  void save_state(const zhost_state_io& io) { optimizer_.save_state(io); }
+  void save_state(const zhost_state_io& io);
   void load_state(const zhost_state_io& io);
   // Hot swap (Note [Storage swap]): the shards from the params tier into another storing tier, phase by phase.
   void move_param_storage(zhost_tier_storage_move& args);
@@ -90,6 +93,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   // already): the shard starts from the parameters' initial values (the padding stays zero), in the compute
   // dtype, as the unpartitioned model holds them; the fp32 master starts from those values.
   void init_unit(int u);
+  void delay_updates();
   void setup_reducer(const zero::HostCopies& copies);
   void log_setup(const zhost_partition_setup& setup) const;
 

@@ -20,6 +20,7 @@ bool SubGroupOptimizer::find_tier(const zhost_optimizer_desc& optimizer) {
 }
 
 void SubGroupOptimizer::stage_through(const zero::HostCopies& copies) {
+  copies_ = copies;
   staged_ = copies.separate();
   if (staged_) staged_step_ = zero::StagedStep(tier_, copies, context_.options.step_chunk, context_.compute_dtype);
 }
@@ -70,13 +71,37 @@ void SubGroupOptimizer::finish_sub_group(size_t g, const zhost_optimizer_desc& o
   if (offload_.active()) group.shard = at::Tensor();
 }
 
+// The step in flight writes every sub-group's weights into host buffers of the delayed update's; at the boundary
+// they are copied into the shards the gathers read (staged: to the device).
+void SubGroupOptimizer::delay_updates(const zero::DelayedUpdateOptions& options) {
+  delayed_options_ = options;
+  std::vector<at::Tensor> tier_accumulators;
+  for (const SubGroupState& g : sub_groups_) tier_accumulators.push_back(g.grad);
+  delayed_ = std::make_unique<zero::DelayedTierStep>(
+      tier_, copies_, options, context_.compute_dtype, std::move(tier_accumulators), std::vector<at::Tensor>{},
+      [this](const std::vector<at::Tensor>& weights) {
+        for (size_t g = 0; g < sub_groups_.size(); ++g) {
+          if (staged_)
+            copies_.start(weights[g], sub_groups_[g].shard).wait();
+          else
+            sub_groups_[g].shard.copy_(weights[g]);
+        }
+      });
+  for (size_t g = 0; g < sub_groups_.size(); ++g) sub_groups_[g].grad = delayed_->accumulator(g);
+}
+
+std::string SubGroupOptimizer::delayed_summary() const {
+  return delayed_ ? zero::delayed_update_summary(delayed_options_) : std::string();
+}
+
 at::Tensor SubGroupOptimizer::grad_of(int unit) const {
   const FetchUnit& layout = context_.unit(unit);
   return group_of(unit).grad.narrow(0, layout.sub_group_offset, layout.shard);
 }
 
+// With the delayed update the gradients stay in its accumulators (the tier is busy with the step in flight).
 void SubGroupOptimizer::grad_finished(int unit) {
-  if (!tier_.active() || tier_keeps_grads_) return;
+  if (!tier_.active() || tier_keeps_grads_ || delayed_) return;
   const FetchUnit& layout = context_.unit(unit);
   if (layout.shard == 0) return;
   finished_max_ = std::max(finished_max_, kit::max_abs({grad_of(unit)}));  // +inf for an inf or NaN
@@ -117,6 +142,9 @@ bool SubGroupOptimizer::step(zhost_step_args& args) {
     for (const SubGroupState& g : sub_groups_) grads.push_back(g.grad);
     decision = zero::step_prologue(context_.host, grads, context_.world_size, context_.on_device.device(), args);
   }
+  if (delayed_)
+    return delayed_->step(args, decision.grad_scale, decision.overflow,
+                          [this](int64_t step, double lr, double grad_scale) { step_offloaded(grad_scale, step, lr); });
   const int64_t step = args.applied_steps + 1;
   if (!decision.overflow) {
     if (tier_.active()) {
@@ -197,7 +225,8 @@ void SubGroupOptimizer::memory(zhost_model_state_bytes& out) const {
     out.optimizer += static_cast<uint64_t>(g.state.bytes());
   }
   if (tier_.active())  // masters, states and gradient accumulators (and, offloaded, the shards) are the tier's
-    out.offloaded = tier_.bytes();  // one instance serves both roles with "cpu"
+    out.offloaded = delayed_ ? delayed_->tier_bytes() : tier_.bytes();  // one instance serves both roles with "cpu";
+                                                                        // a busy tier is not called
 }
 
 // Each run of this rank's shards that belongs to one parameter, state by state: put into the checkpoint
@@ -230,6 +259,14 @@ void SubGroupOptimizer::copy_states(const zhost_state_io& io, bool save) {
                          }
                        });
   }
+}
+
+void SubGroupOptimizer::load_states(const zhost_state_io& io) {
+  if (delayed_) {
+    delayed_->drain();
+    delayed_->states_replaced();
+  }
+  copy_states(io, false);
 }
 
 void SubGroupOptimizer::refresh_shards() {

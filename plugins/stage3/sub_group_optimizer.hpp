@@ -1,8 +1,9 @@
 // plugins/stage3/sub_group_optimizer.hpp: the optimizer over this rank's shards, sub-group by sub-group
 // (DeepSpeed's sub_group_size; fetch_units.hpp): each sub-group's fp32 master, 16-bit shard, gradient and
 // optimizer states, or, with zero.offload_optimizer, the tier's group of the same index; the step (unscale,
-// global norm, clip, then one sub-group at a time); and the checkpointed states. Design:
-// stage3_partition.hpp.
+// global norm, clip, then one sub-group at a time), delayed with zero.offload_optimizer.delayed_update (Note
+// [Delayed parameter update]: every sub-group is a group of the DelayedTierStep); and the checkpointed states.
+// Design: stage3_partition.hpp.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,6 +18,7 @@
 #include "plugins/stage3/staging_pool.hpp"
 #include "zhost/kit/grad_numerics.hpp"
 #include "zhost/kit/optimizer.hpp"
+#include "zhost/zero/delayed_update.hpp"
 
 namespace zhost::stage3 {
 
@@ -42,20 +44,31 @@ class SubGroupOptimizer {
   at::Tensor shard_of(int unit) const;  // [S] compute dtype view (fp32 runs without a tier: the master's)
   void master_from_shard(int unit);
   void finish_sub_group(size_t g, const zhost_optimizer_desc& optimizer);
+  // After the last sub-group, with a tier: delays its steps (Note [Delayed parameter update]); the sub-groups'
+  // gradients then wait in the delayed update's accumulators, and its steps write the shards at the boundary.
+  void delay_updates(const zero::DelayedUpdateOptions& options);
   at::Tensor grad_of(int unit) const;  // [S] view into its sub-group's gradient (the tier's accumulator)
   // The unit's gradient is complete for this step: with a tier, its largest magnitude is kept for the step's
   // norm and the tier told, so that it may move the range out of host memory (Note [Gradients in storage]).
   void grad_finished(int unit);
 
-  // Unscale, norm, clip and step; the gradients zeroed. Returns whether the shards changed (no overflow).
+  // Unscale, norm, clip and step; the gradients zeroed. Returns whether the shards changed (no overflow; with
+  // the delayed update: an update applied at the boundary, or a step taken at once).
   bool step(zhost_step_args& args);
+  // Completes a delayed update's step in flight, writing the optimizer's weights into the shards; returns whether
+  // it wrote any. Before anything reads or replaces the tier's states.
+  bool drain() { return delayed_ && delayed_->drain(); }
   void memory(zhost_model_state_bytes& out) const;  // all but `buffers`
+  uint64_t buffer_bytes() const { return delayed_ ? delayed_->buffer_bytes() : 0; }
   // Checkpoints (docs/checkpoints.md): this rank's shards of the masters and optimizer states, parameter by
   // parameter, from the sub-groups or the tier that holds them (save_state) or into them (load_states).
+  // save_state after drain(); load_states drains itself (the loaded states replace the step in flight's).
   void save_state(const zhost_state_io& io) { copy_states(io, true); }
-  void load_states(const zhost_state_io& io) { copy_states(io, false); }
+  void load_states(const zhost_state_io& io);
   // After load_states: the 16-bit shards from the masters (in the parameter tier with parameter offload).
   void refresh_shards();
+  // The zero.offload_optimizer.delayed_update summary for the setup line ("" without it).
+  std::string delayed_summary() const;
 
  private:
   struct SubGroupState {
@@ -83,10 +96,14 @@ class SubGroupOptimizer {
   std::vector<std::string> state_names_;       // what a checkpoint holds: "master" and the optimizer's states
   zero::OptimizerTier tier_;                   // zero.offload_optimizer's tier (inactive without one)
   bool staged_ = false;                        // the tier's memory is reached by copies (a device of its own)
+  zero::HostCopies copies_;                    // to and from the tier's host memory
   zero::StagedStep staged_step_;               // staged: the tier's step, chunk by chunk through pinned buffers
   bool grads_moved_ = false;                   // the tier may hold some of this step's gradients outside host memory
   float finished_max_ = 0;                     // max |g| over the units finished this step
   bool tier_keeps_grads_ = false;              // the tier answered that it keeps gradients in host memory
+  zero::DelayedUpdateOptions delayed_options_;
+  // Last: its step in flight is joined before the buffers and the tier it uses are destroyed.
+  std::unique_ptr<zero::DelayedTierStep> delayed_;
 };
 
 }  // namespace zhost::stage3

@@ -1,6 +1,7 @@
 // tests/zero/delayed_update_test.cpp: ZeRO-Offload's delayed parameter update (zero.offload_optimizer.
 // delayed_update, Note [Delayed parameter update] in zhost/zero/delayed_update.hpp) through real
-// `zhost run` jobs on 2 ranks with the offload_cpu tier (the tests' small gpt, fp32, clipping acting).
+// `zhost run` jobs on 2 ranks with the offload_cpu tier (the tests' small gpt, fp32, clipping acting), each at
+// stage 2 and at stage 3.
 //
 // The rule is pinned by exact comparisons with runs that need no delay to compute the same numbers:
 //   - which weights a step's forward and backward read: the loss of step t (taken on the weights that step's
@@ -34,10 +35,20 @@ using namespace zhost::testing;
 
 namespace {
 
-// 2 ranks, stage 2 over the CPU tier; warmup from a nonzero lr, so that step 1 moves the weights.
-const char* kJob =
-    "--nproc 2 --set zero.stage=2 --set zero.offload_optimizer.device=cpu --set offload_cpu.threads=1 "
-    "--set scheduler.warmup_min_lr=0.002 ";
+// 2 ranks over the CPU tier; warmup from a nonzero lr, so that step 1 moves the weights.
+const char* kTier = "--nproc 2 --set zero.offload_optimizer.device=cpu --set offload_cpu.threads=1 "
+                    "--set scheduler.warmup_min_lr=0.002 ";
+// Each test runs at stage 2 (one tier group: the partition) and at stage 3 (three sub-groups and a persistent
+// unit, which must be gathered again whenever the shards are written).
+struct Stage {
+  const char* name;
+  const char* args;
+};
+void PrintTo(const Stage& s, std::ostream* os) { *os << s.name; }
+const Stage kStage2{"Stage2", "--set zero.stage=2 "};
+const Stage kStage3{"Stage3",
+                    "--set zero.stage=3 --set zero.sub_group_size=3000 --set zero.stage3_param_persistence_threshold=40 "};
+std::string job = std::string(kTier) + kStage2.args;  // the test's: set by DelayedUpdate::SetUp
 // Delayed from the first step (S = 1), and from step 3.
 const char* kDelayed =
     " --set zero.offload_optimizer.delayed_update=true --set zero.offload_optimizer.delayed_update_start_step=1";
@@ -49,12 +60,19 @@ const std::string kExtrapolated =
     std::string(kDelayed) + " --set zero.offload_optimizer.delayed_update_extrapolation=1.5";
 
 RunOutput train(const ScratchDir& dir, const std::string& name, const std::string& args) {
-  RunOutput r = run_zhost(dir.path(), small_job_config(), name, kJob + args);
+  RunOutput r = run_zhost(dir.path(), small_job_config(), name, job + args);
   EXPECT_EQ(r.exit_code, 0) << name << ":\n" << r.err << r.out;
   return r;
 }
 
-TEST(DelayedUpdate, EachStepReadsTheWeightsFromTwoUpdatesBefore) {
+class DelayedUpdate : public ::testing::TestWithParam<Stage> {
+ protected:
+  void SetUp() override { job = std::string(kTier) + GetParam().args; }
+};
+INSTANTIATE_TEST_SUITE_P(Stages, DelayedUpdate, ::testing::Values(kStage2, kStage3),
+                         [](const ::testing::TestParamInfo<Stage>& s) { return std::string(s.param.name); });
+
+TEST_P(DelayedUpdate, EachStepReadsTheWeightsFromTwoUpdatesBefore) {
   ScratchDir dir;
   RunOutput delayed = train(dir, "delayed", std::string("--set steps=4") + kDelayed);
   RunOutput frozen = train(dir, "frozen", std::string("--set steps=4") + kNoLr);  // L_t(W_0)
@@ -74,7 +92,7 @@ TEST(DelayedUpdate, EachStepReadsTheWeightsFromTwoUpdatesBefore) {
   EXPECT_NE(delayed.losses[2], frozen.losses[2]);       // ... not on W_0
 }
 
-TEST(DelayedUpdate, DrainedAfterEveryStepEqualsNoDelayBitForBit) {
+TEST_P(DelayedUpdate, DrainedAfterEveryStepEqualsNoDelayBitForBit) {
   ScratchDir dir;
   RunOutput plain = train(dir, "plain", "");
   RunOutput drained =
@@ -103,14 +121,14 @@ RunOutput expect_resumed_equals_the_job_that_saved(const ScratchDir& dir, const 
   return full;
 }
 
-TEST(DelayedUpdate, ResumedFromACheckpointEqualsTheJobThatSaved) {
+TEST_P(DelayedUpdate, ResumedFromACheckpointEqualsTheJobThatSaved) {
   ScratchDir dir;
   expect_resumed_equals_the_job_that_saved(dir, kDelayed);
 }
 
 // Note [Delayed parameter update], the switch: steps 1 to S read the fresh weights W_{t-1}, step S + 1 reads
 // W_{S-1} again, and from there step t reads W_{t-2} (S = 3).
-TEST(DelayedUpdate, FromTheStartStepEachStepReadsTheWeightsFromTwoUpdatesBefore) {
+TEST_P(DelayedUpdate, FromTheStartStepEachStepReadsTheWeightsFromTwoUpdatesBefore) {
   ScratchDir dir;
   RunOutput plain =  // a checkpoint after every step: W_2 and W_3 to resume from (they change nothing here)
       train(dir, "plain", "--set checkpoint.interval=1 --set checkpoint.keep_last=6 --set checkpoint.dir=plain_ckpt");
@@ -165,7 +183,7 @@ StepThreeRuns step_three_runs(const ScratchDir& dir, const std::string& args) {
   return r;
 }
 
-TEST(DelayedUpdate, ExtrapolatedStepsReadTheWeightsCarriedOnAlongTheirLastUpdate) {
+TEST_P(DelayedUpdate, ExtrapolatedStepsReadTheWeightsCarriedOnAlongTheirLastUpdate) {
   ScratchDir dir;
   const StepThreeRuns r = step_three_runs(dir, "");
   RunOutput frozen = train(dir, "frozen", std::string("--set steps=4") + kNoLr);  // L_t(W_0)
@@ -193,7 +211,7 @@ TEST(DelayedUpdate, ExtrapolatedStepsReadTheWeightsCarriedOnAlongTheirLastUpdate
 // The same in bf16, where the extrapolated weights are cast to the compute dtype after the fp32 arithmetic
 // (and the fp32 master is read back from the tier each step): step 3 reads E_1 up to the casts of two nearly
 // equal fp32 values (equal when written), and a drained job is still the job without delay, bit for bit.
-TEST(DelayedUpdate, ExtrapolatedBf16StepsReadTheExtrapolatedWeightsAndDrainExactly) {
+TEST_P(DelayedUpdate, ExtrapolatedBf16StepsReadTheExtrapolatedWeightsAndDrainExactly) {
   ScratchDir dir;
   const std::string bf16 = " --set bf16.enabled=true";
   const StepThreeRuns r = step_three_runs(dir, bf16);
@@ -214,7 +232,7 @@ TEST(DelayedUpdate, ExtrapolatedBf16StepsReadTheExtrapolatedWeightsAndDrainExact
 
 // Whatever drains applies the optimizer's weights, not their extrapolation: saved after every step (a save
 // drains), the job is bit for bit the job without delay; resumed, it is bit for bit the job that saved.
-TEST(DelayedUpdate, ExtrapolatedJobDrainedOrResumedIsExact) {
+TEST_P(DelayedUpdate, ExtrapolatedJobDrainedOrResumedIsExact) {
   ScratchDir dir;
   RunOutput plain = train(dir, "plain", "");
   RunOutput drained =
@@ -232,7 +250,7 @@ TEST(DelayedUpdate, ExtrapolatedJobDrainedOrResumedIsExact) {
 
 // Before the start step the tier steps at once: bit for bit the job without delay, up to the last step when
 // it is the start step (nothing in flight, its update applied before the job ends).
-TEST(DelayedUpdate, BeforeTheStartStepEqualsNoDelayBitForBit) {
+TEST_P(DelayedUpdate, BeforeTheStartStepEqualsNoDelayBitForBit) {
   ScratchDir dir;
   RunOutput plain = train(dir, "plain", "");
   RunOutput last = train(dir, "last",
@@ -249,7 +267,7 @@ TEST(DelayedUpdate, BeforeTheStartStepEqualsNoDelayBitForBit) {
 
 // A checkpoint saved before the start step (step 2, S = 3): the resumed job's step 3 is the first delayed one,
 // as in the job that saved.
-TEST(DelayedUpdate, ResumedAcrossTheStartStepEqualsTheJobThatSaved) {
+TEST_P(DelayedUpdate, ResumedAcrossTheStartStepEqualsTheJobThatSaved) {
   ScratchDir dir;
   const std::string job = std::string(kDelayedFrom3) + " --set checkpoint.interval=2 --set checkpoint.keep_last=3";
   RunOutput full = train(dir, "full", job + " --set checkpoint.dir=full_ckpt");
@@ -263,7 +281,7 @@ TEST(DelayedUpdate, ResumedAcrossTheStartStepEqualsTheJobThatSaved) {
 }
 
 // The short version of the 200-step comparison in docs/config.md ("Delayed parameter update").
-TEST(DelayedUpdate, FortyStepsLossWithinTwoPercentOfNoDelay) {
+TEST_P(DelayedUpdate, FortyStepsLossWithinTwoPercentOfNoDelay) {
   ScratchDir dir;
   RunOutput plain = train(dir, "plain", "--set steps=40 --set steps_per_print=40");
   RunOutput delayed = train(dir, "delayed", std::string("--set steps=40 --set steps_per_print=40") + kDelayed);
@@ -280,7 +298,7 @@ TEST(DelayedUpdate, FortyStepsLossWithinTwoPercentOfNoDelay) {
   EXPECT_LT(delayed_loss, delayed.losses.front());  // it trains
 }
 
-TEST(DelayedUpdate, RefusedAtConfigCheckWithoutAnOptimizerTier) {
+TEST(DelayedUpdateConfig, RefusedAtConfigCheckWithoutAnOptimizerTier) {
   ScratchDir dir;
   RunOutput r = run_zhost(dir.path(), small_job_config(), "refused", std::string("--set zero.stage=2") + kDelayed);
   EXPECT_EQ(r.exit_code, 2) << r.err;
@@ -290,7 +308,7 @@ TEST(DelayedUpdate, RefusedAtConfigCheckWithoutAnOptimizerTier) {
 // A delayed update this job never reaches, and a start step without a delayed update, do nothing: each is
 // one warning from the config rules, logged once by rank 0 (and printed by `zhost config check`), and the job
 // trains as without them.
-TEST(DelayedUpdate, SettingsThatDelayNothingAreWarnedAboutOnce) {
+TEST_P(DelayedUpdate, SettingsThatDelayNothingAreWarnedAboutOnce) {
   ScratchDir dir;
   RunOutput never = train(dir, "never", " --set zero.offload_optimizer.delayed_update=true");
   EXPECT_EQ(count_occurrences(
@@ -319,14 +337,32 @@ TEST(DelayedUpdate, SettingsThatDelayNothingAreWarnedAboutOnce) {
   EXPECT_EQ(plain.err.find("warning: zero.offload_optimizer"), std::string::npos) << plain.err;
 }
 
+// Stage 0 has no tier to delay; stage 3 gathers its parameters from shards during the step in flight, so shards
+// kept in a tier are refused (the forward would load them from the tier that steps).
+TEST(DelayedUpdateConfig, RefusedAtStageZeroAndWithParameterShardsInATier) {
+  ScratchDir dir;
+  const std::pair<std::string, std::string> cases[] = {
+      {"--set zero.stage=0", "is built for zero.stage 1, 2 and 3, and this config has zero.stage = 0"},
+      {"--set zero.stage=3 --set zero.offload_param.device=cpu",
+       "at zero.stage 3 is built with the parameter shards in device memory, and this config has "
+       "zero.offload_param.device = \"cpu\""},
+  };
+  for (const auto& [sets, expected] : cases) {
+    RunOutput r = run_zhost(dir.path(), small_job_config(), "refused",
+                            std::string(kTier) + sets + kDelayed);
+    EXPECT_EQ(r.exit_code, 2) << sets << "\n" << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << sets << "\n" << r.err;
+  }
+}
+
 // Steps count from 1: a start step below 1 is refused by the config check (`zhost run` runs it before any
 // rank starts, as `zhost config check` does), in one line naming the key.
-TEST(DelayedUpdate, StartStepBelowOneRefusedAtConfigCheck) {
+TEST(DelayedUpdateConfig, StartStepBelowOneRefusedAtConfigCheck) {
   ScratchDir dir;
   for (const std::string value : {"-1", "0"}) {
     RunOutput r =
         run_zhost(dir.path(), small_job_config(), "refused" + value,
-                  kJob + std::string(kDelayed) + " --set zero.offload_optimizer.delayed_update_start_step=" + value);
+                  job + kDelayed + " --set zero.offload_optimizer.delayed_update_start_step=" + value);
     EXPECT_EQ(r.exit_code, 2) << r.err;
     const std::string expected =
         "zero.offload_optimizer.delayed_update_start_step = " + value + " is out of range; use a value of at least 1";

@@ -184,7 +184,9 @@ const std::string kDelayedFrom3 =
 class DelayedUpdateSwap : public ::testing::TestWithParam<Case> {};
 INSTANTIATE_TEST_SUITE_P(
     Stages, DelayedUpdateSwap,
-    ::testing::Values(Case{"Stage2", "--set zero.stage=2"}),
+    ::testing::Values(Case{"Stage2", "--set zero.stage=2"},
+                      Case{"Stage3", "--set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 "
+                                     "--set zero.sub_group_size=3000"}),
     [](const ::testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
 
 TEST_P(DelayedUpdateSwap, ScheduledSwapsDrainTheStepInFlightAsACheckpointDoes) {

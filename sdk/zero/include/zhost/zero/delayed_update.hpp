@@ -18,11 +18,11 @@
 //     the tier's, which the step in flight (t-1) reads and zeroes. step() of step t runs the step prologue
 //     (Note [Step prologue]: overflow, exact norm, clipping) on them alone, as without DPU.
 //   - Boundary: then step() waits for step t-1's optimizer step, if one is in flight, and applies its
-//     weights (stages 1/2: the all-gather of updated partitions), on the hook thread. Only then does it move
-//     g_t into the tier's accumulator (a copy: the same bits as adding them there) and start step t's
-//     optimizer step in the background. So step t+1's forward and backward read W_{t-1}: W_t =
-//     optimizer(W_{t-1}, g_t), the optimizer's states advancing in step order with the usual bias correction
-//     (applied_steps + 1).
+//     weights (stages 1/2: the all-gather of updated partitions; stage 3: its shards, copied from the host
+//     buffers the step wrote), on the hook thread. Only then does it move g_t into the tier's accumulator (a
+//     copy: the same bits as adding them there) and start step t's optimizer step in the background. So step
+//     t+1's forward and backward read W_{t-1}: W_t = optimizer(W_{t-1}, g_t), the optimizer's states
+//     advancing in step order with the usual bias correction (applied_steps + 1).
 //   - The switch: step S, the first delayed step, has nothing in flight to apply. Its gradients g_S were
 //     computed on W_{S-1} (step S - 1 was synchronous; W_0 when S = 1); W_S starts in the background, and
 //     step S + 1 reads W_{S-1} again. From there on step t reads W_{t-2}. So step t's gradients are
