@@ -11,7 +11,7 @@
 # tokens/s over steps 3 to STEPS-1 (the first steps warm up, the last one waits for its update) and the mean
 # time the host waits in the stage's step(); per setup: the median over rounds and the ratio with / without.
 # EXTRAPOLATION=K adds a third run per setup and round, DPU with zero.offload_optimizer.delayed_update_extrapolation
-# = K ("ext"), and its ratio to DPU without it.
+# = K ("ext"), and its ratio to DPU without it. STAGE=3 runs the same jobs at ZeRO stage 3 (default 2).
 set -euo pipefail
 build=${1:?usage: run.sh BUILD_DIR DIR [ROUNDS] [STEPS]}
 dir=${2:?usage: run.sh BUILD_DIR DIR [ROUNDS] [STEPS]}
@@ -40,11 +40,11 @@ path = "/usr/share/common-licenses"
 type = "AdamW"
 lr = 3e-4
 [zero]
-stage = 2
+stage = ${STAGE:-2}
 [run]
 device = "cpu"
 TOML
-echo "date $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$(dirname "$0")" rev-parse --short HEAD)," \
+echo "stage ${STAGE:-2}, date $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$(dirname "$0")" rev-parse --short HEAD)," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 out=$work/results.txt
 for round in $(seq "$rounds"); do
