@@ -175,7 +175,18 @@ INSTANTIATE_TEST_SUITE_P(
         // 16-bit gradients staged, added into the fp32 accumulator on the host
         StagedCase{"Stage2Bf16", "--nproc 2 --set zero.stage=2 --set bf16.enabled=true"},
         StagedCase{"Stage3Bf16",
-                   "--nproc 2 --set zero.stage=3 --set bf16.enabled=true --set zero.sub_group_size=3000"}),
+                   "--nproc 2 --set zero.stage=3 --set bf16.enabled=true --set zero.sub_group_size=3000"},
+        // the delayed update (Note [Delayed parameter update]): the step in flight writes pinned host buffers,
+        // copied to the device at the next boundary, extrapolated ones included
+        StagedCase{"Stage2DelayedUpdateExtrapolated",
+                   "--nproc 2 --set zero.stage=2 --set zero.offload_optimizer.delayed_update=true "
+                   "--set zero.offload_optimizer.delayed_update_start_step=2 "
+                   "--set zero.offload_optimizer.delayed_update_extrapolation=1.5"},
+        StagedCase{"Stage3DelayedUpdateExtrapolatedBf16",
+                   "--nproc 2 --set zero.stage=3 --set bf16.enabled=true --set zero.sub_group_size=3000 "
+                   "--set zero.stage3_param_persistence_threshold=40 --set zero.offload_optimizer.delayed_update=true "
+                   "--set zero.offload_optimizer.delayed_update_start_step=2 "
+                   "--set zero.offload_optimizer.delayed_update_extrapolation=1.5"}),
     [](const ::testing::TestParamInfo<StagedCase>& c) { return std::string(c.param.name); });
 
 TEST_P(StagedCopiesEqualDirect, BitForBit) {
