@@ -13,9 +13,13 @@ The rule, from step S on: step t's gradients are taken on the weights before the
 model keeps W_{t-1} while the optimizer's copy moves to W_t); before S the update is applied at once. With
 --extrapolation K (zero.offload_optimizer.delayed_update_extrapolation) the forward model gets
 W_{t-1} + K (W_{t-1} - W_{t-2}) instead of W_{t-1}, once a delayed update has a predecessor to extrapolate from.
+With --lookahead (an experiment, not built in zhost: bench/dpu/RESULTS.md, "Predicting the step in flight") the
+forward model gets W_t itself as AdamW would compute it from W_{t-1}, the moments before step t and g_t, except
+that the second moment is v_{t-1} (not yet updated by g_t).
 
 Usage: stale_rule_torch.py --model gpt|llama --start S --lr LR [--steps N] [--seed K] [--extrapolation K]
-       (--start 0: no delay). Prints one JSON line: the mean loss of the last 10 steps and the settings.
+       [--lookahead] (--start 0: no delay). Prints one JSON line: the mean loss of the last 10 steps and the
+       settings.
 """
 import argparse
 import glob
@@ -63,6 +67,8 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--extrapolation", type=float, default=0.0, help="k; 0: the stale weights themselves")
+    p.add_argument("--lookahead", action="store_true",
+                   help="the forward model gets W_t predicted from Adam's states before step t and g_t")
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -93,7 +99,21 @@ def main():
         for group in optimizer.param_groups:  # step 1 at the initial lr, step t at the schedule's t-2
             group["lr"] = args.lr if t == 1 else args.lr * lr_ratio(t - 2, args.steps)
         with torch.no_grad():
-            if args.start > 0 and t >= args.start:  # delayed: the next step still reads W_{t-1} (extrapolated)
+            if args.start > 0 and t >= args.start and args.lookahead:  # W_t predicted with v_{t-1}
+                group = optimizer.param_groups[0]
+                beta1, beta2 = group["betas"]
+                lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+                for m, w in zip(master, forward_weights):
+                    state = optimizer.state.get(m)
+                    step = (int(state["step"]) if state else 0) + 1
+                    exp_avg = state["exp_avg"] if state else torch.zeros_like(m)
+                    exp_avg_sq = state["exp_avg_sq"] if state else torch.zeros_like(m)
+                    m_t = beta1 * exp_avg + (1 - beta1) * m.grad
+                    v = exp_avg_sq if state else (1 - beta2) * m.grad * m.grad
+                    denominator = (v / (1 - beta2 ** step)).sqrt() + eps
+                    w.copy_(m * (1 - lr * wd) - lr / (1 - beta1 ** step) * m_t / denominator)
+                optimizer.step()
+            elif args.start > 0 and t >= args.start:  # delayed: the next step still reads W_{t-1} (extrapolated)
                 for i, (m, w) in enumerate(zip(master, forward_weights)):
                     w.copy_(m if t == args.start else m + args.extrapolation * (m - before_update[i]))
                 before_update = [m.detach().clone() for m in master]
@@ -103,7 +123,7 @@ def main():
                 for m, w in zip(master, forward_weights):
                     w.copy_(m)
     print(json.dumps({"model": args.model, "start": args.start, "lr": args.lr, "steps": args.steps,
-                      "seed": args.seed, "extrapolation": args.extrapolation,
+                      "seed": args.seed, "extrapolation": args.extrapolation, "lookahead": args.lookahead,
                       "final_loss": round(sum(losses[-10:]) / 10, 4)}))
 
 
