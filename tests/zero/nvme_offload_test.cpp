@@ -83,7 +83,13 @@ INSTANTIATE_TEST_SUITE_P(
              "--nproc 2 --set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 "
              "--set zero.sub_group_size=3000 --set gradient_accumulation_steps=2",
              " --set zero.offload_optimizer.buffer_count=3 --set zero.offload_optimizer.pipeline_read=true "
-             "--set zero.offload_optimizer.pipeline_write=true"}),
+             "--set zero.offload_optimizer.pipeline_write=true"},
+        // the delayed update at stage 3: the tier's step (and its I/O) runs while the next step trains
+        Case{"Stage3TwoRanksThreadsDelayedUpdate", "threads",
+             "--nproc 2 --set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 "
+             "--set zero.sub_group_size=3000 --set zero.offload_optimizer.delayed_update=true "
+             "--set zero.offload_optimizer.delayed_update_start_step=2",
+             " --set zero.offload_optimizer.buffer_count=3 --set zero.offload_optimizer.pipeline_read=true"}),
     [](const ::testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
 
 TEST_P(NvmeOffload, EqualsPlainCpuOffloadBitForBit) {
