@@ -444,8 +444,7 @@ void add_nvme_rules(Schema& schema) {
     }
     return std::nullopt;
   };
-  rule(schema,
-       {"zero.offload_optimizer.swap_schedule", "zero.offload_optimizer.device", "steps"},
+  rule(schema, {"zero.offload_optimizer.swap_schedule", "zero.offload_optimizer.device", "steps"},
        [check_schedule](const ResolvedConfig& config) -> Problem {
          if (!config.get_string_list("zero.offload_optimizer.swap_schedule").empty() &&
              config.get_string("zero.offload_optimizer.device") == "none")
@@ -454,8 +453,7 @@ void add_nvme_rules(Schema& schema) {
                "that runs the optimizer, and this config has none; set zero.offload_optimizer.device = \"cpu\"");
          return check_schedule(config, "zero.offload_optimizer.swap_schedule");
        });
-  rule(schema,
-       {"zero.offload_param.swap_schedule", "zero.offload_param.device", "zero.stage", "steps"},
+  rule(schema, {"zero.offload_param.swap_schedule", "zero.offload_param.device", "zero.stage", "steps"},
        [check_schedule](const ResolvedConfig& config) -> Problem {
          if (!config.get_string_list("zero.offload_param.swap_schedule").empty() &&
              config.get_string("zero.offload_param.device") == "none")

@@ -79,15 +79,17 @@ void SubGroupOptimizer::delay_updates(const zero::DelayedUpdateOptions& options)
   for (const SubGroupState& g : sub_groups_) tier_accumulators.push_back(g.grad);
   delayed_ = std::make_unique<zero::DelayedTierStep>(
       tier_, copies_, options, context_.compute_dtype, std::move(tier_accumulators), std::vector<at::Tensor>{},
-      [this](const std::vector<at::Tensor>& weights) {
-        for (size_t g = 0; g < sub_groups_.size(); ++g) {
-          if (staged_)
-            copies_.start(weights[g], sub_groups_[g].shard).wait();
-          else
-            sub_groups_[g].shard.copy_(weights[g]);
-        }
-      });
+      [this](const std::vector<at::Tensor>& weights) { write_shards(weights); });
   for (size_t g = 0; g < sub_groups_.size(); ++g) sub_groups_[g].grad = delayed_->accumulator(g);
+}
+
+void SubGroupOptimizer::write_shards(const std::vector<at::Tensor>& weights) {
+  for (size_t g = 0; g < sub_groups_.size(); ++g) {
+    if (staged_)
+      copies_.start(weights[g], sub_groups_[g].shard).wait();
+    else
+      sub_groups_[g].shard.copy_(weights[g]);
+  }
 }
 
 std::string SubGroupOptimizer::delayed_summary() const {

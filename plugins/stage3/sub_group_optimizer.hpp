@@ -82,6 +82,8 @@ class SubGroupOptimizer {
     return sub_groups_[static_cast<size_t>(context_.unit(unit).sub_group)];
   }
   void step_offloaded(double grad_scale, int64_t step, double lr);
+  // The delayed update's weights (one [G] host tensor per sub-group) into the shards the gathers read.
+  void write_shards(const std::vector<at::Tensor>& weights);
   // This rank's part of Note [Exact gradient norm] step 2, reading the tier's accumulators piece by piece.
   kit::SquareSumLimbs tier_grad_limbs(float global_max) const;
   void step_into_parameter_tier(size_t sub_group, double grad_scale, int64_t step, double lr);

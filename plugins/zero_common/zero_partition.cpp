@@ -70,10 +70,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
       if (!staged()) outputs.push_back(updated_);
       delayed_ = std::make_unique<DelayedTierStep>(
           tier_, copies_, options_.delayed, compute_dtype_, std::vector<at::Tensor>{grad_partition_},
-          std::move(outputs), [this](const std::vector<at::Tensor>& weights) {
-            if (staged()) copies_.start(weights[0], updated_).wait();
-            gather_updated_partitions(staged() ? updated_ : weights[0]);
-          });
+          std::move(outputs), [this](const std::vector<at::Tensor>& weights) { apply_weights(weights[0]); });
       grad_partition_ = delayed_->accumulator(0);
     }
   } else {
@@ -171,6 +168,12 @@ void ZeroPartition::step_tier(int64_t step, double lr, double grad_scale) {
     tier_.step(0, step, lr, grad_scale, updated_);
   }
   gather_updated_partitions(updated_);
+}
+
+// The delayed update's weights (host memory) into every rank's parameters: staged, by copy to the device first.
+void ZeroPartition::apply_weights(const at::Tensor& weights) {
+  if (staged()) copies_.start(weights, updated_).wait();
+  gather_updated_partitions(staged() ? updated_ : weights);
 }
 
 // After a step (or a skipped one): stage 2 and a tier's accumulator keep their buffer, zeroed; stage 1

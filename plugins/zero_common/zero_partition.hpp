@@ -81,6 +81,7 @@ class ZeroPartition : public sdk::PartitionHooks {
   at::Tensor ensure_grad_partition();
   void release_gradients();
   void step_tier(int64_t step, double lr, double grad_scale);
+  void apply_weights(const at::Tensor& weights);
 
   sdk::Host host_;
   ZeroOptions options_;

@@ -36,8 +36,9 @@ using namespace zhost::testing;
 namespace {
 
 // 2 ranks over the CPU tier; warmup from a nonzero lr, so that step 1 moves the weights.
-const char* kTier = "--nproc 2 --set zero.offload_optimizer.device=cpu --set offload_cpu.threads=1 "
-                    "--set scheduler.warmup_min_lr=0.002 ";
+const char* kTier =
+    "--nproc 2 --set zero.offload_optimizer.device=cpu --set offload_cpu.threads=1 "
+    "--set scheduler.warmup_min_lr=0.002 ";
 // Each test runs at stage 2 (one tier group: the partition) and at stage 3 (three sub-groups and a persistent
 // unit, which must be gathered again whenever the shards are written).
 struct Stage {
@@ -46,8 +47,8 @@ struct Stage {
 };
 void PrintTo(const Stage& s, std::ostream* os) { *os << s.name; }
 const Stage kStage2{"Stage2", "--set zero.stage=2 "};
-const Stage kStage3{"Stage3",
-                    "--set zero.stage=3 --set zero.sub_group_size=3000 --set zero.stage3_param_persistence_threshold=40 "};
+const Stage kStage3{
+    "Stage3", "--set zero.stage=3 --set zero.sub_group_size=3000 --set zero.stage3_param_persistence_threshold=40 "};
 std::string job = std::string(kTier) + kStage2.args;  // the test's: set by DelayedUpdate::SetUp
 // Delayed from the first step (S = 1), and from step 3.
 const char* kDelayed =
@@ -365,8 +366,7 @@ TEST(DelayedUpdateConfig, RefusedAtStageZeroAndWithParameterShardsInATier) {
        "zero.offload_param.device = \"cpu\""},
   };
   for (const auto& [sets, expected] : cases) {
-    RunOutput r = run_zhost(dir.path(), small_job_config(), "refused",
-                            std::string(kTier) + sets + kDelayed);
+    RunOutput r = run_zhost(dir.path(), small_job_config(), "refused", std::string(kTier) + sets + kDelayed);
     EXPECT_EQ(r.exit_code, 2) << sets << "\n" << r.err;
     EXPECT_NE(r.err.find(expected), std::string::npos) << sets << "\n" << r.err;
   }
@@ -377,9 +377,8 @@ TEST(DelayedUpdateConfig, RefusedAtStageZeroAndWithParameterShardsInATier) {
 TEST(DelayedUpdateConfig, StartStepBelowOneRefusedAtConfigCheck) {
   ScratchDir dir;
   for (const std::string value : {"-1", "0"}) {
-    RunOutput r =
-        run_zhost(dir.path(), small_job_config(), "refused" + value,
-                  job + kDelayed + " --set zero.offload_optimizer.delayed_update_start_step=" + value);
+    RunOutput r = run_zhost(dir.path(), small_job_config(), "refused" + value,
+                            job + kDelayed + " --set zero.offload_optimizer.delayed_update_start_step=" + value);
     EXPECT_EQ(r.exit_code, 2) << r.err;
     const std::string expected =
         "zero.offload_optimizer.delayed_update_start_step = " + value + " is out of range; use a value of at least 1";

@@ -174,8 +174,7 @@ INSTANTIATE_TEST_SUITE_P(
                    "--set zero.offload_param.buffer_count=3"},
         // 16-bit gradients staged, added into the fp32 accumulator on the host
         StagedCase{"Stage2Bf16", "--nproc 2 --set zero.stage=2 --set bf16.enabled=true"},
-        StagedCase{"Stage3Bf16",
-                   "--nproc 2 --set zero.stage=3 --set bf16.enabled=true --set zero.sub_group_size=3000"},
+        StagedCase{"Stage3Bf16", "--nproc 2 --set zero.stage=3 --set bf16.enabled=true --set zero.sub_group_size=3000"},
         // the delayed update (Note [Delayed parameter update]): the step in flight writes pinned host buffers,
         // copied to the device at the next boundary, extrapolated ones included
         StagedCase{"Stage2DelayedUpdateExtrapolated",

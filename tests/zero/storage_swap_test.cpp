@@ -182,24 +182,25 @@ const std::string kDelayedFrom3 =
     "--set zero.offload_optimizer.delayed_update_extrapolation=1.5";
 
 class DelayedUpdateSwap : public ::testing::TestWithParam<Case> {};
-INSTANTIATE_TEST_SUITE_P(
-    Stages, DelayedUpdateSwap,
-    ::testing::Values(Case{"Stage2", "--set zero.stage=2"},
-                      Case{"Stage3", "--set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 "
-                                     "--set zero.sub_group_size=3000"}),
-    [](const ::testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
+INSTANTIATE_TEST_SUITE_P(Stages, DelayedUpdateSwap,
+                         ::testing::Values(Case{"Stage2", "--set zero.stage=2"},
+                                           Case{"Stage3",
+                                                "--set zero.stage=3 --set zero.stage3_param_persistence_threshold=40 "
+                                                "--set zero.sub_group_size=3000"}),
+                         [](const ::testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
 
 TEST_P(DelayedUpdateSwap, ScheduledSwapsDrainTheStepInFlightAsACheckpointDoes) {
   ScratchDir dir;
   fs::create_directories(dir.path() / "nvme");
-  const std::string args = kBase + " --nproc 2 --set train_micro_batch_size_per_gpu=1 " + GetParam().args +
-                           kDelayedFrom3;
+  const std::string args =
+      kBase + " --nproc 2 --set train_micro_batch_size_per_gpu=1 " + GetParam().args + kDelayedFrom3;
   RunOutput delayed = run_zhost(dir.path(), small_job_config(), "delayed", args);
   RunOutput saving = run_zhost(dir.path(), small_job_config(), "saving",
                                args + " --set checkpoint.interval=5 --set checkpoint.dir=ckpt");
-  RunOutput swapped = run_zhost(dir.path(), small_job_config(), "swapped",
-                                args + " --set zero.offload_optimizer.nvme_path=" + (dir.path() / "nvme").string() +
-                                    " --set 'zero.offload_optimizer.swap_schedule=[\"5:nvme\",\"10:hello\",\"15:cpu\"]'");
+  RunOutput swapped =
+      run_zhost(dir.path(), small_job_config(), "swapped",
+                args + " --set zero.offload_optimizer.nvme_path=" + (dir.path() / "nvme").string() +
+                    " --set 'zero.offload_optimizer.swap_schedule=[\"5:nvme\",\"10:hello\",\"15:cpu\"]'");
   for (const RunOutput* run : {&delayed, &saving, &swapped}) ASSERT_EQ(run->exit_code, 0) << run->err;
   ASSERT_EQ(swapped.losses.size(), 20u);
   EXPECT_EQ(swapped.losses, saving.losses);
@@ -213,7 +214,6 @@ TEST_P(DelayedUpdateSwap, ScheduledSwapsDrainTheStepInFlightAsACheckpointDoes) {
   EXPECT_EQ(storages(swapped)[5], "nvme");
   EXPECT_TRUE(fs::is_empty(dir.path() / "nvme")) << "the NVMe tier swapped out left its files behind";
 }
-
 
 // The job trained on without moving, equal to `plain`; swaps.jsonl holds the failure, matching `reason`.
 void expect_stayed(const RunOutput& plain, const RunOutput& tried, const std::string& reason) {

@@ -74,9 +74,9 @@ constexpr int64_t kDefaultDelayedUpdateStart = 41;
 
 // The delayed update's keys as a stage reads them.
 struct DelayedUpdateOptions {
-  bool enabled = false;                           // zero.offload_optimizer.delayed_update
+  bool enabled = false;                             // zero.offload_optimizer.delayed_update
   int64_t start_step = kDefaultDelayedUpdateStart;  // zero.offload_optimizer.delayed_update_start_step (S)
-  double extrapolation = 0;                       // zero.offload_optimizer.delayed_update_extrapolation (k)
+  double extrapolation = 0;                         // zero.offload_optimizer.delayed_update_extrapolation (k)
 };
 // Declares the three keys (every stage that can delay declares them alike) and reads them.
 void declare_delayed_update_keys(sdk::DescriptorBuilder& builder);
@@ -113,7 +113,6 @@ class DelayedTierStep {
   // Steps the tier now, as without the delay (before the start step): its accumulators hold the gradients.
   using StepNow = std::function<void(int64_t step, double lr, double grad_scale)>;
 
-  DelayedTierStep() = default;
   // `tier` runs the optimizer; `tier_accumulators[g]`: group g's, as add_group answered; `outputs[g]`: where the
   // step in flight writes group g's weights, in host memory (empty: allocated here, pinned when `copies` are
   // separate). Throws ZHOST_ERR_CONFIG when extrapolation needs a master the tier cannot read back.
@@ -149,7 +148,7 @@ class DelayedTierStep {
   at::ScalarType compute_dtype_ = at::kFloat;
   WriteWeights write_weights_;
   std::vector<at::Tensor> accumulators_, tier_accumulators_;  // [numel] fp32 each
-  std::vector<at::Tensor> outputs_;  // [numel] compute dtype: W of the last step in flight
+  std::vector<at::Tensor> outputs_;                           // [numel] compute dtype: W of the last step in flight
   uint64_t allocated_output_bytes_ = 0;
   // Extrapolation, per group: the tier's fp32 master before the step in flight (current when the last change to
   // it was a delayed step), after it (16-bit jobs: read back from the tier), and E in the compute dtype.
