@@ -316,6 +316,23 @@ TEST(DelayedUpdateStages, Stage3EqualsStage2BitForBit) {
   EXPECT_EQ(weights_mismatch(stage3, stage2, 0, 0), "");
 }
 
+// With ZeRO++'s quantized gathers and reductions (qwZ, qgZ) at stage 3: drained after every step, the delayed
+// job is the job without delay, bit for bit (the transforms see the same collectives), and undrained it is not.
+TEST(DelayedUpdateStages, Stage3WithQuantizedCollectivesDrainedEveryStepEqualsNoDelayBitForBit) {
+  ScratchDir dir;
+  job = std::string(kTier) + kStage3.args +
+        "--set zero.zero_quantized_weights=true --set zero.zero_quantized_gradients=true ";
+  RunOutput plain = train(dir, "plain", "");
+  RunOutput drained =
+      train(dir, "drained", std::string(kDelayed) + " --set checkpoint.interval=1 --set checkpoint.dir=ckpt");
+  RunOutput delayed = train(dir, "delayed", kDelayed);
+  ASSERT_EQ(plain.losses.size(), 6u);
+  EXPECT_NE(plain.err.find("quant_zeropp"), std::string::npos) << plain.err;
+  EXPECT_EQ(drained.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(drained, plain, 0, 0), "");
+  EXPECT_NE(weights_mismatch(delayed, plain, 0, 0), "");
+}
+
 TEST(DelayedUpdateConfig, RefusedAtConfigCheckWithoutAnOptimizerTier) {
   ScratchDir dir;
   RunOutput r = run_zhost(dir.path(), small_job_config(), "refused", std::string("--set zero.stage=2") + kDelayed);
