@@ -77,15 +77,12 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
 // the gathers read stay as they were until the boundary. Parameter shards kept in a tier are refused: the forward
 // would load them from the tier that is stepping.
 void Stage3Partition::delay_updates() {
-  if (!optimizer_.offloaded())
-    throw PluginError(ZHOST_ERR_CONFIG,
-                      "zero.offload_optimizer.delayed_update = true needs a tier that runs the optimizer; set "
-                      "zero.offload_optimizer.device = \"cpu\" or \"nvme\"");
+  zero::require_tier_for_delayed_update(context_.options.delayed, optimizer_.tier());
   if (offload_.active())
     throw PluginError(ZHOST_ERR_CONFIG,
                       "zero.offload_optimizer.delayed_update = true at stage 3 keeps the parameter shards in device "
                       "memory; set zero.offload_param.device = \"none\", or remove delayed_update");
-  optimizer_.delay_updates(context_.options.delayed);
+  optimizer_.delay_updates();
 }
 
 // One reduction per unit, split equally over the ranks: each rank's sums are its shard of the unit's gradient

@@ -73,13 +73,12 @@ void SubGroupOptimizer::finish_sub_group(size_t g, const zhost_optimizer_desc& o
 
 // The step in flight writes every sub-group's weights into host buffers of the delayed update's; at the boundary
 // they are copied into the shards the gathers read (staged: to the device).
-void SubGroupOptimizer::delay_updates(const zero::DelayedUpdateOptions& options) {
-  delayed_options_ = options;
+void SubGroupOptimizer::delay_updates() {
   std::vector<at::Tensor> tier_accumulators;
   for (const SubGroupState& g : sub_groups_) tier_accumulators.push_back(g.grad);
   delayed_ = std::make_unique<zero::DelayedTierStep>(
-      tier_, copies_, options, context_.compute_dtype, std::move(tier_accumulators), std::vector<at::Tensor>{},
-      [this](const std::vector<at::Tensor>& weights) { write_shards(weights); });
+      tier_, copies_, context_.options.delayed, context_.compute_dtype, std::move(tier_accumulators),
+      std::vector<at::Tensor>{}, [this](const std::vector<at::Tensor>& weights) { write_shards(weights); });
   for (size_t g = 0; g < sub_groups_.size(); ++g) sub_groups_[g].grad = delayed_->accumulator(g);
 }
 
@@ -93,7 +92,7 @@ void SubGroupOptimizer::write_shards(const std::vector<at::Tensor>& weights) {
 }
 
 std::string SubGroupOptimizer::delayed_summary() const {
-  return delayed_ ? zero::delayed_update_summary(delayed_options_) : std::string();
+  return delayed_ ? zero::delayed_update_summary(context_.options.delayed) : std::string();
 }
 
 at::Tensor SubGroupOptimizer::grad_of(int unit) const {

@@ -44,9 +44,10 @@ class SubGroupOptimizer {
   at::Tensor shard_of(int unit) const;  // [S] compute dtype view (fp32 runs without a tier: the master's)
   void master_from_shard(int unit);
   void finish_sub_group(size_t g, const zhost_optimizer_desc& optimizer);
-  // After the last sub-group, with a tier: delays its steps (Note [Delayed parameter update]); the sub-groups'
-  // gradients then wait in the delayed update's accumulators, and its steps write the shards at the boundary.
-  void delay_updates(const zero::DelayedUpdateOptions& options);
+  // After the last sub-group, with a tier: delays its steps as zero.offload_optimizer.delayed_update says (Note
+  // [Delayed parameter update]); the sub-groups' gradients then wait in the delayed update's accumulators, and
+  // its steps write the shards at the boundary.
+  void delay_updates();
   at::Tensor grad_of(int unit) const;  // [S] view into its sub-group's gradient (the tier's accumulator)
   // The unit's gradient is complete for this step: with a tier, its largest magnitude is kept for the step's
   // norm and the tier told, so that it may move the range out of host memory (Note [Gradients in storage]).
@@ -103,7 +104,6 @@ class SubGroupOptimizer {
   bool grads_moved_ = false;                   // the tier may hold some of this step's gradients outside host memory
   float finished_max_ = 0;                     // max |g| over the units finished this step
   bool tier_keeps_grads_ = false;              // the tier answered that it keeps gradients in host memory
-  zero::DelayedUpdateOptions delayed_options_;
   // Last: its step in flight is joined before the buffers and the tier it uses are destroyed.
   std::unique_ptr<zero::DelayedTierStep> delayed_;
 };

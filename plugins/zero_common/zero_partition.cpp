@@ -55,10 +55,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   for (const Segment& s : layout_.segments(begin, begin + partition))
     master_.narrow(0, s.flat_offset - begin, s.length)
         .copy_(params_[s.param].model.reshape({-1}).narrow(0, s.param_offset, s.length));
-  if (options_.delayed.enabled && !tier_.active())
-    throw PluginError(ZHOST_ERR_CONFIG,
-                      "zero.offload_optimizer.delayed_update = true needs a tier that runs the optimizer; set "
-                      "zero.offload_optimizer.device = \"cpu\" or \"nvme\"");
+  require_tier_for_delayed_update(options_.delayed, tier_);
   attach_optimizer_tier(setup);
   if (tier_.active()) {
     updated_ = at::empty({partition}, on_device.dtype(compute_dtype_));
@@ -96,14 +93,14 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
     offload = kit::format("; optimizer offloaded to tier '{}'", tier_.name());
     if (delayed_) offload += delayed_update_summary(options_.delayed);
   }
-  host_.info(kit::format(
-      "stage {}: {} parameters padded to {} = {} partitions of {} elements; this rank owns "
-      "flat [{}, {}); gradient buckets of up to {} elements in flat order (reduce-scatter{}), parameter "
-      "all-gather in chunks "
-      "of {} elements per rank{}",
-      options_.stage, layout_.total(), layout_.padded(), world_size_, partition, begin, begin + partition,
-      reducer_.largest_range(), options_.overlap_comm ? ", in flight while backward goes on" : "", gather_chunk_,
-      offload));
+  host_.info(
+      kit::format("stage {}: {} parameters padded to {} = {} partitions of {} elements; this rank owns "
+                  "flat [{}, {}); gradient buckets of up to {} elements in flat order (reduce-scatter{}), parameter "
+                  "all-gather in chunks "
+                  "of {} elements per rank{}",
+                  options_.stage, layout_.total(), layout_.padded(), world_size_, partition, begin, begin + partition,
+                  reducer_.largest_range(), options_.overlap_comm ? ", in flight while backward goes on" : "",
+                  gather_chunk_, offload));
 }
 
 // The tier named by zero.offload_optimizer.device, if any, takes the master partition and the optimizer;

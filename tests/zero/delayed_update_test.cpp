@@ -395,7 +395,8 @@ TEST(DelayedUpdateConfig, StartStepBelowOneRefusedAtConfigCheck) {
   ScratchDir dir;
   for (const std::string value : {"-1", "0"}) {
     RunOutput r = run_zhost(dir.path(), small_job_config(), "refused" + value,
-                            job + kDelayed + " --set zero.offload_optimizer.delayed_update_start_step=" + value);
+                            std::string(kTier) + kStage2.args + kDelayed +
+                                " --set zero.offload_optimizer.delayed_update_start_step=" + value);
     EXPECT_EQ(r.exit_code, 2) << r.err;
     const std::string expected =
         "zero.offload_optimizer.delayed_update_start_step = " + value + " is out of range; use a value of at least 1";

@@ -64,6 +64,13 @@ DelayedUpdateOptions read_delayed_update_options(const sdk::Host& host) {
   return o;
 }
 
+void require_tier_for_delayed_update(const DelayedUpdateOptions& options, const OptimizerTier& tier) {
+  if (options.enabled && !tier.active())
+    throw sdk::PluginError(ZHOST_ERR_CONFIG,
+                           "zero.offload_optimizer.delayed_update = true needs a tier that runs the optimizer; set "
+                           "zero.offload_optimizer.device = \"cpu\" or \"nvme\"");
+}
+
 std::string delayed_update_summary(const DelayedUpdateOptions& options) {
   std::string summary = kit::format(", delayed parameter update from step {}", options.start_step);
   if (options.extrapolation != 0) summary += kit::format(", weights extrapolated by {}", options.extrapolation);

@@ -81,6 +81,8 @@ struct DelayedUpdateOptions {
 // Declares the three keys (every stage that can delay declares them alike) and reads them.
 void declare_delayed_update_keys(sdk::DescriptorBuilder& builder);
 DelayedUpdateOptions read_delayed_update_options(const sdk::Host& host);
+// Throws ZHOST_ERR_CONFIG, saying what to set, when the delayed update is on and no tier runs the optimizer.
+void require_tier_for_delayed_update(const DelayedUpdateOptions& options, const OptimizerTier& tier);
 // ", delayed parameter update from step S[, weights extrapolated by k]", for a stage's setup line.
 std::string delayed_update_summary(const DelayedUpdateOptions& options);
 
