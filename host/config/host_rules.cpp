@@ -414,6 +414,28 @@ void add_nvme_rules(Schema& schema) {
                      "weights of zero.offload_optimizer.delayed_update, which is false",
                      k);
                });
+  // Note [Delayed parameter update], lookahead: a step of Adam's size, c lr per element on average.
+  warning_rule(schema, {"zero.offload_optimizer.delayed_update_lookahead", "zero.offload_optimizer.delayed_update"},
+               [](const ResolvedConfig& config) -> Problem {
+                 const double c = config.get_float("zero.offload_optimizer.delayed_update_lookahead");
+                 if (c == 0 || config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;
+                 return fmt::format(
+                     "zero.offload_optimizer.delayed_update_lookahead = {:g} has no effect: it looks ahead from the "
+                     "weights of zero.offload_optimizer.delayed_update, which is false",
+                     c);
+               });
+  rule(schema,
+       {"zero.offload_optimizer.delayed_update_lookahead", "zero.offload_optimizer.delayed_update", "optimizer.type"},
+       [](const ResolvedConfig& config) -> Problem {
+         const double c = config.get_float("zero.offload_optimizer.delayed_update_lookahead");
+         if (c == 0 || !config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;
+         const std::string type = config.get_string("optimizer.type");
+         if (type == "Adam" || type == "AdamW") return std::nullopt;
+         return fmt::format(
+             "zero.offload_optimizer.delayed_update_lookahead = {:g} takes a step of Adam's size, and optimizer.type "
+             "is \"{}\"; set it to 0, or use Adam or AdamW",
+             c, type);
+       });
   // Note [Storage swap] (host/engine/storage_swap.hpp): swaps happen between steps, with nothing of the tiers in
   // flight (a delayed update drains first), in step order.
   auto check_schedule = [](const ResolvedConfig& config, const std::string& key) -> Problem {

@@ -229,6 +229,10 @@ void add_zero_keys(HostKeys& keys) {
               "zhost: with delayed_update, k: delayed steps run on the last weights extrapolated along their last "
               "update, W + k (W - W_before); 0 = the stale weights themselves",
               between(0, 8));
+  keys.number("zero.offload_optimizer.delayed_update_lookahead", 0.0,
+              "zhost: with delayed_update, c: delayed steps also run a step of c lr ahead along the gradients of the "
+              "step in flight, scaled to unit root mean square (Adam and AdamW); 0 = none",
+              between(0, 1));
   keys.text_list("zero.offload_optimizer.swap_schedule", {},
                  "zhost: hot swaps of the storage under the optimizer's tier, each \"STEP:STORAGE\" (after step STEP "
                  "the states move into STORAGE: cpu, nvme or a storing tier's name), steps increasing");

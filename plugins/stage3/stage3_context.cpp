@@ -1,6 +1,8 @@
 // plugins/stage3/stage3_context.cpp: the shared context's names and host services (see the header).
 #include "plugins/stage3/stage3_context.hpp"
 
+#include <numeric>
+
 #include "zhost/kit/format.hpp"
 
 namespace zhost::stage3 {
@@ -10,6 +12,10 @@ std::string Stage3Context::unit_name(int u) const {
   if (fetch_unit.persistent) return "the persistent parameters";
   return kit::format("unit {} ('{}'{})", u, param_names[fetch_unit.params.front()],
                      fetch_unit.params.size() > 1 ? kit::format(" and {} more", fetch_unit.params.size() - 1) : "");
+}
+
+int64_t Stage3Context::model_numel() const {
+  return std::accumulate(param_numels.begin(), param_numels.end(), int64_t{0});
 }
 
 const zhost_param_services& Stage3Context::params() const {

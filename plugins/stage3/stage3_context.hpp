@@ -47,6 +47,8 @@ struct Stage3Context {
   bool persistent(int u) const { return unit(u).persistent; }
   // "unit 3 ('h.2.attn.w_qkv' and 5 more)", or "the persistent parameters".
   std::string unit_name(int u) const;
+  // Elements of all parameters (the model's, unpadded).
+  int64_t model_numel() const;
   // The host's parameter storage services; throws when the host has none.
   const zhost_param_services& params() const;
 

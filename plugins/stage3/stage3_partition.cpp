@@ -67,7 +67,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
     optimizer_.finish_sub_group(g, setup.optimizer);
   }
   if (offload_.active()) offload_.allocate();
-  if (c.options.delayed.enabled) delay_updates();
+  if (c.options.delayed.enabled) delay_updates(setup.optimizer);
   setup_reducer(copies);
   gatherer_.gather_persistent();
   log_setup(setup);
@@ -76,8 +76,8 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
 // Note [Delayed parameter update] at stage 3: the tier steps the sub-groups in the background while the shards
 // the gathers read stay as they were until the boundary. Parameter shards kept in a tier are refused: the forward
 // would load them from the tier that is stepping.
-void Stage3Partition::delay_updates() {
-  zero::require_tier_for_delayed_update(context_.options.delayed, optimizer_.tier());
+void Stage3Partition::delay_updates(const zhost_optimizer_desc& optimizer) {
+  zero::check_delayed_update_setup(context_.options.delayed, optimizer_.tier(), optimizer);
   if (offload_.active())
     throw PluginError(ZHOST_ERR_CONFIG,
                       "zero.offload_optimizer.delayed_update = true at stage 3 keeps the parameter shards in device "

@@ -93,7 +93,7 @@ class Stage3Partition : public sdk::PartitionHooks {
   // already): the shard starts from the parameters' initial values (the padding stays zero), in the compute
   // dtype, as the unpartitioned model holds them; the fp32 master starts from those values.
   void init_unit(int u);
-  void delay_updates();
+  void delay_updates(const zhost_optimizer_desc& optimizer);
   void setup_reducer(const zero::HostCopies& copies);
   void log_setup(const zhost_partition_setup& setup) const;
 

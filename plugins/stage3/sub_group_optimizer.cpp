@@ -77,8 +77,9 @@ void SubGroupOptimizer::delay_updates() {
   std::vector<at::Tensor> tier_accumulators;
   for (const SubGroupState& g : sub_groups_) tier_accumulators.push_back(g.grad);
   delayed_ = std::make_unique<zero::DelayedTierStep>(
-      tier_, copies_, context_.options.delayed, context_.compute_dtype, std::move(tier_accumulators),
-      std::vector<at::Tensor>{}, [this](const std::vector<at::Tensor>& weights) { write_shards(weights); });
+      tier_, copies_, context_.options.delayed, context_.model_numel(), context_.compute_dtype,
+      std::move(tier_accumulators), std::vector<at::Tensor>{},
+      [this](const std::vector<at::Tensor>& weights) { write_shards(weights); });
   for (size_t g = 0; g < sub_groups_.size(); ++g) sub_groups_[g].grad = delayed_->accumulator(g);
 }
 
@@ -144,7 +145,7 @@ bool SubGroupOptimizer::step(zhost_step_args& args) {
     decision = zero::step_prologue(context_.host, grads, context_.world_size, context_.on_device.device(), args);
   }
   if (delayed_)
-    return delayed_->step(args, decision.grad_scale, decision.overflow,
+    return delayed_->step(args, decision,
                           [this](int64_t step, double lr, double grad_scale) { step_offloaded(grad_scale, step, lr); });
   const int64_t step = args.applied_steps + 1;
   if (!decision.overflow) {

@@ -55,7 +55,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   for (const Segment& s : layout_.segments(begin, begin + partition))
     master_.narrow(0, s.flat_offset - begin, s.length)
         .copy_(params_[s.param].model.reshape({-1}).narrow(0, s.param_offset, s.length));
-  require_tier_for_delayed_update(options_.delayed, tier_);
+  check_delayed_update_setup(options_.delayed, tier_, setup.optimizer);
   attach_optimizer_tier(setup);
   if (tier_.active()) {
     updated_ = at::empty({partition}, on_device.dtype(compute_dtype_));
@@ -66,7 +66,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
       std::vector<at::Tensor> outputs;
       if (!staged()) outputs.push_back(updated_);
       delayed_ = std::make_unique<DelayedTierStep>(
-          tier_, copies_, options_.delayed, compute_dtype_, std::vector<at::Tensor>{grad_partition_},
+          tier_, copies_, options_.delayed, layout_.total(), compute_dtype_, std::vector<at::Tensor>{grad_partition_},
           std::move(outputs), [this](const std::vector<at::Tensor>& weights) { apply_weights(weights[0]); });
       grad_partition_ = delayed_->accumulator(0);
     }
@@ -139,7 +139,7 @@ void ZeroPartition::step(zhost_step_args& args) {
   // Note [Delayed parameter update]: the update in flight is applied at this boundary even when this step
   // overflows.
   if (delayed_) {
-    delayed_->step(args, decision.grad_scale, decision.overflow,
+    delayed_->step(args, decision,
                    [this](int64_t step, double lr, double grad_scale) { step_tier(step, lr, grad_scale); });
     return;
   }

@@ -10,9 +10,11 @@ data parallelism and gradient accumulation.
 
 The folder holds manifest.json: "spec" and "params" as reference_models.py reads them (the initial
 weights), "steps": for each step its "batches" ({"tokens", "targets"} raw int64 entries, concatenated in
-order), "optimizer", "scheduler" and "gradient_clipping". Writes back result.json ({"losses", "grad_norms",
-"lrs"}: per step, the loss before the update, the gradient norm before clipping and the lr used) and
-final/<parameter index>.bin (raw float32 weights after the last step).
+order), "optimizer", "scheduler" and "gradient_clipping", and optionally "delayed_update" ({"start_step",
+"extrapolation", "lookahead"}: train with ZeRO-Offload's delayed parameter update, as delayed_step below
+transcribes it from docs/config.md). Writes back result.json ({"losses", "grad_norms", "lrs"}: per step, the loss
+before the update, the gradient norm before clipping and the lr used) and final/<parameter index>.bin (raw
+float32 weights after the last step).
 Usage: reference_train.py <folder>
 """
 import json
@@ -59,6 +61,48 @@ class WarmupLR:
         self._set_lr(self.min_lr + self.delta_lr * self._gamma())
 
 
+class DelayedUpdate:
+    """The delayed parameter update as docs/config.md states it ("Delayed parameter update"), with S the start
+    step, k the extrapolation and c the lookahead: steps before S update the weights the forward reads at once;
+    from S on the optimizer steps its own copy (the master) and the forward keeps older weights. At the boundary
+    of step t > S, where step t-1's update is applied, the forward gets
+        W_{t-1} + k (W_{t-1} - W_{t-2}) - c lr_t sqrt(N) g_t / ||g_t||
+    (W the master after each step, g_t the clipped gradients of step t, N the parameter count); at step S's
+    boundary it keeps what it had. The last step applies the master itself."""
+
+    def __init__(self, params, settings):
+        self.params = params
+        self.master = [p.detach().clone().requires_grad_(True) for p in params]
+        self.start = settings["start_step"]
+        self.k = settings["extrapolation"]
+        self.c = settings["lookahead"]
+        self.optimizer = None  # steps self.master
+        self.before = None  # the master before the step in flight
+        self.count = sum(p.numel() for p in params)
+
+    def step(self, t, last):
+        with torch.no_grad():
+            for m, p in zip(self.master, self.params):
+                m.grad = p.grad.clone()
+            if t < self.start:
+                self.optimizer.step()
+                self._apply(self.master)
+                return
+            if t > self.start:
+                lr = self.optimizer.param_groups[0]["lr"]
+                norm = torch.sqrt(sum((m.grad.double() ** 2).sum() for m in self.master)).item()
+                factor = self.c * lr * math.sqrt(self.count) / norm
+                self._apply([m + self.k * (m - b) - factor * m.grad for m, b in zip(self.master, self.before)])
+            self.before = [m.detach().clone() for m in self.master]
+            self.optimizer.step()
+            if last:
+                self._apply(self.master)
+
+    def _apply(self, weights):
+        for p, w in zip(self.params, weights):
+            p.copy_(w)
+
+
 def global_batch(folder, step):
     tokens = torch.cat([read_raw(folder, b["tokens"], torch.int64) for b in step["batches"]])
     targets = torch.cat([read_raw(folder, b["targets"], torch.int64) for b in step["batches"]])
@@ -74,17 +118,21 @@ def main():
     model.load_state_dict({p["name"]: read_raw(folder, p, torch.float32) for p in manifest["params"]}, strict=True)
 
     hyper = manifest["optimizer"]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]), eps=hyper["eps"],
-                                  weight_decay=hyper["weight_decay"])
+    params = list(model.parameters())
+    delayed = DelayedUpdate(params, manifest["delayed_update"]) if "delayed_update" in manifest else None
+    optimizer = torch.optim.AdamW(delayed.master if delayed else params, lr=hyper["lr"], betas=tuple(hyper["betas"]),
+                                  eps=hyper["eps"], weight_decay=hyper["weight_decay"])
+    if delayed:
+        delayed.optimizer = optimizer
     schedule = manifest["scheduler"]
     scheduler = WarmupLR(optimizer, schedule["warmup_min_lr"], schedule["warmup_max_lr"],
                          schedule["warmup_num_steps"], schedule["warmup_type"])
     max_norm = manifest["gradient_clipping"] if manifest["gradient_clipping"] > 0 else math.inf
 
     result = {"losses": [], "grad_norms": [], "lrs": []}
-    for step in manifest["steps"]:
+    for t, step in enumerate(manifest["steps"], start=1):
         tokens, targets = global_batch(folder, step)
-        optimizer.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
         logits = model(tokens)
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
         loss.backward()
@@ -92,7 +140,10 @@ def main():
         result["losses"].append(loss.item())
         result["grad_norms"].append(grad_norm.item())
         result["lrs"].append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
+        if delayed:
+            delayed.step(t, t == len(manifest["steps"]))
+        else:
+            optimizer.step()
         scheduler.step()
 
     with open(os.path.join(folder, "result.json"), "w") as f:

@@ -4,6 +4,8 @@
 // initial weights on the same samples with torch.optim.AdamW, clip_grad_norm_ and DeepSpeed's WarmupLR,
 // taking each step's loss over the whole global batch at once. Per step, the loss, the lr and the gradient
 // norm must agree, and so must the final weights; on one rank, and on two ranks with gradient accumulation.
+// The same against ZeRO-Offload's delayed parameter update (stages 2 and 3, the CPU tier), which
+// reference_train.py transcribes from docs/config.md: the plain rule, extrapolation and the lookahead.
 //
 // The test builds the initial weights with zhost::model::make_model and the batches with
 // zhost::data::DataLoader from the same spec and seed as the job's config (both are deterministic from
@@ -167,13 +169,15 @@ std::vector<float> read_floats(const fs::path& file, size_t count) {
 }
 
 // Writes manifest.json and its files for reference_train.py: the initial weights, each step's batches as
-// the ranks read them, the hyperparameters. Returns the parameter names in registry order.
-std::vector<std::string> write_reference_inputs(const fs::path& folder, const Layout& layout) {
+// the ranks read them, the hyperparameters, and `delayed_update` when it is not null. Returns the parameter
+// names in registry order.
+std::vector<std::string> write_reference_inputs(const fs::path& folder, const Layout& layout,
+                                                const nlohmann::json& delayed_update = nullptr) {
   nlohmann::json manifest;
   const auto model = model::make_model(job_model_spec());
   const model::ModelSpec& spec = model->spec();
-  manifest["spec"] = {{"type", spec.type}, {"layers", spec.layers}, {"heads", spec.heads},
-                      {"width", spec.width}, {"ffn_width", spec.ffn_width}, {"vocab", spec.vocab},
+  manifest["spec"] = {{"type", spec.type},      {"layers", spec.layers},       {"heads", spec.heads},
+                      {"width", spec.width},    {"ffn_width", spec.ffn_width}, {"vocab", spec.vocab},
                       {"seq_len", spec.seq_len}};
   std::vector<std::string> names;
   for (size_t i = 0; i < model->parameters().size(); ++i) {
@@ -212,9 +216,12 @@ std::vector<std::string> write_reference_inputs(const fs::path& folder, const La
   }
 
   manifest["optimizer"] = {{"lr", kLr}, {"betas", {kBeta1, kBeta2}}, {"eps", kEps}, {"weight_decay", kWeightDecay}};
-  manifest["scheduler"] = {{"warmup_min_lr", kWarmupMinLr}, {"warmup_max_lr", kLr},
-                           {"warmup_num_steps", kWarmupSteps}, {"warmup_type", "log"}};
+  manifest["scheduler"] = {{"warmup_min_lr", kWarmupMinLr},
+                           {"warmup_max_lr", kLr},
+                           {"warmup_num_steps", kWarmupSteps},
+                           {"warmup_type", "log"}};
   manifest["gradient_clipping"] = kGradientClipping;
+  if (!delayed_update.is_null()) manifest["delayed_update"] = delayed_update;
   std::ofstream(folder / "manifest.json") << manifest.dump(1);
   return names;
 }
@@ -248,6 +255,29 @@ ReferenceRun run_reference(const fs::path& folder, const std::vector<std::string
   return run;
 }
 
+// zhost's `run` against reference_train.py on the same job: per step the loss, lr and gradient norm (clipping
+// acting), then the final weights.
+void expect_matches_reference(const RunOutput& zhost, const Layout& layout,
+                              const nlohmann::json& delayed_update = nullptr) {
+  ASSERT_EQ(zhost.exit_code, 0) << zhost.err << zhost.out;
+  ASSERT_EQ(zhost.metrics.size(), static_cast<size_t>(layout.steps)) << zhost.err;
+  const fs::path folder = zhost.run_dir / "reference";
+  fs::create_directories(folder);
+  const std::vector<std::string> names = write_reference_inputs(folder, layout, delayed_update);
+  const ReferenceRun reference = run_reference(folder, names, zhost.weights);
+  ASSERT_EQ(reference.losses.size(), static_cast<size_t>(layout.steps));
+
+  for (size_t i = 0; i < reference.losses.size(); ++i) {
+    const auto& metrics = zhost.metrics[i];
+    EXPECT_NEAR(zhost.losses[i], reference.losses[i], kLossTolerance * reference.losses[i]) << "loss, step " << i + 1;
+    EXPECT_NEAR(metrics.at("lr"), reference.lrs[i], kLrTolerance) << "lr, step " << i + 1;
+    EXPECT_NEAR(metrics.at("grad_norm"), reference.grad_norms[i], kGradNormTolerance * reference.grad_norms[i])
+        << "gradient norm, step " << i + 1;
+    EXPECT_GT(reference.grad_norms[i], kGradientClipping) << "step " << i + 1 << " does not exercise clipping";
+  }
+  EXPECT_EQ(weights_mismatch(zhost, reference.weights, kWeightRelative, kWeightAbsolute), "");
+}
+
 class ReferenceTraining : public ::testing::TestWithParam<Layout> {};
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ReferenceTraining,
@@ -262,24 +292,53 @@ TEST_P(ReferenceTraining, LossesAndWeightsMatchPyTorch) {
   ScratchDir dir;
   const RunOutput zhost = run_zhost(dir.path(), job_config(layout), "zhost",
                                     layout.ranks > 1 ? "--nproc " + std::to_string(layout.ranks) : "");
-  ASSERT_EQ(zhost.exit_code, 0) << zhost.err << zhost.out;
-  ASSERT_EQ(zhost.metrics.size(), static_cast<size_t>(layout.steps)) << zhost.err;
+  expect_matches_reference(zhost, layout);
+}
 
-  const fs::path folder = dir.path() / "reference";
-  fs::create_directories(folder);
-  const std::vector<std::string> names = write_reference_inputs(folder, layout);
-  const ReferenceRun reference = run_reference(folder, names, zhost.weights);
-  ASSERT_EQ(reference.losses.size(), static_cast<size_t>(layout.steps));
+// ZeRO-Offload's delayed parameter update (Note [Delayed parameter update]) against reference_train.py's
+// transcription of the rule as docs/config.md states it, which steps a master copy with torch.optim.AdamW and
+// gives the forward the stale, extrapolated and looked-ahead weights itself: 2 ranks, the CPU tier, 6 steps
+// delayed from step S. Each step's loss pins which weights its forward read (a lookahead of the wrong size,
+// sign, lr or gradients moves the losses after step S + 1 by far more than the tolerance); the final weights,
+// the drained master.
+struct DelayedRule {
+  const char* name;
+  const char* stage;  // zhost's stage settings
+  int64_t start;      // S
+  double extrapolation, lookahead;
+};
+void PrintTo(const DelayedRule& rule, std::ostream* os) { *os << rule.name; }
 
-  for (size_t i = 0; i < reference.losses.size(); ++i) {
-    const auto& metrics = zhost.metrics[i];
-    EXPECT_NEAR(zhost.losses[i], reference.losses[i], kLossTolerance * reference.losses[i]) << "loss, step " << i + 1;
-    EXPECT_NEAR(metrics.at("lr"), reference.lrs[i], kLrTolerance) << "lr, step " << i + 1;
-    EXPECT_NEAR(metrics.at("grad_norm"), reference.grad_norms[i], kGradNormTolerance * reference.grad_norms[i])
-        << "gradient norm, step " << i + 1;
-    EXPECT_GT(reference.grad_norms[i], kGradientClipping) << "step " << i + 1 << " does not exercise clipping";
-  }
-  EXPECT_EQ(weights_mismatch(zhost, reference.weights, kWeightRelative, kWeightAbsolute), "");
+class DelayedUpdateReference : public ::testing::TestWithParam<DelayedRule> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, DelayedUpdateReference,
+    ::testing::Values(DelayedRule{"Stage2Plain", "--set zero.stage=2", 2, 0, 0},
+                      DelayedRule{"Stage2Extrapolated", "--set zero.stage=2", 2, 1.5, 0},
+                      DelayedRule{"Stage2ExtrapolatedLookahead", "--set zero.stage=2", 2, 1.2, 0.1},
+                      DelayedRule{"Stage3LookaheadAlone",
+                                  "--set zero.stage=3 --set zero.sub_group_size=3000 "
+                                  "--set zero.stage3_param_persistence_threshold=40",
+                                  3, 0, 0.3}),
+    [](const ::testing::TestParamInfo<DelayedRule>& rule) { return std::string(rule.param.name); });
+
+TEST_P(DelayedUpdateReference, LossesAndWeightsMatchPyTorch) {
+  if (!python_has_torch(python_executable()))
+    GTEST_SKIP() << python_executable() << " cannot import torch and numpy (set ZHOST_PYTHON)";
+  const DelayedRule& rule = GetParam();
+  const Layout layout{"Delayed", 6, 2, 2, 1};
+  ScratchDir dir;
+  const RunOutput zhost =
+      run_zhost(dir.path(), job_config(layout), "zhost",
+                fmt::format("--nproc 2 {} --set zero.offload_optimizer.device=cpu --set offload_cpu.threads=1 "
+                            "--set zero.offload_optimizer.delayed_update=true "
+                            "--set zero.offload_optimizer.delayed_update_start_step={} "
+                            "--set zero.offload_optimizer.delayed_update_extrapolation={} "
+                            "--set zero.offload_optimizer.delayed_update_lookahead={}",
+                            rule.stage, rule.start, rule.extrapolation, rule.lookahead));
+  expect_matches_reference(
+      zhost, layout,
+      {{"start_step", rule.start}, {"extrapolation", rule.extrapolation}, {"lookahead", rule.lookahead}});
 }
 
 }  // namespace

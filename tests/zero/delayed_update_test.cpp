@@ -18,6 +18,8 @@
 //     before the start step.
 //   - config check refuses a start step below 1.
 //   - 40 steps: the loss stays within 2% of the job without delay.
+//   - the lookahead (zero.offload_optimizer.delayed_update_lookahead) is pinned against PyTorch in
+//     tests/reference (DelayedUpdateReference); here only its config rules.
 //   - extrapolation (zero.offload_optimizer.delayed_update_extrapolation = k): AdamW's step is proportional to
 //     its learning rate, so E_1 = W_1 + k (W_1 - W_0) is W_0 stepped once at (1 + k) times step 1's learning
 //     rate; L_3(E_1) comes from such a run resumed with lr 0 and agrees up to the rounding of the two ways of
@@ -231,6 +233,35 @@ TEST_P(DelayedUpdate, ExtrapolatedBf16StepsReadTheExtrapolatedWeightsAndDrainExa
   EXPECT_EQ(weights_mismatch(drained, plain, 0, 0), "");
 }
 
+// The lookahead in bf16 completes the fp32 prediction at the boundary and casts it there (fp32 jobs add in place):
+// the losses follow the fp32 job's up to bf16's rounding (at most 5e-4 of the loss when written) and leave the
+// job without the lookahead from step 3 on (by 4.6e-3 at step 3, 0.1 later); drained every step, the job is
+// the one without delay, bit for bit.
+TEST_P(DelayedUpdate, LookaheadInBf16FollowsTheFp32PredictionAndDrainsExactly) {
+  ScratchDir dir;
+  const std::string bf16 = " --set bf16.enabled=true";
+  const std::string extrapolated =
+      std::string(kDelayed) + " --set zero.offload_optimizer.delayed_update_extrapolation=1.2";
+  const std::string ahead = extrapolated + " --set zero.offload_optimizer.delayed_update_lookahead=0.1";
+  RunOutput fp32 = train(dir, "fp32", ahead);
+  RunOutput half = train(dir, "bf16", ahead + bf16);
+  RunOutput behind = train(dir, "behind", extrapolated + bf16);
+  ASSERT_EQ(fp32.losses.size(), 6u);
+  ASSERT_EQ(half.losses.size(), 6u);
+  ASSERT_EQ(behind.losses.size(), 6u);
+  EXPECT_NE(half.err.find("weights extrapolated by 1.2, lookahead 0.1"), std::string::npos) << half.err;
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_NEAR(half.losses[i], fp32.losses[i], 1.5e-3 * fp32.losses[i]) << "step " << i + 1;
+  EXPECT_EQ(half.losses[1], behind.losses[1]);  // step 2 reads W_0 in both
+  EXPECT_GT(std::abs(half.losses[2] - behind.losses[2]), 2e-3 * behind.losses[2]) << "step 3 read E_1, not P_1";
+  RunOutput plain = train(dir, "plain", bf16);
+  RunOutput drained =
+      train(dir, "drained", ahead + bf16 + " --set checkpoint.interval=1 --set checkpoint.dir=drained_ckpt");
+  ASSERT_EQ(plain.losses.size(), 6u);
+  EXPECT_EQ(drained.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(drained, plain, 0, 0), "");
+}
+
 // Whatever drains applies the optimizer's weights, not their extrapolation: saved after every step (a save
 // drains), the job is bit for bit the job without delay; resumed, it is bit for bit the job that saved.
 TEST_P(DelayedUpdate, ExtrapolatedJobDrainedOrResumedIsExact) {
@@ -364,11 +395,18 @@ TEST_P(DelayedUpdate, SettingsThatDelayNothingAreWarnedAboutOnce) {
                               "extrapolates the weights of zero.offload_optimizer.delayed_update, which is false"),
             1)
       << unused_k.err;
+  RunOutput unused_c = train(dir, "unused_c", " --set zero.offload_optimizer.delayed_update_lookahead=0.1");
+  EXPECT_EQ(count_occurrences(unused_c.err,
+                              "warning: zero.offload_optimizer.delayed_update_lookahead = 0.1 has no effect: it looks "
+                              "ahead from the weights of zero.offload_optimizer.delayed_update, which is false"),
+            1)
+      << unused_c.err;
   RunOutput plain = train(dir, "plain", "");
   ASSERT_EQ(plain.losses.size(), 6u);
   EXPECT_EQ(never.losses, plain.losses);
   EXPECT_EQ(unused.losses, plain.losses);
   EXPECT_EQ(unused_k.losses, plain.losses);
+  EXPECT_EQ(unused_c.losses, plain.losses);
   EXPECT_EQ(plain.err.find("warning: zero.offload_optimizer"), std::string::npos) << plain.err;
 }
 
@@ -386,6 +424,23 @@ TEST(DelayedUpdateConfig, RefusedAtStageZeroAndWithParameterShardsInATier) {
     RunOutput r = run_zhost(dir.path(), small_job_config(), "refused", std::string(kTier) + sets + kDelayed);
     EXPECT_EQ(r.exit_code, 2) << sets << "\n" << r.err;
     EXPECT_NE(r.err.find(expected), std::string::npos) << sets << "\n" << r.err;
+  }
+}
+
+// The lookahead takes a step of Adam's size (c lr per element on average): refused for SGD and Lion, whose steps
+// are not, before any rank starts.
+TEST(DelayedUpdateConfig, LookaheadRefusedForOptimizersOtherThanAdam) {
+  ScratchDir dir;
+  for (const std::string type : {"SGD", "Lion"}) {
+    RunOutput r = run_zhost(dir.path(), small_job_config(), "refused" + type,
+                            std::string(kTier) + kStage2.args + kDelayed + " --set optimizer.type=" + type +
+                                " --set zero.offload_optimizer.delayed_update_lookahead=0.1");
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("zero.offload_optimizer.delayed_update_lookahead = 0.1 takes a step of Adam's size, and "
+                         "optimizer.type is \"" +
+                         type + "\"; set it to 0, or use Adam or AdamW"),
+              std::string::npos)
+        << r.err;
   }
 }
 

@@ -185,7 +185,14 @@ INSTANTIATE_TEST_SUITE_P(
                    "--nproc 2 --set zero.stage=3 --set bf16.enabled=true --set zero.sub_group_size=3000 "
                    "--set zero.stage3_param_persistence_threshold=40 --set zero.offload_optimizer.delayed_update=true "
                    "--set zero.offload_optimizer.delayed_update_start_step=2 "
-                   "--set zero.offload_optimizer.delayed_update_extrapolation=1.5"}),
+                   "--set zero.offload_optimizer.delayed_update_extrapolation=1.5"},
+        // the lookahead completes the prediction in fp32 at the boundary and casts it there
+        StagedCase{
+            "Stage2DelayedUpdateLookaheadBf16",
+            "--nproc 2 --set zero.stage=2 --set bf16.enabled=true --set zero.offload_optimizer.delayed_update=true "
+            "--set zero.offload_optimizer.delayed_update_start_step=2 "
+            "--set zero.offload_optimizer.delayed_update_extrapolation=1.2 "
+            "--set zero.offload_optimizer.delayed_update_lookahead=0.1"}),
     [](const ::testing::TestParamInfo<StagedCase>& c) { return std::string(c.param.name); });
 
 TEST_P(StagedCopiesEqualDirect, BitForBit) {

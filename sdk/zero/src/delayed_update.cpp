@@ -5,6 +5,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
+#include <cmath>
 #include <utility>
 
 #include "zhost/kit/format.hpp"
@@ -40,6 +41,13 @@ void extrapolate(const at::Tensor& now, const at::Tensor& before, const at::Tens
   }
 }
 
+// P = E - factor * gradients in fp32 (in place: `prediction` is scratch or, in fp32 jobs, `out` itself), then
+// cast into `out`; no arithmetic with a factor of 0, as the gradients of an overflowed step are not finite.
+void look_ahead(const at::Tensor& prediction, const at::Tensor& gradients, const at::Tensor& out, double factor) {
+  if (factor != 0) prediction.sub_(gradients, factor);
+  if (!out.is_same(prediction)) out.copy_(prediction);
+}
+
 }  // namespace
 
 void declare_delayed_update_keys(sdk::DescriptorBuilder& builder) {
@@ -54,6 +62,10 @@ void declare_delayed_update_keys(sdk::DescriptorBuilder& builder) {
                        "zhost: with delayed_update, k: delayed steps run on the last weights extrapolated along "
                        "their last update, W + k (W - W_before); 0 = the stale weights themselves",
                        0, 8);
+  builder.config_float("zero.offload_optimizer.delayed_update_lookahead", 0.0,
+                       "zhost: with delayed_update, c: delayed steps also run a step of c lr ahead along the "
+                       "gradients of the step in flight, scaled to unit root mean square (Adam and AdamW); 0 = none",
+                       0, 1);
 }
 
 DelayedUpdateOptions read_delayed_update_options(const sdk::Host& host) {
@@ -61,19 +73,28 @@ DelayedUpdateOptions read_delayed_update_options(const sdk::Host& host) {
   o.enabled = host.config_bool("zero.offload_optimizer.delayed_update");
   o.start_step = host.config_int("zero.offload_optimizer.delayed_update_start_step");
   o.extrapolation = host.config_float("zero.offload_optimizer.delayed_update_extrapolation");
+  o.lookahead = host.config_float("zero.offload_optimizer.delayed_update_lookahead");
   return o;
 }
 
-void require_tier_for_delayed_update(const DelayedUpdateOptions& options, const OptimizerTier& tier) {
-  if (options.enabled && !tier.active())
+void check_delayed_update_setup(const DelayedUpdateOptions& options, const OptimizerTier& tier,
+                                const zhost_optimizer_desc& optimizer) {
+  if (!options.enabled) return;
+  if (!tier.active())
     throw sdk::PluginError(ZHOST_ERR_CONFIG,
                            "zero.offload_optimizer.delayed_update = true needs a tier that runs the optimizer; set "
                            "zero.offload_optimizer.device = \"cpu\" or \"nvme\"");
+  if (options.lookahead != 0 && optimizer.kind != ZHOST_OPTIMIZER_ADAM && optimizer.kind != ZHOST_OPTIMIZER_ADAMW)
+    throw sdk::PluginError(
+        ZHOST_ERR_CONFIG,
+        "zero.offload_optimizer.delayed_update_lookahead takes a step of Adam's size, and this job's "
+        "optimizer is not Adam or AdamW; set it to 0");
 }
 
 std::string delayed_update_summary(const DelayedUpdateOptions& options) {
   std::string summary = kit::format(", delayed parameter update from step {}", options.start_step);
   if (options.extrapolation != 0) summary += kit::format(", weights extrapolated by {}", options.extrapolation);
+  if (options.lookahead != 0) summary += kit::format(", lookahead {}", options.lookahead);
   return summary;
 }
 
@@ -101,15 +122,17 @@ bool DelayedUpdate::wait() {
   return true;
 }
 
-// Extrapolation reads the tier's master where the step's own output is not the fp32 master (16-bit jobs: every
-// delayed step) and where no step has left it here (the first delayed step, after a load), so the tier must
-// give its states back: asked once here, so that a tier that cannot stops the job at setup.
+// Extrapolation (and the lookahead, which starts from it) reads the tier's master where the step's own output is
+// not the fp32 master (16-bit jobs: every delayed step) and where no step has left it here (the first delayed
+// step, after a load), so the tier must give its states back: asked once here, so that a tier that cannot stops
+// the job at setup.
 DelayedTierStep::DelayedTierStep(const OptimizerTier& tier, const HostCopies& copies,
-                                 const DelayedUpdateOptions& options, at::ScalarType compute_dtype,
+                                 const DelayedUpdateOptions& options, int64_t model_numel, at::ScalarType compute_dtype,
                                  std::vector<at::Tensor> tier_accumulators, std::vector<at::Tensor> outputs,
                                  WriteWeights write_weights)
     : tier_(tier),
       options_(options),
+      sqrt_model_numel_(std::sqrt(static_cast<double>(model_numel))),
       compute_dtype_(compute_dtype),
       write_weights_(std::move(write_weights)),
       tier_accumulators_(std::move(tier_accumulators)),
@@ -123,15 +146,16 @@ DelayedTierStep::DelayedTierStep(const OptimizerTier& tier, const HostCopies& co
       outputs_[g] = copies.host_empty(numel, compute_dtype_);
       allocated_output_bytes_ += outputs_[g].nbytes();
     }
-    if (!extrapolates()) continue;
+    if (!options_.predicts()) continue;
     master_before_.push_back(at::empty({numel}, at::kFloat));
     try {
       tier_.read_state(g, kit::kMasterState, 0, master_before_.back());
     } catch (const sdk::PluginError& e) {
-      throw sdk::PluginError(ZHOST_ERR_CONFIG,
-                             kit::format("zero.offload_optimizer.delayed_update_extrapolation needs the tier to read "
-                                         "its master weights back ({}); set it to 0 or use a tier that can",
-                                         e.what()));
+      throw sdk::PluginError(
+          ZHOST_ERR_CONFIG,
+          kit::format("zero.offload_optimizer.delayed_update_{} needs the tier to read its master weights back ({}); "
+                      "set it to 0 or use a tier that can",
+                      options_.extrapolation != 0 ? "extrapolation" : "lookahead", e.what()));
     }
     master_after_.push_back(compute_dtype_ != at::kFloat ? at::empty({numel}, at::kFloat) : at::Tensor());
     extrapolated_.push_back(copies.host_empty(numel, compute_dtype_));
@@ -144,9 +168,9 @@ DelayedTierStep::DelayedTierStep(const OptimizerTier& tier, const HostCopies& co
 // starts in the background. On the job's last step and on one before a storage swap (docs/abi.md 8) the
 // optimizer's own weights are applied before returning, also when the step overflowed (the boundary may have
 // applied extrapolated ones).
-bool DelayedTierStep::step(const zhost_step_args& args, double grad_scale, bool overflow, const StepNow& step_now) {
-  bool written = apply(Weights::kBoundary);
-  if (overflow) {  // dropped, as without the delay; nothing starts
+bool DelayedTierStep::step(const zhost_step_args& args, const StepDecision& decision, const StepNow& step_now) {
+  bool written = apply(Weights::kBoundary, lookahead_factor(args, decision));
+  if (decision.overflow) {  // dropped, as without the delay; nothing starts
     for (const at::Tensor& a : accumulators_) a.zero_();
   } else {
     for (size_t g = 0; g < accumulators_.size(); ++g) {
@@ -155,33 +179,42 @@ bool DelayedTierStep::step(const zhost_step_args& args, double grad_scale, bool 
     }
     if (args.step < options_.start_step) {  // not delayed yet: as without the delay
       master_before_current_ = false;
-      step_now(args.applied_steps + 1, args.lr, grad_scale);
+      step_now(args.applied_steps + 1, args.lr, decision.grad_scale);
       tier_bytes_ = tier_.bytes();
       written = true;
     } else {
-      start(args.applied_steps + 1, args.lr, grad_scale);
+      start(args.applied_steps + 1, args.lr, decision.grad_scale);
     }
   }
   if (zhost_ext_find(args.ext, ZHOST_EXT_LAST_STEP) || zhost_ext_find(args.ext, ZHOST_EXT_DRAIN))
-    written = apply(Weights::kExact) || written;
+    written = apply(Weights::kExact, 0) || written;
   return written;
 }
 
+// ||g_t|| of the accumulators' elements (the sum over ranks of loss-scaled gradients) is args.grad_norm, the
+// averaged unscaled norm, over decision.unscale.
+double DelayedTierStep::lookahead_factor(const zhost_step_args& args, const StepDecision& decision) const {
+  if (options_.lookahead == 0 || decision.overflow || !(args.grad_norm > 0)) return 0;
+  return options_.lookahead * args.lr * sqrt_model_numel_ * decision.unscale / args.grad_norm;
+}
+
 // The tier's step of every group on the background thread; with extrapolation it also writes E_t = W_t + k (W_t -
-// W_{t-1}), computed in fp32, into extrapolated_. W_{t-1} is kept from the step before (master_before_); W_t is
-// the step's own output in fp32 jobs, else read from the tier.
+// W_{t-1}), computed in fp32, into extrapolated_ (with the lookahead: in fp32, fp32_prediction, which the
+// boundary completes). W_{t-1} is kept from the step before (master_before_); W_t is the step's own output in
+// fp32 jobs, else read from the tier.
 void DelayedTierStep::start(int64_t step, double lr, double grad_scale) {
   thread_.start([this, step, lr, grad_scale] {
     for (size_t g = 0; g < outputs_.size(); ++g) {
-      if (extrapolates() && !master_before_current_) tier_.read_state(g, kit::kMasterState, 0, master_before_[g]);
+      if (options_.predicts() && !master_before_current_) tier_.read_state(g, kit::kMasterState, 0, master_before_[g]);
       tier_.step(g, step, lr, grad_scale, outputs_[g]);
-      if (!extrapolates()) continue;
+      if (!options_.predicts()) continue;
       at::Tensor master = outputs_[g];  // W_t
       if (compute_dtype_ != at::kFloat) {
         tier_.read_state(g, kit::kMasterState, 0, master_after_[g]);
         master = master_after_[g];
       }
-      extrapolate(master, master_before_[g], extrapolated_[g], static_cast<float>(options_.extrapolation));
+      extrapolate(master, master_before_[g], options_.lookahead != 0 ? fp32_prediction(g) : extrapolated_[g],
+                  static_cast<float>(options_.extrapolation));
     }
     master_before_current_ = true;
   });
@@ -190,11 +223,14 @@ void DelayedTierStep::start(int64_t step, double lr, double grad_scale) {
 // Waits for the step in flight, if any, and writes its weights into the parameters: at a boundary the
 // extrapolated ones if so set, else the optimizer's own, also when the parameters still hold an extrapolation
 // of a step already waited for (a skipped step since).
-bool DelayedTierStep::apply(Weights how) {
+bool DelayedTierStep::apply(Weights how, double lookahead) {
   const bool waited = thread_.wait();
   if (waited) tier_bytes_ = tier_.bytes();
-  const bool extrapolated = how == Weights::kBoundary && extrapolates();
+  const bool extrapolated = how == Weights::kBoundary && options_.predicts();
   if (!waited && !(how == Weights::kExact && extrapolated_applied_)) return false;
+  if (extrapolated && options_.lookahead != 0)
+    for (size_t g = 0; g < extrapolated_.size(); ++g)
+      look_ahead(fp32_prediction(g), accumulators_[g], extrapolated_[g], lookahead);
   write_weights_(extrapolated ? extrapolated_ : outputs_);
   extrapolated_applied_ = extrapolated;
   return true;

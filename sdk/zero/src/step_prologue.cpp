@@ -48,6 +48,7 @@ StepDecision step_prologue(const sdk::Host& host, float local_max_abs,
   const double norm = kit::exact_norm(summed, global_max) * unscale;
   args.grad_norm = norm;
   args.overflow = 0;
+  decision.unscale = unscale;
   decision.grad_scale = unscale * kit::clip_coefficient(norm, args.clip_norm);
   return decision;
 }

@@ -37,6 +37,17 @@
 //     up to rounding. Whatever drains (the last step, save, load) applies W_t itself: final weights and
 //     checkpoints are the optimizer's, never extrapolated. k = 0 is the plain rule; what k buys:
 //     Note [Delayed momentum stability] (bench/dpu/stability.py).
+//   - Lookahead (zero.offload_optimizer.delayed_update_lookahead = c > 0; Adam and AdamW only): the boundary of
+//     step t, which applies E_{t-1} (W_{t-1} when k = 0) while W_t is still being computed, moves it on by a
+//     step of c times step t's learning rate along g_t, the gradients of the step in flight, scaled to unit
+//     root mean square over the whole model. It applies, computed in fp32 and then cast to the compute dtype,
+//         P_{t-1} = E_{t-1} - c lr_t sqrt(N) g_t / ||g_t||,
+//     N the model's parameter count and ||g_t|| the global norm of the step prologue (so averaging, loss scale
+//     and clipping cancel out). Adam moves a weight by about lr per step, and the share of W_t's update that
+//     step t's own gradients bring, (1 - beta1) of the new momentum, is what E_{t-1} cannot carry on: c = 0.1 is
+//     that share at beta1 = 0.9. Applied only where E is (not at step S's boundary, with nothing in flight), with
+//     nothing added at a boundary whose step overflowed (it has no g_t). The update itself is unchanged, and
+//     whatever drains applies W_t. What it buys, measured: docs/config.md, "Delayed parameter update".
 //   - Overflow or a skipped step (fp16): step t-1's update is still applied at step t's boundary (E_{t-1}
 //     with extrapolation); g_t is dropped and nothing starts, so step t+1 runs on the weights just applied.
 //   - Last step (the host marks it, ZHOST_EXT_LAST_STEP): its update is applied before step() returns, so
@@ -65,6 +76,7 @@
 #include "zhost/cpp/plugin.hpp"
 #include "zhost/partition.h"
 #include "zhost/zero/plugin_calls.hpp"
+#include "zhost/zero/step_prologue.hpp"
 
 namespace zhost::zero {
 
@@ -77,13 +89,17 @@ struct DelayedUpdateOptions {
   bool enabled = false;                             // zero.offload_optimizer.delayed_update
   int64_t start_step = kDefaultDelayedUpdateStart;  // zero.offload_optimizer.delayed_update_start_step (S)
   double extrapolation = 0;                         // zero.offload_optimizer.delayed_update_extrapolation (k)
+  double lookahead = 0;                             // zero.offload_optimizer.delayed_update_lookahead (c)
+  bool predicts() const { return extrapolation != 0 || lookahead != 0; }  // a boundary applies E or P, not W
 };
-// Declares the three keys (every stage that can delay declares them alike) and reads them.
+// Declares the four keys (every stage that can delay declares them alike) and reads them.
 void declare_delayed_update_keys(sdk::DescriptorBuilder& builder);
 DelayedUpdateOptions read_delayed_update_options(const sdk::Host& host);
-// Throws ZHOST_ERR_CONFIG, saying what to set, when the delayed update is on and no tier runs the optimizer.
-void require_tier_for_delayed_update(const DelayedUpdateOptions& options, const OptimizerTier& tier);
-// ", delayed parameter update from step S[, weights extrapolated by k]", for a stage's setup line.
+// Throws ZHOST_ERR_CONFIG, saying what to set, when the delayed update is on and no tier runs the optimizer, and
+// when the lookahead is set for an optimizer other than Adam or AdamW (its step size is Adam's).
+void check_delayed_update_setup(const DelayedUpdateOptions& options, const OptimizerTier& tier,
+                                const zhost_optimizer_desc& optimizer);
+// ", delayed parameter update from step S[, weights extrapolated by k][, lookahead c]", for a stage's setup line.
 std::string delayed_update_summary(const DelayedUpdateOptions& options);
 
 class DelayedUpdate {
@@ -115,21 +131,22 @@ class DelayedTierStep {
   // Steps the tier now, as without the delay (before the start step): its accumulators hold the gradients.
   using StepNow = std::function<void(int64_t step, double lr, double grad_scale)>;
 
-  // `tier` runs the optimizer; `tier_accumulators[g]`: group g's, as add_group answered; `outputs[g]`: where the
-  // step in flight writes group g's weights, in host memory (empty: allocated here, pinned when `copies` are
-  // separate). Throws ZHOST_ERR_CONFIG when extrapolation needs a master the tier cannot read back.
+  // `tier` runs the optimizer; `model_numel`: the parameters of the whole model (N of the lookahead);
+  // `tier_accumulators[g]`: group g's, as add_group answered; `outputs[g]`: where the step in flight writes group
+  // g's weights, in host memory (empty: allocated here, pinned when `copies` are separate). Throws
+  // ZHOST_ERR_CONFIG when extrapolation or the lookahead needs a master the tier cannot read back.
   DelayedTierStep(const OptimizerTier& tier, const HostCopies& copies, const DelayedUpdateOptions& options,
-                  at::ScalarType compute_dtype, std::vector<at::Tensor> tier_accumulators,
+                  int64_t model_numel, at::ScalarType compute_dtype, std::vector<at::Tensor> tier_accumulators,
                   std::vector<at::Tensor> outputs, WriteWeights write_weights);
   DelayedTierStep(DelayedTierStep&&) = delete;  // the background step holds `this`
 
   // [numel] fp32 host memory, zeros after each step: group g's gradients wait here for the step.
   const at::Tensor& accumulator(size_t g) const { return accumulators_[g]; }
-  // The boundary of step args.step, after the step prologue on the accumulators decided `grad_scale` and
-  // `overflow`. Returns whether weights were written into the parameters (applied, or stepped now).
-  bool step(const zhost_step_args& args, double grad_scale, bool overflow, const StepNow& step_now);
+  // The boundary of step args.step, after the step prologue on the accumulators decided `decision` (and filled
+  // args.grad_norm). Returns whether weights were written into the parameters (applied, or stepped now).
+  bool step(const zhost_step_args& args, const StepDecision& decision, const StepNow& step_now);
   // Waits for the step in flight and applies the optimizer's own weights. Returns whether it wrote any.
-  bool drain() { return apply(Weights::kExact); }
+  bool drain() { return apply(Weights::kExact, 0); }
   // The tier's states changed under it (a load): extrapolation reads its master again.
   void states_replaced() { master_before_current_ = false; }
   // The tier's bytes as last read while no step ran (a busy tier is never called).
@@ -138,25 +155,34 @@ class DelayedTierStep {
   uint64_t buffer_bytes() const;
 
  private:
-  // At a boundary (kBoundary) the step in flight's weights are applied extrapolated, if so set; wherever it is
-  // drained (kExact) as the optimizer left them, also when the parameters still hold an extrapolation.
+  // At a boundary (kBoundary) the step in flight's weights are applied extrapolated (and looked ahead by
+  // `lookahead` times the accumulators), if so set; wherever it is drained (kExact) as the optimizer left them,
+  // also when the parameters still hold a prediction.
   enum class Weights { kBoundary, kExact };
-  bool apply(Weights how);
+  bool apply(Weights how, double lookahead);
   void start(int64_t step, double lr, double grad_scale);
-  bool extrapolates() const { return options_.extrapolation != 0; }
+  // The lookahead's factor on the accumulators at this boundary: c lr sqrt(N) / ||g||; 0 without one.
+  double lookahead_factor(const zhost_step_args& args, const StepDecision& decision) const;
+  // Where the background step leaves group g's E in fp32: the extrapolated weights themselves in fp32 jobs, else
+  // the master read back (scratch until the next step).
+  const at::Tensor& fp32_prediction(size_t g) const {
+    return compute_dtype_ == at::kFloat ? extrapolated_[g] : master_after_[g];
+  }
 
   OptimizerTier tier_;
   DelayedUpdateOptions options_;
+  double sqrt_model_numel_ = 0;
   at::ScalarType compute_dtype_ = at::kFloat;
   WriteWeights write_weights_;
   std::vector<at::Tensor> accumulators_, tier_accumulators_;  // [numel] fp32 each
   std::vector<at::Tensor> outputs_;                           // [numel] compute dtype: W of the last step in flight
   uint64_t allocated_output_bytes_ = 0;
-  // Extrapolation, per group: the tier's fp32 master before the step in flight (current when the last change to
-  // it was a delayed step), after it (16-bit jobs: read back from the tier), and E in the compute dtype.
+  // Extrapolation and lookahead, per group: the tier's fp32 master before the step in flight (current when the
+  // last change to it was a delayed step), after it (16-bit jobs: read back from the tier), and E (P) in the
+  // compute dtype.
   std::vector<at::Tensor> master_before_, master_after_, extrapolated_;
   bool master_before_current_ = false;
-  bool extrapolated_applied_ = false;  // the parameters hold extrapolated weights, not the optimizer's
+  bool extrapolated_applied_ = false;  // the parameters hold predicted weights, not the optimizer's
   uint64_t tier_bytes_ = 0;
   DelayedUpdate thread_;  // last: joined before the buffers it writes are destroyed
 };

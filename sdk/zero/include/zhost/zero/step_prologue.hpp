@@ -29,6 +29,7 @@ namespace zhost::zero {
 struct StepDecision {
   bool overflow = false;
   double grad_scale = 0;  // factor for each reduced element; meaningful without overflow
+  double unscale = 0;     // 1 / (world * loss_scale): grad_scale before clipping; meaningful without overflow
 };
 
 // `reduced`: this rank's part of the reduced gradients (any floating dtype; host memory or the device).
