@@ -10,8 +10,9 @@
 # Each setup runs without and with DPU (delayed from step 1), alternating, ROUNDS times. Per run: the median
 # tokens/s over steps 3 to STEPS-1 (the first steps warm up, the last one waits for its update) and the mean
 # time the host waits in the stage's step(); per setup: the median over rounds and the ratio with / without.
-# EXTRAPOLATION=K adds a third run per setup and round, DPU with zero.offload_optimizer.delayed_update_extrapolation
-# = K ("ext"), and its ratio to DPU without it. STAGE=3 runs the same jobs at ZeRO stage 3 (default 2).
+# EXTRAPOLATION=K and/or LOOKAHEAD=C add a third run per setup and round, DPU with
+# zero.offload_optimizer.delayed_update_extrapolation = K and zero.offload_optimizer.delayed_update_lookahead = C
+# ("ext"), and its ratios to DPU without them and to no DPU. STAGE=3 runs the same jobs at ZeRO stage 3 (default 2).
 set -euo pipefail
 build=${1:?usage: run.sh BUILD_DIR DIR [ROUNDS] [STEPS]}
 dir=${2:?usage: run.sh BUILD_DIR DIR [ROUNDS] [STEPS]}
@@ -47,9 +48,10 @@ TOML
 echo "stage ${STAGE:-2}, date $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$(dirname "$0")" rev-parse --short HEAD)," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 out=$work/results.txt
+predicted=${EXTRAPOLATION:-}${LOOKAHEAD:-}  # non-empty: the third run
 for round in $(seq "$rounds"); do
   for setup in cpu nvme cpu-1r; do
-    for dpu in off on ${EXTRAPOLATION:+ext}; do
+    for dpu in off on ${predicted:+ext}; do
       case $setup in
         cpu) args=(--nproc 2 --set zero.offload_optimizer.device=cpu) ;;
         nvme) args=(--nproc 2 --set zero.offload_optimizer.device=nvme --set zero.offload_optimizer.nvme_path="$work/nvme") ;;
@@ -58,7 +60,8 @@ for round in $(seq "$rounds"); do
       esac
       [ $dpu != off ] && args+=(--set zero.offload_optimizer.delayed_update=true
         --set zero.offload_optimizer.delayed_update_start_step=1)
-      [ $dpu = ext ] && args+=(--set zero.offload_optimizer.delayed_update_extrapolation="$EXTRAPOLATION")
+      [ $dpu = ext ] && args+=(--set zero.offload_optimizer.delayed_update_extrapolation="${EXTRAPOLATION:-0}"
+        --set zero.offload_optimizer.delayed_update_lookahead="${LOOKAHEAD:-0}")
       name=$setup-$dpu-$round
       "$build/bin/zhost" run "$work/job.toml" "${args[@]}" --set run.dir="$work/runs" --set run.name="$name" \
         >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
@@ -95,5 +98,7 @@ def table(base, other, base_name, other_name):
 table("off", "on", "without DPU", "with DPU")
 if any(dpu == "ext" for _, dpu in runs):
     print()
-    table("on", "ext", "DPU", "DPU extrapolated")
+    table("on", "ext", "DPU", "DPU predicted")
+    print()
+    table("off", "ext", "without DPU", "DPU predicted")
 PY

@@ -13,13 +13,16 @@ The rule, from step S on: step t's gradients are taken on the weights before the
 model keeps W_{t-1} while the optimizer's copy moves to W_t); before S the update is applied at once. With
 --extrapolation K (zero.offload_optimizer.delayed_update_extrapolation) the forward model gets
 W_{t-1} + K (W_{t-1} - W_{t-2}) instead of W_{t-1}, once a delayed update has a predecessor to extrapolate from.
-With --lookahead (an experiment, not built in zhost: bench/dpu/RESULTS.md, "Predicting the step in flight") the
+With --lookahead C (zero.offload_optimizer.delayed_update_lookahead) it also gets C lr_t sqrt(N) g_t / ||g_t||
+subtracted, g_t the step's clipped gradients and N the parameter count (Note [Delayed parameter update]);
+--lookahead-scale tensor scales g_t by each tensor's own root mean square instead (not built in zhost). With
+--adam-lookahead (an experiment, not built in zhost: bench/dpu/RESULTS.md, "Predicting the step in flight") the
 forward model gets W_t itself as AdamW would compute it from W_{t-1}, the moments before step t and g_t, except
 that the second moment is v_{t-1} (not yet updated by g_t).
 
 Usage: stale_rule_torch.py --model gpt|llama --start S --lr LR [--steps N] [--seed K] [--extrapolation K]
-       [--lookahead] (--start 0: no delay). Prints one JSON line: the mean loss of the last 10 steps and the
-       settings.
+       [--lookahead C [--lookahead-scale global|tensor]] [--adam-lookahead] (--start 0: no delay). Prints one
+       JSON line: the mean loss of the last 10 steps and the settings.
 """
 import argparse
 import glob
@@ -67,7 +70,11 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--extrapolation", type=float, default=0.0, help="k; 0: the stale weights themselves")
-    p.add_argument("--lookahead", action="store_true",
+    p.add_argument("--lookahead", type=float, default=0.0,
+                   help="C: the forward model also steps C lr ahead along g_t scaled to unit RMS; 0: no lookahead")
+    p.add_argument("--lookahead-scale", choices=("global", "tensor"), default="global",
+                   help="g_t's RMS over the whole model (zhost's) or per tensor")
+    p.add_argument("--adam-lookahead", action="store_true",
                    help="the forward model gets W_t predicted from Adam's states before step t and g_t")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -99,7 +106,7 @@ def main():
         for group in optimizer.param_groups:  # step 1 at the initial lr, step t at the schedule's t-2
             group["lr"] = args.lr if t == 1 else args.lr * lr_ratio(t - 2, args.steps)
         with torch.no_grad():
-            if args.start > 0 and t >= args.start and args.lookahead:  # W_t predicted with v_{t-1}
+            if args.start > 0 and t >= args.start and args.adam_lookahead:  # W_t predicted with v_{t-1}
                 group = optimizer.param_groups[0]
                 beta1, beta2 = group["betas"]
                 lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
@@ -114,8 +121,18 @@ def main():
                     w.copy_(m * (1 - lr * wd) - lr / (1 - beta1 ** step) * m_t / denominator)
                 optimizer.step()
             elif args.start > 0 and t >= args.start:  # delayed: the next step still reads W_{t-1} (extrapolated)
+                count = sum(m.numel() for m in master)
+                norm = torch.sqrt(sum((m.grad.double() ** 2).sum() for m in master)).item()
+                lr = optimizer.param_groups[0]["lr"]
                 for i, (m, w) in enumerate(zip(master, forward_weights)):
-                    w.copy_(m if t == args.start else m + args.extrapolation * (m - before_update[i]))
+                    if t == args.start:
+                        w.copy_(m)
+                        continue
+                    if args.lookahead_scale == "tensor":
+                        factor = args.lookahead * lr * math.sqrt(m.numel()) / max(m.grad.norm().item(), 1e-30)
+                    else:
+                        factor = args.lookahead * lr * math.sqrt(count) / norm
+                    w.copy_(m + args.extrapolation * (m - before_update[i]) - factor * m.grad)
                 before_update = [m.detach().clone() for m in master]
                 optimizer.step()
             else:
@@ -124,6 +141,7 @@ def main():
                     w.copy_(m)
     print(json.dumps({"model": args.model, "start": args.start, "lr": args.lr, "steps": args.steps,
                       "seed": args.seed, "extrapolation": args.extrapolation, "lookahead": args.lookahead,
+                      "lookahead_scale": args.lookahead_scale, "adam_lookahead": args.adam_lookahead,
                       "final_loss": round(sum(losses[-10:]) / 10, 4)}))
 
 
