@@ -68,6 +68,19 @@ RunOutput train(const ScratchDir& dir, const std::string& name, const std::strin
   return r;
 }
 
+// The job without delay and the delayed job `delayed` saving after every step (each save drains), both with
+// `extra`: the same losses and final weights, bit for bit. Returns the job without delay.
+RunOutput expect_drained_every_step_equals_no_delay(const ScratchDir& dir, const std::string& delayed,
+                                                    const std::string& extra = "") {
+  RunOutput plain = train(dir, "plain", extra);
+  RunOutput drained =
+      train(dir, "drained", delayed + extra + " --set checkpoint.interval=1 --set checkpoint.dir=drained_ckpt");
+  EXPECT_EQ(plain.losses.size(), 6u);
+  EXPECT_EQ(drained.losses, plain.losses);
+  EXPECT_EQ(weights_mismatch(drained, plain, 0, 0), "");
+  return plain;
+}
+
 class DelayedUpdate : public ::testing::TestWithParam<Stage> {
  protected:
   void SetUp() override { job = std::string(kTier) + GetParam().args; }
@@ -97,14 +110,10 @@ TEST_P(DelayedUpdate, EachStepReadsTheWeightsFromTwoUpdatesBefore) {
 
 TEST_P(DelayedUpdate, DrainedAfterEveryStepEqualsNoDelayBitForBit) {
   ScratchDir dir;
-  RunOutput plain = train(dir, "plain", "");
-  RunOutput drained =
-      train(dir, "drained", std::string(kDelayed) + " --set checkpoint.interval=1 --set checkpoint.dir=ckpt");
+  RunOutput plain = expect_drained_every_step_equals_no_delay(dir, kDelayed);
   RunOutput delayed = train(dir, "delayed", kDelayed);
   ASSERT_EQ(plain.losses.size(), 6u);
   expect_clipping_acted(plain);
-  EXPECT_EQ(drained.losses, plain.losses);
-  EXPECT_EQ(weights_mismatch(drained, plain, 0, 0), "");
   EXPECT_NE(weights_mismatch(delayed, plain, 0, 0), "");  // without the drains the delay shows
 }
 
@@ -225,12 +234,7 @@ TEST_P(DelayedUpdate, ExtrapolatedBf16StepsReadTheExtrapolatedWeightsAndDrainExa
   const double casts = 1e-4 * on_e1;  // a bf16 ulp here and there
   EXPECT_NEAR(r.extrapolated.losses[2], on_e1, casts);
   EXPECT_GT(std::abs(r.extrapolated.losses[2] - on_w1), 10 * casts) << "step 3 read W_1, not E_1";
-  RunOutput plain = train(dir, "plain", bf16);
-  RunOutput drained =
-      train(dir, "drained", kExtrapolated + bf16 + " --set checkpoint.interval=1 --set checkpoint.dir=drained_ckpt");
-  ASSERT_EQ(plain.losses.size(), 6u);
-  EXPECT_EQ(drained.losses, plain.losses);
-  EXPECT_EQ(weights_mismatch(drained, plain, 0, 0), "");
+  expect_drained_every_step_equals_no_delay(dir, kExtrapolated, bf16);
 }
 
 // The lookahead in bf16 completes the fp32 prediction at the boundary and casts it there (fp32 jobs add in place):
@@ -254,24 +258,14 @@ TEST_P(DelayedUpdate, LookaheadInBf16FollowsTheFp32PredictionAndDrainsExactly) {
     EXPECT_NEAR(half.losses[i], fp32.losses[i], 1.5e-3 * fp32.losses[i]) << "step " << i + 1;
   EXPECT_EQ(half.losses[1], behind.losses[1]);  // step 2 reads W_0 in both
   EXPECT_GT(std::abs(half.losses[2] - behind.losses[2]), 2e-3 * behind.losses[2]) << "step 3 read E_1, not P_1";
-  RunOutput plain = train(dir, "plain", bf16);
-  RunOutput drained =
-      train(dir, "drained", ahead + bf16 + " --set checkpoint.interval=1 --set checkpoint.dir=drained_ckpt");
-  ASSERT_EQ(plain.losses.size(), 6u);
-  EXPECT_EQ(drained.losses, plain.losses);
-  EXPECT_EQ(weights_mismatch(drained, plain, 0, 0), "");
+  expect_drained_every_step_equals_no_delay(dir, ahead, bf16);
 }
 
 // Whatever drains applies the optimizer's weights, not their extrapolation: saved after every step (a save
 // drains), the job is bit for bit the job without delay; resumed, it is bit for bit the job that saved.
 TEST_P(DelayedUpdate, ExtrapolatedJobDrainedOrResumedIsExact) {
   ScratchDir dir;
-  RunOutput plain = train(dir, "plain", "");
-  RunOutput drained =
-      train(dir, "drained", kExtrapolated + " --set checkpoint.interval=1 --set checkpoint.dir=drained_ckpt");
-  ASSERT_EQ(plain.losses.size(), 6u);
-  EXPECT_EQ(drained.losses, plain.losses);
-  EXPECT_EQ(weights_mismatch(drained, plain, 0, 0), "");
+  expect_drained_every_step_equals_no_delay(dir, kExtrapolated);
   RunOutput full = expect_resumed_equals_the_job_that_saved(dir, kExtrapolated);
   RunOutput stale =
       train(dir, "stale", std::string(kDelayed) + " --set checkpoint.interval=3 --set checkpoint.dir=stale_ckpt");
