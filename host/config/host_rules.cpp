@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "host/config/host_schema.hpp"
 #include "host/config/resolved.hpp"
@@ -405,25 +406,21 @@ void add_nvme_rules(Schema& schema) {
                      start == kDelayedUpdateStartDefault ? " (the default: the first 40 steps are synchronous)" : "",
                      config.get_int("steps"));
                });
-  warning_rule(schema, {"zero.offload_optimizer.delayed_update_extrapolation", "zero.offload_optimizer.delayed_update"},
-               [](const ResolvedConfig& config) -> Problem {
-                 const double k = config.get_float("zero.offload_optimizer.delayed_update_extrapolation");
-                 if (k == 0 || config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;
-                 return fmt::format(
-                     "zero.offload_optimizer.delayed_update_extrapolation = {:g} has no effect: it extrapolates the "
-                     "weights of zero.offload_optimizer.delayed_update, which is false",
-                     k);
-               });
+  // The delayed update's two weight predictions (Note [Delayed parameter update]) do nothing without it.
+  for (const auto& [key, does] : {std::pair<const char*, const char*>{"extrapolation", "extrapolates"},
+                                  std::pair<const char*, const char*>{"lookahead", "looks ahead from"}})
+    warning_rule(schema,
+                 {std::string("zero.offload_optimizer.delayed_update_") + key, "zero.offload_optimizer.delayed_update"},
+                 [path = std::string("zero.offload_optimizer.delayed_update_") + key,
+                  does = std::string(does)](const ResolvedConfig& config) -> Problem {
+                   const double value = config.get_float(path);
+                   if (value == 0 || config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;
+                   return fmt::format(
+                       "{} = {:g} has no effect: it {} the weights of "
+                       "zero.offload_optimizer.delayed_update, which is false",
+                       path, value, does);
+                 });
   // Note [Delayed parameter update], lookahead: a step of Adam's size, c lr per element on average.
-  warning_rule(schema, {"zero.offload_optimizer.delayed_update_lookahead", "zero.offload_optimizer.delayed_update"},
-               [](const ResolvedConfig& config) -> Problem {
-                 const double c = config.get_float("zero.offload_optimizer.delayed_update_lookahead");
-                 if (c == 0 || config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;
-                 return fmt::format(
-                     "zero.offload_optimizer.delayed_update_lookahead = {:g} has no effect: it looks ahead from the "
-                     "weights of zero.offload_optimizer.delayed_update, which is false",
-                     c);
-               });
   rule(schema,
        {"zero.offload_optimizer.delayed_update_lookahead", "zero.offload_optimizer.delayed_update", "optimizer.type"},
        [](const ResolvedConfig& config) -> Problem {

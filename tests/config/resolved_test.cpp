@@ -89,7 +89,7 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
                                      "buffer_count = 4  # default (host)\n"
                                      "delayed_update = false  # default (host)\n"
                                      "delayed_update_extrapolation = 0.0  # default (host)\n"
-                                      "delayed_update_lookahead = 0.0  # default (host)\n"
+                                     "delayed_update_lookahead = 0.0  # default (host)\n"
                                      "delayed_update_start_step = 41  # default (host)\n"
                                      "device = \"cpu\"  # --set (host)\n"
                                      "fast_init = false  # default (host)\n"
