@@ -39,8 +39,45 @@ add_library(zhost_boost_dll INTERFACE)
 target_link_libraries(zhost_boost_dll INTERFACE Boost::headers ${CMAKE_DL_LIBS})
 target_compile_definitions(zhost_boost_dll INTERFACE BOOST_DLL_USE_STD_FS)
 
+# Note [LibTorch from torch's wheel]
+# zhost builds against exactly one LibTorch: the one in torch's PyPI wheel (version pinned in
+# scripts/python-requirements.txt, installed by scripts/setup-deps into $ZHOST_VENV). It is the LibTorch the GPU
+# machines and zhost's users run (CUDA 13.0 with its cuBLAS, cuDNN and NCCL as PyPI packages next to it), and the
+# torch the tests' Python references import, so C++ and reference share one set of kernels. Debian 12's LibTorch
+# 1.13 (CPU only, 2022) is no longer used. The wheel brings headers and libraries with two neighbours chosen here
+# on purpose:
+# - fmt: the wheel ships fmt 12's headers in its include folder, next to Debian's fmt 9 that spdlog is built with.
+#   Which one a file saw used to depend on include order; zhost_torch now names a copy of the wheel's include
+#   folder without fmt/, so every file sees Debian's fmt (the wheel's own libraries are compiled already).
+# - Gloo: ProcessGroupGloo.hpp includes Gloo's headers, which the wheel does not ship (its Gloo is linked into
+#   libtorch_cpu). Debian's libgloo-dev provides them; zhost only holds Gloo devices by shared_ptr and builds
+#   its backends through libtorch's own functions, so no Gloo layout is compiled into zhost, and zhost never
+#   links Debian's libgloo (two Gloos in one process).
+set(ZHOST_PYTHON "$ENV{ZHOST_VENV}/bin/python" CACHE FILEPATH
+    "The python of zhost's virtual environment (scripts/setup-deps): its torch is the LibTorch zhost builds against")
+if(ZHOST_PYTHON STREQUAL "/bin/python")
+  set(ZHOST_PYTHON "$ENV{HOME}/.cache/zhost/venv/bin/python" CACHE FILEPATH "" FORCE)
+endif()
 if(ZHOST_WITH_TORCH)
-  find_package(Torch REQUIRED)
+  if(NOT Torch_DIR)
+    execute_process(COMMAND ${ZHOST_PYTHON} -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+                    OUTPUT_VARIABLE zhost_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE zhost_torch_found
+                    ERROR_QUIET)
+    if(NOT zhost_torch_found EQUAL 0)
+      message(FATAL_ERROR "zhost: ${ZHOST_PYTHON} cannot import torch: run scripts/setup-deps (it installs torch's "
+                          "wheel into $ZHOST_VENV), or pass -DZHOST_PYTHON=/path/to/python with torch installed")
+    endif()
+    set(Torch_DIR "${zhost_torch_prefix}/Torch" CACHE PATH "LibTorch's CMake package (torch's wheel)")
+  endif()
+  # torch's CMake package compiles CUDA for every architecture it knows unless told otherwise; zhost's kernels are
+  # few, and the GPUs it runs on are Ampere and Hopper.
+  if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST} AND NOT TORCH_CUDA_ARCH_LIST)
+    set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+  endif()
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  find_package(Torch 2.11 REQUIRED)
   # LibTorch's config reports CUDA through TORCH_CUDA_LIBRARIES / the torch_cuda target.
   if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
     set(ZHOST_TORCH_HAS_CUDA ON)
@@ -52,9 +89,43 @@ if(ZHOST_WITH_TORCH)
   if(ZHOST_WITH_CUDA AND NOT ZHOST_TORCH_HAS_CUDA)
     message(FATAL_ERROR "ZHOST_WITH_CUDA=ON needs a LibTorch built with CUDA; this one (${TORCH_INSTALL_PREFIX}) has none")
   endif()
+  # The wheel's include folder without its fmt (Note [LibTorch from torch's wheel]): a folder of links to every
+  # other entry, remade at each configure, named wherever LibTorch's targets name the wheel's folder.
+  get_filename_component(zhost_torch_include "${TORCH_INSTALL_PREFIX}/include" REALPATH)
+  set(zhost_torch_include_view ${CMAKE_BINARY_DIR}/torch_include)
+  file(REMOVE_RECURSE ${zhost_torch_include_view})
+  file(MAKE_DIRECTORY ${zhost_torch_include_view})
+  file(GLOB zhost_torch_include_entries RELATIVE ${zhost_torch_include} ${zhost_torch_include}/*)
+  list(REMOVE_ITEM zhost_torch_include_entries fmt)
+  foreach(entry ${zhost_torch_include_entries})
+    file(CREATE_LINK ${zhost_torch_include}/${entry} ${zhost_torch_include_view}/${entry} SYMBOLIC)
+  endforeach()
+  set(ZHOST_TORCH_INCLUDE_DIRS)
+  foreach(dir ${TORCH_INCLUDE_DIRS})
+    get_filename_component(dir "${dir}" REALPATH)
+    string(REPLACE "${zhost_torch_include}" "${zhost_torch_include_view}" dir "${dir}")
+    list(APPEND ZHOST_TORCH_INCLUDE_DIRS ${dir})
+  endforeach()
+  foreach(target torch torch_cpu torch_cuda c10 c10_cuda torch_cpu_library torch_cuda_library)
+    if(TARGET ${target})
+      get_target_property(dirs ${target} INTERFACE_INCLUDE_DIRECTORIES)
+      if(dirs)
+        string(REPLACE "${TORCH_INSTALL_PREFIX}/include" "${zhost_torch_include_view}" dirs "${dirs}")
+        string(REPLACE "${zhost_torch_include}" "${zhost_torch_include_view}" dirs "${dirs}")
+        set_target_properties(${target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${dirs}")
+      endif()
+    endif()
+  endforeach()
   add_library(zhost_torch INTERFACE)
-  target_link_libraries(zhost_torch INTERFACE ${TORCH_LIBRARIES})
-  target_include_directories(zhost_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+  # Note [One std::filesystem]: libtorch_cpu.so carries and exports its own copy of std::filesystem (GCC 13's,
+  # linked in statically for old distributions), and it comes before libstdc++ in a zhost binary's lookup order,
+  # so remove_all and the like resolved half to that copy and half to Debian's GCC 12 libstdc++, whose private
+  # directory-walking structures differ: checkpoint rotation crashed (SIGSEGV) and a failed save's folder was not
+  # removed (tests/checkpoint DiskFull, tests/zero DelayedUpdate drained every step). Naming libstdc++ before
+  # LibTorch puts it first among a binary's libraries, and every std::filesystem call then resolves to it.
+  target_link_libraries(zhost_torch INTERFACE "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state"
+                                              ${TORCH_LIBRARIES})
+  target_include_directories(zhost_torch SYSTEM INTERFACE ${ZHOST_TORCH_INCLUDE_DIRS})
   if(ZHOST_WITH_CUDA)
     target_compile_definitions(zhost_torch INTERFACE ZHOST_WITH_CUDA=1)
   endif()

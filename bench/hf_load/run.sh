@@ -8,6 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${ZHOST_BUILD_DIR:-$root/build}
+source "$root/scripts/lib/env.sh"  # hf_models.py runs on the venv's torch
 out=${1:-/tmp/zhost-hf-load}
 mkdir -p "$out"
 # 155 M parameters (620 MB of F32 safetensors in 4 shards): 8 layers x 1024, 16 heads, 4 key/value heads.
@@ -15,8 +16,8 @@ big='{"num_hidden_layers": 8, "hidden_size": 1024, "intermediate_size": 2816, "n
       "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 256}'
 if [ ! -f "$out/big/config.json" ]; then
   mkdir -p "$out/big" "$out/tiny"
-  /usr/bin/python3 "$root/tests/hf/hf_models.py" make llama "$out/big" --shards 4 --config "$big"
-  /usr/bin/python3 "$root/tests/hf/hf_models.py" make llama "$out/tiny"
+  "$ZHOST_VENV/bin/python" "$root/tests/hf/hf_models.py" make llama "$out/big" --shards 4 --config "$big"
+  "$ZHOST_VENV/bin/python" "$root/tests/hf/hf_models.py" make llama "$out/tiny"
 fi
 cat >"$out/job.toml" <<TOML
 steps = 1

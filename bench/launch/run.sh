@@ -7,22 +7,23 @@
 # Sides, each a 2-rank job of bench/vs_pytorch's 3m gpt (2 steps, micro-batch 8, seq 128):
 #   forked   `zhost run --nproc 2`: ranks forked from the launcher (Note [Forked ranks])
 #   exec     the same with ZHOST_LAUNCH=exec: every rank runs zhost again and loads LibTorch itself
-#   pytorch  bench/vs_pytorch/pytorch_ddp.py --nproc 2 (python3-torch, DDP over Gloo)
+#   pytorch  bench/vs_pytorch/pytorch_ddp.py --nproc 2 (the venv's torch, DDP over Gloo)
 # The sides run back to back in an order that rotates between rounds; the result is each side's median
 # wall time over the rounds and the ratios of the medians.
 #
-# Environment: BUILD (default: build/ of this checkout), ROUNDS (7), PYTHON (/usr/bin/python3).
+# Environment: BUILD (default: build/ of this checkout), ROUNDS (7), PYTHON ($ZHOST_VENV/bin/python).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${BUILD:-$root/build}
 rounds=${ROUNDS:-7}
-python=${PYTHON:-/usr/bin/python3}
+source "$root/scripts/lib/env.sh"
+python=${PYTHON:-$ZHOST_VENV/bin/python}  # torch 2.11, the LibTorch zhost builds against
 results=${1:-$(mktemp -d /tmp/zhost-launch.XXXXXX)}
 zhost=$build/bin/zhost
 [[ -x $zhost ]] || { echo "run.sh: $zhost not built (scripts/build)" >&2; exit 2; }
-"$python" -c "import torch" 2>/dev/null || { echo "run.sh: $python has no torch (apt-get install python3-torch)" >&2; exit 2; }
+"$python" -c "import torch" 2>/dev/null || { echo "run.sh: $python has no torch (scripts/setup-deps installs it into $ZHOST_VENV)" >&2; exit 2; }
 mkdir -p "$results"
 unset OMP_NUM_THREADS ZHOST_LAUNCH
 

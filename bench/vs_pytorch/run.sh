@@ -4,7 +4,7 @@
 #
 #   bench/vs_pytorch/run.sh [RESULTS_DIR]
 #
-# Sides: PyTorch DistributedDataParallel over Gloo (pytorch_ddp.py, python3-torch) and `zhost run` at
+# Sides: PyTorch DistributedDataParallel over Gloo (pytorch_ddp.py, the venv's torch) and `zhost run` at
 # ZeRO stages 0, 2 and 3, each on 1 and 2 local ranks, for a gpt of ~3M and one of ~30M parameters.
 # Threads: both sides run CPUs / ranks intra-op threads per rank (zhost chooses that itself, Note [CPU
 # threads per rank]; PyTorch is told). Per round the sides of a configuration run back to back in an order
@@ -13,7 +13,7 @@
 # same run, for MFU.
 #
 # Environment: BUILD (default: build/ of this checkout, zhost and the stage plugins built), ROUNDS (3),
-# WARMUP (3 steps, not timed), MEASURED (5 steps), SIZES ("3m 30m"), RANKS ("1 2"), PYTHON (/usr/bin/python3).
+# WARMUP (3 steps, not timed), MEASURED (5 steps), SIZES ("3m 30m"), RANKS ("1 2"), PYTHON ($ZHOST_VENV/bin/python).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,11 +24,12 @@ warmup=${WARMUP:-3}
 measured=${MEASURED:-5}
 read -r -a size_order <<< "${SIZES:-3m 30m}"
 read -r -a rank_counts <<< "${RANKS:-1 2}"
-python=${PYTHON:-/usr/bin/python3}
+source "$root/scripts/lib/env.sh"
+python=${PYTHON:-$ZHOST_VENV/bin/python}  # torch 2.11, the LibTorch zhost builds against
 results=${1:-$(mktemp -d /tmp/zhost-vs-pytorch.XXXXXX)}
 zhost=$build/bin/zhost
 [[ -x $zhost ]] || { echo "run.sh: $zhost not built (scripts/build)" >&2; exit 2; }
-"$python" -c "import torch" 2>/dev/null || { echo "run.sh: $python has no torch (apt-get install python3-torch)" >&2; exit 2; }
+"$python" -c "import torch" 2>/dev/null || { echo "run.sh: $python has no torch (scripts/setup-deps installs it into $ZHOST_VENV)" >&2; exit 2; }
 mkdir -p "$results"
 cpus=$(nproc)
 unset OMP_NUM_THREADS  # zhost picks its threads per rank itself; PyTorch is given the same count

@@ -36,8 +36,8 @@ std::string formula_text(const ModelStateShape& s) {
   if (s.params_offloaded && s.stage >= 3) return "0 (parameters, gradients and optimizer offloaded)";
   if (s.optimizer_offloaded) {
     if (s.stage == 1) return fmt::format("{}Ψ (optimizer offloaded)", 2 * c);
-    return fmt::format(
-        s.stage >= 3 ? "{}Ψ/N (optimizer and gradients offloaded)" : "{}Ψ (optimizer and gradients offloaded)", c);
+    return s.stage >= 3 ? fmt::format("{}Ψ/N (optimizer and gradients offloaded)", c)
+                        : fmt::format("{}Ψ (optimizer and gradients offloaded)", c);
   }
   switch (s.stage) {
     case 0:

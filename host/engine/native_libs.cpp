@@ -1,6 +1,7 @@
 // host/engine/native_libs.cpp: the BLAS and malloc loaded in this process (see the header).
 #include "host/engine/native_libs.hpp"
 
+#include <c10/util/Logging.h>
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -49,8 +50,19 @@ BlasInfo blas_in_use() {
     }
     if (auto get_core = symbol<char* (*)()>("openblas_get_corename"))
       blas.detail += std::string(", core ") + get_core();
-  } else if (blas.path.find("mkl") != std::string::npos) {
+  } else if (blas.path.find("mkl") != std::string::npos || file.rfind("libtorch_cpu", 0) == 0) {
+    // torch's wheel links MKL into libtorch_cpu.so (Note [LibTorch from torch's wheel]).
     blas.name = "MKL";
+    if (auto version = symbol<void (*)(char*, int)>("MKL_Get_Version_String")) {
+      char text[198] = {};
+      version(text, sizeof text - 1);
+      // "Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build ...": the word after "Version".
+      std::istringstream words(text);
+      for (std::string word; words >> word;) {
+        if (word == "Version" && words >> word) blas.detail = word.substr(0, word.find('-'));
+      }
+    }
+    if (file.rfind("libtorch_cpu", 0) == 0) blas.detail += blas.detail.empty() ? "in LibTorch" : ", in LibTorch";
   } else if (blas.path.find("blis") != std::string::npos) {
     blas.name = "BLIS";
   } else if (blas.path.find("/blas/libblas.so") != std::string::npos) {
@@ -87,15 +99,7 @@ std::string native_libs_summary() {
 namespace zhost::engine {
 
 void apply_log_environment() {
-  const char* level = std::getenv("GLOG_minloglevel");
-  if (level == nullptr) return;
-  char* end = nullptr;
-  const long value = std::strtol(level, &end, 10);
-  if (end == level || *end != '\0') return;  // glog would ignore it too
-  // glog's flag, as LibTorch's c10 links it (libglog exports it with C++ linkage).
-  if (auto* min_log_level = static_cast<int32_t*>(::dlsym(RTLD_DEFAULT, "_ZN3fLI17FLAGS_minloglevelE"))) {
-    *min_log_level = static_cast<int32_t>(value);
-  }
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") != nullptr) c10::initLogging();  // reads the variable
 }
 
 }  // namespace zhost::engine

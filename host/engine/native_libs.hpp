@@ -1,9 +1,10 @@
 // host/engine/native_libs.hpp: which BLAS and which malloc this process actually runs with.
 //
-// LibTorch's CPU matrix products go to whatever libblas.so.3 the system's alternatives point at: on Debian
-// that is the reference BLAS unless an optimised one (OpenBLAS) is installed, and the difference is ~20x
-// in sgemm. The allocator matters as much for CPU training: glibc's malloc hands large temporaries back to
-// the kernel and faults them in again every step. zhost names both at start so that a slow run explains
+// LibTorch's CPU matrix products go to the BLAS it was built with: MKL inside libtorch_cpu.so for torch's wheel
+// (Note [LibTorch from torch's wheel]); a LibTorch linked against the system's libblas.so.3 gets whatever the
+// alternatives point at, which on Debian is the reference BLAS unless an optimised one is installed (~20x
+// slower sgemm). The allocator matters as much for CPU training: glibc's malloc hands large temporaries back
+// to the kernel and faults them in again every step. zhost names both at start so that a slow run explains
 // itself; the answer comes from the libraries loaded in this process, not from the build.
 #pragma once
 
@@ -26,8 +27,9 @@ struct AllocatorInfo {
 BlasInfo blas_in_use();
 AllocatorInfo allocator_in_use();
 
-// LibTorch logs through glog, which reads GLOG_minloglevel once, when it is loaded. A rank forked from the
-// launcher (Note [Forked ranks]) gets its environment later: this applies the variable, when set, again.
+// LibTorch logs through c10's logger, whose level TORCH_CPP_LOG_LEVEL sets (INFO, WARNING, ERROR, FATAL). A
+// process has to ask c10 to read it, and a rank forked from the launcher (Note [Forked ranks]) gets its
+// environment only after LibTorch was loaded: this applies the variable, when set.
 void apply_log_environment();
 
 // One line for logs and `zhost version`: "BLAS OpenBLAS (0.3.21, OpenMP threads, core Haswell); malloc tcmalloc".

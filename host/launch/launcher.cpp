@@ -356,9 +356,9 @@ class Supervisor {
     env["MASTER_ADDR"] = options_.master_addr;
     env["MASTER_PORT"] = std::to_string(master_port_);
     env["ZHOST_LAUNCHED"] = "1";
-    // LibTorch's own log lines (glog: c10d's connection retries and the like) would come before zhost's error,
-    // which already says the cause. A GLOG_minloglevel of the user's wins.
-    env.emplace("GLOG_minloglevel", "3");
+    // LibTorch's own log lines (c10's log: c10d's failed receives with their backtraces and the like) would
+    // come before zhost's error, which already says the cause. A TORCH_CPP_LOG_LEVEL of the user's wins.
+    env.emplace("TORCH_CPP_LOG_LEVEL", "FATAL");
     for (const auto& [name, value] : options_.env) env[name] = value;
     return env;
   }

@@ -5,7 +5,8 @@
 //
 // Each rank gets this process's environment plus RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK
 // (--node-rank, torchrun's name), MASTER_ADDR, MASTER_PORT and ZHOST_LAUNCHED=1 (detect_rank_env() reads
-// them back), and GLOG_minloglevel=3 unless set (LibTorch's own log lines would come before zhost's error).
+// them back), and TORCH_CPP_LOG_LEVEL=FATAL unless set (LibTorch's own log lines would come before zhost's
+// error).
 // By default a rank runs /proc/self/exe with this process's own arguments: the CLI must then act as a rank,
 // not launch again, when ZHOST_LAUNCHED=1. Given rank_main, a rank is instead this process forked, running
 // rank_main (Note [Forked ranks] in launcher.cpp). Ranks die with the launcher (PR_SET_PDEATHSIG);

@@ -197,7 +197,7 @@ TEST(LauncherTest, RanksGetTheirEnvironment) {
                                             "MASTER_ADDR=127.0.0.1",
                                             port,
                                             "ZHOST_LAUNCHED=1",
-                                            "GLOG_minloglevel=3",
+                                            "TORCH_CPP_LOG_LEVEL=FATAL",
                                             "EXTRA=x"};
     EXPECT_EQ(launch.lines_of(rank), expected);
   }

@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   if (!flags.pid_dir.empty()) std::ofstream(flags.pid_dir + "/rank" + std::to_string(rank) + ".pid") << ::getpid();
   if (flags.print_env) {
     for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                             "MASTER_PORT", "ZHOST_LAUNCHED", "GLOG_minloglevel", "EXTRA"}) {
+                             "MASTER_PORT", "ZHOST_LAUNCHED", "TORCH_CPP_LOG_LEVEL", "EXTRA"}) {
       std::printf("%s=%s\n", name, env_or_empty(name).c_str());
     }
   }
