@@ -4,8 +4,7 @@
 // hf_models.py's independent PyTorch implementation; stage 3's range loading equals whole loading; export
 // then load is bitwise; config.json / weights that do not fit are refused with one clear line.
 //
-// Python: $ZHOST_PYTHON, else /usr/bin/python3 (Debian's python3-torch); the tests that need it skip, saying
-// so, only when that interpreter cannot import torch and numpy.
+// Python: tests/support/reference_python.hpp (the project's venv, torch 2.11).
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
@@ -23,6 +22,7 @@
 #include "host/core/error.hpp"
 #include "host/formats/safetensors.hpp"
 #include "host/model/model.hpp"
+#include "tests/support/reference_python.hpp"
 #include "tests/support/scratch_dir.hpp"
 
 namespace zhost::model {
@@ -34,21 +34,8 @@ using zhost::testing::ScratchDir;
 // differently ordered sums (an architecture or layout mismatch gives errors of order 1).
 constexpr double kRelativeTolerance = 1e-5;
 
-std::string python() {
-  const char* from_env = std::getenv("ZHOST_PYTHON");
-  return from_env != nullptr && *from_env != '\0' ? from_env : "/usr/bin/python3";
-}
-
-bool python_has_torch() {
-  return std::system(("'" + python() + "' -c 'import torch, numpy' >/dev/null 2>&1").c_str()) == 0;
-}
-
-#define REQUIRE_PYTHON()                                                                    \
-  do {                                                                                      \
-    if (!python_has_torch()) {                                                              \
-      GTEST_SKIP() << python() << " cannot import torch and numpy (Debian: python3-torch)"; \
-    }                                                                                       \
-  } while (0)
+std::string python() { return zhost::testing::reference_python(); }
+#define REQUIRE_PYTHON() ZHOST_REQUIRE_REFERENCE_PYTHON()
 
 void run_script(const std::string& args) {
   const std::string command = "'" + python() + "' " ZHOST_SOURCE_DIR "/tests/hf/hf_models.py " + args;

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """tests/hf/hf_models.py: tiny Hugging Face models for zhost's model.type = "hf" tests, and an independent
 PyTorch implementation of their forward pass (written here from HF's modeling code's semantics, not from
 zhost's C++).

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "host/formats/safetensors.hpp"
+#include "tests/support/reference_python.hpp"
 #include "tests/support/scratch_dir.hpp"
 #include "tests/training/training_test_support.hpp"
 
@@ -17,17 +18,8 @@ using namespace zhost::testing;
 
 namespace {
 
-std::string python() {
-  const char* from_env = std::getenv("ZHOST_PYTHON");
-  return from_env != nullptr && *from_env != '\0' ? from_env : "/usr/bin/python3";
-}
-
-#define REQUIRE_PYTHON()                                                                             \
-  do {                                                                                               \
-    if (std::system(("'" + python() + "' -c 'import torch, numpy' >/dev/null 2>&1").c_str()) != 0) { \
-      GTEST_SKIP() << python() << " cannot import torch and numpy (Debian: python3-torch)";          \
-    }                                                                                                \
-  } while (0)
+std::string python() { return reference_python(); }
+#define REQUIRE_PYTHON() ZHOST_REQUIRE_REFERENCE_PYTHON()
 
 // The tests' models (hf_models.py make-set), made once: DIR/gpt2, DIR/llama (3 shards), DIR/llama1,
 // DIR/mistral.

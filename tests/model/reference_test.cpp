@@ -3,8 +3,7 @@
 // batch, python loads them into its own modules and writes back logits, loss and every parameter's
 // gradient, and the two must agree within fp32 tolerance (kRelativeTolerance below).
 //
-// Python: $ZHOST_PYTHON, else /usr/bin/python3 (Debian's python3-torch); the test is skipped, saying so,
-// only when that interpreter cannot import torch and numpy.
+// Python: tests/support/reference_python.hpp (the project's venv, torch 2.11).
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
@@ -19,6 +18,7 @@
 #include <string>
 
 #include "host/model/model.hpp"
+#include "tests/support/reference_python.hpp"
 #include "tests/support/scratch_dir.hpp"
 
 namespace zhost::model {
@@ -29,16 +29,6 @@ namespace {
 // i.e. agreement to 1e-5 of the tensor's scale: fp32 rounding of differently ordered sums, not a
 // different computation (an architecture mismatch gives errors of order 1).
 constexpr double kRelativeTolerance = 1e-5;
-
-std::string python_executable() {
-  const char* from_env = std::getenv("ZHOST_PYTHON");
-  return from_env != nullptr && *from_env != '\0' ? from_env : "/usr/bin/python3";
-}
-
-bool python_has_torch(const std::string& python) {
-  const std::string command = "'" + python + "' -c 'import torch, numpy' >/dev/null 2>&1";
-  return std::system(command.c_str()) == 0;
-}
 
 void write_raw(const std::filesystem::path& file, const at::Tensor& tensor, at::ScalarType dtype) {
   const at::Tensor data = tensor.detach().to(dtype).contiguous();
@@ -87,8 +77,8 @@ class ReferenceCheck : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Types, ReferenceCheck, ::testing::Values("gpt", "llama", "mlp"));
 
 TEST_P(ReferenceCheck, LossLogitsAndGradientsMatchPyTorch) {
-  const std::string python = python_executable();
-  if (!python_has_torch(python)) GTEST_SKIP() << python << " cannot import torch and numpy (set ZHOST_PYTHON)";
+  ZHOST_REQUIRE_REFERENCE_PYTHON();
+  const std::string python = zhost::testing::reference_python();
 
   const auto model = make_model(reference_spec(GetParam()));
   const ModelSpec& spec = model->spec();

@@ -1,8 +1,7 @@
 // tests/optim/test_torch_reference.cpp: zhost's AdamW, Adam and SGD against torch.optim itself. The test
 // writes the initial parameter and ten steps of gradients as raw float32 files, runs torch_reference.py
-// (python from ZHOST_PYTHON, else /usr/bin/python3), and compares parameters and state to 1e-6
-// (max-norm relative error).
-// Skipped, saying why, only when /usr/bin/python3 has no torch; a ZHOST_PYTHON without torch fails.
+// (tests/support/reference_python.hpp: the project's venv, torch 2.11), and compares parameters and state to
+// 1e-6 (max-norm relative error).
 #include <ATen/core/Tensor.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "tests/optim/optim_test_support.hpp"
+#include "tests/support/reference_python.hpp"
 #include "zhost/kit/optimizer.hpp"
 
 namespace zhost::optim {
@@ -81,17 +81,8 @@ std::vector<double> read_floats(const std::string& path) {
 class TorchReferenceTest : public ::testing::TestWithParam<TorchCase> {
  protected:
   void SetUp() override {
-    const char* configured = std::getenv("ZHOST_PYTHON");
-    python_ = configured != nullptr && *configured != '\0' ? configured : "/usr/bin/python3";
-    std::string output;
-    if (run_command(shell_quoted(python_) + " -c 'import torch, numpy'", output) != 0) {
-      if (configured != nullptr && *configured != '\0') {
-        FAIL() << "ZHOST_PYTHON=" << python_ << " cannot import torch and numpy: " << output;
-      }
-      GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy (set ZHOST_PYTHON to a python that "
-                      "can): "
-                   << output;
-    }
+    ZHOST_REQUIRE_REFERENCE_PYTHON();
+    python_ = ::zhost::testing::reference_python();
     char pattern[] = "/tmp/zhost_optim_torch_XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr) << "mkdtemp failed";
     directory_ = pattern;

@@ -11,8 +11,7 @@
 // zhost::data::DataLoader from the same spec and seed as the job's config (both are deterministic from
 // them), so zhost itself needs no option to export them.
 //
-// Python: $ZHOST_PYTHON, else /usr/bin/python3 (Debian's python3-torch); the test is skipped, saying so,
-// only when that interpreter cannot import torch and numpy.
+// Python: tests/support/reference_python.hpp (the project's venv, torch 2.11).
 #include <ATen/core/Tensor.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -28,6 +27,7 @@
 
 #include "host/data/data.hpp"
 #include "host/model/model.hpp"
+#include "tests/support/reference_python.hpp"
 #include "tests/training/training_test_support.hpp"
 
 namespace zhost::testing {
@@ -135,14 +135,7 @@ timeout_s = 60
                      fmt::arg("warmup_steps", kWarmupSteps));
 }
 
-std::string python_executable() {
-  const char* from_env = std::getenv("ZHOST_PYTHON");
-  return from_env != nullptr && *from_env != '\0' ? from_env : "/usr/bin/python3";
-}
-
-bool python_has_torch(const std::string& python) {
-  return std::system(("'" + python + "' -c 'import torch, numpy' >/dev/null 2>&1").c_str()) == 0;
-}
+std::string python_executable() { return reference_python(); }
 
 std::string read_text(const fs::path& file) {
   std::ifstream in(file);
@@ -286,8 +279,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ReferenceTraining,
                          [](const ::testing::TestParamInfo<Layout>& layout) { return std::string(layout.param.name); });
 
 TEST_P(ReferenceTraining, LossesAndWeightsMatchPyTorch) {
-  if (!python_has_torch(python_executable()))
-    GTEST_SKIP() << python_executable() << " cannot import torch and numpy (set ZHOST_PYTHON)";
+  ZHOST_REQUIRE_REFERENCE_PYTHON();
   const Layout& layout = GetParam();
   ScratchDir dir;
   const RunOutput zhost = run_zhost(dir.path(), job_config(layout), "zhost",
@@ -323,8 +315,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<DelayedRule>& rule) { return std::string(rule.param.name); });
 
 TEST_P(DelayedUpdateReference, LossesAndWeightsMatchPyTorch) {
-  if (!python_has_torch(python_executable()))
-    GTEST_SKIP() << python_executable() << " cannot import torch and numpy (set ZHOST_PYTHON)";
+  ZHOST_REQUIRE_REFERENCE_PYTHON();
   const DelayedRule& rule = GetParam();
   const Layout layout{"Delayed", 6, 2, 2, 1};
   ScratchDir dir;
