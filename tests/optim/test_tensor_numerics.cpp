@@ -253,7 +253,7 @@ TEST(ClipCoefficient, IsPyTorchs) {
   EXPECT_TRUE(std::isnan(clip_coefficient(std::numeric_limits<double>::quiet_NaN(), 1.0)));
 }
 
-TEST(TensorNumerics, MixedDevicesAreRejected) {
+TEST(TensorNumerics, MixedCpuAndCudaDevicesAreRejected) {
   if (!testing::device_available(at::kCUDA)) GTEST_SKIP() << "no CUDA device";
   const std::vector<at::Tensor> mixed = {testing::to_tensor({1.0f}), testing::to_tensor({2.0f}, at::kCUDA)};
   EXPECT_THROW(global_grad_norm(mixed), sdk::PluginError);
