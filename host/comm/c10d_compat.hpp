@@ -1,9 +1,5 @@
-// host/comm/c10d_compat.hpp: private to host/comm. Every difference between LibTorch 1.13 and 2.x in
-// c10d's C++ API lives here, keyed on TORCH_VERSION_MAJOR; NCCL only when ZHOST_WITH_CUDA is defined.
-//
-// 1.13: ProcessGroupGloo/NCCL derive from c10d::ProcessGroup and implement the collectives there.
-// 2.x:  they derive from c10d::Backend (ProcessGroup became a dispatcher in front of backends); the
-//       collective methods on Backend have the same names and signatures as 1.13's ProcessGroup.
+// host/comm/c10d_compat.hpp: private to host/comm. zhost's one contact with c10d's C++ API (LibTorch 2.11 and
+// later: ProcessGroupGloo/NCCL are c10d::Backend objects); NCCL only when ZHOST_WITH_CUDA is defined.
 #pragma once
 
 // The backends' headers are guarded by the macros LibTorch's own CMake targets export (USE_C10D_GLOO, and
@@ -28,20 +24,74 @@
 
 #include <c10/util/Exception.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include <chrono>
+#include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 
 namespace zhost::comm::compat {
 
-#if TORCH_VERSION_MAJOR >= 2
 using BackendBase = c10d::Backend;
-#else
-using BackendBase = c10d::ProcessGroup;
-#endif
 using BackendPtr = c10::intrusive_ptr<BackendBase>;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
+
+namespace detail {
+
+// Note [Bounded store replies]
+// A TCPStore client waits for the server's replies to get, add, check and the like without a deadline: with
+// the process hosting the store stopped (SIGSTOP, a frozen node), every rank would block in its next store call
+// for good. LibTorch 1.13's wait() happened to leave its timeout on the client's socket (SO_RCVTIMEO); 2.x waits
+// with poll() and leaves the socket unbounded. So zhost finds the client's socket itself, the one descriptor
+// that the store's constructor opened connected to the store's port, and bound_replies() sets SO_RCVTIMEO on
+// it: a reply that does not come within the deadline then throws "Socket Timeout" (c10d's recv check) instead of
+// blocking. Waiting for keys is unaffected (poll() with its own timeout comes before the recv). Tested by
+// tests/comm/failure_test.cpp (StoppedRank...) and tests/training/test_supervision.cpp (StoppedRank, ranks 0-2).
+inline std::set<int> open_descriptors() {
+  std::set<int> fds;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    const int own = ::dirfd(dir);  // the listing's own descriptor, closed again below
+    while (const dirent* entry = ::readdir(dir)) {
+      if (entry->d_name[0] != '.' && std::atoi(entry->d_name) != own) fds.insert(std::atoi(entry->d_name));
+    }
+    ::closedir(dir);
+  }
+  return fds;
+}
+
+// The descriptor of `fds` connected to a peer at TCP port `port` (a store client's socket), or -1.
+inline int socket_connected_to_port(const std::set<int>& fds, int port) {
+  for (int fd : fds) {
+    sockaddr_storage peer{};
+    socklen_t length = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) continue;
+    int peer_port = -1;
+    if (peer.ss_family == AF_INET) peer_port = ntohs(reinterpret_cast<const sockaddr_in*>(&peer)->sin_port);
+    if (peer.ss_family == AF_INET6) peer_port = ntohs(reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_port);
+    if (peer_port == port) return fd;
+  }
+  return -1;
+}
+
+struct ClientSockets {
+  std::mutex mutex;
+  std::map<const c10d::Store*, int> fd_of;  // a store made by make_tcp_store -> its client's socket
+};
+inline ClientSockets& client_sockets() {
+  static ClientSockets sockets;
+  return sockets;
+}
+
+}  // namespace detail
 
 inline StorePtr make_tcp_store(const std::string& host, int port, bool is_server, int world_size,
                                std::chrono::milliseconds timeout) {
@@ -51,14 +101,32 @@ inline StorePtr make_tcp_store(const std::string& host, int port, bool is_server
   options.numWorkers = static_cast<std::size_t>(world_size);
   options.waitWorkers = false;  // zhost's own join step names the ranks that are missing
   options.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(host, options);
+  const std::set<int> before = detail::open_descriptors();
+  StorePtr store = c10::make_intrusive<c10d::TCPStore>(host, options);
+  std::set<int> opened;
+  for (int fd : detail::open_descriptors())
+    if (!before.count(fd)) opened.insert(fd);
+  const int client = detail::socket_connected_to_port(opened, port);
+  std::lock_guard<std::mutex> lock(detail::client_sockets().mutex);
+  detail::client_sockets().fd_of[store.get()] = client;
+  return store;
 }
 
-// A TCPStore client waits for the server's reply without a deadline, except that wait() leaves its timeout on
-// the connection's socket (SO_RCVTIMEO) for every later reply. Waiting for no keys returns at once and sets
-// that deadline: afterwards a reply that does not come within `deadline` throws ("Socket Timeout") instead of
-// blocking while the process hosting the store is stopped or frozen (tests/comm/failure_test.cpp, StoppedRank...).
-inline void bound_replies(const StorePtr& store, std::chrono::milliseconds deadline) { store->wait({}, deadline); }
+// Note [Bounded store replies]: every later reply on `store`'s connection within `deadline`, or an exception.
+// A store that make_tcp_store did not make (a HashStore) has no connection to bound.
+inline void bound_replies(const StorePtr& store, std::chrono::milliseconds deadline) {
+  int fd = -1;
+  {
+    std::lock_guard<std::mutex> lock(detail::client_sockets().mutex);
+    const auto found = detail::client_sockets().fd_of.find(store.get());
+    if (found != detail::client_sockets().fd_of.end()) fd = found->second;
+  }
+  if (fd < 0) return;
+  timeval limit{};
+  limit.tv_sec = static_cast<time_t>(deadline.count() / 1000);
+  limit.tv_usec = static_cast<suseconds_t>((deadline.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+}
 
 inline StorePtr make_prefix_store(const std::string& prefix, const StorePtr& store) {
   return c10::make_intrusive<c10d::PrefixStore>(prefix, store);
