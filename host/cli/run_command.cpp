@@ -11,6 +11,7 @@
 #include "host/core/log.hpp"
 
 #if ZHOST_HAS_ENGINE
+#include "host/engine/device.hpp"
 #include "host/engine/engine.hpp"
 #include "host/engine/native_libs.hpp"
 #include "host/engine/preflight.hpp"
@@ -58,6 +59,7 @@ int run_command(const RunOptions& options) {
     // The options first, then the job once here, so that bad options, a bad config, missing data or a model
     // too large for this machine fail before any rank starts.
     launch::check_launch_options(launch);
+    engine::keep_cuda_out_of_this_process();  // Note [No CUDA before fork]
     JobSetup job = prepare_job(options.job);
     engine::check_data(*job.config);
     engine::check_precision(*job.config);
