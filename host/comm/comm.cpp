@@ -287,11 +287,20 @@ struct Comm::Group : std::enable_shared_from_this<Comm::Group> {
   }
 
   std::unique_ptr<Work::State> start(CollectiveKind kind, const Traffic& traffic, bool on_cuda);
-  Work issue(std::unique_ptr<Work::State> state, const std::function<compat::WorkPtr()>& call);
+  // Starts the backend's work with `call`, which gets the collective's state (to stage tensors into).
+  Work issue(std::unique_ptr<Work::State> state, const std::function<compat::WorkPtr(Work::State&)>& call);
   // Note [One-rank groups]: runs what the collective amounts to on one rank, completed on return.
   Work complete_locally(std::unique_ptr<Work::State> state, const std::function<void()>& local);
   const compat::BackendPtr& backend_for(const at::Tensor& tensor, CollectiveKind kind) const;
   const compat::BackendPtr& barrier_backend() const { return gloo ? gloo : nccl; }
+  // Note [One-rank groups]; with CommOptions::one_rank_groups_use_nccl, NCCL's own path instead.
+  bool completes_locally() const { return size == 1 && !(job->options.one_rank_groups_use_nccl && nccl); }
+  // Note [Gloo and CUDA tensors]: what `backend` is handed for `tensor`: the tensor itself, or for Gloo and a CUDA
+  // tensor a host copy (kIn: with the tensor's values; kOut: copied back into the tensor when the work completes;
+  // kInOut: both).
+  enum class Staging { kIn, kOut, kInOut };
+  at::Tensor staged(Work::State& state, const compat::BackendPtr& backend, const at::Tensor& tensor,
+                    Staging how) const;
   [[noreturn]] void fail_collective(const Work::State& state, const std::string& cause);
   void warn_waiting(const Work::State& state);
   // Who did not arrive at collective `seq` and who stopped responding, in words.
@@ -308,6 +317,8 @@ struct Work::State {
   Clock::time_point deadline;
   bool poll = false;  // CUDA work: poll completion (NCCL's wait() does not block the CPU)
   std::vector<compat::WorkPtr> works;
+  // Note [Gloo and CUDA tensors]: (a CUDA tensor, the host copy Gloo wrote into), copied back before finish.
+  std::vector<std::pair<at::Tensor, at::Tensor>> staged_outputs;
   std::function<void()> finish;  // local step after the network part (reduction, division)
   bool done = false;
 };
@@ -334,9 +345,10 @@ std::unique_ptr<Work::State> Comm::Group::start(CollectiveKind kind, const Traff
   return state;
 }
 
-Work Comm::Group::issue(std::unique_ptr<Work::State> state, const std::function<compat::WorkPtr()>& call) {
+Work Comm::Group::issue(std::unique_ptr<Work::State> state,
+                        const std::function<compat::WorkPtr(Work::State&)>& call) {
   try {
-    state->works.push_back(call());
+    state->works.push_back(call(*state));
   } catch (const std::exception& e) {
     fail_collective(*state, "backend error: " + compat::describe_exception(e));
   }
@@ -350,6 +362,22 @@ Work Comm::Group::issue(std::unique_ptr<Work::State> state, const std::function<
 // tensors), complete when they return. The same bits as the backend's result: a sum, average, max or min
 // over one rank is the rank's own value. Sequence numbers and traffic (zero bytes) count as for any
 // collective.
+// Note [Gloo and CUDA tensors]: Gloo moves host memory. CUDA tensors reach it only where several ranks share one
+// GPU (CommOptions::cuda_over_gloo, set by tests: debug.share_cuda_device), or where comm.backend = "gloo" is
+// asked for on GPUs; each collective then hands Gloo host copies of its CUDA tensors, made in the caller's
+// thread before the collective is issued (which waits for the tensor's stream), and copies what Gloo wrote
+// back to the device when the work completes, before the collective's own finishing step. Slow (two copies
+// through pageable memory), and meant for correctness tests on one GPU, not for training.
+at::Tensor Comm::Group::staged(Work::State& state, const compat::BackendPtr& backend, const at::Tensor& tensor,
+                               Staging how) const {
+  if (backend == nccl || !tensor.is_cuda()) return tensor;
+  at::Tensor host = how == Staging::kOut ? at::empty_like(tensor, tensor.options().device(at::kCPU))
+                                         : tensor.to(tensor.options().device(at::kCPU), /*non_blocking=*/false,
+                                                     /*copy=*/true);
+  if (how != Staging::kIn) state.staged_outputs.emplace_back(tensor, host);
+  return host;
+}
+
 Work Comm::Group::complete_locally(std::unique_ptr<Work::State> state, const std::function<void()>& local) {
   try {
     local();
@@ -363,7 +391,7 @@ Work Comm::Group::complete_locally(std::unique_ptr<Work::State> state, const std
 const compat::BackendPtr& Comm::Group::backend_for(const at::Tensor& tensor, CollectiveKind kind) const {
   if (tensor.is_cuda()) {
     if (nccl) return nccl;
-    if (job->options.backend == Backend::kGloo) return gloo;
+    if (job->options.backend == Backend::kGloo || job->options.cuda_over_gloo) return gloo;
     fail_usage("{}: the tensor is on CUDA but NCCL is not available ({}); move it to the CPU or use a CUDA build",
                to_string(kind), cuda_usable() ? "comm.backend excludes it" : "this zhost has no CUDA");
   }
@@ -468,6 +496,7 @@ void Work::wait() {
           state, fmt::format("its deadline of {:.1f} s (comm.timeout_s) passed", state.group->job->options.timeout_s));
     }
   }
+  for (auto& [device, host] : state.staged_outputs) device.copy_(host);
   if (state.finish) state.finish();
   state.done = true;
 }
@@ -523,7 +552,7 @@ std::shared_ptr<Comm::Group> make_group(const std::shared_ptr<Job>& job, const s
 void choose_backends(Job& job) {
   switch (job.options.backend) {
     case Backend::kAuto:
-      job.use_nccl = cuda_usable();
+      job.use_nccl = cuda_usable() && !job.options.cuda_over_gloo;  // NCCL refuses two ranks on one GPU
       break;
     case Backend::kGloo:
       break;
@@ -538,10 +567,16 @@ void choose_backends(Job& job) {
             "comm.backend = \"nccl\" needs a CUDA device, but none is visible (check CUDA_VISIBLE_DEVICES); "
             "use \"gloo\" or \"auto\"");
       }
+      if (job.options.cuda_over_gloo)
+        fail_usage("debug.share_cuda_device puts several ranks on one GPU, which NCCL refuses: use comm.backend = "
+                   "\"gloo\" or \"auto\"");
       job.use_gloo = false;
       job.use_nccl = true;
       break;
   }
+  if (job.options.one_rank_groups_use_nccl && !job.use_nccl)
+    fail_usage("debug.nccl_single_rank needs NCCL: a CUDA build, a visible GPU and comm.backend = \"auto\" or "
+               "\"nccl\"");
 }
 
 void validate(const Rendezvous& rendezvous, const CommOptions& options) {
@@ -907,15 +942,18 @@ Work Comm::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(kind, all_reduce_traffic(bytes_of(data), group_->size, group_->remote), data.is_cuda());
-  if (group_->size == 1) return group_->complete_locally(std::move(state), [] {});
+  if (group_->completes_locally()) return group_->complete_locally(std::move(state), [] {});
   // Gloo cannot reduce bf16: reduce an fp32 copy (counted as the bf16 bytes the caller asked to move).
-  const at::Tensor wire = gloo && data.scalar_type() == at::kBFloat16 ? data.to(at::kFloat) : data;
+  // A Gloo copy of a CUDA tensor is made in host memory (Note [Gloo and CUDA tensors]); finish copies it back.
+  const at::Tensor wire = gloo && data.scalar_type() == at::kBFloat16
+                              ? data.to(data.options().dtype(at::kFloat).device(at::kCPU))
+                              : group_->staged(*state, backend, data, Group::Staging::kIn);
   if (emulate_avg || !wire.is_same(data))
     state->finish = [data, wire, emulate_avg, size = group_->size] {
       if (emulate_avg) wire.div_(size);
       if (!wire.is_same(data)) data.copy_(wire);
     };
-  return group_->issue(std::move(state), [&] {
+  return group_->issue(std::move(state), [&](Work::State&) {
     std::vector<at::Tensor> tensors{wire};
     return backend->allreduce(tensors, options);
   });
@@ -953,14 +991,15 @@ Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& out
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state =
       group_->start(kind, reduce_scatter_traffic(to_bytes(counts, in), group_->rank, group_->remote), in.is_cuda());
-  if (group_->size == 1) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
+  if (group_->completes_locally()) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
   at::Tensor pieces = at::empty({group_->size * shard}, in.options());
   state->finish = [pieces, out, op, size = group_->size, shard] { reduce_chunks(pieces.view({size, shard}), out, op); };
-  return group_->issue(std::move(state), [&] {
+  return group_->issue(std::move(state), [&](Work::State& issued) {
     std::vector<int64_t> receive_counts(group_->size, shard);
     std::vector<int64_t> send_counts = counts;
     const bool gloo = backend != group_->nccl;
-    at::Tensor wire_pieces = on_the_wire(pieces, gloo), wire_in = on_the_wire(in, gloo);
+    at::Tensor wire_pieces = on_the_wire(group_->staged(issued, backend, pieces, Group::Staging::kOut), gloo);
+    at::Tensor wire_in = on_the_wire(group_->staged(issued, backend, in, Group::Staging::kIn), gloo);
     return backend->alltoall_base(wire_pieces, wire_in, receive_counts, send_counts, options);
   });
 }
@@ -979,15 +1018,15 @@ Work Comm::all_gather_async(const at::Tensor& input, const at::Tensor& output) {
   auto state = group_->start(
       kind, all_gather_traffic(std::vector<uint64_t>(group_->size, bytes_of(in)), group_->rank, group_->remote),
       in.is_cuda());
-  if (group_->size == 1) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
-  return group_->issue(std::move(state), [&] {
+  if (group_->completes_locally()) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
+  return group_->issue(std::move(state), [&](Work::State& issued) {
     if (backend == group_->nccl) return backend->_allgather_base(out, in, options);
-    // Gloo (1.13) has no flat all-gather: gather into views of the flat output.
-    const at::Tensor wire_out = on_the_wire(out, true);
+    // Gloo has no flat all-gather for every dtype: gather into views of the flat output.
+    const at::Tensor wire_out = on_the_wire(group_->staged(issued, backend, out, Group::Staging::kOut), true);
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int rank = 0; rank < group_->size; ++rank)
       outputs[0].push_back(wire_out.narrow(0, rank * in.numel(), in.numel()));
-    std::vector<at::Tensor> inputs{on_the_wire(in, true)};
+    std::vector<at::Tensor> inputs{on_the_wire(group_->staged(issued, backend, in, Group::Staging::kIn), true)};
     return backend->allgather(outputs, inputs, options);
   });
 }
@@ -1008,13 +1047,14 @@ Work Comm::all_gather_v_async(const at::Tensor& input, const at::Tensor& output,
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state =
       group_->start(kind, all_gather_traffic(to_bytes(counts, in), group_->rank, group_->remote), in.is_cuda());
-  if (group_->size == 1) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
+  if (group_->completes_locally()) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
   at::Tensor copies = in.repeat({group_->size});
-  return group_->issue(std::move(state), [&] {
+  return group_->issue(std::move(state), [&](Work::State& issued) {
     std::vector<int64_t> receive_counts = counts;
     std::vector<int64_t> send_counts(group_->size, in.numel());
     const bool gloo = backend != group_->nccl;
-    at::Tensor wire_out = on_the_wire(out, gloo), wire_copies = on_the_wire(copies, gloo);
+    at::Tensor wire_out = on_the_wire(group_->staged(issued, backend, out, Group::Staging::kOut), gloo);
+    at::Tensor wire_copies = on_the_wire(group_->staged(issued, backend, copies, Group::Staging::kIn), gloo);
     return backend->alltoall_base(wire_out, wire_copies, receive_counts, send_counts, options);
   });
 }
@@ -1031,9 +1071,10 @@ Work Comm::broadcast_async(const at::Tensor& tensor, int root) {
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(kind, broadcast_traffic(bytes_of(data), group_->size, group_->rank, root, group_->remote),
                              data.is_cuda());
-  if (group_->size == 1) return group_->complete_locally(std::move(state), [] {});
-  return group_->issue(std::move(state), [&] {
-    std::vector<at::Tensor> tensors{on_the_wire(data, backend != group_->nccl)};
+  if (group_->completes_locally()) return group_->complete_locally(std::move(state), [] {});
+  return group_->issue(std::move(state), [&](Work::State& issued) {
+    std::vector<at::Tensor> tensors{
+        on_the_wire(group_->staged(issued, backend, data, Group::Staging::kInOut), backend != group_->nccl)};
     return backend->broadcast(tensors, options);
   });
 }
@@ -1065,12 +1106,13 @@ Work Comm::all_to_all_async(const at::Tensor& input, const at::Tensor& output, c
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(kind, traffic, in.is_cuda());
-  if (group_->size == 1) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
-  return group_->issue(std::move(state), [&] {
+  if (group_->completes_locally()) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
+  return group_->issue(std::move(state), [&](Work::State& issued) {
     std::vector<int64_t> output_splits = recv_counts;
     std::vector<int64_t> input_splits = send_counts;
     const bool gloo = backend != group_->nccl;
-    at::Tensor wire_out = on_the_wire(out, gloo), wire_in = on_the_wire(in, gloo);
+    at::Tensor wire_out = on_the_wire(group_->staged(issued, backend, out, Group::Staging::kOut), gloo);
+    at::Tensor wire_in = on_the_wire(group_->staged(issued, backend, in, Group::Staging::kIn), gloo);
     return backend->alltoall_base(wire_out, wire_in, output_splits, input_splits, options);
   });
 }
@@ -1081,8 +1123,8 @@ Work Comm::barrier_async() {
   options.timeout = group_->job->timeout;
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(CollectiveKind::kBarrier, Traffic{}, backend == group_->nccl);
-  if (group_->size == 1) return group_->complete_locally(std::move(state), [] {});
-  return group_->issue(std::move(state), [&] { return backend->barrier(options); });
+  if (group_->completes_locally()) return group_->complete_locally(std::move(state), [] {});
+  return group_->issue(std::move(state), [&](Work::State&) { return backend->barrier(options); });
 }
 
 void Comm::all_reduce(const at::Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op).wait(); }

@@ -64,6 +64,12 @@ struct CommOptions {
   // Network interface for Gloo; empty: $GLOO_SOCKET_IFNAME, else loopback when master_addr is loopback,
   // else the local address that routes to master_addr, else the address this host's name resolves to.
   std::string gloo_interface;
+  // Tests only (debug.share_cuda_device): collectives of CUDA tensors go over Gloo through host copies, for
+  // several ranks sharing one GPU (Note [Gloo and CUDA tensors]).
+  bool cuda_over_gloo = false;
+  // Tests only (debug.nccl_single_rank): a one-rank group runs its collectives through NCCL instead of
+  // completing them locally (Note [One-rank groups]), so that one GPU exercises the NCCL path.
+  bool one_rank_groups_use_nccl = false;
 };
 
 class Comm;

@@ -300,6 +300,16 @@ void add_runtime_keys(HostKeys& keys) {
   keys.choice("log.level", "info", {"trace", "debug", "info", "warn", "error"}, "log verbosity");
 }
 
+// Test switches: not settings a user tunes (no DeepSpeed key maps here); they let one GPU exercise multi-rank CUDA
+// paths (scripts/gpu-check).
+void add_debug_keys(HostKeys& keys) {
+  keys.flag("debug.share_cuda_device", false,
+            "tests only: let a node run more ranks than it has GPUs (rank r on device r mod GPUs), with collectives "
+            "of CUDA tensors over Gloo through host memory; slow, for equality tests on one GPU");
+  keys.flag("debug.nccl_single_rank", false,
+            "tests only: a one-rank job runs its collectives through NCCL instead of completing them locally");
+}
+
 }  // namespace
 
 void add_host_keys(Schema& schema) {
@@ -312,6 +322,7 @@ void add_host_keys(Schema& schema) {
   add_precision_keys(keys);
   add_zero_keys(keys);
   add_runtime_keys(keys);
+  add_debug_keys(keys);
   add_host_rules(schema);
   // DeepSpeed's JSON layout, pointed to zhost's tables in unknown-key messages.
   schema.add_rename_hint("zero_optimization", "zero");

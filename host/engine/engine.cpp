@@ -271,6 +271,8 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
   comm::CommOptions options;
   options.backend = settings.backend;
   options.timeout_s = settings.comm_timeout_s;
+  options.cuda_over_gloo = settings.share_cuda_device;
+  options.one_rank_groups_use_nccl = settings.nccl_single_rank;
   std::unique_ptr<comm::Comm> world = comm::Comm::create(rendezvous, options);
   auto collectives = std::make_unique<CollectivesAdapter>(*world, *job.services);
   collectives->set_topology(std::vector<int32_t>(world->node_of_rank().begin(), world->node_of_rank().end()));

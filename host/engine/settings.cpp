@@ -143,6 +143,8 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.backend = comm::parse_backend(c.get_string("comm.backend"));
   s.comm_timeout_s = c.get_float("comm.timeout_s");
   s.device = c.get_string("run.device");
+  s.share_cuda_device = c.get_bool("debug.share_cuda_device");
+  s.nccl_single_rank = c.get_bool("debug.nccl_single_rank");
   s.run_dir = c.get_string("run.dir");
   s.run_name = c.get_string("run.name");
   s.flops_profiler.enabled = c.get_bool("flops_profiler.enabled");

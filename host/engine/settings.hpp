@@ -78,6 +78,8 @@ struct TrainSettings {
   int64_t delayed_update_from = 0;
   int local_rank = 0;        // picks the CUDA device
   int local_world_size = 1;  // ranks on this node
+  bool share_cuda_device = false;  // debug.share_cuda_device: more local ranks than GPUs, CUDA over Gloo
+  bool nccl_single_rank = false;   // debug.nccl_single_rank: a one-rank group's collectives through NCCL
   CheckpointSettings checkpoint;
   FlopsProfilerSettings flops_profiler;
 };

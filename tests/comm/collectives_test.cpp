@@ -219,6 +219,54 @@ const bool bf16_registered = register_scenario("bf16", [](RankContext& ctx) {
   check_bf16(root_data, rank_data(1, 5), "bf16 broadcast");
 });
 
+// Note [Gloo and CUDA tensors]: ranks sharing one GPU (debug.share_cuda_device) send CUDA tensors over Gloo
+// through host copies; every collective must give what it gives on host tensors, on the device.
+const bool cuda_over_gloo_registered = register_scenario("cuda_over_gloo", [](RankContext& ctx) {
+  const auto cuda = [](const at::Tensor& t) { return t.to(at::kCUDA); };
+  for (ReduceOp op : kOps) {
+    at::Tensor data = cuda(rank_data(ctx.rank, 7));
+    ctx.comm.all_reduce(data, op);
+    SCENARIO_CHECK(data.is_cuda(), "all_reduce left the device");
+    check_equal(data.cpu(), reduce_over_ranks(ctx.world_size, 7, op),
+                fmt::format("CUDA all_reduce op {}", static_cast<int>(op)));
+  }
+  at::Tensor bf16 = cuda(rank_data(ctx.rank, 7)).to(at::kBFloat16);
+  ctx.comm.all_reduce(bf16);
+  check_equal(bf16.to(at::kFloat).cpu(), reduce_over_ranks(ctx.world_size, 7, ReduceOp::kSum), "CUDA bf16 all_reduce");
+
+  const std::vector<int64_t> counts = uneven_counts(ctx.world_size);
+  const int64_t total = offset_of(counts, ctx.world_size);
+  at::Tensor shard = cuda(at::full({counts[ctx.rank]}, -99.0f));
+  ctx.comm.reduce_scatter_v(cuda(rank_data(ctx.rank, total)), shard, counts);
+  check_equal(
+      shard.cpu(),
+      reduce_over_ranks(ctx.world_size, total, ReduceOp::kSum).narrow(0, offset_of(counts, ctx.rank), counts[ctx.rank]),
+      "CUDA reduce_scatter_v");
+
+  std::vector<at::Tensor> pieces;
+  for (int rank = 0; rank < ctx.world_size; ++rank) pieces.push_back(rank_data(rank, 4));
+  at::Tensor gathered = cuda(at::full({4 * ctx.world_size}, -99.0f));
+  ctx.comm.all_gather(cuda(rank_data(ctx.rank, 4)), gathered);
+  check_equal(gathered.cpu(), at::cat(pieces), "CUDA all_gather");
+
+  std::vector<at::Tensor> uneven;
+  for (int rank = 0; rank < ctx.world_size; ++rank) uneven.push_back(rank_data(rank, counts[rank]));
+  at::Tensor gathered_v = cuda(at::full({total}, -99.0f));
+  ctx.comm.all_gather_v(cuda(rank_data(ctx.rank, counts[ctx.rank])), gathered_v, counts);
+  check_equal(gathered_v.cpu(), at::cat(uneven), "CUDA all_gather_v");
+
+  at::Tensor exchanged = cuda(at::full({2 * ctx.world_size}, -99.0f));
+  ctx.comm.all_to_all(cuda(rank_data(ctx.rank, 2 * ctx.world_size)), exchanged);
+  std::vector<at::Tensor> received;
+  for (int rank = 0; rank < ctx.world_size; ++rank) received.push_back(rank_data(rank, 2 * ctx.world_size).narrow(0, 2 * ctx.rank, 2));
+  check_equal(exchanged.cpu(), at::cat(received), "CUDA all_to_all");
+
+  at::Tensor root_data = cuda(rank_data(ctx.rank, 5));
+  ctx.comm.broadcast(root_data, 1);
+  check_equal(root_data.cpu(), rank_data(1, 5), "CUDA broadcast");
+  ctx.comm.barrier();
+});
+
 void expect_scenario_passes(const std::string& name, int world_size) {
   const ScenarioRun run = run_scenario(name, world_size);
   EXPECT_EQ(run.result.exit_code, 0) << run.all_output();
@@ -236,6 +284,12 @@ TEST_P(CollectivesTest, AsyncCollectivesOverlap) { expect_scenario_passes("async
 TEST_P(CollectivesTest, Bfloat16CollectivesWorkOnGloo) { expect_scenario_passes("bf16", GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest, ::testing::Values(2, 3), ::testing::PrintToStringParamName());
+
+// Two ranks on one GPU (the scenario's ranks exec afresh, so this process may have touched CUDA).
+TEST(GlooCudaTest, RanksSharingOneGpuGetEveryCollectiveRight) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device here";
+  expect_scenario_passes("cuda_over_gloo", 2);
+}
 
 TEST(SubGroupTest, CollectivesWithinSubGroupsThenWorld) { expect_scenario_passes("sub_groups", 3); }
 
@@ -331,6 +385,41 @@ TEST(NcclTest, AutoSendsCudaTensorsThroughNcclAndCpuTensorsThroughGloo) {
   EXPECT_EQ(comm->counters()[CollectiveKind::kAllReduce].calls, 2u);
 }
 
+// CommOptions::one_rank_groups_use_nccl (debug.nccl_single_rank): a one-rank job's collectives really run
+// through NCCL, and give what completing them locally gives (Note [One-rank groups]).
+TEST(NcclTest, OneRankThroughNcclGivesTheLocalResult) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device here";
+  CommOptions through_nccl;
+  through_nccl.one_rank_groups_use_nccl = true;
+  auto nccl = Comm::create({0, 1}, through_nccl);
+  auto local = Comm::create({0, 1});
+  for (Comm* comm : {nccl.get(), local.get()}) {
+    at::Tensor data = at::arange(8, on_cuda()).mul(0.5);
+    at::Tensor output = at::full({8}, -1.0f, on_cuda());
+    comm->all_reduce(data, ReduceOp::kAvg);
+    comm->reduce_scatter_v(data, output, {8});
+    comm->all_gather(output, data);
+    comm->all_to_all(data, output);
+    comm->broadcast(output, 0);
+    comm->barrier();
+    EXPECT_TRUE(at::equal(output.cpu(), at::arange(8, at::kFloat).mul(0.5)));
+  }
+  // The NCCL path was taken: NCCL's collectives are polled (Work::State::poll), their bytes counted alike.
+  EXPECT_EQ(nccl->counters()[CollectiveKind::kAllReduce].calls, local->counters()[CollectiveKind::kAllReduce].calls);
+}
+
+TEST(BackendTest, NcclForOneRankWithoutNcclIsAClearError) {
+  if (at::hasCUDA()) GTEST_SKIP() << "CUDA is available here";
+  CommOptions options;
+  options.one_rank_groups_use_nccl = true;
+  try {
+    Comm::create({0, 1}, options);
+    FAIL() << "expected an error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("debug.nccl_single_rank needs NCCL"), std::string::npos) << e.what();
+  }
+}
+
 TEST(NcclTest, ForcedNcclRefusesCpuTensors) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device here";
   CommOptions options;
@@ -351,7 +440,7 @@ TEST(BackendTest, NcclWithoutCudaIsAClearError) {
     Comm::create({0, 1}, options);
     FAIL() << "expected an error";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("needs CUDA"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("comm.backend = \"nccl\" needs"), std::string::npos) << e.what();
   }
 }
 
