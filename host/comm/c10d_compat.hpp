@@ -22,9 +22,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-#include <c10/util/Exception.h>
-
 #include <arpa/inet.h>
+#include <c10/util/Exception.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -299,8 +299,7 @@ struct Comm::Group : std::enable_shared_from_this<Comm::Group> {
   // tensor a host copy (kIn: with the tensor's values; kOut: copied back into the tensor when the work completes;
   // kInOut: both).
   enum class Staging { kIn, kOut, kInOut };
-  at::Tensor staged(Work::State& state, const compat::BackendPtr& backend, const at::Tensor& tensor,
-                    Staging how) const;
+  at::Tensor staged(Work::State& state, const compat::BackendPtr& backend, const at::Tensor& tensor, Staging how) const;
   [[noreturn]] void fail_collective(const Work::State& state, const std::string& cause);
   void warn_waiting(const Work::State& state);
   // Who did not arrive at collective `seq` and who stopped responding, in words.
@@ -345,8 +344,7 @@ std::unique_ptr<Work::State> Comm::Group::start(CollectiveKind kind, const Traff
   return state;
 }
 
-Work Comm::Group::issue(std::unique_ptr<Work::State> state,
-                        const std::function<compat::WorkPtr(Work::State&)>& call) {
+Work Comm::Group::issue(std::unique_ptr<Work::State> state, const std::function<compat::WorkPtr(Work::State&)>& call) {
   try {
     state->works.push_back(call(*state));
   } catch (const std::exception& e) {
@@ -568,15 +566,17 @@ void choose_backends(Job& job) {
             "use \"gloo\" or \"auto\"");
       }
       if (job.options.cuda_over_gloo)
-        fail_usage("debug.share_cuda_device puts several ranks on one GPU, which NCCL refuses: use comm.backend = "
-                   "\"gloo\" or \"auto\"");
+        fail_usage(
+            "debug.share_cuda_device puts several ranks on one GPU, which NCCL refuses: use comm.backend = "
+            "\"gloo\" or \"auto\"");
       job.use_gloo = false;
       job.use_nccl = true;
       break;
   }
   if (job.options.one_rank_groups_use_nccl && !job.use_nccl)
-    fail_usage("debug.nccl_single_rank needs NCCL: a CUDA build, a visible GPU and comm.backend = \"auto\" or "
-               "\"nccl\"");
+    fail_usage(
+        "debug.nccl_single_rank needs NCCL: a CUDA build, a visible GPU and comm.backend = \"auto\" or "
+        "\"nccl\"");
 }
 
 void validate(const Rendezvous& rendezvous, const CommOptions& options) {

@@ -76,8 +76,8 @@ struct TrainSettings {
   // zero.offload_optimizer.delayed_update_start_step with delayed_update on, else 0: from this step on the
   // tier's step (and its storing tier's transfers) runs past the step boundary (Note [Delayed parameter update])
   int64_t delayed_update_from = 0;
-  int local_rank = 0;        // picks the CUDA device
-  int local_world_size = 1;  // ranks on this node
+  int local_rank = 0;              // picks the CUDA device
+  int local_world_size = 1;        // ranks on this node
   bool share_cuda_device = false;  // debug.share_cuda_device: more local ranks than GPUs, CUDA over Gloo
   bool nccl_single_rank = false;   // debug.nccl_single_rank: a one-rank group's collectives through NCCL
   CheckpointSettings checkpoint;

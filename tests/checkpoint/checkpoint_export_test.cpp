@@ -89,7 +89,8 @@ for entry in saved:
 print("equal", len(tensors))
 )";
   const std::string path = dir.write("independent_reader.py", script);
-  const Command python = run_command("'" + reference_python() + "' " + path + " " + out.string() + " " + trained.run_dir.string());
+  const Command python =
+      run_command("'" + reference_python() + "' " + path + " " + out.string() + " " + trained.run_dir.string());
   EXPECT_EQ(python.exit_code, 0) << python.output;
   EXPECT_NE(python.output.find("equal " + std::to_string(trained.weights.size())), std::string::npos) << python.output;
 }

@@ -258,7 +258,8 @@ const bool cuda_over_gloo_registered = register_scenario("cuda_over_gloo", [](Ra
   at::Tensor exchanged = cuda(at::full({2 * ctx.world_size}, -99.0f));
   ctx.comm.all_to_all(cuda(rank_data(ctx.rank, 2 * ctx.world_size)), exchanged);
   std::vector<at::Tensor> received;
-  for (int rank = 0; rank < ctx.world_size; ++rank) received.push_back(rank_data(rank, 2 * ctx.world_size).narrow(0, 2 * ctx.rank, 2));
+  for (int rank = 0; rank < ctx.world_size; ++rank)
+    received.push_back(rank_data(rank, 2 * ctx.world_size).narrow(0, 2 * ctx.rank, 2));
   check_equal(exchanged.cpu(), at::cat(received), "CUDA all_to_all");
 
   at::Tensor root_data = cuda(rank_data(ctx.rank, 5));

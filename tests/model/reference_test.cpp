@@ -90,9 +90,9 @@ TEST_P(ReferenceCheck, LossLogitsAndGradientsMatchPyTorch) {
 
   const zhost::testing::ScratchDir folder;
   nlohmann::json manifest;
-  manifest["spec"] = {{"type", spec.type}, {"layers", spec.layers}, {"heads", spec.heads},
-                      {"kv_heads", spec.kv_heads}, {"width", spec.width}, {"ffn_width", spec.ffn_width},
-                      {"vocab", spec.vocab}, {"seq_len", spec.seq_len}};
+  manifest["spec"] = {{"type", spec.type},         {"layers", spec.layers},  {"heads", spec.heads},
+                      {"kv_heads", spec.kv_heads}, {"width", spec.width},    {"ffn_width", spec.ffn_width},
+                      {"vocab", spec.vocab},       {"seq_len", spec.seq_len}};
   for (size_t i = 0; i < model->parameters().size(); ++i) {
     const ParamEntry& param = model->parameters()[i];
     const std::string file = "param" + std::to_string(i) + ".bin";
@@ -107,8 +107,8 @@ TEST_P(ReferenceCheck, LossLogitsAndGradientsMatchPyTorch) {
 
   const std::string script = std::string(ZHOST_SOURCE_DIR) + "/tests/model/reference_models.py";
   const std::filesystem::path log = folder.path() / "python.log";
-  const std::string command = "'" + python + "' '" + script + "' '" + folder.path().string() + "' >'" +
-                              log.string() + "' 2>&1";
+  const std::string command =
+      "'" + python + "' '" + script + "' '" + folder.path().string() + "' >'" + log.string() + "' 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << command << "\n" << read_text(log);
 
   const at::Tensor logits = model->forward(tokens);

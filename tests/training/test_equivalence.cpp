@@ -118,7 +118,8 @@ void expect_fp16_overflow_lowers_the_scale(const std::string& device) {
   RunOutput r =
       run_zhost(dir.path(), small_job_config(), "fp16",
                 "--set train_micro_batch_size_per_gpu=2 --set fp16.enabled=true --set fp16.initial_scale_power=40 "
-                "--set fp16.hysteresis=1 --set steps=40 --set run.device=" + device);
+                "--set fp16.hysteresis=1 --set steps=40 --set run.device=" +
+                    device);
   if (device == "cuda" && built_without_cuda(r)) GTEST_SKIP() << "this zhost was built without CUDA";
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   ASSERT_EQ(r.metrics.size(), 40u);

@@ -193,21 +193,21 @@ TEST(Rendezvous, ARankWithoutRankZeroGivesUpAfterOneTimeout) {
 }
 
 // Note [No CUDA before fork]: the launcher checks the job (whether it trains on a GPU included: run.device =
-// "auto") before it forks its ranks, and must not call into CUDA to do so: a forked rank of a process that has would find CUDA unusable.
-// cuda_probe_recorder.c, preloaded, stands in for cudaGetDeviceCount and writes down every process that asks;
-// the launcher must not be one of them, while the processes that asked (its probe child, the ranks) show that
-// the recorder was heard at all.
+// "auto") before it forks its ranks, and must not call into CUDA to do so: a forked rank of a process that has would
+// find CUDA unusable. cuda_probe_recorder.c, preloaded, stands in for cudaGetDeviceCount and writes down every process
+// that asks; the launcher must not be one of them, while the processes that asked (its probe child, the ranks) show
+// that the recorder was heard at all.
 TEST(Launch, LauncherNeverCallsCuda) {
   if (!ZHOST_BUILT_WITH_CUDA) GTEST_SKIP() << "this zhost was built without CUDA: nothing calls CUDA";
   ScratchDir dir;
   const fs::path config = dir.path() / "job.toml";
   std::ofstream(config) << small_job_config();
   const fs::path probes = dir.path() / "probes.txt";
-  const pid_t launcher =
-      spawn_logged({ZHOST_EXE, "run", config.string(), "--nproc", "2", "--set", "steps=2", "--set", "run.device=auto",
-                    "--set", "run.dir=" + (dir.path() / "runs").string(), "--set", "run.name=probe"},
-                   dir.path() / "out.txt", dir.path() / "err.txt",
-                   {std::string("LD_PRELOAD=") + ZHOST_CUDA_PROBE_RECORDER, "ZHOST_TEST_CUDA_PROBES=" + probes.string()});
+  const pid_t launcher = spawn_logged(
+      {ZHOST_EXE, "run", config.string(), "--nproc", "2", "--set", "steps=2", "--set", "run.device=auto", "--set",
+       "run.dir=" + (dir.path() / "runs").string(), "--set", "run.name=probe"},
+      dir.path() / "out.txt", dir.path() / "err.txt",
+      {std::string("LD_PRELOAD=") + ZHOST_CUDA_PROBE_RECORDER, "ZHOST_TEST_CUDA_PROBES=" + probes.string()});
   const int exit_code = wait_for_exit_code(launcher, 120);
   ASSERT_EQ(exit_code, 0) << read_text_file(dir.path() / "err.txt");
   std::istringstream lines(read_text_file(probes));
