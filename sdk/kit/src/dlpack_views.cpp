@@ -3,6 +3,9 @@
 
 #include <ATen/ops/from_blob.h>
 
+#include <optional>
+#include <vector>
+
 #include "kit_error.hpp"
 
 namespace zhost::kit {
@@ -75,20 +78,24 @@ DLTensor dl_view(const at::Tensor& tensor) {
   return view;
 }
 
+// The device comes from the view, never from the pointer: an empty view's data may be null (ATen's data_ptr()
+// of an empty tensor is), which CUDA cannot place on a device, and asking CUDA would cost a call per view.
 at::Tensor tensor_view(const DLTensor& view) {
   std::vector<int64_t> shape(view.shape, view.shape + view.ndim);
-  auto options = at::TensorOptions().dtype(scalar_type(view.dtype));
+  at::Device device = at::kCPU;
   if (view.device.device_type == kDLCUDA)
-    options = options.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(view.device.device_id)));
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(view.device.device_id));
   else if (view.device.device_type != kDLCPU)
     detail::fail(ZHOST_ERR_UNSUPPORTED, "DLPack device type {} is not supported",
                  static_cast<int>(view.device.device_type));
   void* data = static_cast<char*>(view.data) + view.byte_offset;
-  if (view.strides) {
-    std::vector<int64_t> strides(view.strides, view.strides + view.ndim);
-    return at::from_blob(data, shape, strides, options);
-  }
-  return at::from_blob(data, shape, options);
+  std::optional<std::vector<int64_t>> strides;
+  if (view.strides) strides.emplace(view.strides, view.strides + view.ndim);
+  return at::for_blob(data, shape)
+      .strides(strides ? at::OptionalIntArrayRef(*strides) : std::nullopt)
+      .options(at::TensorOptions().dtype(scalar_type(view.dtype)).device(device))
+      .target_device(device)
+      .make_tensor();
 }
 
 }  // namespace zhost::kit
