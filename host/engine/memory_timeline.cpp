@@ -21,7 +21,7 @@ namespace zhost::engine {
 
 double live_allocated_bytes(bool cuda) {
 #if ZHOST_WITH_CUDA
-  if (cuda && c10::cuda::device_count() > 0) {
+  if (cuda && cuda_allocator_in_use()) {
     auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
     return static_cast<double>(stats.allocated_bytes[0].current);
   }

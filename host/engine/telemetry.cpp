@@ -33,7 +33,7 @@ MemoryUsage current_memory() {
     status.ignore(1 << 12, '\n');
   }
 #if ZHOST_WITH_CUDA
-  if (c10::cuda::device_count() > 0) {
+  if (cuda_allocator_in_use()) {
     auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
     constexpr size_t kAll = 0;  // StatType::AGGREGATE
     usage.cuda_allocated_mb = stats.allocated_bytes[kAll].current / 1048576.0;
@@ -42,6 +42,14 @@ MemoryUsage current_memory() {
   }
 #endif
   return usage;
+}
+
+bool cuda_allocator_in_use() {
+#if ZHOST_WITH_CUDA
+  return c10::cuda::device_count() > 0 && c10::cuda::CUDACachingAllocator::get()->initialized();
+#else
+  return false;
+#endif
 }
 
 namespace {

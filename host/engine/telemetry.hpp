@@ -23,6 +23,9 @@ struct MemoryUsage {
   std::optional<double> cuda_allocated_mb, cuda_peak_mb, cuda_reserved_mb;
 };
 MemoryUsage current_memory();
+// Whether this process has used CUDA's caching allocator, whose statistics exist only then: a CPU run on a
+// machine with a GPU has not, and asking it for them fails ("Invalid device argument").
+bool cuda_allocator_in_use();
 
 struct StepRecord {
   int64_t step = 0;           // optimizer steps attempted
