@@ -295,8 +295,9 @@ struct Comm::Group : std::enable_shared_from_this<Comm::Group> {
   const compat::BackendPtr& barrier_backend() const { return gloo ? gloo : nccl; }
   // Note [One-rank groups]; with CommOptions::one_rank_groups_use_nccl, NCCL's own path instead.
   bool completes_locally() const { return size == 1 && !(job->options.one_rank_groups_use_nccl && nccl); }
-  // Note [Gloo and CUDA tensors]: what `backend` is handed for `tensor`: the tensor itself, or for Gloo and a CUDA
-  // tensor a host copy (kIn: with the tensor's values; kOut: copied back into the tensor when the work completes;
+  // Note [Gloo and CUDA tensors]: what `backend` is handed for `tensor`: the tensor itself, or a copy where the
+  // backend moves the other kind of memory - for Gloo a host copy of a CUDA tensor, for NCCL a device copy of a
+  // host tensor (kIn: with the tensor's values; kOut: copied back into the tensor when the work completes;
   // kInOut: both).
   enum class Staging { kIn, kOut, kInOut };
   at::Tensor staged(Work::State& state, const compat::BackendPtr& backend, const at::Tensor& tensor, Staging how) const;
@@ -316,7 +317,7 @@ struct Work::State {
   Clock::time_point deadline;
   bool poll = false;  // CUDA work: poll completion (NCCL's wait() does not block the CPU)
   std::vector<compat::WorkPtr> works;
-  // Note [Gloo and CUDA tensors]: (a CUDA tensor, the host copy Gloo wrote into), copied back before finish.
+  // Note [Gloo and CUDA tensors]: (the caller's tensor, the copy the backend wrote into), copied back before finish.
   std::vector<std::pair<at::Tensor, at::Tensor>> staged_outputs;
   std::function<void()> finish;  // local step after the network part (reduction, division)
   bool done = false;
@@ -366,14 +367,20 @@ Work Comm::Group::issue(std::unique_ptr<Work::State> state, const std::function<
 // thread before the collective is issued (which waits for the tensor's stream), and copies what Gloo wrote
 // back to the device when the work completes, before the collective's own finishing step. Slow (two copies
 // through pageable memory), and meant for correctness tests on one GPU, not for training.
+// The other way round, comm.backend = "nccl" has no Gloo: host tensors (the engine's agreements between ranks:
+// the model's identity, a failed rank's error, a checkpoint's outcome) travel as device copies the same way.
+// They are a few bytes each, once per run or per save.
 at::Tensor Comm::Group::staged(Work::State& state, const compat::BackendPtr& backend, const at::Tensor& tensor,
                                Staging how) const {
-  if (backend == nccl || !tensor.is_cuda()) return tensor;
-  at::Tensor host = how == Staging::kOut ? at::empty_like(tensor, tensor.options().device(at::kCPU))
-                                         : tensor.to(tensor.options().device(at::kCPU), /*non_blocking=*/false,
-                                                     /*copy=*/true);
-  if (how != Staging::kIn) state.staged_outputs.emplace_back(tensor, host);
-  return host;
+  const bool on_nccl = backend == nccl;
+  if (on_nccl) state.poll = true;  // NCCL's work is on a CUDA stream, its wait() does not block the CPU
+  if (on_nccl == tensor.is_cuda()) return tensor;
+  // kCUDA without an index: the current device, the one NCCL's communicator was made on.
+  const at::TensorOptions wire_options = tensor.options().device(on_nccl ? at::Device(at::kCUDA) : at::kCPU);
+  at::Tensor wire = how == Staging::kOut ? at::empty_like(tensor, wire_options)
+                                         : tensor.to(wire_options, /*non_blocking=*/false, /*copy=*/true);
+  if (how != Staging::kIn) state.staged_outputs.emplace_back(tensor, wire);
+  return wire;
 }
 
 Work Comm::Group::complete_locally(std::unique_ptr<Work::State> state, const std::function<void()>& local) {
@@ -394,8 +401,7 @@ const compat::BackendPtr& Comm::Group::backend_for(const at::Tensor& tensor, Col
                to_string(kind), cuda_usable() ? "comm.backend excludes it" : "this zhost has no CUDA");
   }
   if (!tensor.device().is_cpu()) fail("{}: tensors on {} are not supported", to_string(kind), tensor.device().str());
-  if (!gloo) fail_usage("{}: comm.backend = \"nccl\" cannot move CPU tensors; use \"auto\"", to_string(kind));
-  return gloo;
+  return gloo ? gloo : nccl;  // comm.backend = "nccl": through the GPU (Note [Gloo and CUDA tensors])
 }
 
 std::string Comm::Group::describe_peers(uint64_t seq) const {
@@ -494,7 +500,7 @@ void Work::wait() {
           state, fmt::format("its deadline of {:.1f} s (comm.timeout_s) passed", state.group->job->options.timeout_s));
     }
   }
-  for (auto& [device, host] : state.staged_outputs) device.copy_(host);
+  for (auto& [caller, wire] : state.staged_outputs) caller.copy_(wire);
   if (state.finish) state.finish();
   state.done = true;
 }
@@ -1020,7 +1026,11 @@ Work Comm::all_gather_async(const at::Tensor& input, const at::Tensor& output) {
       in.is_cuda());
   if (group_->completes_locally()) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
   return group_->issue(std::move(state), [&](Work::State& issued) {
-    if (backend == group_->nccl) return backend->_allgather_base(out, in, options);
+    if (backend == group_->nccl) {
+      at::Tensor wire_out = group_->staged(issued, backend, out, Group::Staging::kOut);
+      at::Tensor wire_in = group_->staged(issued, backend, in, Group::Staging::kIn);
+      return backend->_allgather_base(wire_out, wire_in, options);
+    }
     // Gloo has no flat all-gather for every dtype: gather into views of the flat output.
     const at::Tensor wire_out = on_the_wire(group_->staged(issued, backend, out, Group::Staging::kOut), true);
     std::vector<std::vector<at::Tensor>> outputs(1);

@@ -421,16 +421,30 @@ TEST(BackendTest, NcclForOneRankWithoutNcclIsAClearError) {
   }
 }
 
-TEST(NcclTest, ForcedNcclRefusesCpuTensors) {
+// comm.backend = "nccl" has no Gloo: host tensors (the engine's agreements between ranks are int64 host
+// tensors) travel through the GPU and come back into the caller's tensors (Note [Gloo and CUDA tensors]).
+TEST(NcclTest, ForcedNcclMovesCpuTensorsThroughTheGpu) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device here";
   CommOptions options;
   options.backend = Backend::kNccl;
+  options.one_rank_groups_use_nccl = true;  // one rank, but really through NCCL
   auto comm = Comm::create({0, 1}, options);
   at::Tensor data = at::ones({4}, on_cuda());
   comm->all_reduce(data);
-  comm->barrier();
   EXPECT_TRUE(at::equal(data.cpu(), at::ones({4})));
-  EXPECT_THROW(comm->all_reduce(at::ones({4})), UsageError);
+  at::Tensor id = at::tensor({int64_t{7}, int64_t{-3}}, at::kLong);
+  at::Tensor ids = at::zeros({2}, at::kLong);
+  comm->all_reduce(id, ReduceOp::kMin);
+  comm->all_gather(id, ids);
+  EXPECT_TRUE(at::equal(ids, at::tensor({int64_t{7}, int64_t{-3}}, at::kLong)));
+  at::Tensor values = at::arange(6, at::kFloat).mul(0.25);
+  at::Tensor shard = at::full({6}, -1.0f);
+  comm->reduce_scatter_v(values, shard, {6});
+  comm->all_to_all(shard, values);
+  comm->broadcast(values, 0);
+  EXPECT_TRUE(values.device().is_cpu());
+  EXPECT_TRUE(at::equal(values, at::arange(6, at::kFloat).mul(0.25)));
+  EXPECT_EQ(comm->counters()[CollectiveKind::kAllReduce].calls, 2u);
 }
 
 TEST(BackendTest, NcclWithoutCudaIsAClearError) {
