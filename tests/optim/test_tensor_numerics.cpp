@@ -245,6 +245,35 @@ TEST(ExactNorm, EveryIsaGivesThePlainFormulasLimbs) {
   }
 }
 
+// On a GPU the passes run where the gradients are (sdk/kit/src/grad_norm_cuda.cu) and must give the host's
+// limbs to the bit, for every gradient dtype, sizes around a warp and a block, magnitudes from subnormal to
+// 1e30, several tensors at once, and report an inf or NaN anywhere as overflow.
+TEST(TensorNumerics, ExactNormOnCudaIsTheHostsBitForBit) {
+  if (!testing::device_available(at::kCUDA)) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> decade(-44, 30);
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (const int64_t n : {int64_t{1}, int64_t{31}, int64_t{257}, int64_t{100003}, int64_t{3000017}}) {
+      std::vector<float> values(static_cast<size_t>(n));
+      for (float& v : values) v = unit(rng) * std::pow(10.0f, static_cast<float>(decade(rng)));
+      values[0] = -0.0f;
+      const at::Tensor whole = testing::to_tensor(values).to(dtype);  // fp16 turns the extremes to 0 and inf
+      const at::Tensor host = whole.isfinite().all().item<bool>() ? whole : whole.nan_to_num(0, 1e4, -1e4);
+      const std::vector<at::Tensor> on_host = {host.narrow(0, 0, n / 3), host.narrow(0, n / 3, n - n / 3)};
+      const std::vector<at::Tensor> on_gpu = {on_host[0].to(at::kCUDA), on_host[1].to(at::kCUDA)};
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + ", n = " + std::to_string(n));
+      const float max = max_abs(on_host);
+      ASSERT_EQ(max_abs(on_gpu), max);
+      const SquareSumLimbs expected = square_sum_limbs(on_host, max), limbs = square_sum_limbs(on_gpu, max);
+      for (int i = 0; i < kSquareSumLimbs; ++i) EXPECT_EQ(limbs.limb[i], expected.limb[i]) << "limb " << i;
+      at::Tensor with_nan = on_gpu[1].clone();
+      with_nan[with_nan.numel() - 1] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_TRUE(std::isinf(max_abs({on_gpu[0], with_nan})));
+    }
+  }
+}
+
 TEST(ClipCoefficient, IsPyTorchs) {
   EXPECT_DOUBLE_EQ(clip_coefficient(10.0, 1.0), 1.0 / (10.0 + 1e-6));
   EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0);

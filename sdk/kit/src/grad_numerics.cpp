@@ -18,6 +18,13 @@
 #include "isa_choice.hpp"
 #include "kit_error.hpp"
 
+#if ZHOST_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "grad_norm_cuda.hpp"
+#endif
+
 namespace zhost::kit {
 namespace {
 
@@ -84,21 +91,38 @@ detail::NormKernels norm_kernels() {
   return detail::scalar_norm_kernels();
 }
 
-// Reduces partial(const float* run, int64_t n) -> T over the values of every tensor (fp32, bf16 or fp16; a
-// CUDA tensor is copied to the host first) with combine(T, T), which must be exact and order-free (a max, an
-// integer sum), so that the result does not depend on the split: a contiguous fp32 tensor is cut into runs
-// over LibTorch's intra-op threads; a 16-bit one goes through fp32 copies of consecutive pieces.
+void require_norm_dtype(const at::Tensor& tensor) {
+  const at::ScalarType type = tensor.scalar_type();
+  if (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) {
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "exact gradient norm: {} tensors are not supported (fp32, bf16, fp16)",
+                 c10::toString(type));
+  }
+}
+
+// Whether the device kernels take `tensor` where it is (grad_norm_cuda.hpp); else it is reduced on the host.
+bool reduced_on_device(const at::Tensor& tensor) {
+#if ZHOST_WITH_CUDA
+  return tensor.is_cuda();
+#else
+  (void)tensor;
+  return false;
+#endif
+}
+
+// Reduces partial(const float* run, int64_t n) -> T over the values of every tensor the device kernels do
+// not take (fp32, bf16 or fp16; a CUDA tensor in a build without them is copied to the host first) with
+// combine(T, T), which must be exact and order-free (a max, an integer sum), so that the result does not
+// depend on the split: a contiguous fp32 tensor is cut into runs over LibTorch's intra-op threads; a 16-bit
+// one goes through fp32 copies of consecutive pieces.
 template <class T, class Partial, class Combine>
 T reduce_fp32_runs(at::TensorList tensors, T init, const Partial& partial, const Combine& combine) {
   constexpr int64_t kGrain = int64_t{1} << 18;  // elements a thread takes at least
   T result = init;
   for (const at::Tensor& tensor : tensors) {
+    if (reduced_on_device(tensor)) continue;
+    require_norm_dtype(tensor);
     const at::Tensor host = (tensor.device().is_cpu() ? tensor : tensor.cpu()).contiguous().reshape({-1});
     const at::ScalarType type = host.scalar_type();
-    if (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) {
-      detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "exact gradient norm: {} tensors are not supported (fp32, bf16, fp16)",
-                   c10::toString(type));
-    }
     if (type == at::kFloat) {
       const float* data = host.data_ptr<float>();
       result = combine(result, at::parallel_reduce(
@@ -121,13 +145,48 @@ T reduce_fp32_runs(at::TensorList tensors, T init, const Partial& partial, const
 // 2^(kFractionBits - 2(e+1)) for M = max_abs, e its binary exponent: M^2 scaled stays below 2^80.
 int scale_exponent(float max_abs) { return kFractionBits - 2 * std::ilogb(max_abs) - 2; }
 
+#if ZHOST_WITH_CUDA
+// Runs launch(data, dtype, n, stream) for every CUDA tensor of `tensors` (contiguous, on the current stream of
+// its device) into counters `accumulator` made by make(device) on the first one's device, and returns them on
+// the host (one copy, which waits for the kernels); an undefined tensor when there is no CUDA tensor.
+template <class Make, class Launch>
+at::Tensor reduce_on_device(at::TensorList tensors, const Make& make, const Launch& launch) {
+  at::Tensor accumulator;
+  for (const at::Tensor& tensor : tensors) {
+    if (!reduced_on_device(tensor)) continue;
+    require_norm_dtype(tensor);
+    if (!accumulator.defined()) accumulator = make(tensor.device());
+    if (tensor.device() != accumulator.device()) {
+      detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "exact gradient norm: tensors on {} and {}", accumulator.device().str(),
+                   tensor.device().str());
+    }
+    const at::Tensor flat = tensor.contiguous();
+    const c10::cuda::CUDAGuard guard(flat.device());
+    const detail::cuda::NormDtype type = flat.scalar_type() == at::kFloat      ? detail::cuda::NormDtype::kFloat
+                                         : flat.scalar_type() == at::kBFloat16 ? detail::cuda::NormDtype::kBFloat16
+                                                                               : detail::cuda::NormDtype::kHalf;
+    launch(flat.const_data_ptr(), type, flat.numel(), c10::cuda::getCurrentCUDAStream(flat.device().index()).stream(),
+           accumulator);
+  }
+  return accumulator.defined() ? accumulator.cpu() : accumulator;
+}
+#endif
+
 }  // namespace
 
 float max_abs(at::TensorList tensors) {
   const detail::NormKernels kernels = norm_kernels();
-  const uint32_t largest = reduce_fp32_runs(
+  uint32_t largest = reduce_fp32_runs(
       tensors, uint32_t{0}, [&](const float* run, int64_t n) { return kernels.max_abs_bits(run, n); },
       [](uint32_t a, uint32_t b) { return std::max(a, b); });
+#if ZHOST_WITH_CUDA
+  const at::Tensor on_device = reduce_on_device(
+      tensors, [](at::Device device) { return at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device)); },
+      [](const void* x, detail::cuda::NormDtype type, int64_t n, void* stream, at::Tensor& bits) {
+        detail::cuda::max_abs_bits(x, type, n, reinterpret_cast<uint32_t*>(bits.data_ptr<int32_t>()), stream);
+      });
+  if (on_device.defined()) largest = std::max(largest, static_cast<uint32_t>(on_device.data_ptr<int32_t>()[0]));
+#endif
   if (largest >= 0x7F800000u) return INFINITY;  // inf, or NaN: overflow
   float result;
   std::memcpy(&result, &largest, sizeof(result));
@@ -139,9 +198,21 @@ SquareSumLimbs square_sum_limbs(at::TensorList tensors, float max_abs) {
   if (!(max_abs > 0) || !std::isfinite(max_abs)) return limbs;    // all zero (or overflow: not used)
   const double scale = std::ldexp(1.0, scale_exponent(max_abs));  // a power of two in [2^-176, 2^376]
   const detail::NormKernels kernels = norm_kernels();
-  const Uint128 sum = reduce_fp32_runs(
+  Uint128 sum = reduce_fp32_runs(
       tensors, Uint128{0}, [&](const float* run, int64_t n) { return kernels.square_sum(run, n, scale); },
       [](Uint128 a, Uint128 b) { return a + b; });
+#if ZHOST_WITH_CUDA
+  const at::Tensor parts = reduce_on_device(
+      tensors, [](at::Device device) { return at::zeros({3}, at::TensorOptions().dtype(at::kLong).device(device)); },
+      [&](const void* x, detail::cuda::NormDtype type, int64_t n, void* stream, at::Tensor& counters) {
+        detail::cuda::add_square_sum_parts(x, type, n, scale, reinterpret_cast<uint64_t*>(counters.data_ptr<int64_t>()),
+                                           stream);
+      });
+  if (parts.defined()) {
+    const auto* part = reinterpret_cast<const uint64_t*>(parts.data_ptr<int64_t>());
+    sum += (static_cast<Uint128>(part[0]) << 54) + (static_cast<Uint128>(part[1]) << 27) + part[2];
+  }
+#endif
   // Four limbs hold one rank's sum (below 2^127); the fifth is headroom for the carries of many ranks.
   for (int i = 0; i < 4; ++i) limbs.limb[i] = static_cast<int64_t>((sum >> (32 * i)) & 0xFFFFFFFFu);
   return limbs;

@@ -37,7 +37,8 @@ double global_grad_norm(at::TensorList tensors);
 //      them into the norm. Each element is truncated below 2^-80 M^2, so the result is within a relative
 //      2^-40 of the true norm for up to 2^40 elements, and identical bit for bit however the elements
 //      were split.
-// Costs two vectorized passes over the gradients (sdk/kit/src/grad_norm_kernels.hpp) and two tiny all-reduces.
+// Costs two passes over the gradients - vectorized on the host (sdk/kit/src/grad_norm_kernels.hpp), CUDA kernels
+// where the gradients are on a GPU (grad_norm_cuda.hpp), with the same integers - and two tiny all-reduces.
 constexpr int kSquareSumLimbs = 5;
 struct SquareSumLimbs {
   int64_t limb[kSquareSumLimbs] = {};  // limb[i] holds bits [32i, 32i + 32) of the fixed-point sum
