@@ -99,8 +99,8 @@ int main(int argc, char** argv) {
   std::string resume;
   run_cmd
       ->add_option("--resume", resume,
-                   "resume from a checkpoint: latest (under checkpoint.dir), a step-NNNNNNNN folder, or a folder "
-                   "holding `latest` (sets checkpoint.resume)")
+                   "resume from a checkpoint: latest (under checkpoint.dir), a step-NNNNNNNN folder, a folder "
+                   "holding `latest`, or that `latest` file (sets checkpoint.resume)")
       ->type_name("PATH|latest");
 
   zhost::cli::PluginsOptions plugins;

@@ -204,6 +204,9 @@ TEST(CheckpointFolders, PublishMovesLatestOnlyAfterTheFolderIsCompleteAndPrunesT
   EXPECT_EQ(fs::path(resolve_checkpoint((fs::path(root) / "step-00000006").string(), root)).filename(),
             "step-00000006");
   EXPECT_THROW(resolve_checkpoint((dir.path() / "nope").string(), root), UsageError);
+  // --resume CKPT_DIR/latest, the pointer file DeepSpeed users know: read as its folder would be.
+  EXPECT_EQ(resolve_checkpoint((fs::path(root) / "latest").string(), "elsewhere"),
+            (fs::path(root) / "step-00000009").string());
 }
 
 }  // namespace
