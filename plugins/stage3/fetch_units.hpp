@@ -24,7 +24,8 @@
 // together stay within sub_group_size elements share one fp32 master, gradient
 // and optimizer-state buffer, and the optimizer steps one sub-group at a time;
 // it is also the unit an offload tier moves. A unit larger than sub_group_size
-// is a sub-group of its own.
+// is a sub-group of its own; so, with sub_group_size = 0, is every unit (DeepSpeed
+// reads 0 the same way: each parameter closes its sub-group).
 #pragma once
 
 #include <algorithm>

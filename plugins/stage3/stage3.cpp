@@ -63,7 +63,8 @@ const zhost_plugin_descriptor* describe() {
                     "keep a gathered unit when it is read again within this many elements of other units", 0, 1e15)
         .config_int("zero.stage3_param_persistence_threshold", 100000,
                     "parameters of at most this many elements stay gathered (never released)", 0, 1e15)
-        .config_int("zero.sub_group_size", 1000000000, "elements per optimizer sub-group (stepped one at a time)", 1,
+        .config_int("zero.sub_group_size", 1000000000,
+                    "elements per optimizer sub-group (stepped one at a time); 0 = each unit its own, as DeepSpeed", 0,
                     1e15)
         .config_bool("zero.contiguous_gradients", true, "keep reduced gradients contiguous (zhost always does)")
         .config_int("zero.offload_param.buffer_count", 5,

@@ -387,4 +387,20 @@ TEST(DeepSpeedJson, ARawDeepSpeedConfigTrains) {
   EXPECT_TRUE(fs::exists(dir.path() / "runs" / "json" / "metrics.jsonl")) << r.err;
 }
 
+// zero_optimization.sub_group_size = 0 is valid in DeepSpeed: each parameter closes its sub-group. zhost reads
+// it the same way: each unit a sub-group of its own.
+TEST(DeepSpeedJson, SubGroupSizeZeroIsEachUnitItsOwnSubGroup) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({"train_micro_batch_size_per_gpu": 2,
+  "zero_optimization": {"stage": 3, "sub_group_size": 0},
+  "zhost": {"steps": 2, "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8}, "run": {"name": "sg0"}}})");
+  CliResult checked = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_NE(checked.out.find("sub_group_size = 0  # ds.json:2"), std::string::npos) << checked.out;
+  CliResult trained =
+      run_zhost(dir.path(), "run ds.json --nproc 2 --set run.intra_op_threads=1" + kPlugins, "timeout 120 ");
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  EXPECT_TRUE(fs::exists(dir.path() / "runs" / "sg0" / "metrics.jsonl")) << trained.err;
+}
+
 }  // namespace
