@@ -1,10 +1,11 @@
 // host/config/json_reader.cpp: a scanner that finds each key's position and the trailing commas (blanked
-// in a copy, so every byte keeps its offset and line:column stays right), then nlohmann-json's parser with
-// comments ignored.
+// in a copy, so every byte keeps its offset and line:column stays right) and blanks # remarks, then
+// nlohmann-json's parser with // and /* */ comments ignored.
 #include "host/config/json_reader.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 #include "host/core/error.hpp"
@@ -52,6 +53,14 @@ class Scanner {
       }
       if (c == '/' && i + 1 < text_.size() && (text_[i + 1] == '/' || text_[i + 1] == '*')) {
         i = skip_comment(i);
+        continue;
+      }
+      if (c == '#') {
+        // A remark to the line's end: DeepSpeed reads its config with hjson, which takes them. Blanked in the
+        // copy (the JSON parser takes only // and /* */), every byte keeping its offset.
+        const size_t end = std::min(text_.find('\n', i), text_.size());
+        for (size_t j = i; j < end; ++j) cleaned_[j] = ' ';
+        i = end;
         continue;
       }
       if ((c == '}' || c == ']') && last_significant != std::string::npos && text_[last_significant] == ',') {
@@ -155,7 +164,12 @@ std::string parser_reason(const std::string& what) {
 }  // namespace
 
 bool looks_like_json(std::string_view text) {
+  // Remark lines before the '{' (# and //, as hjson takes them) are skipped: TOML has no top-level '{'.
   size_t first = text.find_first_not_of(" \t\r\n");
+  while (first != std::string_view::npos && (text[first] == '#' || text.substr(first, 2) == "//")) {
+    const size_t end = text.find('\n', first);
+    first = end == std::string_view::npos ? end : text.find_first_not_of(" \t\r\n", end);
+  }
   return first != std::string_view::npos && text[first] == '{';
 }
 

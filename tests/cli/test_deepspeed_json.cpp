@@ -387,6 +387,21 @@ TEST(DeepSpeedJson, ARawDeepSpeedConfigTrains) {
   EXPECT_TRUE(fs::exists(dir.path() / "runs" / "json" / "metrics.jsonl")) << r.err;
 }
 
+// DeepSpeed reads its config with hjson, which takes # remarks as well as // and /* */ ones, also before
+// the opening brace.
+TEST(DeepSpeedJson, ReadsHashRemarksAsHjsonDoes) {
+  ScratchDir dir;
+  dir.write("ds.json", R"(# ZeRO-2, as hjson reads it
+{
+  "train_micro_batch_size_per_gpu": 2,  # per rank, "quoted" text in a remark
+  "zero_optimization": {"stage": 2}  // the other kind
+}
+)");
+  CliResult remarks = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  ASSERT_EQ(remarks.exit_code, 0) << remarks.err;
+  EXPECT_NE(remarks.out.find("train_micro_batch_size_per_gpu = 2  # ds.json:3"), std::string::npos) << remarks.out;
+}
+
 // zero_optimization.sub_group_size = 0 is valid in DeepSpeed: each parameter closes its sub-group. zhost reads
 // it the same way: each unit a sub-group of its own.
 TEST(DeepSpeedJson, SubGroupSizeZeroIsEachUnitItsOwnSubGroup) {
