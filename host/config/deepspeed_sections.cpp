@@ -218,6 +218,14 @@ void import_zero(Importer& importer, Section& root) {
                  zero.at("cpu_offload_use_pin_memory"),
                  "cpu_offload_use_pin_memory is deprecated in DeepSpeed; read as offload_optimizer.pin_memory");
   }
+  // Precision tables nested here by mistake: DeepSpeed reads them at the top level only.
+  for (const char* table : {"fp16", "bf16", "bfloat16"}) {
+    if (zero.has(table)) {
+      zero.refuse(table, fmt::format("{} is a top-level table in DeepSpeed, not part of zero_optimization; move it "
+                                     "out to the top level (\"{}\": {{...}} beside \"zero_optimization\")",
+                                     table, table));
+    }
+  }
   zero.finish();
 }
 

@@ -418,4 +418,17 @@ TEST(DeepSpeedJson, SubGroupSizeZeroIsEachUnitItsOwnSubGroup) {
   EXPECT_TRUE(fs::exists(dir.path() / "runs" / "sg0" / "metrics.jsonl")) << trained.err;
 }
 
+// fp16 nested in zero_optimization by mistake: the refusal points to the top-level table DeepSpeed reads.
+TEST(DeepSpeedJson, Fp16InsideZeroOptimizationPointsToTheTopLevelTable) {
+  ScratchDir dir;
+  dir.write("nested.json", R"({"train_micro_batch_size_per_gpu": 2,
+  "zero_optimization": {"stage": 2, "fp16": {"enabled": true}}})");
+  CliResult nested = run_zhost(dir.path(), "config check nested.json" + kPlugins);
+  EXPECT_EQ(nested.exit_code, 2);
+  EXPECT_NE(nested.err.find("zhost: error: nested.json:2:37: zero_optimization.fp16 = {\"enabled\":true}: fp16 is a "
+                            "top-level table in DeepSpeed, not part of zero_optimization; move it out to the top level"),
+            std::string::npos)
+      << nested.err;
+}
+
 }  // namespace
