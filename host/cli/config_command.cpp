@@ -58,6 +58,7 @@ int config_check_command(const JobSetupOptions& options, int nproc, int nnodes) 
 #endif
   std::cout << "# zhost config check: " << (options.config_file.empty() ? "(no file)" : options.config_file.string())
             << " is valid" << (nproc > 0 ? " for " + std::to_string(nproc * nnodes) + " ranks" : "") << "\n";
+  for (const auto& info : job.infos) std::cout << "# " << info << "\n";
   for (const auto& note : job.notes) std::cout << "# " << note << "\n";
   std::cout << "\n" << job.config->to_toml() << "\n";
   std::cout << "# plugins serving this config\n";
@@ -71,7 +72,8 @@ int config_check_command(const JobSetupOptions& options, int nproc, int nnodes) 
 }
 
 int config_import_command(const JobSetupOptions& options) {
-  const config::Document document = load_job_document(options);
+  config::Document document = load_job_document(options);
+  document.settle_deepspeed_json();  // HF "auto"s written as the defaults they take (Note [HF's "auto"])
   if (!document.is_deepspeed_json()) {
     fail_usage("{}: is a TOML config already; `zhost config import` reads a DeepSpeed JSON config",
                options.config_file.string());

@@ -38,6 +38,7 @@ int run_rank(const RunOptions& options) {
   JobSetup job = prepare_job(options.job);
   if (!options.log_level_from_command_line) spdlog::set_level(log::parse_level(job.config->get_string("log.level")));
   if (env.rank == 0) {
+    for (const auto& line : job.infos) spdlog::info("config: {}", line);
     for (const auto& line : job.config->warnings()) spdlog::warn("config: {}", line);
   }
   return engine::run_training(job, env);

@@ -79,7 +79,8 @@ std::string Section::shown(const std::string& key) const {
   return has(key) ? fmt::format("{} = {}", name, shown_value((*object_)[key])) : name;
 }
 
-void Section::map(const std::string& key, const std::string& zhost_path, const std::string& auto_hint) {
+void Section::map(const std::string& key, const std::string& zhost_path, const std::string& auto_hint,
+                  const HfDefault& hf) {
   const json* value = take(key);
   if (!value) return;
   if (value->is_null()) {
@@ -90,10 +91,13 @@ void Section::map(const std::string& key, const std::string& zhost_path, const s
   }
   if (is_auto(value)) {
     take(key);
-    importer_.record(ImportRecord::Kind::Auto, path(key), at(key), zhost_path,
-                     fmt::format("{}: \"auto\" is filled in from the trainer's arguments, and none gives it "
-                                 "here; give it with --set {}=VALUE, or write it in the file: {}",
-                                 shown(key), zhost_path, auto_hint.empty() ? "the value" : auto_hint));
+    ImportRecord& record = importer_.record(
+        ImportRecord::Kind::Auto, path(key), at(key), zhost_path,
+        fmt::format("{}: \"auto\" is filled in from the trainer's arguments, and none gives it "
+                    "here; give it with --set {}=VALUE, or write it in the file: {}",
+                    shown(key), zhost_path, auto_hint.empty() ? "the value" : auto_hint));
+    record.hf_default = hf.value;
+    record.hf_argument = hf.argument;
     return;
   }
   importer_.set(zhost_path, *value, path(key), at(key));
@@ -172,9 +176,10 @@ TextPosition Importer::position(const std::string& pointer) const {
 
 bool Importer::is_set(const std::string& zhost_path) const { return out_.root.at_path(zhost_path).node() != nullptr; }
 
-void Importer::record(ImportRecord::Kind kind, const std::string& ds_path, TextPosition at,
-                      const std::string& zhost_path, const std::string& text) {
-  out_.records.push_back(ImportRecord{kind, ds_path, at, zhost_path, text});
+ImportRecord& Importer::record(ImportRecord::Kind kind, const std::string& ds_path, TextPosition at,
+                               const std::string& zhost_path, const std::string& text) {
+  out_.records.push_back(ImportRecord{kind, ds_path, at, zhost_path, text, "", ""});
+  return out_.records.back();
 }
 
 void Importer::set(const std::string& zhost_path, const json& value, const std::string& ds_path, TextPosition at,
@@ -264,13 +269,14 @@ void Importer::batch_sizes(Section& root) {
   } else {
     root.map("train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu",
              "the per-rank batch (HF Trainer's --per_device_train_batch_size, default 8; or the one DeepSpeed's "
-             "autotuner would pick: zhost has no autotuner)");
+             "autotuner would pick: zhost has no autotuner)",
+             {"--per_device_train_batch_size", "8"});
   }
   if (is_auto(accumulation) && number(train) && number(micro)) {
     derived("gradient_accumulation_steps", "train_batch_size / (train_micro_batch_size_per_gpu * world size)");
   } else {
     root.map("gradient_accumulation_steps", "gradient_accumulation_steps",
-             "HF Trainer's --gradient_accumulation_steps (default 1)");
+             "HF Trainer's --gradient_accumulation_steps (default 1)", {"--gradient_accumulation_steps", "1"});
   }
 }
 
@@ -279,7 +285,7 @@ void Importer::precision(Section& root) {
   // fp16: the other keys matter only when it is enabled (DeepSpeed ignores them otherwise, and so does zhost).
   Section fp16 = root.sub("fp16");
   const json* fp16_on = fp16.take("enabled");
-  if (fp16_on) fp16.map("enabled", "fp16.enabled", fmt::format(fmt::runtime(auto_hint), "fp16"));
+  if (fp16_on) fp16.map("enabled", "fp16.enabled", fmt::format(fmt::runtime(auto_hint), "fp16"), {"--fp16", "false"});
   bool fp16_enabled = fp16_on && fp16_on->is_boolean() && fp16_on->get<bool>();
   if (is_auto(fp16_on) && is_set("fp16.enabled")) {  // "auto" filled by the "zhost" table
     const toml::node* zhost_value = out_.root.at_path("fp16.enabled").node();
@@ -311,7 +317,7 @@ void Importer::precision(Section& root) {
   else
     root.take("bfloat16");
   const json* bf16_on = bf16.take("enabled");
-  if (bf16_on) bf16.map("enabled", "bf16.enabled", fmt::format(fmt::runtime(auto_hint), "bf16"));
+  if (bf16_on) bf16.map("enabled", "bf16.enabled", fmt::format(fmt::runtime(auto_hint), "bf16"), {"--bf16", "false"});
   if (old_name) {
     record(ImportRecord::Kind::Noted, "bfloat16", root.at("bfloat16"), "bf16",
            "bfloat16 is DeepSpeed's deprecated name of bf16; read as bf16");

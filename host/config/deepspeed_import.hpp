@@ -27,6 +27,11 @@ struct ImportRecord {
   TextPosition at;         // the key's place in the file
   std::string zhost_path;  // Mapped: the zhost key it sets ("zero.offload_optimizer.device")
   std::string text;        // Noted, Refused, Auto: the one-line reason (and what to do); Mapped: a warning or ""
+  // Auto: HF Trainer's default for the key, which fills an "auto" none of zhost's arguments gives (Note [HF's
+  // "auto"]): the TOML literal ("8", "[0.9, 0.999]") and the Trainer's argument ("--per_device_train_batch_size").
+  // Empty for a key the Trainer has no default for: such an "auto" is refused (`text`).
+  std::string hf_default;
+  std::string hf_argument;
 };
 
 struct DeepSpeedImport {

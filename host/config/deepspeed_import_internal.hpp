@@ -31,8 +31,15 @@ class Section {
   TextPosition at(const std::string& key) const;
   std::string shown(const std::string& key) const;  // "zero_optimization.stage = 2"
 
-  // Copies the value to a zhost key. "auto" is refused with `auto_hint` (what to write).
-  void map(const std::string& key, const std::string& zhost_path, const std::string& auto_hint = "");
+  // HF Trainer's default for a key ("auto" left unfilled takes it): its argument and the value, a TOML literal.
+  struct HfDefault {
+    std::string argument;  // "--per_device_train_batch_size"
+    std::string value;     // "8"
+  };
+  // Copies the value to a zhost key. "auto" is filled by zhost's arguments, else by `hf` (HF Trainer's
+  // default), else refused with `auto_hint` (what to write); Note [HF's "auto"].
+  void map(const std::string& key, const std::string& zhost_path, const std::string& auto_hint = "",
+           const HfDefault& hf = {});
   // Accepted with a note: it cannot change anything here.
   void note(const std::string& key, const std::string& reason);
   // Accepted with a note when the value is `inert` (DeepSpeed's default, or a value with no effect here;
@@ -66,8 +73,8 @@ class Importer {
   // Sets a zhost key from the DeepSpeed key at `ds_path`; a key set twice is refused.
   void set(const std::string& zhost_path, const json& value, const std::string& ds_path, TextPosition at,
            const std::string& warning = "");
-  void record(ImportRecord::Kind kind, const std::string& ds_path, TextPosition at, const std::string& zhost_path,
-              const std::string& text);
+  ImportRecord& record(ImportRecord::Kind kind, const std::string& ds_path, TextPosition at,
+                       const std::string& zhost_path, const std::string& text);
   TextPosition position(const std::string& pointer) const;
   bool is_set(const std::string& zhost_path) const;
 

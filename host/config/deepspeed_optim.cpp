@@ -61,8 +61,10 @@ void import_optimizer(Importer& importer, Section& root) {
                     "optimizer has no \"type\"; zhost builds the optimizer from the config: write its type "
                     "(AdamW, Adam, SGD or Lion)");
   }
-  params.map("lr", "optimizer.lr", "the learning rate (HF Trainer's --learning_rate, default 5e-5)");
-  params.map("weight_decay", "optimizer.weight_decay", "HF Trainer's --weight_decay (default 0.0)");
+  params.map("lr", "optimizer.lr", "the learning rate (HF Trainer's --learning_rate, default 5e-5)",
+             {"--learning_rate", "5e-5"});
+  params.map("weight_decay", "optimizer.weight_decay", "HF Trainer's --weight_decay (default 0.0)",
+             {"--weight_decay", "0.0"});
   if (name == "SGD") {
     params.map("momentum", "optimizer.momentum");
     params.inert("dampening", 0,
@@ -74,10 +76,11 @@ void import_optimizer(Importer& importer, Section& root) {
     params.inert("maximize", false, "zhost minimizes the loss; set it to false");
   } else {
     params.map("betas", "optimizer.betas",
-               "[beta1, beta2] (HF Trainer's --adam_beta1/--adam_beta2, default [0.9, 0.999])");
+               "[beta1, beta2] (HF Trainer's --adam_beta1/--adam_beta2, default [0.9, 0.999])",
+               {"--adam_beta1/--adam_beta2", "[0.9, 0.999]"});
   }
   if (name == "Adam" || name == "AdamW") {
-    params.map("eps", "optimizer.eps", "HF Trainer's --adam_epsilon (default 1e-8)");
+    params.map("eps", "optimizer.eps", "HF Trainer's --adam_epsilon (default 1e-8)", {"--adam_epsilon", "1e-8"});
     params.inert("bias_correction", true,
                  "Adam without bias correction is not supported by zhost (it changes every update); set it to true "
                  "knowing the updates change, or train with DeepSpeed");
@@ -152,7 +155,8 @@ void import_scheduler(Importer& importer, Section& root) {
   }
   if (name != "OneCycle") {
     params.map("warmup_num_steps", "scheduler.warmup_num_steps",
-               "the warmup steps (HF Trainer's --warmup_steps, or --warmup_ratio times the total steps)");
+               "the warmup steps (HF Trainer's --warmup_steps, or --warmup_ratio times the total steps)",
+               {"--warmup_steps: 0, which DeepSpeed's warmup raises to its least, 2", "2"});
     params.map("warmup_type", "scheduler.warmup_type");
   }
   if (name == "WarmupDecayLR" || name == "WarmupCosineLR") {

@@ -37,7 +37,8 @@ bool offloads_to_nvme(const json* root, const ImportOverrides& overrides) {
 }  // namespace
 
 void Importer::top_level(Section& root) {
-  root.map("gradient_clipping", "gradient_clipping", "HF Trainer's --max_grad_norm (default 1.0)");
+  root.map("gradient_clipping", "gradient_clipping", "HF Trainer's --max_grad_norm (default 1.0)",
+           {"--max_grad_norm", "1.0"});
   root.map("steps_per_print", "steps_per_print");
   root.map("wall_clock_breakdown", "wall_clock_breakdown");
   root.map("memory_breakdown", "memory_breakdown");

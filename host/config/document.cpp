@@ -275,7 +275,16 @@ std::vector<std::string> Document::notes() const {
   for (const auto& record : data_->import_records) {
     const std::string place = place_prefix(data_->source_name, record.at);
     if (record.kind == ImportRecord::Kind::Auto) {
-      if (const toml::node* node = data_->root.at_path(record.zhost_path).node()) {
+      const toml::node* node = data_->root.at_path(record.zhost_path).node();
+      auto filled_place = data_->places.find(record.zhost_path);
+      const bool hf_default = !record.hf_default.empty() &&
+                              (!node || (filled_place != data_->places.end() && !filled_place->second.how.empty()));
+      if (hf_default) {
+        lines.push_back(fmt::format("{} note: {} = \"auto\": {} = {}, HF Trainer's default ({}); give yours with "
+                                    "--set {}=VALUE",
+                                    place, record.ds_path, record.zhost_path, record.hf_default, record.hf_argument,
+                                    record.zhost_path));
+      } else if (node) {
         std::string source = where_set(*data_, record.zhost_path, *node);
         if (!source.empty() && source.back() == ':') source.pop_back();
         lines.push_back(fmt::format("{} note: {} = \"auto\": {} = {}, set {}", place, record.ds_path, record.zhost_path,
@@ -293,11 +302,54 @@ std::vector<std::string> Document::notes() const {
 std::vector<std::string> Document::load_errors() const {
   std::vector<std::string> lines = data_->load_errors;
   for (const auto& record : data_->import_records) {
-    if (record.kind == ImportRecord::Kind::Auto && !data_->root.at_path(record.zhost_path).node()) {
+    if (record.kind == ImportRecord::Kind::Auto && record.hf_default.empty() &&
+        !data_->root.at_path(record.zhost_path).node()) {
       lines.push_back(place_prefix(data_->source_name, record.at) + " " + record.text);
     }
   }
   return lines;
+}
+
+std::vector<std::string> Document::hf_defaults_taken() const {
+  std::vector<std::string> taken;
+  for (const auto& record : data_->import_records) {
+    if (record.kind == ImportRecord::Kind::Auto && !record.hf_default.empty() &&
+        !data_->root.at_path(record.zhost_path).node()) {
+      taken.push_back(record.zhost_path + " = " + record.hf_default);
+    }
+  }
+  return taken;
+}
+
+void Document::take_hf_defaults() {
+  for (const auto& record : data_->import_records) {
+    if (record.kind != ImportRecord::Kind::Auto || record.hf_default.empty() ||
+        data_->root.at_path(record.zhost_path).node()) {
+      continue;
+    }
+    const SourcePlace place{data_->source_name, record.at, "auto: HF Trainer default"};
+    toml::table* table = &data_->root;
+    std::string table_path;
+    const std::vector<std::string> segments = split_path(record.zhost_path);
+    for (size_t i = 0; i + 1 < segments.size(); ++i) {
+      table_path = join_path(table_path, segments[i]);
+      toml::node* node = table->get(segments[i]);
+      if (!node) {
+        node = &table->insert(segments[i], toml::table{}).first->second;
+        data_->places.emplace(table_path, SourcePlace{data_->source_name, record.at, ""});
+      }
+      table = node->as_table();
+      if (!table) break;  // a value where the path needs a table: validate() reports the file's value
+    }
+    auto literal = parse_toml_literal(record.hf_default);
+    if (!table || !literal) continue;
+    table->insert_or_assign(segments.back(), *literal->get(kLiteralKey));
+    data_->places[record.zhost_path] = place;
+  }
+}
+
+void Document::settle_deepspeed_json() {
+  take_hf_defaults();
 }
 
 bool Document::contains(const std::string& path) const {

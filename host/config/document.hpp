@@ -53,6 +53,13 @@ class Document {
   // "FILE:LINE:COL: ..." for what reading the file refused: a DeepSpeed key, a key a companion sets twice,
   // an HF "auto" that nothing fills. validate() reports them with the schema's errors.
   std::vector<std::string> load_errors() const;
+  // HF "auto"s that neither --set, a companion nor the "zhost" table fills and that HF Trainer has a default
+  // for: "train_micro_batch_size_per_gpu = 8", one each (Note [HF's "auto"]). validate() fills them in.
+  std::vector<std::string> hf_defaults_taken() const;
+  // Writes those defaults into the document, each with the place of its "auto" ("auto: HF Trainer default").
+  void take_hf_defaults();
+  // A DeepSpeed JSON as validate() reads it, once --set and the companion are in: the HF defaults taken.
+  void settle_deepspeed_json();
   // True when the file or an override sets a value (not a table) at the dotted path.
   bool contains(const std::string& path) const;
   // The value at the dotted path as written, before validation (to find plugins before the schema is

@@ -13,7 +13,7 @@ std::string ValueOrigin::describe() const {
     case Kind::Default:
       return "default";
     case Kind::File:
-      return fmt::format("{}:{}", file, line);
+      return how.empty() ? fmt::format("{}:{}", file, line) : fmt::format("{}:{} ({})", file, line, how);
     case Kind::Override:
       return "--set";
   }

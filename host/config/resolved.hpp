@@ -25,8 +25,9 @@ struct ValueOrigin {
   int64_t column = 0;        // Kind::File
   bool show_column = false;  // Kind::File: "FILE:LINE:COL:" in messages (JSON configs, whose lines hold many keys)
   std::string assignment;    // Kind::Override: what followed --set, e.g. "zero.stage=2"
+  std::string how;           // Kind::File: how the value was made from what the file holds ("auto: HF Trainer default")
 
-  // "default", "FILE:LINE" or "--set".
+  // "default", "FILE:LINE", "FILE:LINE (HOW)" or "--set".
   std::string describe() const;
   // The start of an error message about the value: "FILE:LINE:", "--set zero.stage=2:", or for a default
   // the config's own prefix, "CONFIG_NAME:" ("config:" when there is no file).
@@ -52,7 +53,7 @@ class ResolvedConfig {
   bool has(const std::string& path) const;
   // True when this config reads the key: the host or a chosen plugin declared it.
   bool active(const std::string& path) const { return entries_.count(path) != 0; }
-  // "default", "FILE:LINE" or "--set".
+  // "default", "FILE:LINE", "FILE:LINE (auto: HF Trainer default)" or "--set".
   std::string origin(const std::string& path) const;
   // The start of an error message about this key (ValueOrigin::location).
   std::string location(const std::string& path) const;

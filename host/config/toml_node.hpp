@@ -26,6 +26,7 @@ struct OverrideRecord {
 struct SourcePlace {
   std::string file;
   TextPosition at;
+  std::string how;  // how the value was made there, when the file holds something else: "auto: HF Trainer default"
 };
 
 struct DocumentData {

@@ -262,6 +262,7 @@ class ResolvedConfigBuilder {
       origin.line = place->second.at.line;
       origin.column = place->second.at.column;
       origin.show_column = true;
+      origin.how = place->second.how;
     } else {
       origin.kind = ValueOrigin::Kind::File;
       origin.file = data_.source_name;
@@ -324,6 +325,13 @@ class ResolvedConfigBuilder {
 }  // namespace detail
 
 ResolvedConfig validate(const Document& document, const Schema& schema, const InactiveKeys& inactive) {
+  if (document.is_deepspeed_json()) {
+    // HF "auto"s nothing fills take HF Trainer's defaults (Note [HF's "auto"]), and so on, in a copy: the
+    // caller's document stays as written.
+    Document settled = document;
+    settled.settle_deepspeed_json();
+    return detail::ResolvedConfigBuilder(settled, schema, inactive).build();
+  }
   return detail::ResolvedConfigBuilder(document, schema, inactive).build();
 }
 

@@ -17,6 +17,7 @@
 #include "host/config/host_schema.hpp"
 #include "host/config/validate.hpp"
 #include "host/core/error.hpp"
+#include "host/core/text.hpp"
 
 namespace zhost {
 namespace {
@@ -250,6 +251,11 @@ JobSetup prepare_job(const JobSetupOptions& options) {
   job.notes.insert(job.notes.end(), job.config->notes().begin(), job.config->notes().end());
   job.notes.insert(job.notes.end(), job.config->warnings().begin(), job.config->warnings().end());
   for (const auto& line : job.notes) spdlog::debug("config: {}", line);
+  if (const auto taken = document.hf_defaults_taken(); !taken.empty()) {
+    job.infos.push_back(fmt::format("{}: \"auto\" that no --set, companion or \"zhost\" table fills took HF "
+                                    "Trainer's default: {}; give yours with --set KEY=VALUE",
+                                    document.source_name(), text::join(taken, ", ")));
+  }
   return job;
 }
 

@@ -28,6 +28,9 @@ struct JobSetup {
   // Keys accepted with a note or read under a deprecated name (DeepSpeed JSON configs), and settings that do
   // nothing in this job (ResolvedConfig::warnings()), one line each; `config check` prints them.
   std::vector<std::string> notes;
+  // What the job takes that the user did not write, one line each (HF "auto"s filled with HF Trainer's
+  // defaults, ...): rank 0 logs them at info level when the job starts; `config check` prints them.
+  std::vector<std::string> infos;
 
   // The values a chosen plugin declared, for its host context.
   std::map<std::string, ConfigValue> plugin_config(const LoadedPlugin& plugin) const;
