@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -270,6 +271,26 @@ const std::string& Document::source_name() const { return data_->source_name; }
 
 bool Document::is_deepspeed_json() const { return data_->deepspeed; }
 
+namespace {
+// DeepSpeed's activation-checkpointing refinements that zhost reads only with activation_checkpointing.enabled.
+constexpr const char* kCheckpointingRefinements[] = {"activation_checkpointing.cpu_checkpointing",
+                                                     "activation_checkpointing.contiguous_memory_optimization",
+                                                     "activation_checkpointing.number_checkpoints"};
+
+bool checkpointing_on(const DocumentData& data) {
+  const toml::node* enabled = data.root.at_path("activation_checkpointing.enabled").node();
+  return enabled && enabled->is_boolean() && enabled->as_boolean()->get();
+}
+
+// A refinement the JSON wrote and no --set replaced, with zhost's switch off: it changes nothing, as in DeepSpeed.
+bool inert_refinement(const DocumentData& data, const ImportRecord& record) {
+  if (record.kind != ImportRecord::Kind::Mapped || data.overrides.count(record.zhost_path) || checkpointing_on(data))
+    return false;
+  return std::find(std::begin(kCheckpointingRefinements), std::end(kCheckpointingRefinements), record.zhost_path) !=
+         std::end(kCheckpointingRefinements);
+}
+}  // namespace
+
 std::vector<std::string> Document::notes() const {
   std::vector<std::string> lines;
   for (const auto& record : data_->import_records) {
@@ -290,6 +311,14 @@ std::vector<std::string> Document::notes() const {
         lines.push_back(fmt::format("{} note: {} = \"auto\": {} = {}, set {}", place, record.ds_path, record.zhost_path,
                                     text::excerpt(value_literal(*node), 60), source));
       }
+      continue;
+    }
+    if (inert_refinement(*data_, record)) {
+      lines.push_back(fmt::format(
+          "{} note: {}: DeepSpeed reads it only when the model calls its checkpointing API, and zhost only with "
+          "activation_checkpointing.enabled = true, which is off here: it changes nothing (--set "
+          "activation_checkpointing.enabled=true to use it)",
+          place, record.ds_path));
       continue;
     }
     if (record.kind == ImportRecord::Kind::Refused || record.text.empty()) continue;
@@ -350,6 +379,11 @@ void Document::take_hf_defaults() {
 
 void Document::settle_deepspeed_json() {
   take_hf_defaults();
+  for (const auto& record : data_->import_records) {
+    if (!inert_refinement(*data_, record)) continue;
+    if (toml::table* table = data_->root.at_path("activation_checkpointing").as_table())
+      table->erase(last_segment(record.zhost_path));
+  }
 }
 
 bool Document::contains(const std::string& path) const {

@@ -58,7 +58,9 @@ class Document {
   std::vector<std::string> hf_defaults_taken() const;
   // Writes those defaults into the document, each with the place of its "auto" ("auto: HF Trainer default").
   void take_hf_defaults();
-  // A DeepSpeed JSON as validate() reads it, once --set and the companion are in: the HF defaults taken.
+  // A DeepSpeed JSON as validate() reads it, once --set and the companion are in: the HF defaults taken, and
+  // the file's activation-checkpointing refinements dropped (noted by notes()) while zhost's switch is off,
+  // as DeepSpeed ignores them unless the model calls its checkpointing API.
   void settle_deepspeed_json();
   // True when the file or an override sets a value (not a table) at the dotted path.
   bool contains(const std::string& path) const;
