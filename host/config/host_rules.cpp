@@ -44,20 +44,46 @@ void warning_rule(Schema& schema, std::vector<std::string> keys, std::function<P
 // `keys` are read only when `selector` holds one of `values` (TOML literals: "\"WarmupLR\"", "true");
 // setting one of them to anything but its default otherwise is an error, as for any key nothing reads.
 // (Its default is allowed: `zhost config check` prints every key, and its printout must validate again.)
+// Note [--set wins over the file]: a --set that changes `selector` makes the file's keys unused without the
+// file contradicting itself (`--set data.type=synthetic` on a file with data.path): one warning names them
+// all, and the job runs as the command line says. The file's own contradictions, and a --set key that its
+// selector does not read, stay errors.
 void read_only_when(Schema& schema, const std::string& selector, const std::vector<std::string>& values,
                     const std::vector<std::string>& keys) {
   std::vector<std::string> shown;
   for (const auto& value : values) shown.push_back(selector + " = " + value);
   const std::string readers = text::join(shown, " or ");
+  auto by_set = [](const ResolvedConfig& config, const std::string& key) { return config.origin(key) == "--set"; };
   for (const auto& key : keys) {
     rule(schema, {key, selector}, [=, fallback = schema.default_value(key)](const ResolvedConfig& config) -> Problem {
       if (!config.has(key) || config.get(key) == fallback) return std::nullopt;
       const std::string current = to_toml_literal(*config.get(selector));
       if (std::find(values.begin(), values.end(), current) != values.end()) return std::nullopt;
+      if (by_set(config, selector) && !by_set(config, key)) return std::nullopt;  // the warning below
       return fmt::format("{} is set, but only {} reads it, and this config has {} = {}; remove it, or change {}", key,
                          readers, selector, current, selector);
     });
   }
+  std::vector<std::string> rule_keys = {selector};
+  rule_keys.insert(rule_keys.end(), keys.begin(), keys.end());
+  std::vector<std::optional<ConfigValue>> fallbacks;
+  for (const auto& key : keys) fallbacks.push_back(schema.default_value(key));
+  warning_rule(schema, rule_keys, [=](const ResolvedConfig& config) -> Problem {
+    if (!by_set(config, selector)) return std::nullopt;
+    const std::string current = to_toml_literal(*config.get(selector));
+    if (std::find(values.begin(), values.end(), current) != values.end()) return std::nullopt;
+    std::vector<std::string> unused;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!config.has(keys[i]) || config.get(keys[i]) == fallbacks[i] || by_set(config, keys[i])) continue;
+      std::string place = config.location(keys[i]);
+      place.pop_back();  // the trailing ':'
+      unused.push_back(fmt::format("{} (at {})", keys[i], place));
+    }
+    if (unused.empty()) return std::nullopt;
+    return fmt::format("{} = {} overrides the file, so its {} {} unused (only {} reads {}); the command line wins",
+                       selector, current, text::join(unused, ", "), unused.size() == 1 ? "is" : "are", readers,
+                       unused.size() == 1 ? "it" : "them");
+  });
 }
 
 void add_precision_rules(Schema& schema) {

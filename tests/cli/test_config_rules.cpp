@@ -338,4 +338,38 @@ TEST(ExampleConfigs, EveryOnePassesConfigCheck) {
   EXPECT_GE(checked, 3);
 }
 
+// Note [--set wins over the file]: a --set that makes the file's keys unused is the user's word for this run:
+// one warning names the keys it made inert, and the job runs (the file's own contradictions stay errors).
+TEST(SetOverFile, WinsOverTheKeysItMakesUnusedWithOneWarning) {
+  zhost::testing::ScratchDir scratch;
+  const std::string file = std::string(ZHOST_SOURCE_DIR) + "/examples/configs/train.toml";
+  auto data = zhost::testing::run_zhost(scratch.path(), "config check " + file + " --set data.type=synthetic");
+  ASSERT_EQ(data.exit_code, 0) << data.err;
+  const std::string data_warning = "--set data.type=synthetic: warning: data.type = \"synthetic\" overrides the file, "
+                                   "so its data.path (at " + file + ":22) is unused (only data.type = \"tokens\" or "
+                                   "data.type = \"text\" reads it); the command line wins";
+  EXPECT_NE(data.out.find(data_warning), std::string::npos) << data.out;
+  auto schedule = zhost::testing::run_zhost(scratch.path(), "config check " + file + " --set scheduler.type=none");
+  ASSERT_EQ(schedule.exit_code, 0) << schedule.err;
+  EXPECT_NE(schedule.out.find("--set scheduler.type=none: warning: scheduler.type = \"none\" overrides the file, so "
+                              "its scheduler.warmup_num_steps (at " + file + ":31), scheduler.warmup_type (at " + file +
+                              ":32) are unused"),
+            std::string::npos)
+      << schedule.out;
+  // The run warns once and trains.
+  auto run = zhost::testing::run_zhost(
+      scratch.path(), "run " + file + " --set data.type=synthetic --set steps=1 --set run.intra_op_threads=1",
+      "timeout 120 ");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const size_t first = run.err.find("data.type = \"synthetic\" overrides the file");
+  EXPECT_NE(first, std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("data.type = \"synthetic\" overrides the file", first + 1), std::string::npos) << run.err;
+  // A --set key its file's selector does not read is still an error.
+  auto unread = zhost::testing::run_zhost(scratch.path(), "config check " + file + " --set model.kv_heads=2");
+  EXPECT_EQ(unread.exit_code, 2);
+  EXPECT_NE(unread.err.find("--set model.kv_heads=2: model.kv_heads is set, but only model.type = \"llama\" reads it"),
+            std::string::npos)
+      << unread.err;
+}
+
 }  // namespace
