@@ -251,6 +251,29 @@ JobSetup prepare_job(const JobSetupOptions& options) {
   job.notes.insert(job.notes.end(), job.config->notes().begin(), job.config->notes().end());
   job.notes.insert(job.notes.end(), job.config->warnings().begin(), job.config->warnings().end());
   for (const auto& line : job.notes) spdlog::debug("config: {}", line);
+  // Note [A DeepSpeed JSON alone]: DeepSpeed's file holds no model, data or step count (the user's script
+  // does), so the job trains zhost's defaults; say so once, with how to give them.
+  if (document.is_deepspeed_json()) {
+    std::vector<std::string> defaults, give;
+    if (!job.config->has("model.type")) {
+      defaults.push_back(fmt::format("model.type = \"{}\"", job.config->get_string("model.type")));
+      give.push_back("--set model.type=hf --set model.path=DIR");
+    }
+    if (!job.config->has("data.type")) {
+      defaults.push_back(fmt::format("data.type = \"{}\"", job.config->get_string("data.type")));
+      give.push_back("--set data.type=text --set data.path=FILE");
+    }
+    if (!job.config->has("steps")) {
+      defaults.push_back(fmt::format("steps = {}", job.config->get_int("steps")));
+      give.push_back("--set steps=N");
+    }
+    if (!defaults.empty()) {
+      job.infos.push_back(fmt::format(
+          "{}: a DeepSpeed JSON names no model, data or steps, so this job trains zhost's defaults ({}); give "
+          "yours with {}, or in a companion TOML (--companion FILE) or the file's \"zhost\" table",
+          document.source_name(), text::join(defaults, ", "), text::join(give, " ")));
+    }
+  }
   if (const auto taken = document.hf_defaults_taken(); !taken.empty()) {
     job.infos.push_back(fmt::format("{}: \"auto\" that no --set, companion or \"zhost\" table fills took HF "
                                     "Trainer's default: {}; give yours with --set KEY=VALUE",

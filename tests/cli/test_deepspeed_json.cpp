@@ -447,6 +447,37 @@ TEST(DeepSpeedJson, HfTemplateWithEveryValueAutoTrainsOnHfTrainerDefaults) {
   EXPECT_NE(trained.err.find("give yours with --set KEY=VALUE"), std::string::npos) << trained.err;
 }
 
+// A DeepSpeed JSON alone holds no model, data or step count: the job says, in one line, that it trains
+// zhost's defaults and how to give yours.
+TEST(DeepSpeedJson, AJsonAloneSaysItTrainsZhostsDefaults) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}})");
+  CliResult alone = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_NE(alone.out.find("# ds.json: a DeepSpeed JSON names no model, data or steps, so this job trains zhost's "
+                           "defaults (model.type = \"gpt\", data.type = \"synthetic\", steps = 100); give yours with "
+                           "--set model.type=hf --set model.path=DIR --set data.type=text --set data.path=FILE --set "
+                           "steps=N, or in a companion TOML (--companion FILE) or the file's \"zhost\" table"),
+            std::string::npos)
+      << alone.out;
+  CliResult run = run_zhost(dir.path(),
+                            "run ds.json --set steps=1 --set model.layers=1 --set model.width=32 --set model.heads=2 "
+                            "--set model.seq_len=8 --set run.intra_op_threads=1" +
+                                kPlugins,
+                            "timeout 120 ");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("a DeepSpeed JSON names no model, data or steps, so this job trains zhost's defaults "
+                         "(model.type = \"gpt\", data.type = \"synthetic\"); give yours with --set model.type=hf"),
+            std::string::npos)
+      << run.err;
+  // Given all three, nothing is said.
+  CliResult given = run_zhost(dir.path(),
+                              "config check ds.json --set model.type=gpt --set data.type=synthetic --set steps=3" +
+                                  kPlugins);
+  ASSERT_EQ(given.exit_code, 0) << given.err;
+  EXPECT_EQ(given.out.find("names no model"), std::string::npos) << given.out;
+}
+
 // DeepSpeed reads its config with hjson, which takes # remarks as well as // and /* */ ones, also before
 // the opening brace.
 TEST(DeepSpeedJson, ReadsHashRemarksAsHjsonDoes) {
