@@ -330,6 +330,23 @@ std::vector<std::string> Document::notes() const {
 
 std::vector<std::string> Document::load_errors() const {
   std::vector<std::string> lines = data_->load_errors;
+  if (data_->deepspeed) {
+    // DeepSpeed refuses a config without a batch size (it asserts that train_batch_size or
+    // train_micro_batch_size_per_gpu is set); zhost would otherwise train at its default micro batch of 1.
+    bool batch = false;
+    for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu"}) {
+      batch = batch || data_->root.at_path(key).node() != nullptr ||
+              std::any_of(data_->import_records.begin(), data_->import_records.end(),
+                          [&](const ImportRecord& record) { return record.ds_path == key; });
+    }
+    if (!batch) {
+      lines.push_back(fmt::format(
+          "{}: the file sets neither train_batch_size nor train_micro_batch_size_per_gpu, which DeepSpeed refuses; "
+          "write one (e.g. \"train_micro_batch_size_per_gpu\": 8) or give it with --set "
+          "train_micro_batch_size_per_gpu=N",
+          data_->source_name));
+    }
+  }
   for (const auto& record : data_->import_records) {
     if (record.kind == ImportRecord::Kind::Auto && record.hf_default.empty() &&
         !data_->root.at_path(record.zhost_path).node()) {

@@ -522,4 +522,19 @@ TEST(DeepSpeedJson, Fp16InsideZeroOptimizationPointsToTheTopLevelTable) {
       << nested.err;
 }
 
+// DeepSpeed refuses a config without any batch size; so does zhost (it would train at micro batch 1).
+TEST(DeepSpeedJson, AFileWithoutABatchSizeIsRefusedAsDeepSpeedRefusesIt) {
+  ScratchDir dir;
+  dir.write("nobatch.json", R"({"zero_optimization": {"stage": 2}})");
+  CliResult nobatch = run_zhost(dir.path(), "config check nobatch.json" + kPlugins);
+  EXPECT_EQ(nobatch.exit_code, 2);
+  EXPECT_NE(nobatch.err.find("zhost: error: nobatch.json: the file sets neither train_batch_size nor "
+                             "train_micro_batch_size_per_gpu, which DeepSpeed refuses; write one"),
+            std::string::npos)
+      << nobatch.err;
+  EXPECT_EQ(run_zhost(dir.path(), "config check nobatch.json --set train_micro_batch_size_per_gpu=4" + kPlugins)
+                .exit_code,
+            0);
+}
+
 }  // namespace
