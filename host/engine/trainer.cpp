@@ -649,6 +649,32 @@ int64_t Trainer::num_parameters() const { return impl_->model->num_parameters();
 void Trainer::set_storage_swaps(StorageSwaps* swaps) { impl_->swaps = swaps; }
 void Trainer::set_transform(const PluginInstance* transform) { impl_->transform = transform; }
 
+// Note [Steps that apply nothing]: a job whose steps apply no update must not end as a success.
+//   - fp32 and bf16 have no loss scale to lower: a step whose gradients are not finite (the partition's
+//     overflow verdict, the same on every rank) stops the job at once with its step and what to check.
+//   - fp16 skips an overflowing step (DeepSpeed's rule); kMaxConsecutiveSkips skipped in a row stop it. The
+//     dynamic scaler with DeepSpeed's defaults (2^16, hysteresis 2, floor 1) needs 17 skips to reach its floor
+//     and raises there itself; 64 leaves room for a larger initial_scale_power and catches what never recovers:
+//     a static fp16.loss_scale, or a floor still too high.
+//   - A job that ends without applying a single step (fewer steps than the above) fails too.
+// Every rank sees the same verdicts, so every rank stops at the same step and no collective waits.
+namespace {
+constexpr int64_t kMaxConsecutiveSkips = 64;
+
+void check_step_applied(const TrainSettings& s, const StepRecord& record, int64_t consecutive_skips) {
+  if (!record.skipped) return;
+  if (s.precision != Precision::kFp16)
+    fail("step {}: the gradients are not finite (inf/NaN; loss {}) in {} training, which has no loss scale to "
+         "lower, so no step can apply; check the data, model.init_std, optimizer.lr and gradient_clipping",
+         record.step, record.loss, precision_name(s.precision));
+  if (consecutive_skips >= kMaxConsecutiveSkips)
+    fail("step {}: {} fp16 steps in a row skipped for gradient overflow (loss scale {:g}), so the job is not "
+         "training; check the data, model.init_std and optimizer.lr, use a dynamic or lower fp16.loss_scale, or "
+         "train in bf16",
+         record.step, consecutive_skips, record.loss_scale);
+}
+}  // namespace
+
 TrainResult Trainer::run() {
   Impl& t = *impl_;
   const TrainSettings& s = t.settings;
@@ -656,6 +682,8 @@ TrainResult Trainer::run() {
   Timing window;  // since the last printed record
   int64_t applied = t.start.applied_steps;
   result.skipped_steps = t.start.skipped_steps;
+  int64_t consecutive_skips = 0;
+  int64_t last_step = t.start.step;  // the last step run
   double window_loss = 0;
   int64_t window_steps = 0;
   auto window_start = Clock::now();
@@ -702,6 +730,8 @@ TrainResult Trainer::run() {
     window_loss += record.loss;
     ++window_steps;
     if (record.skipped) ++result.skipped_steps;
+    consecutive_skips = record.skipped ? consecutive_skips + 1 : 0;
+    last_step = step;
     if (t.world.rank() == 0) progress.update(step, record.loss);
 
     // The step's own record (metrics.jsonl, steps.rankN.jsonl): its own throughput and timers.
@@ -724,6 +754,7 @@ TrainResult Trainer::run() {
     }
     t.run_dir.append_rank_record(record);
     if (t.world.rank() == 0) t.run_dir.append_metrics(record);
+    check_step_applied(s, record, consecutive_skips);  // Note [Steps that apply nothing]
     if (t.checkpointer->due(step, s.steps) || (stop && stop_request)) {
       const TraceScope span(t.trace, "checkpoint", "checkpoint_save", "step", step);
       t.checkpointer->save({step, applied, result.skipped_steps, t.scaler.state(), precision_name(s.precision)});
@@ -780,6 +811,11 @@ TrainResult Trainer::run() {
   if (t.param_store) t.report_model_states(true);
   result.applied_steps = applied;
   result.final_loss = result.records.empty() ? 0 : result.records.back().loss;
+  const int64_t ran = last_step - t.start.step;
+  if (ran > 0 && applied == t.start.applied_steps)
+    fail("all {} steps were skipped for gradient overflow, so the job trained nothing; check the data, "
+         "model.init_std and optimizer.lr, use a dynamic or lower fp16.loss_scale, or train in bf16",
+         ran);
   return result;
 }
 

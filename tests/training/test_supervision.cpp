@@ -216,3 +216,34 @@ TEST(Launch, LauncherNeverCallsCuda) {
   ASSERT_FALSE(asking.empty()) << "no process asked for CUDA devices: the recorder was not heard";
   EXPECT_EQ(asking.count(launcher), 0u) << "the launcher (pid " << launcher << ") called cudaGetDeviceCount";
 }
+
+// Note [Steps that apply nothing]: a job whose steps all skip fails, naming the step and what to check; rank 0's
+// run.log ends with the failure.
+TEST(StepsThatApplyNothing, NonFiniteFp32GradientsStopTheJobAtTheFirstStep) {
+  zhost::testing::ScratchDir dir;
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "nan", "--nproc 2 --set model.init_std=1e30");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("step 1: the gradients are not finite (inf/NaN"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("in fp32 training, which has no loss scale to lower"), std::string::npos) << r.err;
+  const std::string log = read_text_file(r.run_dir / "run.log");
+  EXPECT_NE(log.find("failed: step 1: the gradients are not finite"), std::string::npos) << log;
+}
+
+TEST(StepsThatApplyNothing, Fp16StopsAfterSixtyFourSkippedStepsInARow) {
+  zhost::testing::ScratchDir dir;
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "fp16",
+                          "--nproc 1 --set model.init_std=1e30 --set fp16.enabled=true --set fp16.loss_scale=128 "
+                          "--set steps=80 --set steps_per_print=10");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("step 64: 64 fp16 steps in a row skipped for gradient overflow"), std::string::npos) << r.err;
+}
+
+TEST(StepsThatApplyNothing, AShortJobThatAppliedNoStepFails) {
+  zhost::testing::ScratchDir dir;
+  RunOutput r = run_zhost(dir.path(), small_job_config(), "short",
+                          "--nproc 1 --set model.init_std=1e30 --set fp16.enabled=true --set fp16.loss_scale=128");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("all 6 steps were skipped for gradient overflow, so the job trained nothing"),
+            std::string::npos)
+      << r.err;
+}
