@@ -110,7 +110,12 @@ std::vector<std::string> search_dirs(const JobSetupOptions& options, const confi
   std::vector<std::string> dirs = options.plugin_dirs;
   if (auto configured = document.peek("plugins.path"))
     if (auto* list = std::get_if<std::vector<std::string>>(&*configured))
-      dirs.insert(dirs.end(), list->begin(), list->end());
+      for (const std::string& dir : *list) {
+        if (auto problem = plugin_dir_problem(dir))
+          fail_usage("{}: plugins.path names '{}', which {}; fix the entry or remove it", document.source_name(), dir,
+                     *problem);
+        dirs.push_back(dir);
+      }
   return dirs;
 }
 

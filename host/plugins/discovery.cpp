@@ -20,6 +20,15 @@ fs::path installed_plugin_dir() {
   return exe.parent_path().parent_path() / "lib" / "zhost" / "plugins";
 }
 
+std::optional<std::string> plugin_dir_problem(const fs::path& dir) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(dir, ec);
+  if (fs::is_directory(status)) return std::nullopt;
+  if (status.type() == fs::file_type::not_found) return std::string("does not exist");
+  if (ec) return "cannot be read (" + ec.message() + ")";
+  return std::string("is not a folder");
+}
+
 std::vector<fs::path> plugin_search_path(const std::vector<std::string>& config_dirs) {
   std::vector<fs::path> path;
   for (const auto& dir : config_dirs) path.emplace_back(dir);
@@ -29,7 +38,12 @@ std::vector<fs::path> plugin_search_path(const std::vector<std::string>& config_
     while (start <= list.size()) {
       size_t end = list.find(':', start);
       if (end == std::string::npos) end = list.size();
-      if (end > start) path.emplace_back(list.substr(start, end - start));
+      if (end > start) {
+        fs::path dir = list.substr(start, end - start);
+        if (auto problem = plugin_dir_problem(dir))
+          fail_usage("ZHOST_PLUGIN_PATH names '{}', which {}; fix or unset ZHOST_PLUGIN_PATH", dir.string(), *problem);
+        path.push_back(std::move(dir));
+      }
       start = end + 1;
     }
   }

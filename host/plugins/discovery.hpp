@@ -7,6 +7,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,12 @@
 
 namespace zhost {
 
+// Every folder in ZHOST_PLUGIN_PATH must exist, as --plugin-path's and plugins.path's must: UsageError naming
+// the variable otherwise (a typo would silently leave its plugins out).
 std::vector<std::filesystem::path> plugin_search_path(const std::vector<std::string>& config_dirs);
+
+// Why `dir` cannot be searched for plugins ("does not exist", "is not a folder", ...), or nullopt.
+std::optional<std::string> plugin_dir_problem(const std::filesystem::path& dir);
 
 // The directory the zhost executable installs its plugins into (build tree or install prefix).
 std::filesystem::path installed_plugin_dir();

@@ -225,3 +225,28 @@ TEST_F(Cli, PluginsSurvivesCrashingPlugins) {
   EXPECT_NE(r.err.find("zhost_np_hangs.so: did not finish loading within"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("stage1"), std::string::npos) << r.out;
 }
+
+// A plugin folder that does not exist is refused wherever it is named (--plugin-path, plugins.path,
+// ZHOST_PLUGIN_PATH), naming where it came from: a typo must not silently leave its plugins out.
+TEST_F(Cli, EveryPluginFolderMustExistWhereverItIsNamed) {
+  write_config("steps = 1\n[plugins]\npath = [\"/nonexistent\"]\n");
+  for (const char* command : {"config check train.toml", "run train.toml"}) {
+    Result r = zhost(command);
+    EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.err;
+    EXPECT_NE(r.err.find("zhost: error: train.toml: plugins.path names '/nonexistent', which does not exist; fix "
+                         "the entry or remove it"),
+              std::string::npos)
+        << command << "\n"
+        << r.err;
+  }
+  write_config("steps = 1\n");
+  for (const char* command : {"config check train.toml", "run train.toml", "plugins"}) {
+    Result r = zhost(command, "ZHOST_PLUGIN_PATH=/nonexistent ");
+    EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.err;
+    EXPECT_NE(r.err.find("zhost: error: ZHOST_PLUGIN_PATH names '/nonexistent', which does not exist; fix or unset "
+                         "ZHOST_PLUGIN_PATH"),
+              std::string::npos)
+        << command << "\n"
+        << r.err;
+  }
+}

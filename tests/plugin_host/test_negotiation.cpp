@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "host/core/error.hpp"
 #include "host/plugins/discovery.hpp"
@@ -226,12 +227,35 @@ TEST(Discovery, ScansDirectoryReportingEachFailureWithItsFile) {
 }
 
 TEST(Discovery, SearchPathOrderAndEnvironment) {
-  setenv("ZHOST_PLUGIN_PATH", "/opt/a:/opt/b", 1);
+  TempDir dir;
+  const std::string a = (dir.path() / "a").string();
+  const std::string b = (dir.path() / "b").string();
+  std::filesystem::create_directories(a);
+  std::filesystem::create_directories(b);
+  setenv("ZHOST_PLUGIN_PATH", (a + ":" + b).c_str(), 1);
   auto path = plugin_search_path({"/cfg/dir"});
   unsetenv("ZHOST_PLUGIN_PATH");
   ASSERT_GE(path.size(), 4u);
   EXPECT_EQ(path[0], "/cfg/dir");
-  EXPECT_EQ(path[1], "/opt/a");
-  EXPECT_EQ(path[2], "/opt/b");
+  EXPECT_EQ(path[1], a);
+  EXPECT_EQ(path[2], b);
   EXPECT_EQ(path[3], installed_plugin_dir());
+}
+
+// A folder in ZHOST_PLUGIN_PATH that is missing is refused, as --plugin-path's is, naming the variable.
+TEST(Discovery, MissingFolderInTheEnvironmentIsRefused) {
+  TempDir dir;
+  const std::string file = dir.write("file", "x");
+  for (const auto& [entry, why] : {std::pair<std::string, std::string>{"/nonexistent", "does not exist"},
+                                   std::pair<std::string, std::string>{file, "is not a folder"}}) {
+    setenv("ZHOST_PLUGIN_PATH", (dir.path().string() + ":" + entry).c_str(), 1);
+    try {
+      plugin_search_path({});
+      ADD_FAILURE() << entry << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "ZHOST_PLUGIN_PATH names '" + entry + "', which " + why + "; fix or unset ZHOST_PLUGIN_PATH");
+    }
+    unsetenv("ZHOST_PLUGIN_PATH");
+  }
 }
