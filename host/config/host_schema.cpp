@@ -22,6 +22,10 @@ Limits from_below(double min, double max) { return Limits{min, max, false, true}
 Limits learning_rate() { return between(0, 10); }
 // A collective that takes longer than a week is hung; larger values would overflow the deadlines.
 constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
+// Below a second no rendezvous or collective can be relied on to finish (starting the ranks, the store's first
+// round trip and a scheduler's time slice on a loaded node each take that long), and the failure would then
+// blame the network (MASTER_ADDR) instead of the setting.
+constexpr double kMinTimeoutSeconds = 1;
 
 // Declares host keys from typed defaults, so that every default is spelled by to_toml_literal.
 class HostKeys {
@@ -264,7 +268,7 @@ void add_runtime_keys(HostKeys& keys) {
   keys.optional_integer("activation_checkpointing.number_checkpoints", "checkpointed blocks; unset = all", at_least(1));
   keys.choice("comm.backend", "auto", {"auto", "gloo", "nccl"}, "collective backend; auto = nccl on GPUs, else gloo");
   keys.number("comm.timeout_s", 300.0, "seconds before a collective counts as hung",
-              Limits{0, kMaxTimeoutSeconds, true, false});
+              between(kMinTimeoutSeconds, kMaxTimeoutSeconds));
   keys.text("run.dir", "runs", "folder for run outputs");
   keys.flag("run.trace", false,
             "write a Chrome trace per rank to RUN_DIR/trace.rankN.json (Perfetto, Holistic Trace Analysis)");

@@ -44,6 +44,8 @@ std::vector<RuleCase> rule_cases() {
       {"LayerDropOfOne", "[model]\nlayer_drop = 1.0\n", "train.toml:2: model.layer_drop = 1.0 is out of range"},
       {"NanClipping", "gradient_clipping = nan\n", "train.toml:1: gradient_clipping = nan is not a finite number"},
       {"InfiniteTimeout", "[comm]\ntimeout_s = inf\n", "train.toml:2: comm.timeout_s = inf is not a finite number"},
+      {"TimeoutTooSmallToMeanAnything", "[comm]\ntimeout_s = 1e-9\n",
+       "train.toml:2: comm.timeout_s = 1e-09 is out of range; use a value between 1 and 604800"},
       {"ZeroWarmup", "[scheduler]\ntype = \"WarmupLR\"\nwarmup_num_steps = 0\n",
        "train.toml:3: scheduler.warmup_num_steps = 0 is out of range"},
       {"PartitionActivations", "[activation_checkpointing]\npartition_activations = true\n",

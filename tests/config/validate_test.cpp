@@ -110,7 +110,7 @@ TEST(Validate, OutOfRangeGivesTheRange) {
   EXPECT_EQ(error_of("[zero]\nstage = 5\n"),
             "train.toml:2: zero.stage = 5 is out of range; use a value between 0 and 3");
   EXPECT_EQ(error_of("[comm]\ntimeout_s = 0\n"),
-            "train.toml:2: comm.timeout_s = 0.0 is out of range; use a value greater than 0 and at most 604800");
+            "train.toml:2: comm.timeout_s = 0.0 is out of range; use a value between 1 and 604800");
   EXPECT_EQ(error_of("steps_per_print = 0\n"),
             "train.toml:1: steps_per_print = 0 is out of range; use a value of at least 1");
   EXPECT_EQ(error_of("[optimizer]\nbetas = [0.9, 1.5]\n"),
@@ -209,7 +209,7 @@ TEST(Validate, CollectsAllErrorsInFileOrderThenOverrides) {
         "(did you mean 'AdamW'?)",
         "train.toml:7: optimizer.lr must be a number, got string \"fast\"; write e.g. lr = 0.001",
         "train.toml:9: unknown key 'model.layres'; did you mean 'model.layers'? (or remove it)",
-        "--set comm.timeout_s=-1: comm.timeout_s = -1.0 is out of range; use a value greater than 0 and at most 604800",
+        "--set comm.timeout_s=-1: comm.timeout_s = -1.0 is out of range; use a value between 1 and 604800",
         "--set zero.overlap_comm=yes: zero.overlap_comm must be true or false, got string \"yes\"; write e.g. "
         "overlap_comm = false",
     };
