@@ -21,6 +21,9 @@ int plugins_command(const PluginsOptions& options);
 
 // nproc > 0: also checks the batch arithmetic for world size nproc * nnodes, as `zhost run --nproc` does.
 int config_check_command(const JobSetupOptions& options, int nproc = 0, int nnodes = 1);
+// zero.zero_hpz_partition_size against the launch's ranks per node (--nproc): `config check --nproc` and `run
+// --nproc` refuse a size other than it before any rank starts. UsageError.
+void check_node_layout(const config::ResolvedConfig& config, int nproc, int nnodes);
 // Prints a DeepSpeed JSON config as TOML; exit code 2 (with the problems on stderr) when keys were refused.
 int config_import_command(const JobSetupOptions& options);
 

@@ -32,6 +32,8 @@ void check_batch_sizes(const config::ResolvedConfig& config, int world_size, int
   }
 }
 
+}  // namespace
+
 // hpZ's secondary partition lives within a node (docs/zeropp.md): with the launch's ranks per node known, a
 // partition size other than it is found here rather than at the first gather.
 void check_node_layout(const config::ResolvedConfig& config, int nproc, int nnodes) {
@@ -43,8 +45,6 @@ void check_node_layout(const config::ResolvedConfig& config, int nproc, int nnod
       "partition within a node and this launch runs {} ranks per node; set it to {}",
       config.location("zero.zero_hpz_partition_size"), nproc, nnodes, hpz, nproc, nproc);
 }
-
-}  // namespace
 
 int config_check_command(const JobSetupOptions& options, int nproc, int nnodes) {
   JobSetup job = prepare_job(options);

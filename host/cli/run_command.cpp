@@ -65,6 +65,7 @@ int run_command(const RunOptions& options) {
     engine::check_data(*job.config);
     engine::check_precision(*job.config);
     engine::check_cpu_threads(*job.config, options.nproc);
+    check_node_layout(*job.config, options.nproc, options.nnodes);
     const int world_size = options.nproc * options.nnodes;
     const engine::TrainSettings settings = engine::read_settings(*job.config, world_size, 0, 0, options.nproc);
     engine::check_host_memory(*job.config, settings, world_size, options.nproc);
