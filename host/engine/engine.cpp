@@ -282,7 +282,10 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
   int exit_code = 0;
   const std::string run_path = shared_run_path(settings, *world);
   std::unique_ptr<log::FileLog> file_log;
-  if (env.rank == 0) file_log = std::make_unique<log::FileLog>(run_path + "/run.log", env.rank);
+  if (env.rank == 0) {
+    create_run_directory(run_path);  // its own error first: run.log's open would report only "No such file"
+    file_log = std::make_unique<log::FileLog>(run_path + "/run.log", env.rank);
+  }
   try {
     RunDirectory run_dir(run_path, job.config->to_toml(), env.rank == 0, env.rank);
     Observation observation(settings, run_path, env, *collectives, *job.services);

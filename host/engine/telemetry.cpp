@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "host/core/error.hpp"
 
@@ -67,12 +68,20 @@ std::string run_directory_path(const std::string& dir, const std::string& name) 
   return (fs::path(dir) / (name.empty() ? timestamp_name() : name)).string();
 }
 
+void create_run_directory(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  std::error_code is_dir_ec;
+  if (fs::is_directory(path, is_dir_ec)) return;
+  // The cause is the first folder that could not be made (permission denied, read-only file system, a file in
+  // the way), not the missing run.log that a later open would report.
+  if (!ec) ec = is_dir_ec ? is_dir_ec : std::make_error_code(std::errc::not_a_directory);
+  fail_usage("cannot create the run directory {}: {}; set run.dir to a writable folder", path, ec.message());
+}
+
 RunDirectory::RunDirectory(const std::string& path, const std::string& resolved_config, bool writer, int rank)
     : path_(path), writer_(writer), rank_(rank) {
-  std::error_code ec;
-  fs::create_directories(path_, ec);
-  if (!fs::is_directory(path_))
-    fail_usage("cannot create the run directory {}: {}; set run.dir to a writable folder", path_, ec.message());
+  create_run_directory(path_);
   memory_.open(fs::path(path_) / fmt::format("steps.rank{}.jsonl", rank_), std::ios::trunc);
   if (!memory_) fail("cannot write {}/steps.rank{}.jsonl", path_, rank_);
   if (!writer_) return;

@@ -57,6 +57,9 @@ struct StepRecord {
 
 // DIR/NAME, or DIR/<timestamp> when NAME is empty (every rank must use rank 0's: engine.cpp shares it).
 std::string run_directory_path(const std::string& dir, const std::string& name);
+// Creates the run directory and its parents; UsageError naming the path and the real cause (permission
+// denied, read-only file system, ...) when it cannot. Rank 0 calls it before opening run.log there.
+void create_run_directory(const std::string& path);
 
 class RunDirectory {
  public:

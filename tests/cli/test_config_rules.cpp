@@ -375,3 +375,25 @@ TEST(SetOverFile, WinsOverTheKeysItMakesUnusedWithOneWarning) {
 }
 
 }  // namespace
+
+// A run.dir that cannot be created is reported with its real cause and path (here a read-only file system,
+// mounted in a mount namespace of the test's own; skipped where that is not allowed), not as the missing run.log.
+TEST(RunDirectory, ReadOnlyFileSystemIsNamedAsTheCause) {
+  zhost::testing::ScratchDir scratch;
+  scratch.write("train.toml", kModel);
+  fs::create_directories(scratch.path() / "ro");
+  if (std::system(("cd " + scratch.path().string() + " && unshare -m true 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "unshare -m is not allowed here";
+  for (const char* nproc : {"", " --nproc 2"}) {
+    auto run = zhost::testing::run_zhost(
+        scratch.path(), std::string("run train.toml --set run.dir=ro/runs --set run.name=x") + nproc + "'",
+        "unshare -m sh -c 'mount -t tmpfs -o ro none ro && exec ");
+    EXPECT_NE(run.exit_code, 0) << nproc << "\n" << run.err;
+    EXPECT_NE(run.err.find("cannot create the run directory ro/runs/x: Read-only file system; set run.dir to a "
+                           "writable folder"),
+              std::string::npos)
+        << nproc << "\n"
+        << run.err;
+    EXPECT_EQ(run.err.find("No such file or directory"), std::string::npos) << run.err;
+  }
+}
