@@ -223,14 +223,16 @@ struct Trainer::Impl {
     if (settings.peak_tflops > 0) return settings.peak_tflops;
     const c10::ScalarType dtype = device.is_cpu() ? at::kFloat : compute_dtype(settings.precision);
     world.barrier();  // every rank measures at the same time, none still setting up its partition
-    at::Tensor rate = at::tensor({measure_rank_tflops(device, dtype)}, at::kDouble);
+    const PeakMeasurement measured = measure_rank_tflops(device, dtype);
+    at::Tensor rate = at::tensor({measured.tflops}, at::kDouble);
     world.all_reduce(rate);
     const double peak = rate.item<double>();
     if (world.rank() == 0)
       spdlog::info(
-          "MFU is against {:.4g} TFLOP/s, the {} rank(s)' 512x512 {} matmuls measured at start (set "
-          "run.peak_tflops to use another peak)",
-          peak, world.world_size(), c10::toString(dtype));
+          "MFU is against {:.4g} TFLOP/s, the sum of the {} rank(s)' fastest {}x{} {} matmul measured at start "
+          "(rank 0: {:.4g} TFLOP/s on {} thread(s)); set run.peak_tflops to use another peak",
+          peak, world.world_size(), measured.size, measured.size, c10::toString(dtype), measured.tflops,
+          measured.threads);
     return peak;
   }
 
