@@ -17,6 +17,14 @@ void init(spdlog::level::level_enum level);
 void set_rank(int rank);
 // While it lives, every line the process logs is also appended to `path` (with the rank, as on stderr),
 // e.g. RUN_DIR/run.log; status() writes a last line to that file only.
+//
+// Note [Status on a signal]: a FileLog also ends its file with a status when the process is ended by SIGTERM,
+// SIGINT or SIGHUP before status() was called (the launcher stops every rank with SIGTERM when one rank fails
+// or it is signalled itself): a handler, installed while the FileLog lives, appends "status: failed: stopped
+// by SIGTERM ..." with write(2) on a descriptor opened for it (async-signal-safe: the time stamp is computed
+// from clock_gettime and the UTC offset taken at construction), then restores the default action and raises
+// the signal again, so that the process still ends by it. A handler installed later (StopRequest's, Note [Stop
+// at a step boundary]) takes precedence while it lives and hands back to this one.
 class FileLog {
  public:
   FileLog(const std::string& path, int rank);
@@ -29,6 +37,7 @@ class FileLog {
  private:
   std::shared_ptr<spdlog::sinks::sink> sink_;
   std::shared_ptr<spdlog::logger> file_only_;
+  int fd_ = -1;  // the same file, for the signal handler (Note [Status on a signal])
 };
 
 // Throws UsageError for an unknown level name.

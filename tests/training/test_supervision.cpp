@@ -49,6 +49,16 @@ std::set<std::string> documented_exit_codes() {
   return codes;
 }
 
+// The last line of a run.log is its final status, a failure.
+void expect_last_line_is_a_failed_status(const fs::path& run_log) {
+  const std::string log = read_text_file(run_log);
+  ASSERT_FALSE(log.empty()) << run_log;
+  const size_t start = log.rfind('\n', log.size() - 2);
+  const std::string last = log.substr(start == std::string::npos ? 0 : start + 1);
+  EXPECT_NE(last.find("[rank 0] status: failed: "), std::string::npos) << log;
+  EXPECT_EQ(last.back(), '\n') << log;
+}
+
 }  // namespace
 
 class Supervision : public ::testing::TestWithParam<int> {};
@@ -75,6 +85,20 @@ TEST_P(Supervision, KilledRankStopsTheJobWithinTenSeconds) {
   EXPECT_EQ(job.summary().rfind("zhost: error: rank 1", 0), 0u) << job.err();
   EXPECT_NE(job.summary().find("SIGKILL"), std::string::npos) << job.err();
   EXPECT_TRUE(job.all_ranks_gone()) << "a rank still runs";
+  expect_last_line_is_a_failed_status(dir.path() / "runs" / "long" / "run.log");
+}
+
+// Note [Status on a signal]: the launcher stopped by SIGTERM stops its ranks, and rank 0's run.log still ends
+// with a status line.
+TEST(LauncherSignal, StoppedBySigtermLeavesAStatusInRunLog) {
+  ScratchDir dir;
+  BackgroundJob job(dir, 2, {"zero.stage=2"});
+  ASSERT_TRUE(job.wait_for_training()) << "training never started:\n" << job.err();
+  ASSERT_EQ(kill(job.launcher(), SIGTERM), 0);
+  const std::optional<int> status = job.wait_for_exit(30);
+  ASSERT_TRUE(status) << "the launcher did not stop within 30 s";
+  EXPECT_TRUE(job.all_ranks_gone()) << "a rank still runs";
+  expect_last_line_is_a_failed_status(dir.path() / "runs" / "long" / "run.log");
 }
 
 struct StopCase {
