@@ -77,7 +77,11 @@ class Writer {
 
 std::string imported_toml(const Document& document, const std::function<bool(const std::string&)>& active,
                           const std::vector<std::string>& problems) {
-  const DocumentData& data = document.data();
+  // What the JSON means, as validate() reads it: HF "auto"s nothing fills hold HF Trainer's defaults (Note
+  // [HF's "auto"]), so that the TOML trains the same job.
+  Document settled = document;
+  if (settled.is_deepspeed_json()) settled.settle_deepspeed_json();
+  const DocumentData& data = settled.data();
   std::string out =
       fmt::format("# zhost config imported from DeepSpeed's {} (zhost config import)\n", data.source_name);
   if (!problems.empty()) {
