@@ -81,9 +81,7 @@ void import_optimizer(Importer& importer, Section& root) {
   }
   if (name == "Adam" || name == "AdamW") {
     params.map("eps", "optimizer.eps", "HF Trainer's --adam_epsilon (default 1e-8)", {"--adam_epsilon", "1e-8"});
-    params.inert("bias_correction", true,
-                 "Adam without bias correction is not supported by zhost (it changes every update); set it to true "
-                 "knowing the updates change, or train with DeepSpeed");
+    params.map("bias_correction", "optimizer.bias_correction");
     params.inert("amsgrad", false,
                  "AMSGrad is not supported by zhost (it changes the updates); set it to false or "
                  "train with DeepSpeed");

@@ -112,7 +112,7 @@ void add_optimizer_rules(Schema& schema) {
         count, count == 1 ? "" : "s");
   });
   read_only_when(schema, "optimizer.type", {"\"AdamW\"", "\"Adam\"", "\"Lion\""}, {"optimizer.betas"});
-  read_only_when(schema, "optimizer.type", {"\"AdamW\"", "\"Adam\""}, {"optimizer.eps"});
+  read_only_when(schema, "optimizer.type", {"\"AdamW\"", "\"Adam\""}, {"optimizer.eps", "optimizer.bias_correction"});
   read_only_when(schema, "optimizer.type", {"\"Adam\""}, {"optimizer.adam_w_mode"});
   read_only_when(schema, "optimizer.type", {"\"SGD\""}, {"optimizer.momentum"});
 }

@@ -150,6 +150,8 @@ void add_optimizer_keys(HostKeys& keys) {
                    "Adam/AdamW/Lion coefficients [beta1, beta2]; when unset, Lion uses its own [0.9, 0.99]",
                    from_below(0, 1));
   keys.number("optimizer.eps", 1e-8, "Adam/AdamW denominator epsilon", at_least(0));
+  keys.flag("optimizer.bias_correction", true,
+            "Adam/AdamW: divide the moments by 1 - beta^step (DeepSpeed's bias_correction); false = the raw moments");
   keys.number("optimizer.weight_decay", 0.0, "weight decay (decoupled for AdamW and Lion); DeepSpeed's default 0",
               at_least(0));
   keys.number("optimizer.momentum", 0.0, "SGD momentum", between(0, 1));

@@ -125,6 +125,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
     s.optimizer.beta2 = betas[1];
   }
   s.optimizer.eps = c.get_float("optimizer.eps");
+  s.optimizer.bias_correction = c.get_bool("optimizer.bias_correction");
   s.optimizer.weight_decay = c.get_float("optimizer.weight_decay");
   s.optimizer.momentum = c.get_float("optimizer.momentum");
   optim::check_optimizer_spec(s.optimizer);

@@ -50,7 +50,7 @@ TEST(DeepSpeedJson, ReportsEveryProblemOfAFileAtOnceWithLineAndColumn) {
   // comments and trailing commas, as people write them
   "train_micro_batch_size_per_gpu": 2,
   "prescale_gradients": 1,
-  "optimizer": {"type": "Adam", "params": {"lr": "auto", "bias_correction": false,},},
+  "optimizer": {"type": "Adam", "params": {"lr": "auto", "amsgrad": true,},},
   "zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1e9, "reduce_bucket_sise": 5e8},
   "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.0001, "cycle_max_lr": 0.001}},
 })");
@@ -58,8 +58,7 @@ TEST(DeepSpeedJson, ReportsEveryProblemOfAFileAtOnceWithLineAndColumn) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   const std::vector<std::string> expected = {
       "zhost: error: ds.json:4:3: prescale_gradients must be true or false, got integer 1",
-      "zhost: error: ds.json:5:58: optimizer.params.bias_correction = false: Adam without bias correction is not "
-      "supported by zhost",
+      "zhost: error: ds.json:5:58: optimizer.params.amsgrad = true: AMSGrad is not supported by zhost",
       "zhost: error: ds.json:6:72: 'zero_optimization.reduce_bucket_sise' is not a DeepSpeed key in "
       "zero_optimization; did you mean 'zero_optimization.reduce_bucket_size'?",
       "zhost: error: ds.json:7:17: OneCycle cycles the momentum in DeepSpeed (cycle_momentum defaults to true)"};
@@ -206,8 +205,8 @@ TEST(DeepSpeedJson, ActivationCheckpointingKeysMapToZhostsOwn) {
             std::string::npos)
       << alone.out;
   // A --set refinement without the switch stays an error: the user asked for it here.
-  CliResult asked = run_zhost(dir.path(), "config check alone.json --set activation_checkpointing.number_checkpoints=1" +
-                                              kPlugins);
+  CliResult asked =
+      run_zhost(dir.path(), "config check alone.json --set activation_checkpointing.number_checkpoints=1" + kPlugins);
   EXPECT_EQ(asked.exit_code, 2) << asked.out;
   dir.write("partition.json", R"({"activation_checkpointing": {"partition_activations": true}})");
   CliResult partition = run_zhost(dir.path(), "config check partition.json" + kPlugins);
@@ -471,9 +470,8 @@ TEST(DeepSpeedJson, AJsonAloneSaysItTrainsZhostsDefaults) {
             std::string::npos)
       << run.err;
   // Given all three, nothing is said.
-  CliResult given = run_zhost(dir.path(),
-                              "config check ds.json --set model.type=gpt --set data.type=synthetic --set steps=3" +
-                                  kPlugins);
+  CliResult given = run_zhost(
+      dir.path(), "config check ds.json --set model.type=gpt --set data.type=synthetic --set steps=3" + kPlugins);
   ASSERT_EQ(given.exit_code, 0) << given.err;
   EXPECT_EQ(given.out.find("names no model"), std::string::npos) << given.out;
 }
@@ -516,9 +514,10 @@ TEST(DeepSpeedJson, Fp16InsideZeroOptimizationPointsToTheTopLevelTable) {
   "zero_optimization": {"stage": 2, "fp16": {"enabled": true}}})");
   CliResult nested = run_zhost(dir.path(), "config check nested.json" + kPlugins);
   EXPECT_EQ(nested.exit_code, 2);
-  EXPECT_NE(nested.err.find("zhost: error: nested.json:2:37: zero_optimization.fp16 = {\"enabled\":true}: fp16 is a "
-                            "top-level table in DeepSpeed, not part of zero_optimization; move it out to the top level"),
-            std::string::npos)
+  EXPECT_NE(
+      nested.err.find("zhost: error: nested.json:2:37: zero_optimization.fp16 = {\"enabled\":true}: fp16 is a "
+                      "top-level table in DeepSpeed, not part of zero_optimization; move it out to the top level"),
+      std::string::npos)
       << nested.err;
 }
 
@@ -532,9 +531,9 @@ TEST(DeepSpeedJson, AFileWithoutABatchSizeIsRefusedAsDeepSpeedRefusesIt) {
                              "train_micro_batch_size_per_gpu, which DeepSpeed refuses; write one"),
             std::string::npos)
       << nobatch.err;
-  EXPECT_EQ(run_zhost(dir.path(), "config check nobatch.json --set train_micro_batch_size_per_gpu=4" + kPlugins)
-                .exit_code,
-            0);
+  EXPECT_EQ(
+      run_zhost(dir.path(), "config check nobatch.json --set train_micro_batch_size_per_gpu=4" + kPlugins).exit_code,
+      0);
 }
 
 }  // namespace

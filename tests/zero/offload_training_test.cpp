@@ -70,6 +70,20 @@ TEST_P(OffloadEqualsNoOffload, Fp32WeightsAfterTwentySteps) {
   EXPECT_EQ(offloaded.losses, plain.losses);
 }
 
+// DeepSpeed's `bias_correction: false` (optimizer.bias_correction): the tier's fused kernel and the kit's
+// optimizer take the raw moments alike (their formula against float64: tests/optim, tests/offload_cpu), and
+// the switch reaches both - the job differs from the one with bias correction.
+TEST(Offload, AdamWithoutBiasCorrectionIsTheSameInTheTier) {
+  ScratchDir dir;
+  const std::string args = "--nproc 2 --set train_micro_batch_size_per_gpu=2 --set zero.stage=2";
+  RunOutput plain = train(dir, "plain", args + " --set optimizer.bias_correction=false");
+  RunOutput offloaded = train(dir, "offloaded", args + " --set optimizer.bias_correction=false" + kOffload);
+  EXPECT_EQ(weights_mismatch(offloaded, plain, 0, 0), "");
+  EXPECT_EQ(offloaded.losses, plain.losses);
+  RunOutput corrected = train(dir, "corrected", args + kOffload);
+  EXPECT_NE(weights_mismatch(corrected, offloaded, 0, 0), "");
+}
+
 TEST(Offload, Bf16StageTwoKeepsOnlyParametersOnTheDevice) {
   ScratchDir dir;
   const std::string args =
