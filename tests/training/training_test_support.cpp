@@ -160,6 +160,11 @@ RunOutput run_zhost(const fs::path& dir, const std::string& config_text, const s
                     const std::string& args, const std::string& shell_prefix) {
   fs::path config = dir / (name + ".toml");
   std::ofstream(config) << config_text;
+  return run_zhost_file(dir, config, name, args, shell_prefix);
+}
+
+RunOutput run_zhost_file(const fs::path& dir, const fs::path& config, const std::string& name, const std::string& args,
+                         const std::string& shell_prefix) {
   std::string command = "cd " + dir.string() + " && " + shell_prefix + ZHOST_EXE + " run " + config.string() +
                         " --set run.dir=" + (dir / "runs").string() + " --set run.name=" + name + " " + args + " >" +
                         name + ".out 2>" + name + ".err";

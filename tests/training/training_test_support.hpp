@@ -69,6 +69,9 @@ class BackgroundJob {
 // the same shell first, e.g. "ulimit -d 800000 && " to limit every rank's memory.
 RunOutput run_zhost(const std::filesystem::path& dir, const std::string& config_text, const std::string& name,
                     const std::string& args, const std::string& shell_prefix = "");
+// The same for a config file that exists (a DeepSpeed JSON of examples/, say).
+RunOutput run_zhost_file(const std::filesystem::path& dir, const std::filesystem::path& config, const std::string& name,
+                         const std::string& args, const std::string& shell_prefix = "");
 
 // A TCP port nobody listens on right now.
 int unused_port();
