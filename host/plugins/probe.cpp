@@ -121,8 +121,8 @@ std::optional<std::string> probe_plugin_file(const std::filesystem::path& file, 
   }
   if (WIFSIGNALED(status)) {
     return fmt::format(
-        "plugin {}: crashed while loading (signal {}, {}); it was loaded in a child process to find "
-        "out, so zhost goes on without it: remove it from the search path",
+        "plugin {}: crashed while loading (signal {}, {}), in the child process zhost loads each plugin in "
+        "first to find out; remove it from the search path",
         where, WTERMSIG(status), ::strsignal(WTERMSIG(status)));
   }
   constexpr std::string_view kDone = "done:";

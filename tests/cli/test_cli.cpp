@@ -226,6 +226,17 @@ TEST_F(Cli, PluginsSurvivesCrashingPlugins) {
   EXPECT_NE(r.out.find("stage1"), std::string::npos) << r.out;
 }
 
+// A job does not start with a broken plugin on its search path, and the message says so: it names the plugin
+// and what to do, and does not claim that zhost goes on without it.
+TEST_F(Cli, RunRefusesACrashingPluginOnTheSearchPath) {
+  write_config("steps = 1\n");
+  Result r = zhost(std::string("run train.toml --plugin-path ") + ZHOST_BINARY_DIR + "/test_plugins/hostile");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("zhost_np_crashes.so: crashed while loading (signal 11"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("remove it from the search path"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("goes on without it"), std::string::npos) << r.err;
+}
+
 // A plugin folder that does not exist is refused wherever it is named (--plugin-path, plugins.path,
 // ZHOST_PLUGIN_PATH), naming where it came from: a typo must not silently leave its plugins out.
 TEST_F(Cli, EveryPluginFolderMustExistWhereverItIsNamed) {
