@@ -111,21 +111,16 @@ void import_scheduler(Importer& importer, Section& root) {
   const json* type = scheduler.take("type");
   Section params = scheduler.sub("params");
   if (!scheduler.object()) return;
-  static const std::vector<std::string> kTypes = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle"};
+  static const std::vector<std::string> kTypes = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle",
+                                                  "LRRangeTest"};
   std::string name;
   if (type && type->is_string() && std::find(kTypes.begin(), kTypes.end(), type->get<std::string>()) != kTypes.end()) {
     name = type->get<std::string>();
     importer.set("scheduler.type", name, scheduler.path("type"), scheduler.at("type"));
-  } else if (type && type->is_string() && type->get<std::string>() == "LRRangeTest") {
-    scheduler.refuse("type",
-                     "the LR range test is a schedule zhost lacks; choose WarmupLR, WarmupDecayLR, "
-                     "WarmupCosineLR or OneCycle, or train with DeepSpeed");
-    params.note_rest("part of a refused schedule");
-    return;
   } else {
     scheduler.refuse("type",
-                     "DeepSpeed's schedules are WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle (and "
-                     "LRRangeTest); write one of the first four");
+                     "DeepSpeed's schedules are WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle and "
+                     "LRRangeTest; write one of them");
     params.note_rest("part of a refused schedule");
     return;
   }
@@ -151,7 +146,12 @@ void import_scheduler(Importer& importer, Section& root) {
       }
     }
   }
-  if (name != "OneCycle") {
+  if (name == "LRRangeTest") {
+    for (const char* key :
+         {"lr_range_test_min_lr", "lr_range_test_step_size", "lr_range_test_step_rate", "lr_range_test_staircase"}) {
+      params.map(key, std::string("scheduler.") + key);
+    }
+  } else if (name != "OneCycle") {
     params.map("warmup_num_steps", "scheduler.warmup_num_steps",
                "the warmup steps (HF Trainer's --warmup_steps, or --warmup_ratio times the total steps)",
                {"--warmup_steps: 0, which DeepSpeed's warmup raises to its least, 2", "2"});

@@ -128,6 +128,9 @@ void add_scheduler_rules(Schema& schema) {
                  {"scheduler.cycle_min_lr", "scheduler.cycle_max_lr", "scheduler.cycle_first_step_size",
                   "scheduler.cycle_second_step_size", "scheduler.cycle_first_stair_count",
                   "scheduler.cycle_second_stair_count", "scheduler.decay_step_size", "scheduler.decay_lr_rate"});
+  read_only_when(schema, "scheduler.type", {"\"LRRangeTest\""},
+                 {"scheduler.lr_range_test_min_lr", "scheduler.lr_range_test_step_size",
+                  "scheduler.lr_range_test_step_rate", "scheduler.lr_range_test_staircase"});
   rule(schema, {"scheduler.type", "scheduler.cycle_min_lr", "scheduler.cycle_max_lr"},
        [](const ResolvedConfig& config) -> Problem {
          if (config.get_string("scheduler.type") != "OneCycle") return std::nullopt;

@@ -160,7 +160,8 @@ void add_optimizer_keys(HostKeys& keys) {
 }
 
 void add_scheduler_keys(HostKeys& keys) {
-  keys.choice("scheduler.type", "none", {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle"},
+  keys.choice("scheduler.type", "none",
+              {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"},
               "learning-rate schedule");
   keys.number("scheduler.warmup_min_lr", 0.0, "learning rate at the start of warmup", learning_rate());
   keys.optional_number("scheduler.warmup_max_lr", "learning rate at the end of warmup; unset = optimizer.lr",
@@ -185,6 +186,14 @@ void add_scheduler_keys(HostKeys& keys) {
                at_least(0));
   keys.number("scheduler.decay_lr_rate", 0.0, "OneCycle: learning-rate decay per decay step after the cycle",
               at_least(0));
+  keys.number("scheduler.lr_range_test_min_lr", 1e-3, "LRRangeTest: the learning rate the test starts from",
+              learning_rate());
+  keys.integer("scheduler.lr_range_test_step_size", 2000, "LRRangeTest: steps per unit of increase", at_least(1));
+  keys.number("scheduler.lr_range_test_step_rate", 1.0,
+              "LRRangeTest: increase of the lr per step_size steps, as a "
+              "multiple of min_lr",
+              at_least(0));
+  keys.flag("scheduler.lr_range_test_staircase", false, "LRRangeTest: increase in whole steps of step_size");
 }
 
 void add_precision_keys(HostKeys& keys) {

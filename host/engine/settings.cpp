@@ -56,6 +56,11 @@ optim::ScheduleSpec read_schedule(const config::ResolvedConfig& c, int64_t steps
     cycle->cycle_second_stair_count = c.get_int("scheduler.cycle_second_stair_count");
     cycle->decay_step_size = c.get_int("scheduler.decay_step_size");
     cycle->decay_lr_rate = c.get_float("scheduler.decay_lr_rate");
+  } else if (auto* range = std::get_if<optim::LrRangeTestSpec>(&spec)) {
+    range->lr_range_test_min_lr = c.get_float("scheduler.lr_range_test_min_lr");
+    range->lr_range_test_step_size = c.get_int("scheduler.lr_range_test_step_size");
+    range->lr_range_test_step_rate = c.get_float("scheduler.lr_range_test_step_rate");
+    range->lr_range_test_staircase = c.get_bool("scheduler.lr_range_test_staircase");
   }
   return spec;
 }

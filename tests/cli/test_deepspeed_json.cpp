@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -401,6 +403,34 @@ TEST(DeepSpeedJson, ARawDeepSpeedConfigTrains) {
   CliResult r = run_zhost(dir.path(), "run ds.json --nproc 2 --set run.intra_op_threads=1" + kPlugins, "timeout 120 ");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(fs::exists(dir.path() / "runs" / "json" / "metrics.jsonl")) << r.err;
+}
+
+// DeepSpeed's LR range test: step k (from 1) trains at min_lr * (1 + step_rate * (k - 1) / step_size), the
+// quotient floored with staircase (deepspeed/runtime/lr_schedules.py; the schedule's unit test covers the
+// formula, this one that the JSON reaches it and that the steps are counted as DeepSpeed counts them).
+TEST(DeepSpeedJson, LrRangeTestScheduleTrainsWithDeepSpeedsLearningRates) {
+  for (const bool staircase : {false, true}) {
+    ScratchDir dir;
+    dir.write("ds.json", std::string(R"({
+  "train_micro_batch_size_per_gpu": 2,
+  "steps_per_print": 1,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+  "scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_min_lr": 1e-4, "lr_range_test_step_size": 2,
+                                                 "lr_range_test_step_rate": 5, "lr_range_test_staircase": )") +
+                             (staircase ? "true" : "false") + R"(}},
+  "zhost": {"steps": 5, "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8}, "run": {"name": "lrrt"}}
+})");
+    CliResult r = run_zhost(dir.path(), "run ds.json --set run.intra_op_threads=1" + kPlugins, "timeout 120 ");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream metrics(dir.path() / "runs" / "lrrt" / "metrics.jsonl");
+    std::vector<double> lrs;
+    for (std::string line; std::getline(metrics, line);) lrs.push_back(nlohmann::json::parse(line)["lr"].get<double>());
+    ASSERT_EQ(lrs.size(), 5u) << r.err;
+    for (int k = 1; k <= 5; ++k) {
+      const double quotient = staircase ? std::floor((k - 1) / 2.0) : (k - 1) / 2.0;
+      EXPECT_NEAR(lrs[k - 1], 1e-4 * (1 + 5 * quotient), 1e-15) << "step " << k << (staircase ? " (staircase)" : "");
+    }
+  }
 }
 
 // The HF configuration guide's ZeRO-2 template, every value "auto" as written there, with nothing to fill
