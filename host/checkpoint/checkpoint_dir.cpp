@@ -117,9 +117,10 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& root)
     return via_latest(fs::path(spec).parent_path().empty() ? fs::path(".") : fs::path(spec).parent_path());
   }
   if (!fs::is_directory(spec, error))
-    fail_usage("no checkpoint at '{}': no such folder (give a checkpoint folder, its parent, its 'latest' file, or "
-               "'latest')",
-               spec);
+    fail_usage(
+        "no checkpoint at '{}': no such folder (give a checkpoint folder, its parent, its 'latest' file, or "
+        "'latest')",
+        spec);
   if (fs::is_regular_file(fs::path(spec) / kLatest, error)) return via_latest(fs::path(spec));
   return spec;
 }

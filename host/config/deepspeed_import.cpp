@@ -91,11 +91,11 @@ void Section::map(const std::string& key, const std::string& zhost_path, const s
   }
   if (is_auto(value)) {
     take(key);
-    ImportRecord& record = importer_.record(
-        ImportRecord::Kind::Auto, path(key), at(key), zhost_path,
-        fmt::format("{}: \"auto\" is filled in from the trainer's arguments, and none gives it "
-                    "here; give it with --set {}=VALUE, or write it in the file: {}",
-                    shown(key), zhost_path, auto_hint.empty() ? "the value" : auto_hint));
+    ImportRecord& record =
+        importer_.record(ImportRecord::Kind::Auto, path(key), at(key), zhost_path,
+                         fmt::format("{}: \"auto\" is filled in from the trainer's arguments, and none gives it "
+                                     "here; give it with --set {}=VALUE, or write it in the file: {}",
+                                     shown(key), zhost_path, auto_hint.empty() ? "the value" : auto_hint));
     record.hf_default = hf.value;
     record.hf_argument = hf.argument;
     return;

@@ -301,10 +301,10 @@ std::vector<std::string> Document::notes() const {
       const bool hf_default = !record.hf_default.empty() &&
                               (!node || (filled_place != data_->places.end() && !filled_place->second.how.empty()));
       if (hf_default) {
-        lines.push_back(fmt::format("{} note: {} = \"auto\": {} = {}, HF Trainer's default ({}); give yours with "
-                                    "--set {}=VALUE",
-                                    place, record.ds_path, record.zhost_path, record.hf_default, record.hf_argument,
-                                    record.zhost_path));
+        lines.push_back(fmt::format(
+            "{} note: {} = \"auto\": {} = {}, HF Trainer's default ({}); give yours with "
+            "--set {}=VALUE",
+            place, record.ds_path, record.zhost_path, record.hf_default, record.hf_argument, record.zhost_path));
       } else if (node) {
         std::string source = where_set(*data_, record.zhost_path, *node);
         if (!source.empty() && source.back() == ':') source.pop_back();

@@ -1,11 +1,10 @@
 // host/core/log.cpp: logger set-up for the host (stderr sink, rank-aware pattern).
 #include "host/core/log.hpp"
 
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-
 #include <fcntl.h>
 #include <signal.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <time.h>
 #include <unistd.h>
 

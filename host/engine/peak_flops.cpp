@@ -37,8 +37,8 @@ PeakMeasurement measure_rank_tflops(c10::Device device, c10::ScalarType dtype) {
   }
   double best = time_one(a, b);
   const auto start = Clock::now();
-  for (int round = 1; round < kMinRounds || std::chrono::duration<double>(Clock::now() - start).count() < kBudgetSeconds;
-       ++round)
+  for (int round = 1;
+       round < kMinRounds || std::chrono::duration<double>(Clock::now() - start).count() < kBudgetSeconds; ++round)
     best = std::min(best, time_one(a, b));
   PeakMeasurement m;
   m.size = n;

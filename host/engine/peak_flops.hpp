@@ -15,10 +15,10 @@
 // (that path has never run on a GPU: set run.peak_tflops there).
 #pragma once
 
-#include <cstdint>
-
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+
+#include <cstdint>
 
 namespace zhost::engine {
 

@@ -666,14 +666,16 @@ constexpr int64_t kMaxConsecutiveSkips = 64;
 void check_step_applied(const TrainSettings& s, const StepRecord& record, int64_t consecutive_skips) {
   if (!record.skipped) return;
   if (s.precision != Precision::kFp16)
-    fail("step {}: the gradients are not finite (inf/NaN; loss {}) in {} training, which has no loss scale to "
-         "lower, so no step can apply; check the data, model.init_std, optimizer.lr and gradient_clipping",
-         record.step, record.loss, precision_name(s.precision));
+    fail(
+        "step {}: the gradients are not finite (inf/NaN; loss {}) in {} training, which has no loss scale to "
+        "lower, so no step can apply; check the data, model.init_std, optimizer.lr and gradient_clipping",
+        record.step, record.loss, precision_name(s.precision));
   if (consecutive_skips >= kMaxConsecutiveSkips)
-    fail("step {}: {} fp16 steps in a row skipped for gradient overflow (loss scale {:g}), so the job is not "
-         "training; check the data, model.init_std and optimizer.lr, use a dynamic or lower fp16.loss_scale, or "
-         "train in bf16",
-         record.step, consecutive_skips, record.loss_scale);
+    fail(
+        "step {}: {} fp16 steps in a row skipped for gradient overflow (loss scale {:g}), so the job is not "
+        "training; check the data, model.init_std and optimizer.lr, use a dynamic or lower fp16.loss_scale, or "
+        "train in bf16",
+        record.step, consecutive_skips, record.loss_scale);
 }
 }  // namespace
 
@@ -815,9 +817,10 @@ TrainResult Trainer::run() {
   result.final_loss = result.records.empty() ? 0 : result.records.back().loss;
   const int64_t ran = last_step - t.start.step;
   if (ran > 0 && applied == t.start.applied_steps)
-    fail("all {} steps were skipped for gradient overflow, so the job trained nothing; check the data, "
-         "model.init_std and optimizer.lr, use a dynamic or lower fp16.loss_scale, or train in bf16",
-         ran);
+    fail(
+        "all {} steps were skipped for gradient overflow, so the job trained nothing; check the data, "
+        "model.init_std and optimizer.lr, use a dynamic or lower fp16.loss_scale, or train in bf16",
+        ran);
   return result;
 }
 

@@ -280,9 +280,10 @@ JobSetup prepare_job(const JobSetupOptions& options) {
     }
   }
   if (const auto taken = document.hf_defaults_taken(); !taken.empty()) {
-    job.infos.push_back(fmt::format("{}: \"auto\" that no --set, companion or \"zhost\" table fills took HF "
-                                    "Trainer's default: {}; give yours with --set KEY=VALUE",
-                                    document.source_name(), text::join(taken, ", ")));
+    job.infos.push_back(
+        fmt::format("{}: \"auto\" that no --set, companion or \"zhost\" table fills took HF "
+                    "Trainer's default: {}; give yours with --set KEY=VALUE",
+                    document.source_name(), text::join(taken, ", ")));
   }
   return job;
 }

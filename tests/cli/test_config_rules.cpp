@@ -347,15 +347,18 @@ TEST(SetOverFile, WinsOverTheKeysItMakesUnusedWithOneWarning) {
   const std::string file = std::string(ZHOST_SOURCE_DIR) + "/examples/configs/train.toml";
   auto data = zhost::testing::run_zhost(scratch.path(), "config check " + file + " --set data.type=synthetic");
   ASSERT_EQ(data.exit_code, 0) << data.err;
-  const std::string data_warning = "--set data.type=synthetic: warning: data.type = \"synthetic\" overrides the file, "
-                                   "so its data.path (at " + file + ":22) is unused (only data.type = \"tokens\" or "
-                                   "data.type = \"text\" reads it); the command line wins";
+  const std::string data_warning =
+      "--set data.type=synthetic: warning: data.type = \"synthetic\" overrides the file, "
+      "so its data.path (at " +
+      file +
+      ":22) is unused (only data.type = \"tokens\" or "
+      "data.type = \"text\" reads it); the command line wins";
   EXPECT_NE(data.out.find(data_warning), std::string::npos) << data.out;
   auto schedule = zhost::testing::run_zhost(scratch.path(), "config check " + file + " --set scheduler.type=none");
   ASSERT_EQ(schedule.exit_code, 0) << schedule.err;
   EXPECT_NE(schedule.out.find("--set scheduler.type=none: warning: scheduler.type = \"none\" overrides the file, so "
-                              "its scheduler.warmup_num_steps (at " + file + ":31), scheduler.warmup_type (at " + file +
-                              ":32) are unused"),
+                              "its scheduler.warmup_num_steps (at " +
+                              file + ":31), scheduler.warmup_type (at " + file + ":32) are unused"),
             std::string::npos)
       << schedule.out;
   // The run warns once and trains.

@@ -267,7 +267,6 @@ TEST(StepsThatApplyNothing, AShortJobThatAppliedNoStepFails) {
   RunOutput r = run_zhost(dir.path(), small_job_config(), "short",
                           "--nproc 1 --set model.init_std=1e30 --set fp16.enabled=true --set fp16.loss_scale=128");
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("all 6 steps were skipped for gradient overflow, so the job trained nothing"),
-            std::string::npos)
+  EXPECT_NE(r.err.find("all 6 steps were skipped for gradient overflow, so the job trained nothing"), std::string::npos)
       << r.err;
 }

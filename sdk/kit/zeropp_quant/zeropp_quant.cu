@@ -2,8 +2,8 @@
 // block per quantization block for quantize and quantize with error feedback (absmax on the bit patterns,
 // reduced through warp shuffles and shared memory), grid-stride loops for dequantize and dequantize-and-add.
 // Note [Block quantization arithmetic] with explicit round-to-nearest intrinsics (__fmul_rn, __fadd_rn,
-// __fdiv_rn, __float2int_rn), so no FMA contraction or fast division changes a bit. On an H100 they gave the CPU kernels' bits in all 72
-// cases of tests/zeropp/quant_cuda_check.cu (bench/gpu/RESULTS.md, 2026-11-27).
+// __fdiv_rn, __float2int_rn), so no FMA contraction or fast division changes a bit. On an H100 they gave the CPU
+// kernels' bits in all 72 cases of tests/zeropp/quant_cuda_check.cu (bench/gpu/RESULTS.md, 2026-11-27).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
