@@ -72,8 +72,7 @@ int config_check_command(const JobSetupOptions& options, int nproc, int nnodes) 
 }
 
 int config_import_command(const JobSetupOptions& options) {
-  config::Document document = load_job_document(options);
-  document.settle_deepspeed_json();  // HF "auto"s written as the defaults they take (Note [HF's "auto"])
+  const config::Document document = load_job_document(options);
   if (!document.is_deepspeed_json()) {
     fail_usage("{}: is a TOML config already; `zhost config import` reads a DeepSpeed JSON config",
                options.config_file.string());

@@ -56,8 +56,6 @@ class Document {
   // HF "auto"s that neither --set, a companion nor the "zhost" table fills and that HF Trainer has a default
   // for: "train_micro_batch_size_per_gpu = 8", one each (Note [HF's "auto"]). validate() fills them in.
   std::vector<std::string> hf_defaults_taken() const;
-  // Writes those defaults into the document, each with the place of its "auto" ("auto: HF Trainer default").
-  void take_hf_defaults();
   // A DeepSpeed JSON as validate() reads it, once --set and the companion are in: the HF defaults taken, and
   // the file's activation-checkpointing refinements dropped (noted by notes()) while zhost's switch is off,
   // as DeepSpeed ignores them unless the model calls its checkpointing API.
@@ -73,6 +71,10 @@ class Document {
   const DocumentData& data() const { return *data_; }
 
  private:
+  // Writes hf_defaults_taken() into the document, each with the place of its "auto" ("auto: HF Trainer
+  // default"); part of settle_deepspeed_json().
+  void take_hf_defaults();
+
   std::unique_ptr<DocumentData> data_;
 };
 
