@@ -127,6 +127,9 @@ void add_model_keys(HostKeys& keys) {
   keys.integer("model.vocab", 256, "vocabulary size", at_least(1));
   keys.integer("model.seq_len", 128, "tokens per sample", at_least(1));
   keys.number("model.init_std", 0.02, "standard deviation of the initial weights", above(0));
+  keys.choice("model.attention", "sdpa", {"sdpa", "eager"},
+              "attention kernel, as HF's attn_implementation: sdpa = ATen's fused scaled_dot_product_attention "
+              "(no [T, T] scores kept); eager = explicit q k^T, mask, softmax (Note [Attention kernels])");
   keys.number("model.layer_drop", 0.0,
               "LayerDrop: probability that a transformer block is skipped in a training micro-batch", from_below(0, 1));
   keys.flag("model.layer_drop_per_rank", false,

@@ -72,7 +72,8 @@ class Gpt final : public Model {
     const at::Tensor h = layers::layer_norm(x, layer.attn_norm_weight, layer.attn_norm_bias, kLayerNormEps);
     const std::vector<at::Tensor> qkv = at::linear(h, layer.qkv_weight, layer.qkv_bias).split(C, -1);
     const at::Tensor y = layers::merge_heads(layers::causal_attention(
-        layers::split_heads(qkv[0], heads), layers::split_heads(qkv[1], heads), layers::split_heads(qkv[2], heads)));
+        layers::split_heads(qkv[0], heads), layers::split_heads(qkv[1], heads), layers::split_heads(qkv[2], heads),
+        spec().attention));
     const at::Tensor after_attention = x + at::linear(y, layer.attn_proj_weight, layer.attn_proj_bias);
     // MLP: [B, T, C] -> [B, T, F] -> [B, T, C]
     return after_attention +

@@ -14,6 +14,7 @@
 #include <ATen/ops/pow.h>
 #include <ATen/ops/relu.h>
 #include <ATen/ops/rsqrt.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/softmax.h>
 
@@ -41,19 +42,34 @@ static at::Tensor repeat_kv(const at::Tensor& k, int64_t repeats) {
       .reshape({batch, kv_heads * repeats, time, head_dim});
 }
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+// Note [Attention kernels]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// `model.attention` picks how the built-in models compute causal attention; both compute the same function to fp32
+// rounding (softmax accumulated in fp32 either way) and differ in speed, memory and repeatability:
+// - "sdpa" (default): ATen's scaled_dot_product_attention(is_causal), which dispatches to a fused kernel (flash
+//   attention on CPU and on CUDA for fp16/bf16, memory-efficient or cuDNN otherwise) that never materialises the
+//   [B, H, T, T] scores: activation memory O(T) per row instead of O(T^2). On the 2-core CPU, one thread, forward
+//   plus backward: about even at T = 64 in fp32, 2x faster at T = 1024, 2.6x in bf16 (bench/gpu/RESULTS.md has
+//   the GPU's figures). On CPU its backward is a fixed loop per (batch, head): bit for bit repeatable. On CUDA, PyTorch's flash backward adds dQ with atomics unless
+//   torch.use_deterministic_algorithms is on, so two runs may differ in the last bits.
+// - "eager" (HF's name for the explicit form): scores = mask + q k^T / sqrt(D) in one baddbmm (the -inf causal
+//   mask is the product's starting value, the scale its alpha), softmax in fp32, then probs v: O(T^2) memory,
+//   bit for bit repeatable on every device.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Attention kernel) {
   const int64_t batch = q.size(0), heads = q.size(1), time = q.size(2), head_dim = q.size(3);
   const int64_t repeats = heads / k.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  if (kernel == Attention::kSdpa) {
+    return at::scaled_dot_product_attention(q, repeat_kv(k, repeats), repeat_kv(v, repeats), /*attn_mask=*/{},
+                                            /*dropout_p=*/0.0, /*is_causal=*/true, scale);  // [B, H, T, D]
+  }
   // [B, H, T, D] -> [B*H, T, D]: the batched products below take 3-d operands
   const at::Tensor queries = q.reshape({batch * heads, time, head_dim});
   const at::Tensor keys = repeat_kv(k, repeats).reshape({batch * heads, time, head_dim});
   const at::Tensor values = repeat_kv(v, repeats).reshape({batch * heads, time, head_dim});
-  // scores = mask + q k^T / sqrt(D), one product: the causal mask (0 where position t may attend, i.e. at
-  // positions <= t, -inf after) is the product's starting value and the scale its alpha, so neither costs a
-  // pass over the [B*H, T, T] scores of its own, forward or backward.
+  // the causal mask: 0 where position t may attend (positions <= t), -inf after
   const at::Tensor mask = at::full({time, time}, -std::numeric_limits<double>::infinity(), q.options()).triu(1);
-  const at::Tensor scores = at::baddbmm(mask, queries, keys.transpose(1, 2), /*beta=*/1.0,
-                                        /*alpha=*/1.0 / std::sqrt(static_cast<double>(head_dim)));  // [B*H, T, T]
+  const at::Tensor scores = at::baddbmm(mask, queries, keys.transpose(1, 2), /*beta=*/1.0, scale);  // [B*H, T, T]
   const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   return at::bmm(probs, values).view({batch, heads, time, head_dim});  // [B, H, T, D]
 }

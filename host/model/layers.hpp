@@ -4,6 +4,8 @@
 // KV key/value heads, D head dimension, F feed-forward width.
 #pragma once
 
+#include "host/model/model.hpp"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -15,10 +17,10 @@ at::Tensor split_heads(const at::Tensor& x, int64_t heads);
 // x: [B, H, T, D] -> [B, T, H*D]
 at::Tensor merge_heads(const at::Tensor& x);
 
-// Causal scaled-dot-product attention with explicit matmul + mask + softmax (softmax in fp32).
-// q: [B, H, T, D], k and v: [B, KV, T, D] with H % KV == 0 (grouped-query attention: key/value head j
+// Causal scaled-dot-product attention, scale 1/sqrt(D), softmax accumulated in fp32, by `kernel` (Note [Attention
+// kernels]). q: [B, H, T, D], k and v: [B, KV, T, D] with H % KV == 0 (grouped-query attention: key/value head j
 // serves query heads j*H/KV .. (j+1)*H/KV - 1, as HF's repeat_kv) -> [B, H, T, D]
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Attention kernel);
 
 // Rotary position embedding tables for positions 0..T-1 (HF Llama "rotate_half" layout: frequency i is
 // used by dimensions i and i + D/2). -> cos, sin: [T, D] in `like`'s dtype and device.

@@ -63,7 +63,7 @@ class Llama final : public Model {
     const at::Tensor q = layers::apply_rotary(layers::split_heads(at::linear(h, layer.q_weight), heads), rotary);
     const at::Tensor k = layers::apply_rotary(layers::split_heads(at::linear(h, layer.k_weight), kv_heads), rotary);
     const at::Tensor v = layers::split_heads(at::linear(h, layer.v_weight), kv_heads);
-    const at::Tensor y = layers::merge_heads(layers::causal_attention(q, k, v));
+    const at::Tensor y = layers::merge_heads(layers::causal_attention(q, k, v, spec().attention));
     const at::Tensor after_attention = x + at::linear(y, layer.attn_proj_weight);
     // MLP: [B, T, C] -> [B, T, F] -> [B, T, C]
     return after_attention +

@@ -35,6 +35,9 @@
 
 namespace zhost::model {
 
+// The attention kernel of gpt, llama and hf models (Note [Attention kernels] in layers.cpp).
+enum class Attention { kSdpa, kEager };
+
 struct ModelSpec {
   std::string type = "gpt";  // mlp | gpt | llama | hf
   std::string path;          // hf: the model folder (config.json + safetensors); the dimensions below then
@@ -49,6 +52,7 @@ struct ModelSpec {
   int64_t seq_len = 64;      // T: the context length (gpt's position table size; the T of flops_per_token)
   double init_std = 0.02;    // std of the normal initialisation
   uint64_t seed = 0;         // the initialisation seed
+  Attention attention = Attention::kSdpa;
 };
 
 // Checks the spec (UsageError with what to change) and fills its defaults (kv_heads, ffn_width); for

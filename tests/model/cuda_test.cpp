@@ -1,6 +1,6 @@
 // tests/model/cuda_test.cpp: the built-in models on a CUDA device (skipped, saying so, without one):
 // initialisation gives the same bits as on the CPU, fp32 loss and gradients agree with the CPU's, and
-// bf16 runs with a loss close to fp32's.
+// bf16 runs with a loss close to fp32's; the two attention kernels agree there (Note [Attention kernels]).
 #include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/equal.h>
@@ -66,6 +66,38 @@ TEST_P(OnCuda, MatchesTheCpuInFp32AndRunsInBf16) {
   bf16_loss.backward();
   EXPECT_NEAR(bf16_loss.item<double>(), cpu_loss.item<double>(), 2e-2);
   EXPECT_EQ(cuda->parameters()[0].tensor.grad().scalar_type(), at::kBFloat16);
+}
+
+// model.attention "sdpa" (flash or memory-efficient kernels on CUDA) against "eager" on the same weights and
+// tokens: fp32 within 1e-5 (loss) and 1e-4 (gradients, relative to their largest entry), bf16 loss within 2e-2.
+class AttentionKernelsOnCuda : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Types, AttentionKernelsOnCuda, ::testing::Values("gpt", "llama"));
+
+TEST_P(AttentionKernelsOnCuda, SdpaMatchesEager) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device (or LibTorch without CUDA)";
+  at::globalContext().setAllowTF32CuBLAS(false);
+  ModelSpec eager_spec = cuda_spec(GetParam()), sdpa_spec = cuda_spec(GetParam());
+  eager_spec.attention = Attention::kEager;
+  sdpa_spec.attention = Attention::kSdpa;
+  const auto long_options = at::TensorOptions().dtype(at::kLong).device(at::kCUDA);
+  const at::Tensor tokens = at::randint(97, {4, 32}, long_options), targets = at::randint(97, {4, 32}, long_options);
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const auto eager = make_model(eager_spec, at::Device(at::kCUDA, 0));
+    const auto sdpa = make_model(sdpa_spec, at::Device(at::kCUDA, 0));
+    eager->to(dtype);
+    sdpa->to(dtype);
+    const at::Tensor eager_loss = eager->loss(eager->forward(tokens), targets);
+    const at::Tensor sdpa_loss = sdpa->loss(sdpa->forward(tokens), targets);
+    eager_loss.backward();
+    sdpa_loss.backward();
+    const bool fp32 = dtype == at::kFloat;
+    EXPECT_LT(relative_difference(sdpa_loss, eager_loss), fp32 ? 1e-5 : 2e-2) << at::toString(dtype);
+    if (!fp32) continue;
+    for (size_t i = 0; i < eager->parameters().size(); ++i) {
+      EXPECT_LT(relative_difference(sdpa->parameters()[i].tensor.grad(), eager->parameters()[i].tensor.grad()), 1e-4)
+          << eager->parameters()[i].name;
+    }
+  }
 }
 
 }  // namespace

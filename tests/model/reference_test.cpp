@@ -59,12 +59,15 @@ void expect_close(const at::Tensor& ours, const at::Tensor& reference, const std
       << what << ": max |difference| " << difference << " vs max |reference| " << scale;
 }
 
-ModelSpec reference_spec(const std::string& type) {
+// `model`: a model type, with " eager" after it for model.attention = "eager" (Note [Attention kernels]).
+ModelSpec reference_spec(const std::string& model) {
   ModelSpec spec;
-  spec.type = type;
+  const size_t space = model.find(' ');
+  spec.type = model.substr(0, space);
+  if (space != std::string::npos && model.substr(space + 1) == "eager") spec.attention = Attention::kEager;
   spec.layers = 2;
   spec.heads = 4;
-  spec.kv_heads = type == "llama" ? 2 : 0;
+  spec.kv_heads = spec.type == "llama" ? 2 : 0;
   spec.width = 64;
   spec.vocab = 97;
   spec.seq_len = 16;
@@ -74,7 +77,7 @@ ModelSpec reference_spec(const std::string& type) {
 }
 
 class ReferenceCheck : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Types, ReferenceCheck, ::testing::Values("gpt", "llama", "mlp"));
+INSTANTIATE_TEST_SUITE_P(Types, ReferenceCheck, ::testing::Values("gpt", "llama", "mlp", "gpt eager", "llama eager"));
 
 TEST_P(ReferenceCheck, LossLogitsAndGradientsMatchPyTorch) {
   ZHOST_REQUIRE_REFERENCE_PYTHON();
