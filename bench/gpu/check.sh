@@ -367,6 +367,11 @@ speed() {
     run_failed "zhost speed stage $s" speed-s$s ||
       check "zhost speed stage $s" 60 "$python" "$here/run_stats.py" "$runs/speed-s$s" --warmup $warmup
   done
+  # The same job with model.attention = "eager" (the explicit softmax zhost ran before sdpa became the default).
+  zrun speed-s0-eager 240 "${job[@]}" --set zero.stage=0 --set model.attention=eager
+  run_failed "zhost speed stage 0, eager attention" speed-s0-eager ||
+    check "zhost speed stage 0, eager attention" 60 "$python" "$here/run_stats.py" "$runs/speed-s0-eager" \
+      --warmup $warmup
   check "pytorch eager bf16" 300 "$python" "$here/pytorch_gpt.py" --layers ${model[0]} --width ${model[1]} \
     --heads ${model[2]} --seq-len ${model[3]} --vocab ${model[4]} --micro-batch $batch --steps $steps \
     --warmup $warmup --device "$device" --bf16 --attention math sdpa --peak-tflops "$peak"
