@@ -14,12 +14,12 @@ namespace zhost::bench {
 
 // Averages over one window of steps, split as zhost's wall_clock_breakdown splits them.
 struct WindowTiming {
-  double ms_per_step = 0;  // wall time of the window / its steps
-  double forward_ms = 0;   // per micro-batch (forward + loss)
-  double backward_ms = 0;  // per micro-batch
-  double reduction_ms = 0; // per optimizer step (zhost reports it per micro-batch: the same figure with
-                           // gradient_accumulation_steps = 1)
-  double step_ms = 0;      // per optimizer step (norm, clipping, optimizer, dropping gradients)
+  double ms_per_step = 0;   // wall time of the window / its steps
+  double forward_ms = 0;    // per micro-batch (forward + loss)
+  double backward_ms = 0;   // per micro-batch
+  double reduction_ms = 0;  // per optimizer step (zhost reports it per micro-batch: the same figure with
+                            // gradient_accumulation_steps = 1)
+  double step_ms = 0;       // per optimizer step (norm, clipping, optimizer, dropping gradients)
 };
 
 struct ReferenceResult {

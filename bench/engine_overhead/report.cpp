@@ -83,7 +83,8 @@ WindowTiming window_from(const json& j, double ms_per_step) {
 Round read_round(const fs::path& round_dir, const json& reference) {
   const std::vector<json> records = read_json_lines(round_dir / "zhost" / "metrics.jsonl");
   if (records.size() < 2)
-    fail("{}: zhost printed {} records, need a warm-up record and at least one more", round_dir.string(), records.size());
+    fail("{}: zhost printed {} records, need a warm-up record and at least one more", round_dir.string(),
+         records.size());
   Round round;
   // zhost prints samples/s over the window; a step is train_batch_size samples.
   const double samples_per_step = reference["train_batch_size"].get<double>();
@@ -127,8 +128,9 @@ std::vector<Config> read_configs(const fs::path& results_dir) {
 double zhost_ms_per_step(const Config& c) { return median_of(all_windows(c, true), &WindowTiming::ms_per_step); }
 
 void print_step_table(const std::vector<Config>& configs) {
-  fmt::print("| config | ranks | params | rounds x windows | zhost ms/step | reference ms/step | ratio (range over "
-             "rounds) | zhost - reference ms/step (paired) |\n|---|---|---|---|---|---|---|---|\n");
+  fmt::print(
+      "| config | ranks | params | rounds x windows | zhost ms/step | reference ms/step | ratio (range over "
+      "rounds) | zhost - reference ms/step (paired) |\n|---|---|---|---|---|---|---|---|\n");
   for (const auto& c : configs) {
     std::vector<double> ratios, differences;  // paired: one per round
     for (const auto& round : c.rounds) {
@@ -148,14 +150,15 @@ void print_step_table(const std::vector<Config>& configs) {
 }
 
 void print_breakdown_table(const std::vector<Config>& configs) {
-  fmt::print("\nPhase breakdown, median window, ms, zhost / reference: forward and backward per micro-batch, "
-             "reduction and step per optimizer step. zhost copies each gradient into its all-reduce bucket inside "
-             "backward; the reference flattens them in reduction.\n\n"
-             "| config | forward | backward | reduction | step |\n|---|---|---|---|---|\n");
+  fmt::print(
+      "\nPhase breakdown, median window, ms, zhost / reference: forward and backward per micro-batch, "
+      "reduction and step per optimizer step. zhost copies each gradient into its all-reduce bucket inside "
+      "backward; the reference flattens them in reduction.\n\n"
+      "| config | forward | backward | reduction | step |\n|---|---|---|---|---|\n");
   for (const auto& c : configs) {
     fmt::print("| {} |", c.label);
-    for (Phase phase : {&WindowTiming::forward_ms, &WindowTiming::backward_ms, &WindowTiming::reduction_ms,
-                        &WindowTiming::step_ms})
+    for (Phase phase :
+         {&WindowTiming::forward_ms, &WindowTiming::backward_ms, &WindowTiming::reduction_ms, &WindowTiming::step_ms})
       fmt::print(" {:.2f} / {:.2f} |", median_of(all_windows(c, true), phase), median_of(all_windows(c, false), phase));
     fmt::print("\n");
   }
@@ -185,10 +188,12 @@ void print_hook_table(const std::vector<Config>& configs, const std::map<std::st
   // grad_ready per parameter, backward_end; per step: step. A grad_ready costs the call with stage 0's guard
   // (grad_ready_no_reduce), the trainer's dl_view and stage 0's tensor_view; the others cost noop_hook_call.
   const double grad_ready_ns = ns.at("grad_ready_no_reduce") + ns.at("dl_view") + ns.at("tensor_view");
-  fmt::print("\nPartition ABI calls per step: (4 x blocks + 2) x micro-batches + 1 other hooks at noop_hook_call, "
-             "params x micro-batches grad_ready at grad_ready_no_reduce + dl_view + tensor_view = {:.1f} ns.\n\n"
-             "| config | blocks | params | hook calls/step | hook cost us/step | % of zhost step |\n"
-             "|---|---|---|---|---|---|\n", grad_ready_ns);
+  fmt::print(
+      "\nPartition ABI calls per step: (4 x blocks + 2) x micro-batches + 1 other hooks at noop_hook_call, "
+      "params x micro-batches grad_ready at grad_ready_no_reduce + dl_view + tensor_view = {:.1f} ns.\n\n"
+      "| config | blocks | params | hook calls/step | hook cost us/step | % of zhost step |\n"
+      "|---|---|---|---|---|---|\n",
+      grad_ready_ns);
   for (const auto& c : configs) {
     const auto blocks = c.shape["blocks"].get<int64_t>(), params = c.shape["params"].get<int64_t>();
     const auto micro_batches = c.shape["gradient_accumulation_steps"].get<int64_t>();
@@ -205,8 +210,10 @@ void print_loss_check(const std::vector<Config>& configs) {
   double worst = 0;
   for (const auto& c : configs)
     for (const auto& round : c.rounds) worst = std::max(worst, round.loss_difference);
-  fmt::print("\nSame work check: largest |zhost loss - reference loss| over the last printed window of every round: "
-             "{:.3g}\n", worst);
+  fmt::print(
+      "\nSame work check: largest |zhost loss - reference loss| over the last printed window of every round: "
+      "{:.3g}\n",
+      worst);
 }
 
 }  // namespace

@@ -46,8 +46,9 @@ void print_text(const Discovery& discovery) {
   std::cout << text::join(dirs, ":") << "\n";
   if (discovery.plugins.empty()) std::cout << "no plugins found\n";
   for (const auto& p : discovery.plugins) {
-    std::cout << "\n" << p.info.name << " " << p.info.version << "  (" << kind_name(p.info.kind) << ", ABI "
-              << p.abi_major << "." << p.abi_minor << ")"
+    std::cout << "\n"
+              << p.info.name << " " << p.info.version << "  (" << kind_name(p.info.kind) << ", ABI " << p.abi_major
+              << "." << p.abi_minor << ")"
               << ((p.info.flags & ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE) ? "  hot-swappable" : "") << "\n";
     if (!p.info.summary.empty()) std::cout << "  " << p.info.summary << "\n";
     std::cout << "  path:      " << p.path.string() << "\n";

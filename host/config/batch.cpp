@@ -1,11 +1,11 @@
 // host/config/batch.cpp: resolving train batch, micro batch and gradient accumulation the DeepSpeed way.
 #include "host/config/batch.hpp"
 
-#include "host/core/error.hpp"
-
 #include <fmt/format.h>
 
 #include <string>
+
+#include "host/core/error.hpp"
 
 namespace zhost::config {
 namespace {
@@ -67,11 +67,11 @@ BatchSizes resolve_batch_sizes(std::optional<int64_t> train_batch, std::optional
   if (train_batch && micro_batch_per_gpu && gradient_accumulation_steps) {
     int64_t product = checked_product(checked_product(*micro_batch_per_gpu, *gradient_accumulation_steps), world);
     if (product != *train_batch) {
-      fail_usage("{} = {} does not match {} * {} * world_size = {} * {} * {} = {} ({}); set {} to {} or remove it, or "
-                 "change {} or {}",
-                 kTrainBatch, *train_batch, kMicroBatch, kAccumulation, *micro_batch_per_gpu,
-                 *gradient_accumulation_steps, world, product, kEquation, kTrainBatch, product, kMicroBatch,
-                 kAccumulation);
+      fail_usage(
+          "{} = {} does not match {} * {} * world_size = {} * {} * {} = {} ({}); set {} to {} or remove it, or "
+          "change {} or {}",
+          kTrainBatch, *train_batch, kMicroBatch, kAccumulation, *micro_batch_per_gpu, *gradient_accumulation_steps,
+          world, product, kEquation, kTrainBatch, product, kMicroBatch, kAccumulation);
     }
     sizes = {*train_batch, *micro_batch_per_gpu, *gradient_accumulation_steps};
   } else if (train_batch && micro_batch_per_gpu) {

@@ -2,14 +2,14 @@
 // reporting every problem at once, one line each, with the file line or --set it came from.
 #pragma once
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "host/config/document.hpp"
 #include "host/config/resolved.hpp"
 #include "host/config/schema.hpp"
 #include "host/core/error.hpp"
-
-#include <map>
-#include <string>
-#include <vector>
 
 namespace zhost::config {
 

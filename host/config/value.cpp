@@ -20,13 +20,27 @@ std::string string_literal(const std::string& value) {
   std::string out = "\"";
   for (char c : value) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\t': out += "\\t"; break;
-      case '\n': out += "\\n"; break;
-      case '\f': out += "\\f"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
           out += fmt::format("\\u{:04X}", static_cast<unsigned>(static_cast<unsigned char>(c)));
@@ -52,12 +66,18 @@ std::string list_literal(const std::vector<T>& items, Format format_item) {
 
 const char* type_name(ValueType type) {
   switch (type) {
-    case ValueType::Bool: return "bool";
-    case ValueType::Int: return "int";
-    case ValueType::Float: return "float";
-    case ValueType::String: return "string";
-    case ValueType::FloatList: return "float list";
-    case ValueType::StringList: return "string list";
+    case ValueType::Bool:
+      return "bool";
+    case ValueType::Int:
+      return "int";
+    case ValueType::Float:
+      return "float";
+    case ValueType::String:
+      return "string";
+    case ValueType::FloatList:
+      return "float list";
+    case ValueType::StringList:
+      return "string list";
   }
   return "unknown";
 }
@@ -66,11 +86,16 @@ ValueType type_of(const ConfigValue& value) { return static_cast<ValueType>(valu
 
 std::string to_toml_literal(const ConfigValue& value) {
   switch (type_of(value)) {
-    case ValueType::Bool: return std::get<bool>(value) ? "true" : "false";
-    case ValueType::Int: return std::to_string(std::get<int64_t>(value));
-    case ValueType::Float: return float_literal(std::get<double>(value));
-    case ValueType::String: return string_literal(std::get<std::string>(value));
-    case ValueType::FloatList: return list_literal(std::get<std::vector<double>>(value), float_literal);
+    case ValueType::Bool:
+      return std::get<bool>(value) ? "true" : "false";
+    case ValueType::Int:
+      return std::to_string(std::get<int64_t>(value));
+    case ValueType::Float:
+      return float_literal(std::get<double>(value));
+    case ValueType::String:
+      return string_literal(std::get<std::string>(value));
+    case ValueType::FloatList:
+      return list_literal(std::get<std::vector<double>>(value), float_literal);
     case ValueType::StringList:
       return list_literal(std::get<std::vector<std::string>>(value), string_literal);
   }

@@ -12,8 +12,7 @@ namespace zhost::config {
 enum class ValueType { Bool, Int, Float, String, FloatList, StringList };
 
 // One resolved value; alternative i holds ValueType i.
-using ConfigValue =
-    std::variant<bool, int64_t, double, std::string, std::vector<double>, std::vector<std::string>>;
+using ConfigValue = std::variant<bool, int64_t, double, std::string, std::vector<double>, std::vector<std::string>>;
 
 // "bool", "int", "float", "string", "float list", "string list".
 const char* type_name(ValueType type);

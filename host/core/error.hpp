@@ -14,8 +14,8 @@ namespace zhost {
 
 // Exit codes of the zhost executable.
 enum class ExitCode : int {
-  kRuntime = 1,  // a job or a command failed while running
-  kUsage = 2,    // bad command line, config or plugin set: nothing ran
+  kRuntime = 1,    // a job or a command failed while running
+  kUsage = 2,      // bad command line, config or plugin set: nothing ran
   kRankFailed = 3  // a rank died or a collective timed out
 };
 
@@ -54,9 +54,9 @@ template <typename... Args>
 }
 
 // Invariant check for host code: a failure is a zhost bug, reported with its location.
-#define ZHOST_ASSERT(cond)                                                                          \
-  do {                                                                                             \
-    if (!(cond)) ::zhost::detail::assert_failed(#cond, __FILE__, __LINE__);                        \
+#define ZHOST_ASSERT(cond)                                                  \
+  do {                                                                      \
+    if (!(cond)) ::zhost::detail::assert_failed(#cond, __FILE__, __LINE__); \
   } while (0)
 
 namespace detail {

@@ -100,8 +100,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.model.vocab = c.get_int("model.vocab");
   s.model.seq_len = c.get_int("model.seq_len");
   s.model.init_std = c.get_float("model.init_std");
-  s.model.attention =
-      c.get_string("model.attention") == "eager" ? model::Attention::kEager : model::Attention::kSdpa;
+  s.model.attention = c.get_string("model.attention") == "eager" ? model::Attention::kEager : model::Attention::kSdpa;
   s.model.seed = s.seed;
   s.model.path = c.get_string("model.path");
   // A Hugging Face model's dimensions (vocab for the data among them) come from its config.json.

@@ -27,24 +27,24 @@ class Gpt final : public Model {
     const ParamInit zeros{Init::kZeros, 0, false}, ones{Init::kOnes, 0, false};
 
     // The token embedding also serves as the head's projection: a matmul weight, not lookup-only.
-    token_embedding_ = add_parameter("embed.tokens.weight", 0, {spec.vocab, C}, normal);            // [V, C]
+    token_embedding_ = add_parameter("embed.tokens.weight", 0, {spec.vocab, C}, normal);  // [V, C]
     position_embedding_ = add_parameter("embed.positions.weight", 0, {spec.seq_len, C},
-                                        {Init::kNormal, spec.init_std, /*lookup_only=*/true});       // [T, C]
+                                        {Init::kNormal, spec.init_std, /*lookup_only=*/true});  // [T, C]
     for (int64_t i = 0; i < spec.layers; ++i) {
       const int block = static_cast<int>(i) + 1;
       const std::string prefix = "blocks." + std::to_string(i) + ".";
       Layer layer;
       layer.attn_norm_weight = add_parameter(prefix + "attn_norm.weight", block, {C}, ones);
       layer.attn_norm_bias = add_parameter(prefix + "attn_norm.bias", block, {C}, zeros);
-      layer.qkv_weight = add_parameter(prefix + "attn.qkv.weight", block, {3 * C, C}, normal);    // [3C, C]
+      layer.qkv_weight = add_parameter(prefix + "attn.qkv.weight", block, {3 * C, C}, normal);  // [3C, C]
       layer.qkv_bias = add_parameter(prefix + "attn.qkv.bias", block, {3 * C}, zeros);
       layer.attn_proj_weight = add_parameter(prefix + "attn.proj.weight", block, {C, C}, residual);
       layer.attn_proj_bias = add_parameter(prefix + "attn.proj.bias", block, {C}, zeros);
       layer.mlp_norm_weight = add_parameter(prefix + "mlp_norm.weight", block, {C}, ones);
       layer.mlp_norm_bias = add_parameter(prefix + "mlp_norm.bias", block, {C}, zeros);
-      layer.fc_weight = add_parameter(prefix + "mlp.fc.weight", block, {F, C}, normal);           // [F, C]
+      layer.fc_weight = add_parameter(prefix + "mlp.fc.weight", block, {F, C}, normal);  // [F, C]
       layer.fc_bias = add_parameter(prefix + "mlp.fc.bias", block, {F}, zeros);
-      layer.mlp_proj_weight = add_parameter(prefix + "mlp.proj.weight", block, {C, F}, residual); // [C, F]
+      layer.mlp_proj_weight = add_parameter(prefix + "mlp.proj.weight", block, {C, F}, residual);  // [C, F]
       layer.mlp_proj_bias = add_parameter(prefix + "mlp.proj.bias", block, {C}, zeros);
       layers_.push_back(layer);
     }
@@ -71,16 +71,15 @@ class Gpt final : public Model {
     // attention: x [B, T, C] -> qkv [B, T, 3C] -> q, k, v [B, H, T, D] -> y [B, T, C]
     const at::Tensor h = layers::layer_norm(x, layer.attn_norm_weight, layer.attn_norm_bias, kLayerNormEps);
     const std::vector<at::Tensor> qkv = at::linear(h, layer.qkv_weight, layer.qkv_bias).split(C, -1);
-    const at::Tensor y = layers::merge_heads(layers::causal_attention(
-        layers::split_heads(qkv[0], heads), layers::split_heads(qkv[1], heads), layers::split_heads(qkv[2], heads),
-        spec().attention));
+    const at::Tensor y = layers::merge_heads(
+        layers::causal_attention(layers::split_heads(qkv[0], heads), layers::split_heads(qkv[1], heads),
+                                 layers::split_heads(qkv[2], heads), spec().attention));
     const at::Tensor after_attention = x + at::linear(y, layer.attn_proj_weight, layer.attn_proj_bias);
     // MLP: [B, T, C] -> [B, T, F] -> [B, T, C]
-    return after_attention +
-           layers::feed_forward(
-               layers::layer_norm(after_attention, layer.mlp_norm_weight, layer.mlp_norm_bias, kLayerNormEps),
-               layer.fc_weight, layer.fc_bias, layers::Activation::kGeluTanh, layer.mlp_proj_weight,
-               layer.mlp_proj_bias);
+    return after_attention + layers::feed_forward(layers::layer_norm(after_attention, layer.mlp_norm_weight,
+                                                                     layer.mlp_norm_bias, kLayerNormEps),
+                                                  layer.fc_weight, layer.fc_bias, layers::Activation::kGeluTanh,
+                                                  layer.mlp_proj_weight, layer.mlp_proj_bias);
   }
 
  private:

@@ -83,9 +83,9 @@ class HfModel final : public Model {
     // Conv1D weights are [in, out]: y = x W + b, i.e. linear with W^T.
     const at::Tensor h = layers::layer_norm(x, p(i), p(i + 1), eps);
     const std::vector<at::Tensor> qkv = at::linear(h, p(i + 2).t(), p(i + 3)).split(C, -1);  // [B, T, 3C]
-    const at::Tensor y = layers::merge_heads(layers::causal_attention(
-        layers::split_heads(qkv[0], heads), layers::split_heads(qkv[1], heads), layers::split_heads(qkv[2], heads),
-        spec().attention));
+    const at::Tensor y = layers::merge_heads(
+        layers::causal_attention(layers::split_heads(qkv[0], heads), layers::split_heads(qkv[1], heads),
+                                 layers::split_heads(qkv[2], heads), spec().attention));
     const at::Tensor after_attention = x + at::linear(y, p(i + 4).t(), p(i + 5));
     const at::Tensor h2 = layers::layer_norm(after_attention, p(i + 6), p(i + 7), eps);
     return after_attention +
@@ -109,7 +109,8 @@ class HfModel final : public Model {
     const at::Tensor q = layers::apply_rotary(layers::split_heads(at::linear(h, p(i + 1)), heads), rotary);
     const at::Tensor k = layers::apply_rotary(layers::split_heads(at::linear(h, p(i + 2)), kv_heads), rotary);
     const at::Tensor v = layers::split_heads(at::linear(h, p(i + 3)), kv_heads);
-    const at::Tensor after_attention = x + at::linear(layers::merge_heads(layers::causal_attention(q, k, v, spec().attention)), p(i + 4));
+    const at::Tensor after_attention =
+        x + at::linear(layers::merge_heads(layers::causal_attention(q, k, v, spec().attention)), p(i + 4));
     // SiLU-gated MLP: [B, T, C] -> [B, T, F] -> [B, T, C]
     return after_attention +
            layers::swiglu_feed_forward(layers::rms_norm(after_attention, p(i + 5), eps), p(i + 6), p(i + 7), p(i + 8));

@@ -50,8 +50,9 @@ static at::Tensor repeat_kv(const at::Tensor& k, int64_t repeats) {
 //   attention on CPU and on CUDA for fp16/bf16, memory-efficient or cuDNN otherwise) that never materialises the
 //   [B, H, T, T] scores: activation memory O(T) per row instead of O(T^2). On the 2-core CPU, one thread, forward
 //   plus backward: about even at T = 64 in fp32, 2x faster at T = 1024, 2.6x in bf16 (bench/gpu/RESULTS.md has
-//   the GPU's figures). On CPU its backward is a fixed loop per (batch, head): bit for bit repeatable. On CUDA, PyTorch's flash backward adds dQ with atomics unless
-//   torch.use_deterministic_algorithms is on, so two runs may differ in the last bits.
+//   the GPU's figures). On CPU its backward is a fixed loop per (batch, head): bit for bit repeatable. On CUDA,
+//   PyTorch's flash backward adds dQ with atomics unless torch.use_deterministic_algorithms is on, so two runs may
+//   differ in the last bits.
 // - "eager" (HF's name for the explicit form): scores = mask + q k^T / sqrt(D) in one baddbmm (the -inf causal
 //   mask is the product's starting value, the scale its alpha), softmax in fp32, then probs v: O(T^2) memory,
 //   bit for bit repeatable on every device.

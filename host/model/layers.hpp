@@ -4,11 +4,11 @@
 // KV key/value heads, D head dimension, F feed-forward width.
 #pragma once
 
-#include "host/model/model.hpp"
-
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+
+#include "host/model/model.hpp"
 
 namespace zhost::model::layers {
 

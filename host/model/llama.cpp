@@ -25,25 +25,25 @@ class Llama final : public Model {
     const ParamInit normal{Init::kNormal, spec.init_std, false}, ones{Init::kOnes, 0, false};
 
     token_embedding_ = add_parameter("embed.tokens.weight", 0, {spec.vocab, C},
-                                     {Init::kNormal, spec.init_std, /*lookup_only=*/true});         // [V, C]
+                                     {Init::kNormal, spec.init_std, /*lookup_only=*/true});  // [V, C]
     for (int64_t i = 0; i < spec.layers; ++i) {
       const int block = static_cast<int>(i) + 1;
       const std::string prefix = "blocks." + std::to_string(i) + ".";
       Layer layer;
       layer.attn_norm_weight = add_parameter(prefix + "attn_norm.weight", block, {C}, ones);
-      layer.q_weight = add_parameter(prefix + "attn.q.weight", block, {q_width, C}, normal);      // [H*D, C]
-      layer.k_weight = add_parameter(prefix + "attn.k.weight", block, {kv_width, C}, normal);     // [KV*D, C]
-      layer.v_weight = add_parameter(prefix + "attn.v.weight", block, {kv_width, C}, normal);     // [KV*D, C]
+      layer.q_weight = add_parameter(prefix + "attn.q.weight", block, {q_width, C}, normal);   // [H*D, C]
+      layer.k_weight = add_parameter(prefix + "attn.k.weight", block, {kv_width, C}, normal);  // [KV*D, C]
+      layer.v_weight = add_parameter(prefix + "attn.v.weight", block, {kv_width, C}, normal);  // [KV*D, C]
       layer.attn_proj_weight = add_parameter(prefix + "attn.proj.weight", block, {C, q_width}, normal);
       layer.mlp_norm_weight = add_parameter(prefix + "mlp_norm.weight", block, {C}, ones);
-      layer.gate_weight = add_parameter(prefix + "mlp.gate.weight", block, {F, C}, normal);       // [F, C]
-      layer.up_weight = add_parameter(prefix + "mlp.up.weight", block, {F, C}, normal);           // [F, C]
-      layer.down_weight = add_parameter(prefix + "mlp.down.weight", block, {C, F}, normal);       // [C, F]
+      layer.gate_weight = add_parameter(prefix + "mlp.gate.weight", block, {F, C}, normal);  // [F, C]
+      layer.up_weight = add_parameter(prefix + "mlp.up.weight", block, {F, C}, normal);      // [F, C]
+      layer.down_weight = add_parameter(prefix + "mlp.down.weight", block, {C, F}, normal);  // [C, F]
       layers_.push_back(layer);
     }
     const int head = static_cast<int>(spec.layers) + 1;
     final_norm_weight_ = add_parameter("head.norm.weight", head, {C}, ones);
-    head_weight_ = add_parameter("head.proj.weight", head, {spec.vocab, C}, normal);                // [V, C]
+    head_weight_ = add_parameter("head.proj.weight", head, {spec.vocab, C}, normal);  // [V, C]
   }
 
  protected:

@@ -24,19 +24,19 @@ class Mlp final : public Model {
     const ParamInit zeros{Init::kZeros, 0, false};
 
     token_embedding_ = add_parameter("embed.tokens.weight", 0, {spec.vocab, C},
-                                     {Init::kNormal, spec.init_std, /*lookup_only=*/true});        // [V, C]
+                                     {Init::kNormal, spec.init_std, /*lookup_only=*/true});  // [V, C]
     for (int64_t i = 0; i < spec.layers; ++i) {
       const int block = static_cast<int>(i) + 1;
       const std::string prefix = "blocks." + std::to_string(i) + ".";
       Layer layer;
-      layer.fc_weight = add_parameter(prefix + "mlp.fc.weight", block, {F, C}, normal);            // [F, C]
+      layer.fc_weight = add_parameter(prefix + "mlp.fc.weight", block, {F, C}, normal);  // [F, C]
       layer.fc_bias = add_parameter(prefix + "mlp.fc.bias", block, {F}, zeros);
-      layer.proj_weight = add_parameter(prefix + "mlp.proj.weight", block, {C, F}, residual);      // [C, F]
+      layer.proj_weight = add_parameter(prefix + "mlp.proj.weight", block, {C, F}, residual);  // [C, F]
       layer.proj_bias = add_parameter(prefix + "mlp.proj.bias", block, {C}, zeros);
       layers_.push_back(layer);
     }
     const int head = static_cast<int>(spec.layers) + 1;
-    head_weight_ = add_parameter("head.proj.weight", head, {spec.vocab, C}, normal);                // [V, C]
+    head_weight_ = add_parameter("head.proj.weight", head, {spec.vocab, C}, normal);  // [V, C]
     head_bias_ = add_parameter("head.proj.bias", head, {spec.vocab}, zeros);
   }
 
@@ -44,12 +44,12 @@ class Mlp final : public Model {
   bool has_attention() const override { return false; }
 
   at::Tensor run_block(size_t block, const at::Tensor& x) const override {
-    if (block == 0) return at::embedding(token_embedding_, x);                     // tokens [B, T] -> [B, T, C]
+    if (block == 0) return at::embedding(token_embedding_, x);                        // tokens [B, T] -> [B, T, C]
     if (block == layers_.size() + 1) return at::linear(x, head_weight_, head_bias_);  // [B, T, C] -> [B, T, V]
     const Layer& layer = layers_[block - 1];
     // [B, T, C] -> [B, T, F] -> [B, T, C]
-    return x + layers::feed_forward(x, layer.fc_weight, layer.fc_bias, layers::Activation::kRelu,
-                                    layer.proj_weight, layer.proj_bias);
+    return x + layers::feed_forward(x, layer.fc_weight, layer.fc_bias, layers::Activation::kRelu, layer.proj_weight,
+                                    layer.proj_bias);
   }
 
  private:

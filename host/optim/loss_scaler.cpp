@@ -57,14 +57,15 @@ bool LossScaler::update(bool overflow) {
   if (overflow) {
     if (spec_.hysteresis == 1 || state_.hysteresis_left == 1) {
       if (state_.scale == spec_.min_loss_scale && spec_.raise_error_at_min_scale) {
-        fail("fp16 gradients overflowed at the minimum loss scale {} (fp16.min_loss_scale) with hysteresis "
-             "spent: the loss scale cannot go lower. Look for inf/NaN in the data or the model, lower the "
-             "learning rate, or train in bf16",
-             state_.scale);
+        fail(
+            "fp16 gradients overflowed at the minimum loss scale {} (fp16.min_loss_scale) with hysteresis "
+            "spent: the loss scale cannot go lower. Look for inf/NaN in the data or the model, lower the "
+            "learning rate, or train in bf16",
+            state_.scale);
       }
       const double next_scale = std::max(state_.scale / 2.0, spec_.min_loss_scale);
-      spdlog::debug("fp16 overflow at iteration {}: step skipped, loss scale {} -> {}", state_.iteration,
-                    state_.scale, next_scale);
+      spdlog::debug("fp16 overflow at iteration {}: step skipped, loss scale {} -> {}", state_.iteration, state_.scale,
+                    next_scale);
       state_.scale = next_scale;
     } else {
       spdlog::debug("fp16 overflow at iteration {}: step skipped, loss scale {} kept, hysteresis {} -> {}",
@@ -86,12 +87,12 @@ bool LossScaler::update(bool overflow) {
 }
 
 void LossScaler::restore(const State& state) {
-  if (!std::isfinite(state.scale) || state.scale <= 0 || state.iteration < 0 ||
-      state.last_overflow_iteration < -1 || state.last_overflow_iteration >= state.iteration ||
-      state.hysteresis_left < 1) {
-    fail("loss scaler state to restore is inconsistent (scale {}, iteration {}, last overflow {}, "
-         "hysteresis left {})",
-         state.scale, state.iteration, state.last_overflow_iteration, state.hysteresis_left);
+  if (!std::isfinite(state.scale) || state.scale <= 0 || state.iteration < 0 || state.last_overflow_iteration < -1 ||
+      state.last_overflow_iteration >= state.iteration || state.hysteresis_left < 1) {
+    fail(
+        "loss scaler state to restore is inconsistent (scale {}, iteration {}, last overflow {}, "
+        "hysteresis left {})",
+        state.scale, state.iteration, state.last_overflow_iteration, state.hysteresis_left);
   }
   state_ = state;
 }

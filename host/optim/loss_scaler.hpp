@@ -32,13 +32,13 @@ namespace zhost::optim {
 
 // DeepSpeed's "fp16" block; defaults are DeepSpeed's.
 struct LossScaleSpec {
-  double loss_scale = 0.0;                // > 0: static scale; 0: dynamic
-  int initial_scale_power = 16;           // dynamic: the first scale is 2^initial_scale_power
+  double loss_scale = 0.0;       // > 0: static scale; 0: dynamic
+  int initial_scale_power = 16;  // dynamic: the first scale is 2^initial_scale_power
   int64_t loss_scale_window = 1000;
   int64_t hysteresis = 2;
   bool consecutive_hysteresis = false;
   double min_loss_scale = 1.0;
-  bool raise_error_at_min_scale = true;   // DeepSpeed's DynamicLossScaler default; not a config key
+  bool raise_error_at_min_scale = true;  // DeepSpeed's DynamicLossScaler default; not a config key
 };
 
 class LossScaler {
@@ -46,7 +46,7 @@ class LossScaler {
   // The scaler's state, for checkpoints (DeepSpeed saves the same fields of its scaler).
   struct State {
     double scale = 1.0;
-    int64_t iteration = 0;                 // updates so far
+    int64_t iteration = 0;  // updates so far
     int64_t last_overflow_iteration = -1;
     int64_t hysteresis_left = 1;
   };

@@ -26,11 +26,12 @@ ScheduleSpec default_schedule_spec(std::string_view deepspeed_type) {
   if (deepspeed_type == "WarmupCosineLR") return WarmupCosineLrSpec{};
   if (deepspeed_type == "OneCycle") return OneCycleSpec{};
   if (deepspeed_type == "LRRangeTest") return LrRangeTestSpec{};
-  const std::vector<std::string> known = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle",
-                                          "LRRangeTest", "none"};
-  fail_usage("scheduler type '{}' is not supported; zhost has {}{} (torch.optim.lr_scheduler classes, "
-             "which DeepSpeed also accepts, are not available)",
-             deepspeed_type, text::join(known), text::did_you_mean(deepspeed_type, known));
+  const std::vector<std::string> known = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
+                                          "OneCycle", "LRRangeTest",   "none"};
+  fail_usage(
+      "scheduler type '{}' is not supported; zhost has {}{} (torch.optim.lr_scheduler classes, "
+      "which DeepSpeed also accepts, are not available)",
+      deepspeed_type, text::join(known), text::did_you_mean(deepspeed_type, known));
 }
 
 double LrSchedule::lr_at(int64_t last_batch_iteration) const {
@@ -63,8 +64,7 @@ void require_finite(std::string_view schedule, std::string_view parameter, doubl
   if (!std::isfinite(value)) fail_usage("{}: {} must be a finite number, got {}", schedule, parameter, value);
 }
 
-double require_present(std::string_view schedule, std::string_view parameter,
-                       const std::optional<double>& value) {
+double require_present(std::string_view schedule, std::string_view parameter, const std::optional<double>& value) {
   if (!value) fail_usage("{}: {} is required", schedule, parameter);
   require_finite(schedule, parameter, *value);
   return *value;
@@ -131,8 +131,8 @@ class WarmupLr final : public LrSchedule {
     if (warmup_.active(iteration)) return warmup_.gamma(iteration);
     if (!decay_total_steps_) return 1.0;
     const int64_t total = *decay_total_steps_;
-    return std::max(0.0, static_cast<double>(total - iteration) /
-                             std::max(1.0, static_cast<double>(total - warmup_.num_steps)));
+    return std::max(
+        0.0, static_cast<double>(total - iteration) / std::max(1.0, static_cast<double>(total - warmup_.num_steps)));
   }
 
   std::string_view name_;
@@ -159,8 +159,7 @@ class WarmupCosineLr final : public LrSchedule {
       return spec_.warmup_min_ratio + warmup_.gamma(iteration) * (1.0 - spec_.warmup_min_ratio);
     }
     const double steps_into_decay = static_cast<double>(iteration - warmup_.num_steps + 1);
-    const double decay_steps =
-        static_cast<double>(std::max<int64_t>(1, spec_.total_num_steps - warmup_.num_steps));
+    const double decay_steps = static_cast<double>(std::max<int64_t>(1, spec_.total_num_steps - warmup_.num_steps));
     const double progress = std::min(1.0, steps_into_decay / decay_steps);
     const double cosine = (1.0 + std::cos(kPi * progress)) / 2.0;
     return std::max(0.0, spec_.cos_min_ratio + (1.0 - spec_.cos_min_ratio) * cosine);
@@ -177,8 +176,7 @@ class OneCycle final : public LrSchedule {
       : min_lr_(min_lr),
         max_lr_(max_lr),
         first_step_size_(static_cast<double>(spec.cycle_first_step_size)),
-        second_step_size_(static_cast<double>(
-            spec.cycle_second_step_size.value_or(spec.cycle_first_step_size))),
+        second_step_size_(static_cast<double>(spec.cycle_second_step_size.value_or(spec.cycle_first_step_size))),
         total_size_(first_step_size_ + second_step_size_),
         step_ratio_(first_step_size_ / total_size_),
         first_stair_count_(spec.cycle_first_stair_count),

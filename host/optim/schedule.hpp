@@ -44,7 +44,7 @@ struct WarmupLrSpec {
 // WarmupDecayLR: WarmupLR's warmup, then gamma(i) = max(0, (total - i) / max(1, total - n)) for i >= n,
 // i.e. linear decay from warmup_max_lr at i = n down to warmup_min_lr (not 0) at i = total, flat after.
 struct WarmupDecayLrSpec {
-  int64_t total_num_steps = 0;          // required, > 0
+  int64_t total_num_steps = 0;  // required, > 0
   double warmup_min_lr = 0.0;
   std::optional<double> warmup_max_lr;  // default: 0.001 (DeepSpeed's WarmupDecayLR default)
   int64_t warmup_num_steps = 1000;
@@ -73,10 +73,10 @@ struct OneCycleSpec {
   std::optional<double> cycle_min_lr;  // required
   std::optional<double> cycle_max_lr;  // required
   double decay_lr_rate = 0.0;
-  int64_t cycle_first_step_size = 2000;                // must be > 0
-  std::optional<int64_t> cycle_second_step_size;       // default: cycle_first_step_size
+  int64_t cycle_first_step_size = 2000;           // must be > 0
+  std::optional<int64_t> cycle_second_step_size;  // default: cycle_first_step_size
   int64_t cycle_first_stair_count = 0;
-  std::optional<int64_t> cycle_second_stair_count;     // default: cycle_first_stair_count
+  std::optional<int64_t> cycle_second_stair_count;  // default: cycle_first_stair_count
   int64_t decay_step_size = 0;
 };
 
@@ -88,8 +88,8 @@ struct LrRangeTestSpec {
   bool lr_range_test_staircase = false;
 };
 
-using ScheduleSpec = std::variant<ConstantLrSpec, WarmupLrSpec, WarmupDecayLrSpec, WarmupCosineLrSpec,
-                                  OneCycleSpec, LrRangeTestSpec>;
+using ScheduleSpec =
+    std::variant<ConstantLrSpec, WarmupLrSpec, WarmupDecayLrSpec, WarmupCosineLrSpec, OneCycleSpec, LrRangeTestSpec>;
 
 // DeepSpeed's scheduler "type" names: WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest
 // (case-sensitive, as in DeepSpeed), plus "none" for ConstantLrSpec. Returns the spec with defaults.

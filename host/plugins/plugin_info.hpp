@@ -14,7 +14,7 @@
 namespace zhost {
 
 struct ConfigKeyInfo {
-  std::string key;                       // dotted path, e.g. "zero.reduce_bucket_size"
+  std::string key;  // dotted path, e.g. "zero.reduce_bucket_size"
   zhost_config_type type = ZHOST_CONFIG_STRING;
   std::optional<std::string> default_literal;  // TOML literal; nullopt = required
   std::string doc;
@@ -38,8 +38,8 @@ struct LoadedPlugin {
   std::filesystem::path path;
   PluginInfo info;
   uint32_t abi_major = 0;
-  uint32_t abi_minor = 0;       // minor of the SDK it was built with
-  uint32_t min_host_minor = 0;  // oldest host minor it accepts
+  uint32_t abi_minor = 0;                 // minor of the SDK it was built with
+  uint32_t min_host_minor = 0;            // oldest host minor it accepts
   const zhost_plugin_api* api = nullptr;  // static table inside the loaded library (never unloaded)
 };
 

@@ -20,19 +20,24 @@ zhost_status* refuse(zhost_plugin_instance*) {
 zhost_status* refuse_block(zhost_plugin_instance* self, int32_t) { return refuse(self); }
 
 const zhost_partition_api kPartition = {
-    sizeof(zhost_partition_api), nullptr,
+    sizeof(zhost_partition_api),
+    nullptr,
     [](zhost_plugin_instance* self, const zhost_partition_setup*) { return refuse(self); },
     [](zhost_plugin_instance* self, const zhost_micro_batch_args*) { return refuse(self); },
-    refuse_block, refuse_block, refuse_block,
+    refuse_block,
+    refuse_block,
+    refuse_block,
     [](zhost_plugin_instance* self, uint32_t, const DLTensor*) { return refuse(self); },
-    refuse_block, refuse,
+    refuse_block,
+    refuse,
     [](zhost_plugin_instance* self, zhost_step_args*) { return refuse(self); }};
-const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr, Instance::create, Instance::destroy,
-                               &kPartition, nullptr, nullptr};
+const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr,     nullptr, Instance::create,
+                               Instance::destroy,        &kPartition, nullptr, nullptr};
 
 const zhost_plugin_descriptor* describe() {
   static zhost::sdk::DescriptorBuilder builder(FIXTURE_NAME, "0.0.1", ZHOST_KIND_PARTITION);
-  builder.summary("CLI test fixture").provides({FIXTURE_PROVIDES})
+  builder.summary("CLI test fixture")
+      .provides({FIXTURE_PROVIDES})
       .config_int("zero.reduce_bucket_size", 500000000, "elements per gradient bucket", 1, 1e12);
 #ifdef FIXTURE_OVERLAP_KEY
   builder.config_bool("zero.overlap_comm", false, "overlap gradient reduction with backward");

@@ -1,7 +1,7 @@
 // tests/config/batch_test.cpp: DeepSpeed's batch arithmetic and its error messages.
-#include "config_test_support.hpp"
-
 #include "host/config/batch.hpp"
+
+#include "config_test_support.hpp"
 
 namespace zhost::config {
 namespace {

@@ -2,13 +2,13 @@
 // keys plus a few plugin-owned [zero] keys, and shortcuts to validate text and collect the errors.
 #pragma once
 
-#include "host/config/host_schema.hpp"
-#include "host/config/validate.hpp"
-
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
+
+#include "host/config/host_schema.hpp"
+#include "host/config/validate.hpp"
 
 namespace zhost::config::test_support {
 
@@ -78,7 +78,5 @@ std::string usage_error_of(Action action) {
 }  // namespace zhost::config::test_support
 
 namespace zhost::config::test_support {
-inline bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 }  // namespace zhost::config::test_support

@@ -33,7 +33,7 @@ TEST(WarmupLR, LogWarmupThenConstant) {
   expect_lr(*schedule, -1, 0.01);  // written at construction
   expect_lr(*schedule, 0, 0.01);   // log(1) = 0
   expect_lr(*schedule, 9, 0.01 + 0.09 * std::log(10.0) / std::log(100.0));
-  expect_lr(*schedule, 99, 0.1);   // log(100)/log(100): the last warmup iteration reaches max
+  expect_lr(*schedule, 99, 0.1);  // log(100)/log(100): the last warmup iteration reaches max
   expect_lr(*schedule, 100, 0.1);
   expect_lr(*schedule, 1000000, 0.1);
 }
@@ -87,17 +87,17 @@ TEST(WarmupDecayLR, LinearDecayToMinAfterWarmup) {
   const auto schedule = make_schedule(spec, 0.5);
   expect_lr(*schedule, -1, 0.1);
   expect_lr(*schedule, 5, 0.1 + 0.9 * 0.5);
-  expect_lr(*schedule, 10, 1.0);                    // warmup end: gamma = (100-10)/90
+  expect_lr(*schedule, 10, 1.0);  // warmup end: gamma = (100-10)/90
   expect_lr(*schedule, 55, 0.1 + 0.9 * 45.0 / 90.0);
-  expect_lr(*schedule, 100, 0.1);                   // total: down to warmup_min_lr
-  expect_lr(*schedule, 150, 0.1);                   // clamped beyond
+  expect_lr(*schedule, 100, 0.1);  // total: down to warmup_min_lr
+  expect_lr(*schedule, 150, 0.1);  // clamped beyond
 }
 
 TEST(WarmupDecayLR, DefaultMaxIsDeepSpeeds) {
   WarmupDecayLrSpec spec;
   spec.total_num_steps = 2000;
   const auto schedule = make_schedule(spec, 0.5);  // base lr is not the default max here
-  expect_lr(*schedule, 999, 0.001);               // log warmup of 1000 steps reaches max at 999
+  expect_lr(*schedule, 999, 0.001);                // log warmup of 1000 steps reaches max at 999
   expect_lr(*schedule, 1500, 0.001 * 500.0 / 1000.0);
 }
 
@@ -117,8 +117,8 @@ TEST(WarmupCosineLR, ScalesTheBaseLr) {
   auto cosine_lr = [&](double progress) { return base * (0.01 + 0.99 * (1 + std::cos(kPi * progress)) / 2); };
   expect_lr(*schedule, 10, cosine_lr(1.0 / 90.0));  // first decay iteration is already one step in
   expect_lr(*schedule, 54, cosine_lr(0.5));
-  expect_lr(*schedule, 99, base * 0.01);            // progress 1 at total - 1
-  expect_lr(*schedule, 500, base * 0.01);           // clamped: no rise after the end (upstream)
+  expect_lr(*schedule, 99, base * 0.01);   // progress 1 at total - 1
+  expect_lr(*schedule, 500, base * 0.01);  // clamped: no rise after the end (upstream)
 }
 
 TEST(WarmupCosineLR, LogWarmup) {
@@ -140,11 +140,11 @@ TEST(OneCycle, RisesFallsThenDecays) {
   spec.decay_lr_rate = 0.5;
   const auto schedule = make_schedule(spec, 1.0);
   expect_lr(*schedule, -1, 0.01);
-  expect_lr(*schedule, 4, 0.01 + 0.09 * 0.5);    // (i+1)/10 of the way up
-  expect_lr(*schedule, 9, 0.1);                   // peak
-  expect_lr(*schedule, 19, 0.01 + 0.09 * 0.5);    // halfway down the 20-step second half
+  expect_lr(*schedule, 4, 0.01 + 0.09 * 0.5);   // (i+1)/10 of the way up
+  expect_lr(*schedule, 9, 0.1);                 // peak
+  expect_lr(*schedule, 19, 0.01 + 0.09 * 0.5);  // halfway down the 20-step second half
   expect_lr(*schedule, 28, 0.01 + 0.09 * 0.05);
-  expect_lr(*schedule, 29, 0.01);                 // cycle end
+  expect_lr(*schedule, 29, 0.01);  // cycle end
   expect_lr(*schedule, 30, 0.01 / (1 + 0.5 * 1.0 / 10.0));
   expect_lr(*schedule, 59, 0.01 / (1 + 0.5 * 30.0 / 10.0));
 }
@@ -170,7 +170,7 @@ TEST(OneCycle, Stairs) {
   spec.cycle_first_stair_count = 2;
   spec.cycle_second_stair_count = 4;
   const auto schedule = make_schedule(spec, 1.0);
-  expect_lr(*schedule, 3, 0.0);    // 4 of 10 steps up: still on the first stair
+  expect_lr(*schedule, 3, 0.0);  // 4 of 10 steps up: still on the first stair
   expect_lr(*schedule, 4, 0.5);
   expect_lr(*schedule, 9, 1.0);
   expect_lr(*schedule, 14, 0.75);  // 15 of 30: (30-15)*4/20 = 3 stairs of 4

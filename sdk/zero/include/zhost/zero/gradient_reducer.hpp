@@ -65,7 +65,7 @@ struct ReductionRange {
 std::vector<ReductionRange> flat_ranges(const FlatLayout& layout, int rank, int64_t bucket_elements);
 
 struct ReducerOptions {
-  std::string owner;                     // "stage2": how error messages start
+  std::string owner;  // "stage2": how error messages start
   // Per parameter id, for error messages; also how many parameters there are (every id a range names).
   std::vector<std::string> param_names;
   bool fixed_order = true;               // see "Launch order" above
