@@ -106,6 +106,8 @@ struct StopCase {
   int stopped;
 };
 
+void PrintTo(const StopCase& c, std::ostream* os) { *os << "rank " << c.stopped << " of " << c.nproc; }
+
 class StoppedRank : public ::testing::TestWithParam<StopCase> {};
 
 INSTANTIATE_TEST_SUITE_P(EachRank, StoppedRank,

@@ -54,6 +54,8 @@ struct Layout {
   const char* extra;  // e.g. overlap_comm
 };
 
+void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }  // stable test names, not the pointers' bytes
+
 class EqualsStageZero : public ::testing::TestWithParam<Layout> {};
 
 INSTANTIATE_TEST_SUITE_P(
@@ -161,6 +163,8 @@ struct Accounting {
   int stage;
   int ranks;
 };
+
+void PrintTo(const Accounting& a, std::ostream* os) { *os << "stage " << a.stage << ", " << a.ranks << " ranks"; }
 
 class ZeroFormulas : public ::testing::TestWithParam<Accounting> {
  protected:

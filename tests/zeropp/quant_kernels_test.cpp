@@ -247,6 +247,16 @@ TEST_P(ZeroppQuantMath, MatchesFloat64ReferenceOnOddSizesForEveryType) {
 
 std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) { return cpu_optim::isa_name(info.param); }
 
+}  // namespace
+}  // namespace zhost::zeropp
+
+namespace zhost::cpu_optim {
+void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }  // test names say the path, not its bytes
+}  // namespace zhost::cpu_optim
+
+namespace zhost::zeropp {
+namespace {
+
 INSTANTIATE_TEST_SUITE_P(Paths, ZeroppQuantMath, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
                          isa_param_name);
 
