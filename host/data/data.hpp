@@ -7,8 +7,8 @@
 //              (np.memmap) and Megatron's .bin files write them; memory-mapped
 //   text       a file, or a folder whose regular files (not recursive) are concatenated in sorted name
 //              order, read as bytes: token id = byte value, vocab 256; memory-mapped. With a tokenizer
-//              (a SentencePiece model, tokenizer.hpp) the files are tokenized once when the loader opens and
-//              the ids kept in memory instead
+//              (an HF tokenizer.json of byte-level BPE, or a SentencePiece model: tokenizer.hpp) each file is
+//              tokenized once when the loader opens and the ids kept in memory instead
 //
 // The sample mapping (what the data-parallel and gradient-accumulation equivalence rests on):
 // a step's global batch is a sequence of samples indexed 0, 1, 2, ... Sample i of step s is a function of
@@ -33,7 +33,7 @@ struct DataSpec {
   std::string source = "synthetic";  // synthetic | tokens | text
   std::string path;                  // tokens: the token file; text: a file or a folder
   std::string token_dtype = "auto";  // tokens: uint16 | uint32 | auto (uint16 when vocab <= 65536, else uint32)
-  std::string tokenizer;             // text: a SentencePiece model turning the text into ids; "": bytes are ids
+  std::string tokenizer;             // text: tokenizer.json, tokenizer.model or their folder; "": bytes are ids
   int64_t vocab = 256;               // ids must be < vocab (text needs vocab >= 256)
   int64_t seq_len = 64;              // T
   int64_t micro_batch = 1;           // m: samples per rank per micro-step

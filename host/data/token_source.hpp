@@ -26,8 +26,9 @@ std::unique_ptr<TokenSource> open_synthetic(const SourceParams& params);
 // token_bytes: 2 (uint16) or 4 (uint32), little-endian as numpy writes them on x86 and ARM.
 std::unique_ptr<TokenSource> open_token_file(const std::string& path, int token_bytes, const SourceParams& params);
 std::unique_ptr<TokenSource> open_text(const std::string& path, const SourceParams& params);
-// The same files as open_text, tokenized once when the source opens with the SentencePiece model `tokenizer`
-// (tokenizer.hpp) and kept in memory as uint32 ids (4 bytes per token).
+// The same files as open_text, each tokenized as a whole once when the source opens with `tokenizer` (a
+// tokenizer.json, a SentencePiece model or a folder with one: tokenizer.hpp) and kept in memory as uint32 ids
+// (4 bytes per token). The files' ids follow one another with nothing added between them.
 std::unique_ptr<TokenSource> open_tokenized_text(const std::string& path, const std::string& tokenizer,
                                                  const SourceParams& params);
 // What open_tokenized_text checks before it tokenizes: the tokenizer loads and fits the vocab, the files exist.

@@ -1,102 +1,48 @@
-// host/data/tokenizer.cpp: Tokenizer through libzhost_sentencepiece.so (sentencepiece_shim.cpp), loaded in a
-// scope of its own: Note [SentencePiece in its own scope].
+// host/data/tokenizer.cpp: Tokenizer: which file data.tokenizer names, and which implementation reads it.
 #include "host/data/tokenizer.hpp"
 
-#include <dlfcn.h>
-
-#include <algorithm>
 #include <filesystem>
 
 #include "host/core/error.hpp"
+#include "host/data/bpe_tokenizer.hpp"
+#include "host/data/sentencepiece_tokenizer.hpp"
 
 namespace zhost::data {
 namespace {
 
-// The shim's C API (sentencepiece_shim.cpp).
-struct ShimApi {
-  void* (*load)(const char* path, char* error, size_t capacity) = nullptr;
-  int64_t (*vocab)(void* model) = nullptr;
-  int (*encode)(void* model, const char* text, size_t len, void (*append)(void*, const int32_t*, size_t), void* user,
-                char* error, size_t capacity) = nullptr;
-  void (*free)(void* model) = nullptr;
-};
+namespace fs = std::filesystem;
 
-// Where the shim is: next to the executable's lib/zhost (build tree and install alike), else where this build
-// put it (a test binary elsewhere in the build tree).
-std::vector<std::string> shim_candidates() {
-  std::vector<std::string> candidates;
+// The file to read: `path` itself, or in a folder its tokenizer.json, else its tokenizer.model.
+std::string tokenizer_file(const std::string& path) {
   std::error_code error;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (!error) candidates.push_back((exe.parent_path().parent_path() / "lib/zhost/libzhost_sentencepiece.so").string());
-#ifdef ZHOST_SENTENCEPIECE_SHIM
-  candidates.push_back(ZHOST_SENTENCEPIECE_SHIM);
-#endif
-  return candidates;
-}
-
-// Loaded once for the process, never unloaded (like plugins: docs/abi.md §2).
-const ShimApi& shim() {
-  static const ShimApi api = [] {
-    ShimApi loaded;
-    std::string tried;
-    for (const std::string& path : shim_candidates()) {
-      void* library = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-      if (!library) {
-        tried += (tried.empty() ? "" : "; ") + std::string(::dlerror());
-        continue;
-      }
-      loaded.load = reinterpret_cast<decltype(loaded.load)>(::dlsym(library, "zhost_spm_load"));
-      loaded.vocab = reinterpret_cast<decltype(loaded.vocab)>(::dlsym(library, "zhost_spm_vocab"));
-      loaded.encode = reinterpret_cast<decltype(loaded.encode)>(::dlsym(library, "zhost_spm_encode"));
-      loaded.free = reinterpret_cast<decltype(loaded.free)>(::dlsym(library, "zhost_spm_free"));
-      if (loaded.load && loaded.vocab && loaded.encode && loaded.free) return loaded;
-      tried += (tried.empty() ? "" : "; ") + path + " lacks zhost_spm_* functions";
+  if (fs::is_directory(path, error)) {
+    for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+      const fs::path file = fs::path(path) / name;
+      if (fs::is_regular_file(file, error)) return file.string();
     }
     fail_usage(
-        "data.tokenizer needs libzhost_sentencepiece.so, which this zhost was built without or cannot load ({}); "
-        "install libsentencepiece-dev (scripts/setup-deps does) and rebuild, or tokenize beforehand and use "
-        "data.type = \"tokens\"",
-        tried.empty() ? "not built" : tried);
-  }();
-  return api;
+        "data.tokenizer folder '{}' holds neither tokenizer.json nor tokenizer.model; point it at an HF model folder "
+        "with one, or at the file",
+        path);
+  }
+  if (!fs::is_regular_file(path, error))
+    fail_usage(
+        "data.tokenizer '{}' is not a file; point it at the model's tokenizer.json (byte-level BPE) or "
+        "tokenizer.model (SentencePiece), or at the HF model folder holding it",
+        path);
+  return path;
 }
 
 }  // namespace
 
-struct Tokenizer::Impl {
-  void* model = nullptr;
-};
-
-Tokenizer::Tokenizer(const std::string& model_path) : impl_(std::make_unique<Impl>()), path_(model_path) {
-  std::error_code missing;
-  if (!std::filesystem::is_regular_file(model_path, missing))
-    fail_usage("data.tokenizer '{}' is not a file; point it at the model's tokenizer.model", model_path);
-  char error[512] = {};
-  impl_->model = shim().load(model_path.c_str(), error, sizeof(error));
-  if (!impl_->model)
-    fail_usage("data.tokenizer '{}' is not a SentencePiece model ({}); point it at the model's tokenizer.model",
-               model_path, error);
+Tokenizer::Tokenizer(const std::string& path) : file_(tokenizer_file(path)) {
+  model_ = fs::path(file_).extension() == ".json" ? open_byte_level_bpe(file_) : open_sentencepiece(file_);
 }
 
-Tokenizer::~Tokenizer() {
-  if (impl_ && impl_->model) shim().free(impl_->model);
-}
+Tokenizer::~Tokenizer() = default;
 
-int64_t Tokenizer::vocab() const { return shim().vocab(impl_->model); }
+int64_t Tokenizer::vocab() const { return model_->vocab(); }
 
-// Line by line: SentencePiece normalises a newline to a space, so lines are its sentences.
-void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& ids) const {
-  auto append = [](void* user, const int32_t* piece_ids, size_t count) {
-    auto& out = *static_cast<std::vector<uint32_t>*>(user);
-    out.insert(out.end(), piece_ids, piece_ids + count);
-  };
-  char error[512] = {};
-  while (!text.empty()) {
-    const size_t end = std::min(text.find('\n'), text.size());
-    if (shim().encode(impl_->model, text.data(), end, append, &ids, error, sizeof(error)) != 0)
-      fail("data.tokenizer '{}' could not encode the text: {}", path_, error);
-    text.remove_prefix(std::min(end + 1, text.size()));
-  }
-}
+void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& ids) const { model_->encode(text, ids); }
 
 }  // namespace zhost::data

@@ -1,6 +1,6 @@
-// host/data/tokenizer.hpp: a SentencePiece model (Hugging Face's tokenizer.model for Llama and Mistral) that turns
-// text into token ids, through Debian's libsentencepiece. A zhost built without it refuses data.tokenizer with
-// what to install.
+// host/data/tokenizer.hpp: the tokenizer that turns data.type = "text" into token ids (data.tokenizer): an HF
+// tokenizer.json of byte-level BPE (GPT-2, Llama 3: bpe_tokenizer.hpp, zhost's own code), or a SentencePiece
+// tokenizer.model (Llama 2, Mistral: sentencepiece_tokenizer.hpp, through libsentencepiece), chosen from the file.
 #pragma once
 
 #include <cstdint>
@@ -11,22 +11,34 @@
 
 namespace zhost::data {
 
+// One kind of tokenizer, as Tokenizer uses it.
+class TokenizerModel {
+ public:
+  virtual ~TokenizerModel() = default;
+  virtual int64_t vocab() const = 0;
+  virtual void encode(std::string_view text, std::vector<uint32_t>& ids) const = 0;
+};
+
 class Tokenizer {
  public:
-  // Loads the model file; a missing or malformed one is a UsageError naming it.
-  explicit Tokenizer(const std::string& model_path);
+  // `path`: a file ending in .json is read as a tokenizer.json, any other file as a SentencePiece model; a folder
+  // (an HF model's) by its tokenizer.json, else its tokenizer.model. A missing, malformed or unsupported one is a
+  // one-line UsageError naming it.
+  explicit Tokenizer(const std::string& path);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
-  int64_t vocab() const;  // pieces in the model: every id is below it
-  // Appends the ids of `text`, line by line (a newline is no token; no BOS or EOS added), to `ids`.
+  const std::string& file() const { return file_; }  // the file read (in a folder: the one chosen)
+  int64_t vocab() const;                             // every id is below it
+  // Appends the ids of `text` to `ids`, no BOS or EOS added. Byte-level BPE encodes the text as a whole, newlines
+  // included, as HF's Tokenizer.encode(text, add_special_tokens=False) does; SentencePiece encodes it line by line
+  // and a newline is no token. Not thread-safe.
   void encode(std::string_view text, std::vector<uint32_t>& ids) const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  std::string path_;
+  std::string file_;
+  std::unique_ptr<TokenizerModel> model_;
 };
 
 }  // namespace zhost::data

@@ -123,7 +123,8 @@ TEST(Tokenizer, BadModelOrSmallVocabIsAClearError) {
   try {
     DataLoader loader(spec_for(bad, kVocab));
   } catch (const zhost::UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("missing.model' is not a file; point it at the model's tokenizer.model"),
+    EXPECT_NE(std::string(e.what()).find("missing.model' is not a file; point it at the model's tokenizer.json "
+                                         "(byte-level BPE) or tokenizer.model (SentencePiece)"),
               std::string::npos)
         << e.what();
   }
