@@ -142,8 +142,9 @@ void add_data_keys(HostKeys& keys) {
   keys.text("data.path", "", "the token or text file (data.type = tokens or text)");
   keys.choice("data.token_dtype", "uint16", {"uint16", "uint32"}, "integer type of a token file's entries");
   keys.text("data.tokenizer", "",
-            "data.type = text: a SentencePiece model (an HF model's tokenizer.model) that tokenizes the text when "
-            "the job starts; empty: bytes are the ids");
+            "data.type = text: the tokenizer that turns the text into ids when the job starts: an HF tokenizer.json "
+            "of byte-level BPE (GPT-2, Llama 3), a SentencePiece tokenizer.model, or an HF model folder holding "
+            "either; empty: bytes are the ids");
 }
 
 void add_optimizer_keys(HostKeys& keys) {
