@@ -14,12 +14,19 @@ and gives the ids that zhost's tokenizer must equal.
         gpt2-prefix  the same with ByteLevel's add_prefix_space on
         llama3       Llama 3's format: Split with Llama 3's regex, then ByteLevel without its regex,
                      ignore_merges, <|begin_of_text|> and <|end_of_text|> added
+      DIR/random.txt and DIR/KIND.random.ids: the same for 300k random characters drawn (seed 1) from pools of
+        the cases the split regexes tell apart (every kind of space, \r\n, contractions in either case, letters,
+        digits and marks of many scripts, emoji, added tokens whole and cut).
+      DIR/gpt2.pieces, DIR/llama3.pieces, DIR/gpt2.random.pieces, DIR/llama3.random.pieces: the split regexes'
+        pieces of corpus.txt and random.txt (HF's pre_tokenize_str of ByteLevel, and of Llama 3's Split), as the
+        UTF-8 byte length of each piece (uint32): what zhost's splitter must cut, before any merge hides it.
       Prints one JSON line: corpus bytes, and per kind the token count and the seconds HF's encode took (one thread).
 """
 import argparse
 import glob
 import json
 import os
+import random
 import struct
 import sys
 import time
@@ -48,6 +55,31 @@ ODD_TEXT = (
 )
 
 
+RANDOM_POOLS = [
+    # (weight, strings)
+    (30, list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")),
+    (15, [" "]),
+    (6, list("0123456789")),
+    (6, list("!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~'")),
+    (6, ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'T", "'RE", "'Ve", "'M", "'LL", "'D", "'\u017f", "'x"]),
+    (6, ["\n", "\r", "\r\n", "\t", "\v", "\f", "\x85", "\xa0", "\u1680", "\u2000", "\u2009", "\u200a",
+         "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\x1c", "\x1f", "\u200b", "\u180e"]),
+    (5, list("\u00e9\u00df\u00f1\u0101\u01c5\u02b0\u03bb\u0416\u05d0\u0627\u0915\u0e01\u10d0\u1100"
+             "\u3042\u30a2\u4e2d\uac00\u212a\u017f\U00010400\U00020000")),
+    (3, list("\u0301\u0308\u093e\u0e31\u200d\ufe0f\u20dd")),  # marks: neither letters nor numbers
+    (3, list("\u00b2\u00bd\u0661\u06f5\u0966\u2167\u2460\uff15\U0001d7d8\U00010107")),
+    (2, list("\U0001f600\U0001f389\u2764\U0001f1eb\u00a9\u2014\u00ab\u00bb\u2026")),
+    (1, ["<|endoftext|>", "<|begin_of_text|>", "<|end_of_text|>", "<|endof", "<|", "|>"]),
+]
+
+
+def random_text(count):
+    rng = random.Random(1)
+    weights = [w for w, _ in RANDOM_POOLS]
+    pools = [p for _, p in RANDOM_POOLS]
+    return "".join(rng.choice(rng.choices(pools, weights)[0]) for _ in range(count))
+
+
 def corpus(limit):
     files = sorted(glob.glob("/usr/share/common-licenses/*")) + sorted(glob.glob("/usr/share/doc/*/copyright"))
     texts, size = [], 0
@@ -69,6 +101,17 @@ def write_ids(path, ids):
         f.write(struct.pack(f"<{len(ids)}I", *ids))
 
 
+def write_pieces(path, text, pre_tokenizer):
+    """The byte lengths of the pieces pre_tokenizer cuts text into (its offsets count characters)."""
+    lengths, at = [], 0
+    for _, (start, end) in pre_tokenizer.pre_tokenize_str(text):
+        assert start == at, "the pieces cover the text"
+        lengths.append(len(text[start:end].encode()))
+        at = end
+    assert at == len(text)
+    write_ids(path, lengths)
+
+
 def encode(tokenizer, text, out_dir, kind, report):
     start = time.perf_counter()
     ids = tokenizer.encode(text, add_special_tokens=False).ids
@@ -76,6 +119,8 @@ def encode(tokenizer, text, out_dir, kind, report):
     tokenizer.save(os.path.join(out_dir, kind + ".json"))
     write_ids(os.path.join(out_dir, kind + ".ids"), ids)
     report[kind] = {"tokens": len(ids), "seconds": seconds}
+    with open(os.path.join(out_dir, "random.txt"), encoding="utf-8", newline="") as f:
+        write_ids(os.path.join(out_dir, kind + ".random.ids"), tokenizer.encode(f.read(), add_special_tokens=False).ids)
 
 
 def main():
@@ -90,6 +135,8 @@ def main():
     with open(corpus_path, "w", encoding="utf-8", newline="") as f:
         f.write(text)
     report = {"bytes": len(text.encode())}
+    with open(os.path.join(args.dir, "random.txt"), "w", encoding="utf-8", newline="") as f:
+        f.write(random_text(300000))
 
     gpt2 = ByteLevelBPETokenizer()
     gpt2.train([corpus_path], vocab_size=args.vocab, min_frequency=2, special_tokens=["<|endoftext|>"],
@@ -119,6 +166,14 @@ def main():
     assert saved["model"]["ignore_merges"] is True, "ignore_merges survived training"
     assert saved["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] == LLAMA3_REGEX
     encode(llama3, text, args.dir, "llama3", report)
+
+    with open(os.path.join(args.dir, "random.txt"), encoding="utf-8", newline="") as f:
+        random_chars = f.read()
+    splits = {"gpt2": pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+              "llama3": pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated", invert=False)}
+    for kind, pre_tokenizer in splits.items():
+        write_pieces(os.path.join(args.dir, kind + ".pieces"), text, pre_tokenizer)
+        write_pieces(os.path.join(args.dir, kind + ".random.pieces"), random_chars, pre_tokenizer)
     print(json.dumps(report))
 
 

@@ -2,9 +2,10 @@
 // (host/data/bpe_tokenizer.hpp). No real tokenizer.json can be had on this machine, so bpe_reference.py trains
 // some with Hugging Face's tokenizers (GPT-2's format, with legacy "a b" merges and with add_prefix_space, and
 // Llama 3's) on 4 MiB of the machine's license texts (300 kB for the other tests), and writes the ids HF gives
-// for that text. Then
+// for that text and for 300k random characters. Then
 // - zhost's ids equal HF's, token for token, for each (the first differing position is shown), with tokens/s of
-//   both printed;
+//   both printed; and on the random text;
+// - the pieces zhost's GPT-2 and Llama 3 splits cut equal HF's pre-tokenizers', on both texts;
 // - a folder is read through its tokenizer.json; the data loader's samples are windows of HF's ids of the
 //   whole file, newlines included;
 // - malformed and unsupported tokenizer.json files are one-line UsageErrors naming what is wrong;
@@ -24,6 +25,7 @@
 
 #include "host/core/error.hpp"
 #include "host/data/data.hpp"
+#include "host/data/pretokenizer.hpp"
 #include "host/data/tokenizer.hpp"
 #include "tests/support/reference_python.hpp"
 #include "tests/support/scratch_dir.hpp"
@@ -84,14 +86,15 @@ const Reference& small() {
   return reference;
 }
 
-// "" when equal; else the first differing position, with the ids around it.
-std::string first_difference(const std::vector<uint32_t>& expected, const std::vector<uint32_t>& got) {
+// "" when equal; else the first differing position, with the values (ids, piece lengths) around it.
+std::string first_difference(const std::vector<uint32_t>& expected, const std::vector<uint32_t>& got,
+                             const char* what = "ids") {
   const size_t common = std::min(expected.size(), got.size());
   size_t at = 0;
   while (at < common && expected[at] == got[at]) ++at;
   if (at == common && expected.size() == got.size()) return "";
   std::ostringstream out;
-  out << "HF gives " << expected.size() << " ids, zhost " << got.size() << "; first difference at id " << at
+  out << "HF gives " << expected.size() << " " << what << ", zhost " << got.size() << "; first difference at " << at
       << ":\n  HF:   ";
   for (size_t i = at >= 5 ? at - 5 : 0; i < std::min(expected.size(), at + 6); ++i) out << expected[i] << ' ';
   out << "\n  zhost: ";
@@ -120,6 +123,46 @@ TEST(BpeTokenizer, IdsEqualHfTokenizersOnLicenseTexts) {
       const double hf_seconds = reference.report[kind]["seconds"].get<double>();
       std::printf("%s: %zu bytes, %zu ids equal to HF's; zhost %.0f tokens/s, HF tokenizers %.0f tokens/s (%.2fx)\n",
                   kind, text.size(), ids.size(), ids.size() / seconds, ids.size() / hf_seconds, hf_seconds / seconds);
+    }
+  }
+}
+
+// The cases the split regexes tell apart, many times over in random order (bpe_reference.py's random.txt).
+TEST(BpeTokenizer, IdsEqualHfTokenizersOnRandomUnicode) {
+  const Reference& reference = small();
+  ASSERT_TRUE(reference.ok) << reference.error;
+  const std::string text = read_file(reference.file("random.txt"));
+  for (const char* kind : {"gpt2", "gpt2-legacy", "gpt2-prefix", "llama3"}) {
+    const std::vector<uint32_t> expected = read_ids(reference.file(std::string(kind) + ".random.ids"));
+    ASSERT_GT(expected.size(), 100000u);
+    std::vector<uint32_t> ids;
+    Tokenizer(reference.file(std::string(kind) + ".json").string()).encode(text, ids);
+    const std::string difference = first_difference(expected, ids);
+    EXPECT_TRUE(difference.empty()) << kind << ": " << difference;
+  }
+}
+
+// The pieces zhost's splitter cuts, as byte lengths.
+std::vector<uint32_t> piece_lengths(zhost::data::SplitPattern pattern, std::string_view text) {
+  std::vector<uint32_t> lengths;
+  zhost::data::PreTokenizer pieces(pattern, text);
+  for (std::string_view piece; pieces.next(piece);) lengths.push_back(static_cast<uint32_t>(piece.size()));
+  return lengths;
+}
+
+// The split regexes alone, where a difference cannot hide behind merges that happen to give the same ids.
+TEST(BpeTokenizer, PiecesEqualHfPreTokenizers) {
+  const Reference& reference = small();
+  ASSERT_TRUE(reference.ok) << reference.error;
+  for (const char* text_name : {"corpus", "random"}) {
+    const std::string text = read_file(reference.file(std::string(text_name) + ".txt"));
+    for (const auto& [kind, pattern] : {std::pair("gpt2", zhost::data::SplitPattern::kGpt2),
+                                        std::pair("llama3", zhost::data::SplitPattern::kLlama3)}) {
+      const std::string suffix = std::string(text_name) == "random" ? ".random.pieces" : ".pieces";
+      const std::vector<uint32_t> expected = read_ids(reference.file(kind + suffix));
+      ASSERT_GT(expected.size(), 50000u);
+      const std::string difference = first_difference(expected, piece_lengths(pattern, text), "pieces");
+      EXPECT_TRUE(difference.empty()) << kind << " on " << text_name << ".txt, piece lengths in bytes: " << difference;
     }
   }
 }
