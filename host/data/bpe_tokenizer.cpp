@@ -249,7 +249,7 @@ class ByteLevelBpe final : public TokenizerModel {
     }
     for (size_t byte = 0; byte < 256; ++byte) {
       const auto found = vocab_.find(byte_characters_[byte]);
-      byte_ids_[byte] = found == vocab_.end() ? -1 : found->second;
+      byte_ids_[byte] = found == vocab_.end() ? int64_t{-1} : int64_t{found->second};
     }
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
       const auto found = vocab_.find(model["unk_token"].get<std::string>());
