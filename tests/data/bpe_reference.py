@@ -14,13 +14,17 @@ and gives the ids that zhost's tokenizer must equal.
         gpt2-prefix  the same with ByteLevel's add_prefix_space on
         llama3       Llama 3's format: Split with Llama 3's regex, then ByteLevel without its regex,
                      ignore_merges, <|begin_of_text|> and <|end_of_text|> added
+        unk          GPT-2's format trained on the ASCII of the corpus's first 300 kB without the initial
+                     alphabet, so other bytes are not in the vocab, with unk_token <unk>
+        unk-fused    the same with fuse_unk
       DIR/random.txt and DIR/KIND.random.ids: the same for 300k random characters drawn (seed 1) from pools of
         the cases the split regexes tell apart (every kind of space, \r\n, contractions in either case, letters,
         digits and marks of many scripts, emoji, added tokens whole and cut).
       DIR/gpt2.pieces, DIR/llama3.pieces, DIR/gpt2.random.pieces, DIR/llama3.random.pieces: the split regexes'
         pieces of corpus.txt and random.txt (HF's pre_tokenize_str of ByteLevel, and of Llama 3's Split), as the
         UTF-8 byte length of each piece (uint32): what zhost's splitter must cut, before any merge hides it.
-      Prints one JSON line: corpus bytes, and per kind the token count and the seconds HF's encode took (one thread).
+      Prints one JSON line: corpus bytes, and per kind the vocab size (added tokens included), the token count and
+      the seconds HF's encode took (one thread).
 """
 import argparse
 import glob
@@ -118,7 +122,7 @@ def encode(tokenizer, text, out_dir, kind, report):
     seconds = time.perf_counter() - start
     tokenizer.save(os.path.join(out_dir, kind + ".json"))
     write_ids(os.path.join(out_dir, kind + ".ids"), ids)
-    report[kind] = {"tokens": len(ids), "seconds": seconds}
+    report[kind] = {"vocab": tokenizer.get_vocab_size(with_added_tokens=True), "tokens": len(ids), "seconds": seconds}
     with open(os.path.join(out_dir, "random.txt"), encoding="utf-8", newline="") as f:
         write_ids(os.path.join(out_dir, kind + ".random.ids"), tokenizer.encode(f.read(), add_special_tokens=False).ids)
 
@@ -166,6 +170,17 @@ def main():
     assert saved["model"]["ignore_merges"] is True, "ignore_merges survived training"
     assert saved["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] == LLAMA3_REGEX
     encode(llama3, text, args.dir, "llama3", report)
+
+    ascii_path = os.path.join(args.dir, "ascii.txt")
+    with open(ascii_path, "w", encoding="utf-8", newline="") as f:
+        f.write(text[:300000].encode("ascii", "ignore").decode())
+    for kind, fuse in (("unk", False), ("unk-fused", True)):
+        unk = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=fuse))
+        unk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        unk.train([ascii_path], trainers.BpeTrainer(vocab_size=args.vocab, min_frequency=2, special_tokens=["<unk>"],
+                                                    show_progress=False))
+        assert json.loads(unk.to_str())["model"]["fuse_unk"] is fuse
+        encode(unk, text, args.dir, kind, report)
 
     with open(os.path.join(args.dir, "random.txt"), encoding="utf-8", newline="") as f:
         random_chars = f.read()

@@ -1,8 +1,8 @@
 // tests/data/bpe_tokenizer_test.cpp: data.tokenizer as an HF tokenizer.json of byte-level BPE
 // (host/data/bpe_tokenizer.hpp). No real tokenizer.json can be had on this machine, so bpe_reference.py trains
-// some with Hugging Face's tokenizers (GPT-2's format, with legacy "a b" merges and with add_prefix_space, and
-// Llama 3's) on 4 MiB of the machine's license texts (300 kB for the other tests), and writes the ids HF gives
-// for that text and for 300k random characters. Then
+// some with Hugging Face's tokenizers (GPT-2's format, with legacy "a b" merges, with add_prefix_space, and with
+// bytes missing from the vocab under unk_token, fused or not; and Llama 3's) on 4 MiB of the machine's license texts
+// (300 kB for the other tests), and writes the ids HF gives for that text and for 300k random characters. Then
 // - zhost's ids equal HF's, token for token, for each (the first differing position is shown), with tokens/s of
 //   both printed; and on the random text;
 // - the pieces zhost's GPT-2 and Llama 3 splits cut equal HF's pre-tokenizers', on both texts;
@@ -108,12 +108,12 @@ TEST(BpeTokenizer, IdsEqualHfTokenizersOnLicenseTexts) {
   ASSERT_TRUE(reference.ok) << reference.error;
   const std::string text = read_file(reference.file("corpus.txt"));
   ASSERT_GT(text.size(), 4u << 20);
-  for (const char* kind : {"gpt2", "gpt2-legacy", "gpt2-prefix", "llama3"}) {
+  for (const char* kind : {"gpt2", "gpt2-legacy", "gpt2-prefix", "llama3", "unk", "unk-fused"}) {
     SCOPED_TRACE(kind);
     const std::vector<uint32_t> expected = read_ids(reference.file(std::string(kind) + ".ids"));
     ASSERT_GT(expected.size(), 500000u);
     const Tokenizer tokenizer(reference.file(std::string(kind) + ".json").string());
-    EXPECT_EQ(tokenizer.vocab(), 8000);
+    EXPECT_EQ(tokenizer.vocab(), reference.report[kind]["vocab"].get<int64_t>());
     std::vector<uint32_t> ids;
     const auto start = std::chrono::steady_clock::now();
     tokenizer.encode(text, ids);
@@ -133,7 +133,7 @@ TEST(BpeTokenizer, IdsEqualHfTokenizersOnRandomUnicode) {
   const Reference& reference = small();
   ASSERT_TRUE(reference.ok) << reference.error;
   const std::string text = read_file(reference.file("random.txt"));
-  for (const char* kind : {"gpt2", "gpt2-legacy", "gpt2-prefix", "llama3"}) {
+  for (const char* kind : {"gpt2", "gpt2-legacy", "gpt2-prefix", "llama3", "unk", "unk-fused"}) {
     const std::vector<uint32_t> expected = read_ids(reference.file(std::string(kind) + ".random.ids"));
     ASSERT_GT(expected.size(), 100000u);
     std::vector<uint32_t> ids;
