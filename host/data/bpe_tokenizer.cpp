@@ -153,11 +153,15 @@ class ByteLevelBpe final : public TokenizerModel {
     const json root = parse(path);
     if (!root.is_object() || !root.contains("model") || !root["model"].is_object())
       refuse("it has no \"model\" object, so it is no tokenizer.json");
-    if (root.contains("normalizer") && !root["normalizer"].is_null())
-      refuse("normalizer {} is not supported", describe(root["normalizer"]));
-    read_pre_tokenizer(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json());
-    read_model(root["model"]);
-    if (root.contains("added_tokens")) read_added_tokens(root["added_tokens"]);
+    try {
+      if (root.contains("normalizer") && !root["normalizer"].is_null())
+        refuse("normalizer {} is not supported", describe(root["normalizer"]));
+      read_pre_tokenizer(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json());
+      read_model(root["model"]);
+      if (root.contains("added_tokens")) read_added_tokens(root["added_tokens"]);
+    } catch (const json::exception& e) {  // a field of another type than HF writes (json::value's checks)
+      refuse("a field has an unexpected type ({})", e.what());
+    }
   }
 
   int64_t vocab() const override { return vocab_size_; }
