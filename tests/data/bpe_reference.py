@@ -23,8 +23,8 @@ and gives the ids that zhost's tokenizer must equal.
       DIR/gpt2.pieces, DIR/llama3.pieces, DIR/gpt2.random.pieces, DIR/llama3.random.pieces: the split regexes'
         pieces of corpus.txt and random.txt (HF's pre_tokenize_str of ByteLevel, and of Llama 3's Split), as the
         UTF-8 byte length of each piece (uint32): what zhost's splitter must cut, before any merge hides it.
-      Prints one JSON line: corpus bytes, and per kind the vocab size (added tokens included), the token count and
-      the seconds HF's encode took (one thread).
+      Prints one JSON line: corpus bytes, and per kind the vocab size (added tokens included), the token count, and
+      the seconds HF's encode took (one thread), wall-clock and CPU (the process's).
 """
 import argparse
 import glob
@@ -117,12 +117,13 @@ def write_pieces(path, text, pre_tokenizer):
 
 
 def encode(tokenizer, text, out_dir, kind, report):
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     ids = tokenizer.encode(text, add_special_tokens=False).ids
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     tokenizer.save(os.path.join(out_dir, kind + ".json"))
     write_ids(os.path.join(out_dir, kind + ".ids"), ids)
-    report[kind] = {"vocab": tokenizer.get_vocab_size(with_added_tokens=True), "tokens": len(ids), "seconds": seconds}
+    report[kind] = {"vocab": tokenizer.get_vocab_size(with_added_tokens=True), "tokens": len(ids), "seconds": seconds,
+                    "cpu_seconds": cpu_seconds}
     with open(os.path.join(out_dir, "random.txt"), encoding="utf-8", newline="") as f:
         write_ids(os.path.join(out_dir, kind + ".random.ids"), tokenizer.encode(f.read(), add_special_tokens=False).ids)
 

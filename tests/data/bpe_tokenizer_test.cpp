@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -87,6 +88,12 @@ const Reference& small() {
   return reference;
 }
 
+double thread_cpu_seconds() {
+  timespec now{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
 // "" when equal; else the first differing position, with the values (ids, piece lengths) around it.
 std::string first_difference(const std::vector<uint32_t>& expected, const std::vector<uint32_t>& got,
                              const char* what = "ids") {
@@ -116,14 +123,21 @@ TEST(BpeTokenizer, IdsEqualHfTokenizersOnLicenseTexts) {
     EXPECT_EQ(tokenizer.vocab(), reference.report[kind]["vocab"].get<int64_t>());
     std::vector<uint32_t> ids;
     const auto start = std::chrono::steady_clock::now();
+    const double start_cpu = thread_cpu_seconds();
     tokenizer.encode(text, ids);
+    const double cpu_seconds = thread_cpu_seconds() - start_cpu;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::string difference = first_difference(expected, ids);
     EXPECT_TRUE(difference.empty()) << kind << ": " << difference;
     if (difference.empty()) {
-      const double hf_seconds = reference.report[kind]["seconds"].get<double>();
-      std::printf("%s: %zu bytes, %zu ids equal to HF's; zhost %.0f tokens/s, HF tokenizers %.0f tokens/s (%.2fx)\n",
-                  kind, text.size(), ids.size(), ids.size() / seconds, ids.size() / hf_seconds, hf_seconds / seconds);
+      const json& hf = reference.report[kind];
+      const auto tokens = static_cast<double>(ids.size());
+      std::printf(
+          "%s: %zu bytes, %zu ids equal to HF's; tokens/s zhost %.3gM, HF tokenizers %.3gM (%.1fx) wall-clock, "
+          "zhost %.3gM, HF %.3gM (%.1fx) CPU time\n",
+          kind, text.size(), ids.size(), tokens / seconds / 1e6, tokens / hf["seconds"].get<double>() / 1e6,
+          hf["seconds"].get<double>() / seconds, tokens / cpu_seconds / 1e6,
+          tokens / hf["cpu_seconds"].get<double>() / 1e6, hf["cpu_seconds"].get<double>() / cpu_seconds);
     }
   }
 }
@@ -303,6 +317,9 @@ TEST(BpeTokenizer, MalformedOrUnsupportedFilesAreClearUsageErrors) {
                  "model.merges[1] = \"ab\" is not a pair of tokens");
   expect_refused(with("/model/vocab"_json_pointer, json::parse(R"({"a": -1})")),
                  "model.vocab gives \"a\" the id -1, not an id");
+  expect_refused(
+      with("/pre_tokenizer/use_regex"_json_pointer, "yes"),
+      "a field has an unexpected type ([json.exception.type_error.302] type must be boolean, but is string)");
   expect_refused(with("/added_tokens"_json_pointer, json::parse(R"([{"id": 4, "content": "<s>", "lstrip": true}])")),
                  "added token \"<s>\" has lstrip set, which is not supported");
   // Every refusal says what zhost reads instead.
