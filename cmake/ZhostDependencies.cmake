@@ -19,9 +19,9 @@ add_library(zhost_xxhash INTERFACE)
 target_include_directories(zhost_xxhash SYSTEM INTERFACE ${ZHOST_XXHASH_INCLUDE})
 target_link_libraries(zhost_xxhash INTERFACE ${ZHOST_XXHASH_LIB})
 
-# libsentencepiece (optional): data.tokenizer (host/data/tokenizer.hpp), only ever linked into a shared object of
-# its own (Note [SentencePiece in its own scope], host/data/sentencepiece_shim.cpp); without it the key is refused
-# with what to install.
+# libsentencepiece (optional): a SentencePiece data.tokenizer (host/data/sentencepiece_tokenizer.hpp), only ever
+# linked into a shared object of its own (Note [SentencePiece in its own scope], host/data/sentencepiece_shim.cpp);
+# without it such a tokenizer is refused with what to install (a tokenizer.json needs no library).
 find_path(ZHOST_SENTENCEPIECE_INCLUDE sentencepiece_processor.h)
 find_library(ZHOST_SENTENCEPIECE_LIB sentencepiece)
 if(ZHOST_SENTENCEPIECE_INCLUDE AND ZHOST_SENTENCEPIECE_LIB)
