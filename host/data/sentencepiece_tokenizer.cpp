@@ -53,7 +53,8 @@ const ShimApi& shim() {
       tried += (tried.empty() ? "" : "; ") + path + " lacks zhost_spm_* functions";
     }
     fail_usage(
-        "data.tokenizer needs libzhost_sentencepiece.so, which this zhost was built without or cannot load ({}); "
+        "a SentencePiece data.tokenizer needs libzhost_sentencepiece.so, which this zhost was built without or "
+        "cannot load ({}); "
         "install libsentencepiece-dev (scripts/setup-deps does) and rebuild, or tokenize beforehand and use "
         "data.type = \"tokens\"",
         tried.empty() ? "not built" : tried);
