@@ -123,6 +123,21 @@ FileLog::FileLog(const std::string& path, int rank) {
   spdlog::default_logger()->sinks().push_back(sink_);
   spdlog::default_logger()->flush_on(spdlog::level::trace);  // a line is in the file once logged
   file_only_ = std::make_shared<spdlog::logger>("run.log", sink_);
+  // A log file that can no longer be written (a full disk) is one warning in zhost's words, once, instead of
+  // spdlog's "[*** LOG ERROR #0001 ***]" line per failed write; the terminal keeps every line, and the error that
+  // stops the job (the next file zhost itself cannot write) follows with its cause.
+  auto warned = std::make_shared<std::atomic<bool>>(false);
+  auto on_error = [warned, path](const std::string& what) {
+    if (warned->exchange(true)) return;
+    const size_t colon = what.rfind(": ");  // spdlog's "Failed flush to file PATH: CAUSE" -> CAUSE
+    const std::string line = fmt::format(
+        "zhost: warning: cannot write the log {}: {}; its lines go to the terminal only: free space "
+        "there or set run.dir to another disk\n",
+        path, colon == std::string::npos ? what : what.substr(colon + 2));
+    (void)!::write(STDERR_FILENO, line.data(), line.size());  // not through spdlog: its sink is what failed
+  };
+  spdlog::default_logger()->set_error_handler(on_error);
+  file_only_->set_error_handler(on_error);
   // Note [Status on a signal]
   fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd_ >= 0) {
@@ -147,6 +162,7 @@ FileLog::~FileLog() {
     g_status_fd = -1;
     ::close(fd_);
   }
+  spdlog::default_logger()->set_error_handler(nullptr);  // spdlog's own again, for the terminal sink
   auto& sinks = spdlog::default_logger()->sinks();
   sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
   sink_->flush();

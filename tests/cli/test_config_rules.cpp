@@ -400,3 +400,26 @@ TEST(RunDirectory, ReadOnlyFileSystemIsNamedAsTheCause) {
     EXPECT_EQ(run.err.find("No such file or directory"), std::string::npos) << run.err;
   }
 }
+
+// A run.dir on a full disk: the job fails with zhost's error naming the cause, the log file's failed writes are one
+// zhost warning (not spdlog's raw "[*** LOG ERROR ***]" lines), and the terminal still has the log's lines. The
+// disk is a 1 MiB tmpfs filled up, mounted in a mount namespace of the test's own.
+TEST(RunDirectory, FullDiskIsZhostsWarningAndErrorWithoutRawLoggerLines) {
+  zhost::testing::ScratchDir scratch;
+  scratch.write("train.toml", kModel);
+  fs::create_directories(scratch.path() / "full");
+  if (std::system(("cd " + scratch.path().string() + " && unshare -m true 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "unshare -m is not allowed here";
+  auto run = zhost::testing::run_zhost(
+      scratch.path(), "run train.toml --set run.dir=full/runs --set run.name=x'",
+      "unshare -m sh -c 'mount -t tmpfs -o size=1m none full && (dd if=/dev/zero of=full/fill bs=4k 2>/dev/null; "
+      "true) && exec ");
+  EXPECT_NE(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("No space left on device"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("LOG ERROR"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("zhost: warning: cannot write the log full/runs/x/run.log: No space left on device; its lines "
+                         "go to the terminal only"),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("zhost: error: "), std::string::npos) << run.err;
+}
