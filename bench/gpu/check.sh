@@ -257,7 +257,7 @@ nvme_folder() {
 # buckets of 50000 elements; stage 0 reduces each micro-batch (zero.reduce_each_micro_batch, the summation order
 # of stages 2 and 3: docs/architecture.md, "One summation order"). A llama, as tests/zero's offload tests: the
 # gpt's attention key biases have a true gradient of zero, so runs that round differently drift apart there by
-# what Adam makes of rounding noise (tests/training/test_equivalence.cpp), which the tolerances below would mistake
+# what Adam makes of rounding noise (tests/training/equivalence_test.cpp), which the tolerances below would mistake
 # for a difference of arithmetic. The speed part trains the gpt.
 equalities() {
   local steps=20 s
@@ -315,7 +315,7 @@ equalities() {
   fi
 
   # Two ranks on the one GPU over Gloo (debug.share_cuda_device), micro-batches of 2: the same global batch. Against
-  # the 1-rank job within the CPU tests' tolerance (tests/training/test_equivalence.cpp: 2e-5 of each tensor's
+  # the 1-rank job within the CPU tests' tolerance (tests/training/equivalence_test.cpp: 2e-5 of each tensor's
   # largest weight + 5e-6, losses 2e-5); stages 2 and 3 against stage 0 on the same 2 ranks as above.
   local two=(--nproc 2 --set train_micro_batch_size_per_gpu=2 --set debug.share_cuda_device=true --set comm.backend=gloo)
   zrun gloo2-s0 180 "${job[@]}" "${two[@]}" --set zero.stage=0 "${each[@]}"

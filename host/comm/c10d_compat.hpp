@@ -54,7 +54,7 @@ namespace detail {
 // that the store's constructor opened connected to the store's port, and bound_replies() sets SO_RCVTIMEO on
 // it: a reply that does not come within the deadline then throws "Socket Timeout" (c10d's recv check) instead of
 // blocking. Waiting for keys is unaffected (poll() with its own timeout comes before the recv). Tested by
-// tests/comm/failure_test.cpp (StoppedRank...) and tests/training/test_supervision.cpp (StoppedRank, ranks 0-2).
+// tests/comm/failure_test.cpp (StoppedRank...) and tests/training/supervision_test.cpp (StoppedRank, ranks 0-2).
 inline std::set<int> open_descriptors() {
   std::set<int> fds;
   if (DIR* dir = ::opendir("/proc/self/fd")) {

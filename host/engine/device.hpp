@@ -15,7 +15,7 @@ namespace zhost::engine {
 // some checks depend on whether the ranks will train on a GPU. So the launcher calls
 // keep_cuda_out_of_this_process() first; from then on has_cuda_device() asks a child process, which counts the
 // devices, writes the count to a pipe and exits, and the launcher itself never touches CUDA
-// (tests/training/test_supervision.cpp, LauncherNeverCallsCuda).
+// (tests/training/supervision_test.cpp, LauncherNeverCallsCuda).
 void keep_cuda_out_of_this_process();
 
 // True when this build has CUDA and the machine a CUDA device.

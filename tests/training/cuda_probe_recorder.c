@@ -1,4 +1,4 @@
-/* tests/training/cuda_probe_recorder.c: an LD_PRELOAD library for LauncherNeverCallsCuda (test_supervision.cpp).
+/* tests/training/cuda_probe_recorder.c: an LD_PRELOAD library for LauncherNeverCallsCuda (supervision_test.cpp).
  * It stands in for the CUDA runtime's cudaGetDeviceCount: appends "<pid>\n" to the file named by
  * ZHOST_TEST_CUDA_PROBES and answers "no device" (cudaErrorNoDevice, 100), so the job trains on the CPU and the
  * test learns which processes asked (Note [No CUDA before fork], host/engine/device.hpp). */

@@ -1,4 +1,4 @@
-// tests/cli/test_cli.cpp: runs the real zhost executable and checks its output, error lines and exit
+// tests/cli/cli_test.cpp: runs the real zhost executable and checks its output, error lines and exit
 // codes for `version`, `plugins` and `config check`, with fixture plugins and with broken plugins.
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-// tests/abi/test_frozen_plugins.cpp: plugins built against the frozen 0.1, 0.2 and 0.3 SDK headers
+// tests/abi/frozen_plugins_test.cpp: plugins built against the frozen 0.1, 0.2 and 0.3 SDK headers
 // (tests/abi/frozen) load into this host through its real loader (dlopen), negotiate, are created with
 // their config, store and load buffers, report memory, export and import their state, and are destroyed.
 // The 0.1 and 0.2 tiers hand the host an offload table smaller than this SDK's: accepted from its minimum

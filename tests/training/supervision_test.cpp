@@ -1,4 +1,4 @@
-// tests/training/test_supervision.cpp: supervision of real training jobs (`zhost run --nproc N`): a rank
+// tests/training/supervision_test.cpp: supervision of real training jobs (`zhost run --nproc N`): a rank
 // killed in the middle of training stops the whole job within seconds, and zhost names the rank and its
 // cause (stage 0, the stage 2 plugin with collectives in flight in its buckets, the stage 3 plugin with
 // gathers and reductions in flight); a rank that is stopped (SIGSTOP), whichever it is, rank 0 (the store's

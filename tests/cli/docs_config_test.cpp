@@ -1,4 +1,4 @@
-// tests/cli/test_docs_config.cpp: docs/config.md's key tables against the binary, so that they cannot
+// tests/cli/docs_config_test.cpp: docs/config.md's key tables against the binary, so that they cannot
 // drift apart: every default the tables state equals the default the host's schema declares (host keys)
 // or `zhost plugins --json` reports (zhost's own plugins' keys), and every host key has a row.
 #include <gtest/gtest.h>

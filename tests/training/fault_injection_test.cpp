@@ -1,4 +1,4 @@
-// tests/training/test_fault_injection.cpp: ranks killed at random. Each round starts `zhost run --nproc N`
+// tests/training/fault_injection_test.cpp: ranks killed at random. Each round starts `zhost run --nproc N`
 // (N = 2 or 3), SIGKILLs a random rank at a random time, in half the rounds within 3 s of the ranks' start
 // (start-up, rendezvous, set-up), in the others within 1 s of the first step (training: forward, backward or
 // the step), and checks that every process is gone within 10 s, that the launcher names the killed rank and

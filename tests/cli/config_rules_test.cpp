@@ -1,4 +1,4 @@
-// tests/cli/test_config_rules.cpp: every config `zhost run` would refuse is refused by `zhost config check`
+// tests/cli/config_rules_test.cpp: every config `zhost run` would refuse is refused by `zhost config check`
 // first, with the same line. Each case is a config that breaks one rule (a range, a cross-key rule, a key
 // the chosen type does not read, the data source, a capability not built yet); both commands must exit
 // with 2 and print the expected line, and `run` must stop before training (no run directory).
@@ -121,7 +121,7 @@ std::vector<RuleCase> rule_cases() {
       {"TokenIdAboveVocab", "[model]\nvocab = 256\nseq_len = 8\n[data]\ntype = \"tokens\"\npath = \"tokens.bin\"\n",
        "train.toml:6: data.path: 'tokens.bin' holds token id 300 at token 5, but model.vocab is 256"},
       // The file itself.
-      // A JSON file is DeepSpeed's config, read with DeepSpeed's names (test_deepspeed_json.cpp).
+      // A JSON file is DeepSpeed's config, read with DeepSpeed's names (deepspeed_json_test.cpp).
       {"DeepSpeedJsonKeyChangingTheMath", "{\"train_batch_size\": 8, \"gradient_allreduce_op\": \"sum\"}\n",
        "train.toml:1:25: gradient_allreduce_op = \"sum\": zhost averages gradients over the ranks"},
       {"UnterminatedString", "[run]\nname = \"abc\nsteps = 1\n",

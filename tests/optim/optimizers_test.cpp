@@ -1,4 +1,4 @@
-// tests/optim/test_optimizers.cpp: AdamW, Adam, SGD and Lion against float64 references of their
+// tests/optim/optimizers_test.cpp: AdamW, Adam, SGD and Lion against float64 references of their
 // formulas (max-norm relative error <= 1e-6 after ten steps), flat-shard equivalence (slices step to the
 // same bits as the whole), the CPU step being the fused kernel's bits, state bookkeeping and export/import, on the CPU
 // and (when present) CUDA; and argument checks.

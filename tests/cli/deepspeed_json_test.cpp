@@ -1,8 +1,8 @@
-// tests/cli/test_deepspeed_json.cpp: DeepSpeed's ds_config.json read directly by the zhost executable:
+// tests/cli/deepspeed_json_test.cpp: DeepSpeed's ds_config.json read directly by the zhost executable:
 // every problem of a file in one run with line:column, notes instead of refusals for keys that change
 // nothing here, deprecated names mapped, `config import` round-tripping, `config check --nproc`, a raw
 // JSON config training, and the corpus of real DeepSpeed configs (tests/config/deepspeed_corpus) each
-// giving its expected outcome (test_deepspeed_corpus.cpp).
+// giving its expected outcome (deepspeed_corpus_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>

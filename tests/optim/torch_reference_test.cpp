@@ -1,4 +1,4 @@
-// tests/optim/test_torch_reference.cpp: zhost's AdamW, Adam and SGD against torch.optim itself. The test
+// tests/optim/torch_reference_test.cpp: zhost's AdamW, Adam and SGD against torch.optim itself. The test
 // writes the initial parameter and ten steps of gradients as raw float32 files, runs torch_reference.py
 // (tests/support/reference_python.hpp: the project's venv, torch 2.11), and compares parameters and state to
 // 1e-6 (max-norm relative error).

@@ -1,4 +1,4 @@
-// tests/training/test_equivalence.cpp: runs that must train to the same weights do: data parallelism
+// tests/training/equivalence_test.cpp: runs that must train to the same weights do: data parallelism
 // over 2 and 3 ranks equals one rank with the whole batch, gradient accumulation equals a larger
 // micro-batch, activation checkpointing changes nothing, and bf16 stays close to fp32.
 //

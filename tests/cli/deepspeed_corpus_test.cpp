@@ -1,4 +1,4 @@
-// tests/cli/test_deepspeed_corpus.cpp: the corpus of real DeepSpeed configs (tests/config/deepspeed_corpus)
+// tests/cli/deepspeed_corpus_test.cpp: the corpus of real DeepSpeed configs (tests/config/deepspeed_corpus)
 // checked as `zhost config check` does (prepare_job, then the data and precision checks), in one process
 // so that 120 files take seconds: each file against its line in EXPECTED, "FILE [--set=K=V ...] accepted"
 // or "FILE [--set=K=V ...] refused TEXT", TEXT being part of the first error line. Every file must be

@@ -1,4 +1,4 @@
-// tests/optim/test_schedules.cpp: each LR schedule against its closed form at chosen iterations (before
+// tests/optim/schedules_test.cpp: each LR schedule against its closed form at chosen iterations (before
 // the first scheduler step, warmup boundaries, end of decay, beyond), the step-index convention, defaults,
 // and validation.
 #include <gtest/gtest.h>

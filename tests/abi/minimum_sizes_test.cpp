@@ -1,4 +1,4 @@
-// tests/abi/test_minimum_sizes.cpp: a struct a plugin hands the host below its minimum size (the size it had
+// tests/abi/minimum_sizes_test.cpp: a struct a plugin hands the host below its minimum size (the size it had
 // in the minor that introduced it) is refused with one line naming the struct, the size given and the
 // minimum; at its minimum it is accepted (docs/abi.md, "Versioning rule"). Host services are called
 // through the real table, as a plugin calls them.

@@ -1,4 +1,4 @@
-// tests/plugin_host/test_negotiation.cpp: the negotiation matrix on real shared objects, trust checks,
+// tests/plugin_host/negotiation_test.cpp: the negotiation matrix on real shared objects, trust checks,
 // discovery of a directory with good and bad plugins, and instance creation.
 #include <gtest/gtest.h>
 #include <sys/stat.h>

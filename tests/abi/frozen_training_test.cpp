@@ -1,4 +1,4 @@
-// tests/abi/test_frozen_training.cpp: a real `zhost run` on two ranks (processes over Gloo) trains with a
+// tests/abi/frozen_training_test.cpp: a real `zhost run` on two ranks (processes over Gloo) trains with a
 // partition plugin built against the frozen 0.1 to 0.5 SDK headers (frozen_partition.c), and ends
 // with the same losses and weights as the host's own data-parallel stage 0 on the same job: the old
 // plugin's tables, setup, hooks, collectives and step are all served right by this host.

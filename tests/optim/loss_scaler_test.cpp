@@ -1,4 +1,4 @@
-// tests/optim/test_loss_scaler.cpp: the fp16 loss scaler with injected overflows: skipped steps,
+// tests/optim/loss_scaler_test.cpp: the fp16 loss scaler with injected overflows: skipped steps,
 // hysteresis, growth after loss_scale_window clean steps, the min_loss_scale floor, consecutive
 // hysteresis, the static scale, checkpoint state, and validation.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// tests/plugin_host/test_resolver.cpp: requirement resolution on descriptor data alone: satisfied sets
+// tests/plugin_host/resolver_test.cpp: requirement resolution on descriptor data alone: satisfied sets
 // and their order, missing needs and requirements, conflicts, cycles, the keys of unused plugins, and
 // tier roles (declared or inferred, checked, composed, ordered before the plugins that use them).
 #include <gtest/gtest.h>

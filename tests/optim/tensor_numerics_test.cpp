@@ -1,4 +1,4 @@
-// tests/optim/test_tensor_numerics.cpp: overflow detection, the global gradient norm against float64,
+// tests/optim/tensor_numerics_test.cpp: overflow detection, the global gradient norm against float64,
 // clipping (PyTorch's coefficient), and the fp32-master-to-16-bit copy's rounding, on the CPU and (when
 // present) CUDA.
 #include <ATen/core/Tensor.h>

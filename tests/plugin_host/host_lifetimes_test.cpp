@@ -1,4 +1,4 @@
-// tests/plugin_host/test_host_lifetimes.cpp: Note [Lifetimes] (docs/abi.md) as the host keeps it: the
+// tests/plugin_host/host_lifetimes_test.cpp: Note [Lifetimes] (docs/abi.md) as the host keeps it: the
 // table negotiation hands out outlives every job's services, and each plugin's key-value keys live under
 // its own prefix, so two plugins setting the same key never see each other's value. Called through the
 // real table, as a plugin calls it.
