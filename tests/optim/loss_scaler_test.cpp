@@ -1,12 +1,13 @@
 // tests/optim/loss_scaler_test.cpp: the fp16 loss scaler with injected overflows: skipped steps,
 // hysteresis, growth after loss_scale_window clean steps, the min_loss_scale floor, consecutive
 // hysteresis, the static scale, checkpoint state, and validation.
+#include "host/optim/loss_scaler.hpp"
+
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "host/core/error.hpp"
-#include "host/optim/loss_scaler.hpp"
 
 namespace zhost::optim {
 namespace {

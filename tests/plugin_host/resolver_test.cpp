@@ -1,10 +1,11 @@
 // tests/plugin_host/resolver_test.cpp: requirement resolution on descriptor data alone: satisfied sets
 // and their order, missing needs and requirements, conflicts, cycles, the keys of unused plugins, and
 // tier roles (declared or inferred, checked, composed, ordered before the plugins that use them).
+#include "host/plugins/resolver.hpp"
+
 #include <gtest/gtest.h>
 
 #include "host/core/error.hpp"
-#include "host/plugins/resolver.hpp"
 #include "zhost/offload.h"
 
 using namespace zhost;
