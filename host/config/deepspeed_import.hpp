@@ -21,7 +21,9 @@ struct ImportRecord {
   // Auto: HF Trainer's "auto" on a key zhost cannot derive; the trainer's arguments fill it, and zhost's are
   // --set, a companion TOML or the "zhost" table (Note [HF's "auto"] in docs/config.md). Document decides
   // once every source is in: a note naming the value's source, or a refusal (`text`) when none gives it.
-  enum class Kind { Mapped, Noted, Refused, Auto };
+  // Default: a key the file does not write whose DeepSpeed default differs from zhost's (Note [DeepSpeed's
+  // clipping default]); zhost's arguments fill it as they fill "auto", else DeepSpeed's default (`ds_default`).
+  enum class Kind { Mapped, Noted, Refused, Auto, Default };
   Kind kind = Kind::Mapped;
   std::string ds_path;     // "zero_optimization.offload_optimizer.device"
   TextPosition at;         // the key's place in the file
@@ -32,6 +34,7 @@ struct ImportRecord {
   // Empty for a key the Trainer has no default for: such an "auto" is refused (`text`).
   std::string hf_default;
   std::string hf_argument;
+  std::string ds_default;  // Default: DeepSpeed's value for the unwritten key, a TOML literal ("1.0")
 };
 
 struct DeepSpeedImport {

@@ -39,6 +39,15 @@ bool offloads_to_nvme(const json* root, const ImportOverrides& overrides) {
 void Importer::top_level(Section& root) {
   root.map("gradient_clipping", "gradient_clipping", "HF Trainer's --max_grad_norm (default 1.0)",
            {"--max_grad_norm", "1.0"});
+  if (!root.has("gradient_clipping")) {
+    // Note [DeepSpeed's clipping default]: DeepSpeed clips the gradients' global norm at 1.0 when the file does
+    // not write gradient_clipping (GRADIENT_CLIPPING_DEFAULT, 1.0 since its PR #8068 in 2026; 0.19.8 has it, and
+    // bench/vs_deepspeed measured it); releases before that change did not clip. zhost's own default stays 0 (a
+    // TOML config does not clip unless told); a DeepSpeed file means what DeepSpeed makes of it, unless --set,
+    // the companion or the "zhost" table give the value.
+    record(ImportRecord::Kind::Default, "gradient_clipping", TextPosition{1, 1}, "gradient_clipping", "").ds_default =
+        "1.0";
+  }
   root.map("steps_per_print", "steps_per_print");
   root.map("wall_clock_breakdown", "wall_clock_breakdown");
   root.map("memory_breakdown", "memory_breakdown");

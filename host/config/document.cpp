@@ -75,6 +75,9 @@ std::string describe_parse_error(std::string_view text, const toml::parse_error&
   return fmt::format("{}:{}:{}: {}", source, line, column, reason);
 }
 
+// How a value DeepSpeed's default filled is marked (SourcePlace::how): Note [DeepSpeed's clipping default].
+constexpr const char* kDeepSpeedDefault = "DeepSpeed's default, not written";
+
 std::string place_prefix(const std::string& file, TextPosition at) {
   return at.line > 0 ? fmt::format("{}:{}:{}:", file, at.line, at.column) : file + ":";
 }
@@ -313,6 +316,20 @@ std::vector<std::string> Document::notes() const {
       }
       continue;
     }
+    if (record.kind == ImportRecord::Kind::Default) {
+      // Note [DeepSpeed's clipping default]: noted only when DeepSpeed's value was taken (no argument gave one).
+      const toml::node* node = data_->root.at_path(record.zhost_path).node();
+      auto filled = data_->places.find(record.zhost_path);
+      if (!node || (filled != data_->places.end() && filled->second.how == kDeepSpeedDefault)) {
+        lines.push_back(
+            fmt::format("{} note: {} not written: {} = {}, DeepSpeed's default (DeepSpeed clips at {} "
+                        "since 2026; releases before did not); write \"{}\": 0 to train unclipped, or "
+                        "give yours with --set {}=VALUE",
+                        place, record.ds_path, record.zhost_path, record.ds_default, record.ds_default, record.ds_path,
+                        record.zhost_path));
+      }
+      continue;
+    }
     if (inert_refinement(*data_, record)) {
       lines.push_back(fmt::format(
           "{} note: {}: DeepSpeed reads it only when the model calls its checkpointing API, and zhost only with "
@@ -369,11 +386,11 @@ std::vector<std::string> Document::hf_defaults_taken() const {
 
 void Document::take_hf_defaults() {
   for (const auto& record : data_->import_records) {
-    if (record.kind != ImportRecord::Kind::Auto || record.hf_default.empty() ||
-        data_->root.at_path(record.zhost_path).node()) {
-      continue;
-    }
-    const SourcePlace place{data_->source_name, record.at, "auto: HF Trainer default"};
+    const bool auto_default = record.kind == ImportRecord::Kind::Auto && !record.hf_default.empty();
+    const bool ds_default = record.kind == ImportRecord::Kind::Default && !record.ds_default.empty();
+    if (!(auto_default || ds_default) || data_->root.at_path(record.zhost_path).node()) continue;
+    const SourcePlace place{data_->source_name, record.at, ds_default ? kDeepSpeedDefault : "auto: HF Trainer default"};
+    const std::string& value = ds_default ? record.ds_default : record.hf_default;
     toml::table* table = &data_->root;
     std::string table_path;
     const std::vector<std::string> segments = split_path(record.zhost_path);
@@ -387,7 +404,7 @@ void Document::take_hf_defaults() {
       table = node->as_table();
       if (!table) break;  // a value where the path needs a table: validate() reports the file's value
     }
-    auto literal = parse_toml_literal(record.hf_default);
+    auto literal = parse_toml_literal(value);
     if (!table || !literal) continue;
     table->insert_or_assign(segments.back(), *literal->get(kLiteralKey));
     data_->places[record.zhost_path] = place;

@@ -372,6 +372,38 @@ TEST(DeepSpeedJson, HfAutoIsFilledBySetCompanionOrZhostTable) {
   EXPECT_TRUE(fs::exists(dir.path() / "runs" / "auto" / "metrics.jsonl")) << trained.err;
 }
 
+// Note [DeepSpeed's clipping default]: a file that does not write gradient_clipping is clipped at 1.0, as
+// DeepSpeed clips it (measured against DeepSpeed 0.19.8 by bench/vs_deepspeed), with a note; 0 written in the
+// file, --set or the companion give another value without a clash, and a TOML config still does not clip.
+TEST(DeepSpeedJson, UnwrittenClippingTakesDeepSpeedsDefault) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}})");
+  dir.write("off.json", R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.0})");
+  dir.write("args.toml", "gradient_clipping = 0.5\n");
+  dir.write("train.toml", "train_micro_batch_size_per_gpu = 2\n");
+  const auto clipping = [&](const std::string& args) {
+    CliResult r = run_zhost(dir.path(), "config check " + args + kPlugins);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    for (const std::string& line : resolved_values(r.out))
+      if (line.rfind("gradient_clipping = ", 0) == 0)
+        return line + (r.out.find("not written") != std::string::npos ? " noted" : "");
+    return std::string("absent");
+  };
+  EXPECT_EQ(clipping("ds.json"), "gradient_clipping = 1.0 noted");
+  EXPECT_EQ(clipping("ds.json --set gradient_clipping=0"), "gradient_clipping = 0.0");
+  EXPECT_EQ(clipping("ds.json --companion args.toml"), "gradient_clipping = 0.5");
+  EXPECT_EQ(clipping("off.json"), "gradient_clipping = 0.0");
+  EXPECT_EQ(clipping("train.toml"), "gradient_clipping = 0.0");
+  CliResult noted = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  EXPECT_NE(noted.out.find("# ds.json:1:1: note: gradient_clipping not written: gradient_clipping = 1.0, DeepSpeed's "
+                           "default"),
+            std::string::npos)
+      << noted.out;
+  // config import writes the value DeepSpeed would use.
+  CliResult imported = run_zhost(dir.path(), "config import ds.json" + kPlugins);
+  EXPECT_NE(imported.out.find("\ngradient_clipping = 1.0"), std::string::npos) << imported.out;
+}
+
 // With --set fp16.enabled=true on fp16's "auto", DeepSpeed would read fp16's other keys: so does the mapping.
 TEST(DeepSpeedJson, SetFp16DecidesWhetherItsKeysAreRead) {
   ScratchDir dir;
