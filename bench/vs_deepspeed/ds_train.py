@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""bench/vs_deepspeed/ds_train.py: one rank of DeepSpeed training a Hugging Face model folder on a token file, with
+zhost's batches (samples.py) - the peer side of bench/vs_deepspeed.
+
+Started by torchrun (RANK, WORLD_SIZE, MASTER_ADDR in the environment), one process per rank, on the CPU:
+
+  DS_ACCELERATOR=cpu torchrun --nproc-per-node 2 ds_train.py --config ds_config.json --model DIR \
+      --tokens FILE --seq-len T --steps N --seed S --out DIR
+
+deepspeed.initialize gets the ds_config.json as it is (read by DeepSpeed itself).
+Writes OUT/metrics.jsonl (rank 0: step, loss (mean over ranks and micro-batches), grad_norm, lr, step_s),
+OUT/weights.safetensors (rank 0: the fp32 master weights, assembled from every rank), OUT/rank{r}.json (peak
+RSS, tokens/s).
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import samples  # noqa: E402
+
+
+def parse():
+    p = argparse.ArgumentParser()
+    p.add_argument("--config", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--tokens", required=True)
+    p.add_argument("--seq-len", type=int, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--attn", default="eager", help="HF attn_implementation (eager or sdpa)")
+    p.add_argument("--out", required=True)
+    return p.parse_args()
+
+
+def load_model(folder, attn):
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn,
+                                                              dtype=torch.float32)
+    model.train()
+    return model
+
+
+def loss_of(model, tokens, targets):
+    logits = model(input_ids=tokens).logits
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+
+def main():
+    args = parse()
+    with open(args.config) as f:
+        import hjson  # DeepSpeed's own reader of ds_config.json (comments, trailing commas)
+        config = json.loads(json.dumps(hjson.load(f)))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    os.makedirs(args.out, exist_ok=True)
+    micro = config["train_micro_batch_size_per_gpu"]
+    gas = config.get("gradient_accumulation_steps", 1)
+    data = samples.TokenFile(args.tokens, args.seq_len, args.seed)
+    model = load_model(args.model, args.attn)
+
+    import deepspeed
+    deepspeed.init_distributed(dist_backend="gloo")
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=args.config)
+
+    records, step_times = [], []
+    for step in range(args.steps):
+        start = time.perf_counter()
+        loss_sum = 0.0
+        lr = None
+        for k in range(gas):
+            tokens, targets = data.batch(step, samples.first_index(k, rank, world, micro), micro)
+            loss = loss_of(engine, tokens, targets)
+            engine.backward(loss)  # scales by 1/gas itself
+            if k == gas - 1:
+                lr = engine.get_lr()[0]  # the lr this step applies (the scheduler moves on in step())
+            engine.step()
+            loss_sum += loss.item()
+        grad_norm = engine.get_global_grad_norm()
+        grad_norm = float(grad_norm) if grad_norm is not None else None
+        step_times.append(time.perf_counter() - start)
+        mean = torch.tensor([loss_sum / gas], dtype=torch.float64)
+        dist.all_reduce(mean)
+        records.append({"step": step + 1, "loss": mean.item() / world, "grad_norm": grad_norm, "lr": lr,
+                        "step_s": step_times[-1]})
+
+    weights = final_weights(model)
+    if rank == 0:
+        with open(os.path.join(args.out, "metrics.jsonl"), "w") as out:
+            for r in records:
+                out.write(json.dumps(r) + "\n")
+        from safetensors.torch import save_file
+        save_file({k: v.contiguous() for k, v in weights.items()}, os.path.join(args.out, "weights.safetensors"))
+    timed = step_times[min(2, len(step_times) - 1):]  # the first steps warm up (allocations, JIT)
+    tokens_per_s = micro * gas * args.seq_len * len(timed) / sum(timed)
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open(os.path.join(args.out, f"rank{rank}.json"), "w") as out:
+        json.dump({"rank": rank, "tokens_per_s": tokens_per_s, "peak_rss_bytes": peak_rss}, out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def final_weights(model):
+    """Every parameter's fp32 master value, whole, under HF's names (a collective: every rank calls it)."""
+    from deepspeed.utils import safe_get_full_fp32_param
+    out = {}
+    for name, p in model.named_parameters():
+        full = safe_get_full_fp32_param(p)  # None where DeepSpeed keeps no master (stage 0 in fp32)
+        out[name] = (full if full is not None else p.detach()).float().cpu().clone()
+    return out
+
+
+if __name__ == "__main__":
+    main()
