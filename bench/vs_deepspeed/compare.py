@@ -10,6 +10,9 @@ by zhost on 2 CPU ranks each, and their per-step losses, grad norms, lrs and fin
   compare.py matrix WORK [--steps N] [--only NAME,...] [--kind gpt2|llama] [--out FILE]
       The configs of CONFIGS below (each written as WORK/configs/NAME.json), one line each, and a markdown
       table to FILE.
+  compare.py speed WORK [--steps N] [--out FILE]
+      Tokens/s (whole job) and peak RSS per rank of both, for the configs of SPEED, same threads (--threads,
+      OMP_NUM_THREADS for both; zhost's run.intra_op_threads follows it).
   compare.py check WORK
       The ctest Peer.SameLossesAndWeightsAsDeepSpeed: CHECKS below, each within its tolerances; exit 77 (skipped)
       when DeepSpeed is not installed.
@@ -238,6 +241,38 @@ def table(results):
     return "\n".join(lines)
 
 
+SPEED = ["s0-fp32", "s1-fp32", "s2-fp32", "s3-fp32", "s2-offload-fp32", "s3-offload-fp32", "s3-bf16"]
+
+
+def speed_of(run, config):
+    """Tokens/s of the whole job (median step time from step 6 on, the same rule for both) and peak RSS per rank."""
+    import statistics
+    tokens = config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * 2 * SEQ_LEN
+    z = [r for r in read_jsonl(os.path.join(run, "zhost", "metrics.jsonl")) if "step_time_ms" in r]
+    d = read_jsonl(os.path.join(run, "deepspeed", "metrics.jsonl"))
+    z_step = statistics.median(r["step_time_ms"] / 1e3 for r in z[5:])
+    d_step = statistics.median(r["step_s"] for r in d[5:])
+    z_rss = [max(r["memory"]["peak_rss"] for r in read_jsonl(os.path.join(run, "zhost", f"steps.rank{k}.jsonl")))
+             for k in range(2)]
+    d_rss = [json.load(open(os.path.join(run, "deepspeed", f"rank{k}.json")))["peak_rss_bytes"] for k in range(2)]
+    return {"zhost_tokens_per_s": tokens / z_step, "deepspeed_tokens_per_s": tokens / d_step,
+            "zhost_peak_rss_mb": [x / 2**20 for x in z_rss], "deepspeed_peak_rss_mb": [x / 2**20 for x in d_rss]}
+
+
+def speed(work, steps, zhost, threads):
+    lines = ["| config | zhost tokens/s | DeepSpeed tokens/s | DeepSpeed / zhost | zhost peak RSS per rank (MB) | "
+             "DeepSpeed peak RSS per rank (MB) | DeepSpeed / zhost |", "|---|---|---|---|---|---|---|"]
+    for name in SPEED:
+        one(CONFIGS[name], work, name, steps, zhost, threads)
+        r = speed_of(os.path.join(work, "runs", name), CONFIGS[name])
+        print(json.dumps({"name": name, **r}), flush=True)
+        zr, dr = r["zhost_peak_rss_mb"], r["deepspeed_peak_rss_mb"]
+        lines.append(f"| {name} | {r['zhost_tokens_per_s']:.0f} | {r['deepspeed_tokens_per_s']:.0f} | "
+                     f"{r['deepspeed_tokens_per_s'] / r['zhost_tokens_per_s']:.2f} | {zr[0]:.0f}, {zr[1]:.0f} | "
+                     f"{dr[0]:.0f}, {dr[1]:.0f} | {max(dr) / max(zr):.2f} |")
+    return "\n".join(lines)
+
+
 # `check` (the ctest Peer.SameLossesAndWeightsAsDeepSpeed): these configs, CHECK_STEPS steps each, and the
 # largest differences each may show (RESULTS.md gives what they were measured to be, and why they are not 0).
 CHECK_STEPS = 20
@@ -277,7 +312,7 @@ def check(work, zhost, threads):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["make", "one", "matrix", "check"])
+    p.add_argument("what", choices=["make", "one", "matrix", "check", "speed"])
     p.add_argument("args", nargs="+")
     p.add_argument("--kind", default="gpt2")
     p.add_argument("--steps", type=int, default=50)
@@ -290,6 +325,13 @@ def main():
     a = p.parse_args()
     if a.what == "check":
         sys.exit(check(os.path.abspath(a.args[0]), a.zhost, a.threads))
+    if a.what == "speed":
+        text = speed(os.path.abspath(a.args[0]), a.steps, a.zhost, a.threads)
+        print(text)
+        if a.out:
+            with open(a.out, "w") as out:
+                out.write(text + "\n")
+        return
     if a.what == "make":
         make(os.path.abspath(a.args[0]), a.kind)
     elif a.what == "one":
