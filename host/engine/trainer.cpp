@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "host/core/error.hpp"
+#include "host/core/text.hpp"
 #include "host/engine/activation_checkpoints.hpp"
 #include "host/engine/checkpointing.hpp"
 #include "host/engine/device.hpp"
@@ -196,6 +197,11 @@ struct Trainer::Impl {
     model = model::make_model(settings.model,
                               model::Placement{device, compute_dtype(settings.precision), !partitions_params});
     if (partitions_params) param_store = std::make_unique<ParamStore>(*model, services);
+    if (const auto unapplied = model::unapplied_hf_settings(settings.model); !unapplied.empty() && world.rank() == 0)
+      spdlog::warn(
+          "{}/config.json asks for dropout ({}), which zhost's models do not apply: this job trains without it, so "
+          "its losses differ from HF Trainer's with dropout; write 0.0 there to train as asked",
+          settings.model.path, text::join(unapplied, ", "));
     loader = std::make_unique<data::DataLoader>(settings.data);
     schedule = optim::make_schedule(settings.schedule, settings.optimizer.lr);
     if (settings.precision == Precision::kFp16) scaler = optim::LossScaler(settings.loss_scale);

@@ -146,6 +146,14 @@ ModelSpec resolve_hf_spec(const ModelSpec& spec) {
   return resolved;
 }
 
+std::vector<std::string> unapplied_hf_settings(const ModelSpec& spec) {
+  std::vector<std::string> unapplied;
+  if (spec.type != "hf") return unapplied;
+  for (const auto& [key, probability] : read_hf_config(spec.path).dropout)
+    if (probability > 0) unapplied.push_back(fmt::format("{} {}", key, probability));
+  return unapplied;
+}
+
 std::unique_ptr<Model> make_hf(const ModelSpec& spec, const Placement& placement) {
   return std::make_unique<HfModel>(spec, placement, read_hf_config(spec.path));
 }

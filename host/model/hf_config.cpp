@@ -45,6 +45,14 @@ class Fields {
       bad(fmt::format("\"{}\" is {}, but it must be a positive number", key, value.dump()));
     return value.get<double>();
   }
+  // A probability (dropout): a number in [0, 1].
+  double probability_or(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    const json& value = root_[key];
+    if (!value.is_number() || !(value.get<double>() >= 0 && value.get<double>() <= 1))
+      bad(fmt::format("\"{}\" is {}, but it must be a probability from 0 to 1", key, value.dump()));
+    return value.get<double>();
+  }
   bool flag_or(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
     if (!root_[key].is_boolean())
@@ -81,6 +89,8 @@ void read_gpt2(const Fields& f, HfConfig& c) {
   c.vocab = f.positive("vocab_size");
   c.max_positions = f.positive("n_positions");
   c.norm_eps = f.number_or("layer_norm_epsilon", 1e-5);
+  for (const char* key : {"embd_pdrop", "attn_pdrop", "resid_pdrop"})
+    c.dropout.emplace_back(key, f.probability_or(key, 0.1));
   const std::string act = f.string_or("activation_function", "gelu_new");
   f.require(act == "gelu_new" || act == "gelu_pytorch_tanh", "activation_function", "\"gelu_new\"");
   f.require(f.flag_or("scale_attn_weights", true), "scale_attn_weights", "true");
@@ -100,6 +110,7 @@ void read_llama(const Fields& f, HfConfig& c) {
   c.vocab = f.positive("vocab_size");
   c.max_positions = f.positive_or("max_position_embeddings", 2048);
   c.norm_eps = f.number_or("rms_norm_eps", 1e-6);
+  c.dropout.emplace_back("attention_dropout", f.probability_or("attention_dropout", 0.0));
   if (!f.has("head_dim") && c.width % c.heads != 0)
     f.bad(fmt::format("hidden_size {} is not divisible by num_attention_heads {}; give head_dim", c.width, c.heads));
   c.head_dim = f.positive_or("head_dim", c.width / c.heads);

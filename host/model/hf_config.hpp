@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zhost::formats {
@@ -26,6 +27,9 @@ struct HfConfig {
   double rope_theta = 0;       // llama, mistral
   bool tied = false;           // the head's projection is the token embedding
   int64_t sliding_window = 0;  // mistral: attention window; 0 = none (zhost's attention is full causal)
+  // Dropout probabilities config.json asks for (HF's defaults when absent: GPT-2 0.1 each, Llama/Mistral 0),
+  // as "key value"; zhost's models apply none (unapplied_hf_settings in model.hpp).
+  std::vector<std::pair<std::string, double>> dropout;
   bool gpt2() const { return model_type == "gpt2"; }
 };
 

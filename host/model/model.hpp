@@ -59,6 +59,11 @@ struct ModelSpec {
 // "hf", reads config.json and fills every dimension from it.
 ModelSpec resolve_spec(const ModelSpec& spec);
 
+// model.type = "hf": what the folder's config.json asks of training that zhost's models do not do, one "key value"
+// text each: dropout probabilities above 0 (GPT-2's config defaults to 0.1 each; zhost trains without dropout, as
+// HF's model in eval mode computes). Empty for other types. The engine warns about them once.
+std::vector<std::string> unapplied_hf_settings(const ModelSpec& spec);
+
 // Where and how the parameters are created.
 struct Placement {
   at::Device device = at::kCPU;

@@ -7,6 +7,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "host/formats/safetensors.hpp"
@@ -137,3 +140,36 @@ TEST(HfConfigCheck, RefusesAFolderThatDoesNotFitWithItsLocation) {
 }
 
 }  // namespace
+
+// HF's GPT-2 config defaults to dropout 0.1 (embd, attn, resid); zhost's models apply none, and say so once with
+// what was asked. A config.json that writes 0.0 for each trains without the warning.
+TEST(HfTraining, DropoutThatZhostDoesNotApplyIsWarnedAbout) {
+  REQUIRE_PYTHON();
+  ScratchDir dir;
+  const std::string warning =
+      "/config.json asks for dropout (embd_pdrop 0.1, attn_pdrop 0.1, resid_pdrop 0.1), "
+      "which zhost's models do not apply";
+  const RunOutput asked = run_zhost(dir.path(), job_config(model_folder("gpt2")), "asked",
+                                    "--set steps=1 --set run.save_final_weights=false");
+  ASSERT_EQ(asked.exit_code, 0) << asked.err;
+  EXPECT_NE(asked.err.find(warning), std::string::npos) << asked.err;
+  // The same folder with the three probabilities written as 0.0.
+  const std::filesystem::path quiet = dir.path() / "gpt2-no-dropout";
+  std::filesystem::copy(model_folder("gpt2"), quiet);
+  std::ifstream in(quiet / "config.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t brace = config.find('{');
+  ASSERT_NE(brace, std::string::npos) << config;
+  config.insert(brace + 1, "\"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0, \"resid_pdrop\": 0.0, ");
+  std::ofstream(quiet / "config.json") << config;
+  const RunOutput none =
+      run_zhost(dir.path(), job_config(quiet.string()), "none", "--set steps=1 --set run.save_final_weights=false");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_EQ(none.err.find("asks for dropout"), std::string::npos) << none.err;
+  // A probability outside [0, 1] is the file's error, with the key.
+  std::ofstream(quiet / "config.json") << std::string(config).replace(config.find("0.0"), 3, "1.5");
+  const RunOutput bad = run_zhost(dir.path(), job_config(quiet.string()), "bad", "--set steps=1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("\"embd_pdrop\" is 1.5, but it must be a probability from 0 to 1"), std::string::npos)
+      << bad.err;
+}
