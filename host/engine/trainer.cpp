@@ -184,6 +184,17 @@ struct Trainer::Impl {
     }
   }
 
+  // Once per job, on rank 0 only (it reads the folder's config.json again): what an HF folder asks that the model
+  // does not do.
+  void warn_about_unapplied_hf_settings() const {
+    const std::vector<std::string> unapplied = model::unapplied_hf_settings(settings.model);
+    if (unapplied.empty()) return;
+    spdlog::warn(
+        "{}/config.json asks for dropout ({}), which zhost's models do not apply: this job trains without it, so "
+        "its losses differ from HF Trainer's with dropout; write 0.0 there to train as asked",
+        settings.model.path, text::join(unapplied, ", "));
+  }
+
   void build() {
     device = training_device(settings);
     check_precision_supported(settings.precision, device);
@@ -197,11 +208,7 @@ struct Trainer::Impl {
     model = model::make_model(settings.model,
                               model::Placement{device, compute_dtype(settings.precision), !partitions_params});
     if (partitions_params) param_store = std::make_unique<ParamStore>(*model, services);
-    if (const auto unapplied = model::unapplied_hf_settings(settings.model); !unapplied.empty() && world.rank() == 0)
-      spdlog::warn(
-          "{}/config.json asks for dropout ({}), which zhost's models do not apply: this job trains without it, so "
-          "its losses differ from HF Trainer's with dropout; write 0.0 there to train as asked",
-          settings.model.path, text::join(unapplied, ", "));
+    if (world.rank() == 0) warn_about_unapplied_hf_settings();
     loader = std::make_unique<data::DataLoader>(settings.data);
     schedule = optim::make_schedule(settings.schedule, settings.optimizer.lr);
     if (settings.precision == Precision::kFp16) scaler = optim::LossScaler(settings.loss_scale);
