@@ -2,7 +2,7 @@
 # bench/checkpoint/async.sh BUILD_DIR DIR [ROUNDS]: what a checkpoint costs a training job, synchronous and
 # asynchronous. The 101M-parameter llama of examples/configs/stage3.toml on 2 ranks at stage 2 trains 12 steps
 # three ways, interleaved for ROUNDS rounds: without checkpoints, saving every 4 steps (3 saves of 1.2 GB: fp32
-# masters and Adam's two states), and the same with checkpoint.async. Prints each run's wall time and, per
+# masters and Adam's two states), and the same with experimental.checkpoint_async. Prints each run's wall time and, per
 # save, the time the run took over the one without checkpoints (medians over rounds).
 set -euo pipefail
 build=${1:?usage: async.sh BUILD_DIR DIR [ROUNDS]}
@@ -43,7 +43,7 @@ for round in $(seq "$rounds"); do
     case $variant in
       none) args=() ;;
       sync) args=(--set checkpoint.interval=4) ;;
-      async) args=(--set checkpoint.interval=4 --set checkpoint.async=true) ;;
+      async) args=(--set checkpoint.interval=4 --set experimental.checkpoint_async=true) ;;
     esac
     start=$(date +%s.%N)
     job "$variant" "${args[@]}"

@@ -15,8 +15,8 @@ shift $(($# < 4 ? $# : 4))
 dpu="--set zero.offload_optimizer.delayed_update=true"
 settings=("$@")
 if [ ${#settings[@]} -eq 0 ]; then
-  settings=("$dpu" "$dpu --set zero.offload_optimizer.delayed_update_extrapolation=1.5"
-            "$dpu --set zero.offload_optimizer.delayed_update_extrapolation=1.2 --set zero.offload_optimizer.delayed_update_lookahead=0.1")
+  settings=("$dpu" "$dpu --set experimental.delayed_update_extrapolation=1.5"
+            "$dpu --set experimental.delayed_update_extrapolation=1.2 --set experimental.delayed_update_lookahead=0.1")
 fi
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d "$dir/bench-dpu-loss-XXXXXX")

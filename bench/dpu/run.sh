@@ -11,7 +11,7 @@
 # tokens/s over steps 3 to STEPS-1 (the first steps warm up, the last one waits for its update) and the mean
 # time the host waits in the stage's step(); per setup: the median over rounds and the ratio with / without.
 # EXTRAPOLATION=K and/or LOOKAHEAD=C add a third run per setup and round, DPU with
-# zero.offload_optimizer.delayed_update_extrapolation = K and zero.offload_optimizer.delayed_update_lookahead = C
+# experimental.delayed_update_extrapolation = K and experimental.delayed_update_lookahead = C
 # ("ext"), and its ratios to DPU without them and to no DPU. STAGE=3 runs the same jobs at ZeRO stage 3 (default 2).
 set -euo pipefail
 build=${1:?usage: run.sh BUILD_DIR DIR [ROUNDS] [STEPS]}
@@ -60,8 +60,8 @@ for round in $(seq "$rounds"); do
       esac
       [ $dpu != off ] && args+=(--set zero.offload_optimizer.delayed_update=true
         --set zero.offload_optimizer.delayed_update_start_step=1)
-      [ $dpu = ext ] && args+=(--set zero.offload_optimizer.delayed_update_extrapolation="${EXTRAPOLATION:-0}"
-        --set zero.offload_optimizer.delayed_update_lookahead="${LOOKAHEAD:-0}")
+      [ $dpu = ext ] && args+=(--set experimental.delayed_update_extrapolation="${EXTRAPOLATION:-0}"
+        --set experimental.delayed_update_lookahead="${LOOKAHEAD:-0}")
       name=$setup-$dpu-$round
       "$build/bin/zhost" run "$work/job.toml" "${args[@]}" --set run.dir="$work/runs" --set run.name="$name" \
         >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }

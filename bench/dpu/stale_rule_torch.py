@@ -11,9 +11,9 @@ peak over the job), 16 sequences per step (the example's 2 ranks x 8) drawn from
 
 The rule, from step S on: step t's gradients are taken on the weights before the previous update (the forward
 model keeps W_{t-1} while the optimizer's copy moves to W_t); before S the update is applied at once. With
---extrapolation K (zero.offload_optimizer.delayed_update_extrapolation) the forward model gets
+--extrapolation K (experimental.delayed_update_extrapolation) the forward model gets
 W_{t-1} + K (W_{t-1} - W_{t-2}) instead of W_{t-1}, once a delayed update has a predecessor to extrapolate from.
-With --lookahead C (zero.offload_optimizer.delayed_update_lookahead) it also gets C lr_t sqrt(N) g_t / ||g_t||
+With --lookahead C (experimental.delayed_update_lookahead) it also gets C lr_t sqrt(N) g_t / ||g_t||
 subtracted, g_t the step's clipped gradients and N the parameter count (Note [Delayed parameter update]);
 --lookahead-scale tensor scales g_t by each tensor's own root mean square instead (not built in zhost). With
 --adam-lookahead (an experiment, not built in zhost: bench/dpu/RESULTS.md, "Predicting the step in flight") the

@@ -254,7 +254,7 @@ nvme_folder() {
 
 # Part 1's training. The job: examples/configs/train.toml (2 layers, width 128, AdamW, clipping, warmup and
 # cosine schedule) as a llama, on the license texts, micro-batches of 4, 2 accumulated, 20 steps (4 on the CPU),
-# buckets of 50000 elements; stage 0 reduces each micro-batch (zero.reduce_each_micro_batch, the summation order
+# buckets of 50000 elements; stage 0 reduces each micro-batch (debug.reduce_each_micro_batch, the summation order
 # of stages 2 and 3: docs/architecture.md, "One summation order"). A llama, as tests/zero's offload tests: the
 # gpt's attention key biases have a true gradient of zero, so runs that round differently drift apart there by
 # what Adam makes of rounding noise (tests/training/equivalence_test.cpp), which the tolerances below would mistake
@@ -265,7 +265,7 @@ equalities() {
   local job=(--set model.type=llama --set run.device="$device" --set steps=$steps --set train_micro_batch_size_per_gpu=4
     --set gradient_accumulation_steps=2 --set zero.reduce_bucket_size=50000 --set run.save_final_weights=true
     --set data.path="$bundle/data/common-licenses" --set comm.timeout_s=120 --set steps_per_print=5)
-  local each=(--set zero.reduce_each_micro_batch=true) one=(--nproc 1)
+  local each=(--set debug.reduce_each_micro_batch=true) one=(--nproc 1)
   # What "equal" means on this device: bit for bit if stage 0 itself repeats bit for bit; else within 1e-5 (fp32)
   # and 1e-2 (bf16, whose rounding step is 2^-8), weights per tensor and losses.
   local exact=(--bitwise) exact_bf16=(--bitwise) exact_text="bitwise"

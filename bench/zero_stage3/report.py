@@ -8,7 +8,7 @@ prefetch: per rank count and stage3_prefetch_bucket_size, the median over rounds
 memory: per rank count, rank 0's peak RSS and model-state bytes (model_states.json: the partition's
   tensors, and for stage 3 the peak of gathered parameters apart) for stage 0 and stage 3, and 3 / 0.
 traffic: bytes rank 0 sent in the last step against 3cΨ(N-1)/N (c = 4 bytes, fp32).
-agreement: per rank count, stage 0's step time and stage 3's with zero.stage3_rank_agreement =
+agreement: per rank count, stage 0's step time and stage 3's with experimental.stage3_rank_agreement =
   each_collective and each_micro_batch, stage 3 / stage 0 in the same round, and the host's time blocked on
   rank agreement per step ("stage3/rank_agreement_ms").
 Parts whose run directories are missing are left out; a missing or failed run shows as "failed".

@@ -12,7 +12,7 @@
 #             and 4 ranks, and stage 3 / stage 0 per rank count.
 #   traffic   bytes one rank sends per step with stage 3 (reuse distance 0, persistence threshold 0, so
 #             every parameter is gathered twice and reduce-scattered once) against 3cΨ(N-1)/N.
-#   agreement stage 3 against stage 0 on 2 and 4 ranks with zero.stage3_rank_agreement = each_collective
+#   agreement stage 3 against stage 0 on 2 and 4 ranks with experimental.stage3_rank_agreement = each_collective
 #             (a blocking 16-byte exchange before every gather and reduction) and each_micro_batch (none),
 #             the three back to back per round in a rotating order: step time, stage 3 / stage 0 in the
 #             same round, and the host's time blocked on agreement per step ("stage3/rank_agreement_ms").
@@ -122,7 +122,7 @@ if [[ " $parts " == *" agreement "* ]]; then
         echo "run.sh: agreement round $round/$rounds ranks $ranks $setting" >&2
         extra=(--set zero.stage=0)
         [[ $setting != stage0 ]] && extra=("${stage3_common[@]}" --set zero.stage3_param_persistence_threshold=1000
-                                           --set "zero.stage3_rank_agreement=$setting")
+                                           --set "experimental.stage3_rank_agreement=$setting")
         # shellcheck disable=SC2086
         run "agreement/round$round/n$ranks-$setting" "$ranks" "${extra[@]}" $size \
           --set "steps=$((warmup + measured))" --set "steps_per_print=$warmup" \

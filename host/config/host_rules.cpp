@@ -439,8 +439,8 @@ void add_nvme_rules(Schema& schema) {
   for (const auto& [key, does] : {std::pair<const char*, const char*>{"extrapolation", "extrapolates"},
                                   std::pair<const char*, const char*>{"lookahead", "looks ahead from"}})
     warning_rule(schema,
-                 {std::string("zero.offload_optimizer.delayed_update_") + key, "zero.offload_optimizer.delayed_update"},
-                 [path = std::string("zero.offload_optimizer.delayed_update_") + key,
+                 {std::string("experimental.delayed_update_") + key, "zero.offload_optimizer.delayed_update"},
+                 [path = std::string("experimental.delayed_update_") + key,
                   does = std::string(does)](const ResolvedConfig& config) -> Problem {
                    const double value = config.get_float(path);
                    if (value == 0 || config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;
@@ -451,14 +451,14 @@ void add_nvme_rules(Schema& schema) {
                  });
   // Note [Delayed parameter update], lookahead: a step of Adam's size, c lr per element on average.
   rule(schema,
-       {"zero.offload_optimizer.delayed_update_lookahead", "zero.offload_optimizer.delayed_update", "optimizer.type"},
+       {"experimental.delayed_update_lookahead", "zero.offload_optimizer.delayed_update", "optimizer.type"},
        [](const ResolvedConfig& config) -> Problem {
-         const double c = config.get_float("zero.offload_optimizer.delayed_update_lookahead");
+         const double c = config.get_float("experimental.delayed_update_lookahead");
          if (c == 0 || !config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;
          const std::string type = config.get_string("optimizer.type");
          if (type == "Adam" || type == "AdamW") return std::nullopt;
          return fmt::format(
-             "zero.offload_optimizer.delayed_update_lookahead = {:g} takes a step of Adam's size, and optimizer.type "
+             "experimental.delayed_update_lookahead = {:g} takes a step of Adam's size, and optimizer.type "
              "is \"{}\"; set it to 0, or use Adam or AdamW",
              c, type);
        });

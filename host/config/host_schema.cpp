@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <initializer_list>
+#include <utility>
+
 #include "host/config/host_rules.hpp"
 
 namespace zhost::config {
@@ -132,8 +135,6 @@ void add_model_keys(HostKeys& keys) {
               "(no [T, T] scores kept); eager = explicit q k^T, mask, softmax (Note [Attention kernels])");
   keys.number("model.layer_drop", 0.0,
               "LayerDrop: probability that a transformer block is skipped in a training micro-batch", from_below(0, 1));
-  keys.flag("model.layer_drop_per_rank", false,
-            "draw the skipped blocks independently on each rank (false: the same blocks on every rank)");
 }
 
 void add_data_keys(HostKeys& keys) {
@@ -244,14 +245,6 @@ void add_zero_keys(HostKeys& keys) {
                "zhost: with delayed_update, the first delayed step; the steps before it step synchronously "
                "(1 = delayed from the first step)",
                at_least(1));
-  keys.number("zero.offload_optimizer.delayed_update_extrapolation", 0.0,
-              "zhost: with delayed_update, k: delayed steps run on the last weights extrapolated along their last "
-              "update, W + k (W - W_before); 0 = the stale weights themselves",
-              between(0, 8));
-  keys.number("zero.offload_optimizer.delayed_update_lookahead", 0.0,
-              "zhost: with delayed_update, c: delayed steps also run a step of c lr ahead along the gradients of the "
-              "step in flight, scaled to unit root mean square (Adam and AdamW); 0 = none",
-              between(0, 1));
   keys.text_list("zero.offload_optimizer.swap_schedule", {},
                  "zhost: hot swaps of the storage under the optimizer's tier, each \"STEP:STORAGE\" (after step STEP "
                  "the states move into STORAGE: cpu, nvme or a storing tier's name), steps increasing");
@@ -308,8 +301,6 @@ void add_runtime_keys(HostKeys& keys) {
   keys.integer("checkpoint.interval", 0, "save a checkpoint every this many steps; 0 = never by count", at_least(0));
   keys.integer("checkpoint.keep_last", 2, "checkpoints kept under checkpoint.dir; older ones are removed", at_least(1));
   keys.flag("checkpoint.at_end", false, "save a checkpoint after the last step");
-  keys.flag("checkpoint.async", false,
-            "copy the states into host memory at the save and write them while training goes on");
   keys.flag("checkpoint.on_signal", true,
             "on SIGTERM or SIGINT, save a checkpoint at the next step boundary, then stop (exit code 0)");
   keys.text("checkpoint.resume", "",
@@ -319,9 +310,34 @@ void add_runtime_keys(HostKeys& keys) {
   keys.choice("log.level", "info", {"trace", "debug", "info", "warn", "error"}, "log verbosity");
 }
 
-// Test switches: not settings a user tunes (no DeepSpeed key maps here); they let one GPU exercise multi-rank CUDA
-// paths (scripts/gpu-check).
+// Note [Research and test switches]: a user tunes what DeepSpeed or zhost documents as a setting; what zhost
+// keeps for research (variants measured in a bench, not shown to pay off everywhere) lives under `experimental.*`,
+// what exists for tests (bitwise comparisons, one GPU standing in for several) under `debug.*`. No DeepSpeed key
+// maps to either; their long-form prose is beside their bench (bench/*/RESULTS.md), not in docs/config.md.
+void add_experimental_keys(HostKeys& keys) {
+  keys.number("experimental.delayed_update_extrapolation", 0.0,
+              "with zero.offload_optimizer.delayed_update, k: delayed steps run on the last weights extrapolated along "
+              "their last "
+              "update, W + k (W - W_before); 0 = the stale weights themselves",
+              between(0, 8));
+  keys.number("experimental.delayed_update_lookahead", 0.0,
+              "with zero.offload_optimizer.delayed_update, c: delayed steps also run a step of c lr ahead along the "
+              "gradients of the "
+              "step in flight, scaled to unit root mean square (Adam and AdamW); 0 = none",
+              between(0, 1));
+  keys.flag("experimental.checkpoint_async", false,
+            "copy the states into host memory at the save and write them while training goes on");
+}
+
+// Test switches (Note [Research and test switches]): the GPU ones let one GPU exercise multi-rank CUDA paths
+// (scripts/gpu-check).
 void add_debug_keys(HostKeys& keys) {
+  keys.flag("debug.layer_drop_per_rank", false,
+            "tests only: with model.layer_drop, draw the skipped blocks independently on each rank (false: the same "
+            "blocks on every rank)");
+  keys.flag("debug.deferred_device_copies", false,
+            "tests only, CPU jobs: the host claims separate device memory and runs each host-device copy as late "
+            "as its ordering allows, so that plugins take their GPU staging path (host/engine/device_copies.hpp)");
   keys.flag("debug.share_cuda_device", false,
             "tests only: let a node run more ranks than it has GPUs (rank r on device r mod GPUs), with collectives "
             "of CUDA tensors over Gloo through host memory; slow, for equality tests on one GPU");
@@ -341,6 +357,7 @@ void add_host_keys(Schema& schema) {
   add_precision_keys(keys);
   add_zero_keys(keys);
   add_runtime_keys(keys);
+  add_experimental_keys(keys);
   add_debug_keys(keys);
   add_host_rules(schema);
   // DeepSpeed's JSON layout, pointed to zhost's tables in unknown-key messages.
@@ -348,6 +365,15 @@ void add_host_keys(Schema& schema) {
   schema.add_rename_hint("optimizer.params", "optimizer");
   schema.add_rename_hint("scheduler.params", "scheduler");
   schema.add_rename_hint("bfloat16", "bf16");
+  // Where the research and test switches lived before Note [Research and test switches].
+  for (const auto& [before, now] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"zero.offload_optimizer.delayed_update_extrapolation", "experimental.delayed_update_extrapolation"},
+           {"zero.offload_optimizer.delayed_update_lookahead", "experimental.delayed_update_lookahead"},
+           {"zero.stage3_rank_agreement", "experimental.stage3_rank_agreement"},
+           {"checkpoint.async", "experimental.checkpoint_async"},
+           {"zero.reduce_each_micro_batch", "debug.reduce_each_micro_batch"},
+           {"model.layer_drop_per_rank", "debug.layer_drop_per_rank"}})
+    schema.add_rename_hint(before, now);
 }
 
 }  // namespace zhost::config

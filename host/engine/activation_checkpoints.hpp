@@ -23,7 +23,7 @@
 // device work (order_compute_after, right after block b's forward is issued), so the freed input cannot
 // be overwritten while it is copied; the copy back is ordered before block b recomputes. Each copy is
 // waited for exactly once: the copy out before its copy back starts, the copy back after the
-// recomputation. Under ZHOST_DEVICE_COPIES=deferred every copy runs as late as that allows, so a missing
+// recomputation. Under debug.deferred_device_copies every copy runs as late as that allows, so a missing
 // order shows as wrong values (tests/training/activation_checkpointing_test.cpp).
 //
 // number_checkpoints = K checkpoints K of the N transformer blocks, evenly spread from the first: layer j

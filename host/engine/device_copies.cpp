@@ -151,26 +151,22 @@ zhost_status* wait(zhost_host_context* ctx, zhost_copy* copy) {
   });
 }
 
-CopyMode choose_mode(const at::Device& device) {
-  const char* env = std::getenv("ZHOST_DEVICE_COPIES");
-  const std::string wanted = env ? env : "";
-  if (!wanted.empty() && wanted != "deferred" && wanted != "immediate")
-    fail_usage("ZHOST_DEVICE_COPIES='{}' is not a copy mode: unset it, or set 'deferred' (CPU jobs, for tests)",
-               wanted);
+CopyMode choose_mode(const at::Device& device, bool deferred) {
   if (device.is_cuda()) {
-    if (wanted == "deferred")
-      fail_usage("ZHOST_DEVICE_COPIES=deferred is a test mode for CPU jobs; unset it to train on {}", device.str());
+    if (deferred)
+      fail_usage("debug.deferred_device_copies = true is a test mode for CPU jobs; remove it to train on {}",
+                 device.str());
     return CopyMode::kCuda;
   }
-  return wanted == "deferred" ? CopyMode::kDeferred : CopyMode::kImmediate;
+  return deferred ? CopyMode::kDeferred : CopyMode::kImmediate;
 }
 
 }  // namespace
 
-DeviceCopies::DeviceCopies(const at::Device& device, HostServices& services)
+DeviceCopies::DeviceCopies(const at::Device& device, HostServices& services, bool deferred)
     : state_(std::make_unique<State>()), services_(services) {
   state_->device = device;
-  state_->mode = choose_mode(device);
+  state_->mode = choose_mode(device, deferred);
 #if !ZHOST_WITH_CUDA
   if (state_->mode == CopyMode::kCuda) fail("this zhost build has no CUDA copies (ZHOST_WITH_CUDA is off)");
 #endif
@@ -187,7 +183,7 @@ DeviceCopies::DeviceCopies(const at::Device& device, HostServices& services)
 #endif
   if (state_->mode == CopyMode::kDeferred)
     spdlog::warn(
-        "ZHOST_DEVICE_COPIES=deferred: host-device copies are staged and run as late as allowed (a test "
+        "debug.deferred_device_copies: host-device copies are staged and run as late as allowed (a test "
         "mode: slower, same results)");
 }
 

@@ -8,7 +8,7 @@
 //              it, order_compute_after() makes the compute stream wait for that event. Pinned buffers of
 //              the host-services table come from LibTorch's pinned-memory allocator.
 //   immediate  training in host memory: start() copies at once and hands back no copy.
-//   deferred   ZHOST_DEVICE_COPIES=deferred, CPU jobs only, for tests: the host claims separate device
+//   deferred   debug.deferred_device_copies = true, CPU jobs only, for tests: the host claims separate device
 //              memory, so that plugins take the staged path they take on a GPU, and runs each copy as late
 //              as the contract allows (at order_compute_after() or wait()). A plugin that reads a
 //              destination before waiting, or overwrites a source too early, then computes with stale
@@ -30,8 +30,8 @@ namespace zhost::engine {
 class DeviceCopies {
  public:
   // Serves copies for a job training on `device` through `services` (and, on CUDA, pinned buffers) until
-  // destroyed. Throws a usage error for a bad ZHOST_DEVICE_COPIES.
-  DeviceCopies(const at::Device& device, HostServices& services);
+  // destroyed; `deferred` (debug.deferred_device_copies) asks for the deferred mode, a usage error on CUDA.
+  DeviceCopies(const at::Device& device, HostServices& services, bool deferred);
   ~DeviceCopies();
   DeviceCopies(const DeviceCopies&) = delete;
   DeviceCopies& operator=(const DeviceCopies&) = delete;

@@ -291,7 +291,7 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
     Observation observation(settings, run_path, env, *collectives, *job.services);
     // Copies between host memory and the device outlive the plugin instances: their destructors may still
     // complete copies in flight (a step that failed half way).
-    DeviceCopies copies(training_device(settings), *job.services);
+    DeviceCopies copies(training_device(settings), *job.services, settings.deferred_device_copies);
     copies.set_trace(observation.trace());
     PluginInstances instances(*job.services);
     instances.create_all(job.resolution, [&](const LoadedPlugin& p) { return job.plugin_config(p); });

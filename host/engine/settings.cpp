@@ -106,7 +106,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   // A Hugging Face model's dimensions (vocab for the data among them) come from its config.json.
   if (s.model.type == "hf") s.model = model::resolve_spec(s.model);
   s.layer_drop = c.get_float("model.layer_drop");
-  s.layer_drop_per_rank = c.get_bool("model.layer_drop_per_rank");
+  s.layer_drop_per_rank = c.get_bool("debug.layer_drop_per_rank");
   s.rank = rank;
 
   s.data.source = c.get_string("data.type");
@@ -150,6 +150,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.backend = comm::parse_backend(c.get_string("comm.backend"));
   s.comm_timeout_s = c.get_float("comm.timeout_s");
   s.device = c.get_string("run.device");
+  s.deferred_device_copies = c.get_bool("debug.deferred_device_copies");
   s.share_cuda_device = c.get_bool("debug.share_cuda_device");
   s.nccl_single_rank = c.get_bool("debug.nccl_single_rank");
   s.run_dir = c.get_string("run.dir");
@@ -164,7 +165,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.checkpoint.keep_last = c.get_int("checkpoint.keep_last");
   s.checkpoint.at_end = c.get_bool("checkpoint.at_end");
   s.checkpoint.on_signal = c.get_bool("checkpoint.on_signal");
-  s.checkpoint.async = c.get_bool("checkpoint.async");
+  s.checkpoint.async = c.get_bool("experimental.checkpoint_async");
   s.checkpoint.resume = c.get_string("checkpoint.resume");
   s.intra_op_threads = static_cast<int>(c.get_int("run.intra_op_threads"));
   s.peak_tflops = c.get_float("run.peak_tflops");

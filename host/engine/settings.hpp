@@ -29,7 +29,7 @@ struct CheckpointSettings {
   int64_t keep_last = 2;
   bool at_end = false;
   bool on_signal = true;
-  bool async = false;  // checkpoint.async: write from a snapshot while training goes on
+  bool async = false;  // experimental.checkpoint_async: write from a snapshot while training goes on
   std::string resume;  // checkpoint.resume: "" = start afresh
 };
 
@@ -76,10 +76,11 @@ struct TrainSettings {
   // zero.offload_optimizer.delayed_update_start_step with delayed_update on, else 0: from this step on the
   // tier's step (and its storing tier's transfers) runs past the step boundary (Note [Delayed parameter update])
   int64_t delayed_update_from = 0;
-  int local_rank = 0;              // picks the CUDA device
-  int local_world_size = 1;        // ranks on this node
-  bool share_cuda_device = false;  // debug.share_cuda_device: more local ranks than GPUs, CUDA over Gloo
-  bool nccl_single_rank = false;   // debug.nccl_single_rank: a one-rank group's collectives through NCCL
+  int local_rank = 0;                   // picks the CUDA device
+  int local_world_size = 1;             // ranks on this node
+  bool deferred_device_copies = false;  // debug.deferred_device_copies: Note in device_copies.hpp
+  bool share_cuda_device = false;       // debug.share_cuda_device: more local ranks than GPUs, CUDA over Gloo
+  bool nccl_single_rank = false;        // debug.nccl_single_rank: a one-rank group's collectives through NCCL
   CheckpointSettings checkpoint;
   FlopsProfilerSettings flops_profiler;
 };

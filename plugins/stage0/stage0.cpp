@@ -14,7 +14,7 @@
 // equal to stage 0.
 //
 // Gradient accumulation: gradients accumulate in .grad across micro-batches and are reduced once, at the
-// boundary (as stage 1). With zero.reduce_each_micro_batch every micro-batch's gradients are reduced and the
+// boundary (as stage 1). With debug.reduce_each_micro_batch every micro-batch's gradients are reduced and the
 // sums accumulated, the order of stages 2 and 3, so that those can be compared with stage 0 bit for bit
 // under accumulation too (the plugin then zeroes each .grad it has taken). A parameter whose gradient did
 // not arrive in a reduced micro-batch (a block LayerDrop skipped) contributes zeros.
@@ -42,7 +42,7 @@ class DataParallel : public sdk::PartitionHooks {
   explicit DataParallel(const sdk::Host& host)
       : host_(host),
         bucket_elements_(host.config_int("zero.reduce_bucket_size")),
-        reduce_each_micro_batch_(host.config_bool("zero.reduce_each_micro_batch")) {}
+        reduce_each_micro_batch_(host.config_bool("debug.reduce_each_micro_batch")) {}
 
   void setup(const zhost_partition_setup& setup) {
     params_.clear();
@@ -184,7 +184,7 @@ const zhost_plugin_descriptor* describe() {
           "gathered from one flat buffer by the reducer of stages 1-3")
       .provides({"partition:stage0"})
       .config_int("zero.reduce_bucket_size", 500000000, "elements per gradient reduction bucket", 1, 1e15)
-      .config_bool("zero.reduce_each_micro_batch", false,
+      .config_bool("debug.reduce_each_micro_batch", false,
                    "zhost: reduce every micro-batch's gradients (the order of stages 2 and 3) instead of once at the "
                    "accumulation boundary, for bitwise comparisons with accumulation");
   return builder.build();

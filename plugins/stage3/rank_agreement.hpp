@@ -1,6 +1,6 @@
 // plugins/stage3/rank_agreement.hpp: that every rank walks stage 3's blocks alike. Ranks that gather or
 // reduce different units would start collectives of different sizes, which Gloo answers by aborting the
-// process; zero.stage3_rank_agreement chooses when they compare:
+// process; experimental.stage3_rank_agreement chooses when they compare:
 //   each_collective   before every gather and reduction, a blocking all-gather of (kind, unit): the job
 //                     stops at the first collective where ranks part, naming the ranks and the units; the
 //                     host's time blocked there is the span "stage3/rank_agreement"

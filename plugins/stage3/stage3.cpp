@@ -23,7 +23,7 @@ Stage3Options read_options(const sdk::Host& host) {
   o.offload_buffer_size = host.config_int("zero.offload_param.buffer_size");
   o.offload_max_in_cpu = host.config_int("zero.offload_param.max_in_cpu");
   o.step_chunk = host.config_int("zero.offload_optimizer.step_chunk_size");
-  o.agree_each_collective = host.config_string("zero.stage3_rank_agreement") == "each_collective";
+  o.agree_each_collective = host.config_string("experimental.stage3_rank_agreement") == "each_collective";
   o.delayed = zero::read_delayed_update_options(host);
   if (!host.config_bool("zero.contiguous_gradients"))
     host.warn(
@@ -77,7 +77,7 @@ const zhost_plugin_descriptor* describe() {
                     0, 1e15)
         .config_bool("zero.stage3_gather_16bit_weights_on_model_save", false,
                      "gather the full 16-bit weights when the model is saved")
-        .config_string("zero.stage3_rank_agreement", "each_collective",
+        .config_string("experimental.stage3_rank_agreement", "each_collective",
                        "zhost: when ranks check they walk the blocks alike: before each gather and reduction (a "
                        "blocking exchange of 16 bytes; divergence stops at the first collective where ranks part), or "
                        "once per micro-batch (no host wait before collectives; divergence found at the end of "

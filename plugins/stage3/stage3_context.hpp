@@ -33,7 +33,7 @@ struct Stage3Options {
   int64_t offload_buffer_size = 100000000;       // elements each (at most; sized to the largest shard)
   int64_t offload_max_in_cpu = 1000000000;       // elements kept by the optimizer's tier (Note [max_in_cpu])
   int64_t step_chunk = zero::kDefaultStepChunk;  // offloaded step from a device: elements per copied chunk
-  bool agree_each_collective = true;             // zero.stage3_rank_agreement
+  bool agree_each_collective = true;             // experimental.stage3_rank_agreement
   zero::DelayedUpdateOptions delayed;            // zero.offload_optimizer.delayed_update and its keys
 };
 

@@ -108,13 +108,13 @@ INSTANTIATE_TEST_SUITE_P(Stages, ExactResume,
                                   c.param.offload_name;
                          });
 
-// checkpoint.async writes the same files from a snapshot while training goes on, and publishes each one.
+// experimental.checkpoint_async writes the same files from a snapshot while training goes on, and publishes each one.
 TEST(AsyncSave, WritesWhatASynchronousSaveWritesAndResumesExactly) {
   ScratchDir dir;
   const std::string job = "--nproc 2 --set zero.stage=3 --set checkpoint.interval=2 --set checkpoint.keep_last=3";
   RunOutput sync = run_zhost(dir.path(), small_job_config(), "sync", job + " --set checkpoint.dir=sync_ckpt");
   RunOutput async = run_zhost(dir.path(), small_job_config(), "async",
-                              job + " --set checkpoint.async=true --set checkpoint.dir=async_ckpt");
+                              job + " --set experimental.checkpoint_async=true --set checkpoint.dir=async_ckpt");
   ASSERT_EQ(sync.exit_code, 0) << sync.err;
   ASSERT_EQ(async.exit_code, 0) << async.err;
   EXPECT_NE(async.err.find("s of training for the snapshot"), std::string::npos) << async.err;

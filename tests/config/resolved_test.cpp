@@ -88,8 +88,6 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
                                      "\n[zero.offload_optimizer]\n"
                                      "buffer_count = 4  # default (host)\n"
                                      "delayed_update = false  # default (host)\n"
-                                     "delayed_update_extrapolation = 0.0  # default (host)\n"
-                                     "delayed_update_lookahead = 0.0  # default (host)\n"
                                      "delayed_update_start_step = 41  # default (host)\n"
                                      "device = \"cpu\"  # --set (host)\n"
                                      "fast_init = false  # default (host)\n"
@@ -103,6 +101,13 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
       << toml;
   EXPECT_TRUE(test_support::contains(
       toml, "\n[optimizer]\nadam_w_mode = true  # default (host)\nbetas = [0.9, 0.999]  # default (host)\n"))
+      << toml;
+  // Research and test switches sit in their own tables, not among the settings a user tunes.
+  EXPECT_TRUE(test_support::contains(toml,
+                                     "\n[experimental]\n"
+                                     "checkpoint_async = false  # default (host)\n"
+                                     "delayed_update_extrapolation = 0.0  # default (host)\n"
+                                     "delayed_update_lookahead = 0.0  # default (host)\n"))
       << toml;
   EXPECT_EQ(toml.find('['), toml.find("[activation_checkpointing]")) << toml;
   EXPECT_EQ(resolve("seed = 7\n[zero]\nstage = 2\n", {"zero.offload_optimizer.device=cpu"}).to_toml(), toml);

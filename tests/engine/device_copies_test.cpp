@@ -1,5 +1,5 @@
 // tests/engine/device_copies_test.cpp: the host's copy services (zhost_copy_services) on a CPU job: copies
-// complete at once when training in host memory; under ZHOST_DEVICE_COPIES=deferred they run no earlier
+// complete at once when training in host memory; under debug.deferred_device_copies they run no earlier
 // than order_compute_after() or wait(), which is what lets the training tests catch a plugin that reads
 // too early; bad copies are refused with what is wrong. (On CUDA the same table runs copy streams; see
 // device_copies_cuda.cpp and the syntax check beside this test.) Also: pinned buffers come from the
@@ -13,18 +13,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "host/core/error.hpp"
 #include "host/services/host_services.hpp"
-#include "tests/support/scoped_env.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
 namespace zhost::engine {
 namespace {
-
-using zhost::testing::ScopedEnv;
 
 struct Fixture {
   HostServices services;
@@ -33,10 +29,9 @@ struct Fixture {
 };
 
 TEST(DeviceCopies, ImmediateOnACpuJob) {
-  ScopedEnv env("ZHOST_DEVICE_COPIES", "");
   Fixture f;
   EXPECT_EQ(f.copies(), nullptr);  // no job, no copies
-  DeviceCopies copies(at::kCPU, f.services);
+  DeviceCopies copies(at::kCPU, f.services, /*deferred=*/false);
   ASSERT_NE(f.copies(), nullptr);
   EXPECT_EQ(f.copies()->device_memory_is_separate(f.ctx), 0);
   at::Tensor src = at::arange(10, at::kFloat), dst = at::zeros({10});
@@ -48,9 +43,8 @@ TEST(DeviceCopies, ImmediateOnACpuJob) {
 }
 
 TEST(DeviceCopies, DeferredCopiesRunAtTheLatestAllowedPoint) {
-  ScopedEnv env("ZHOST_DEVICE_COPIES", "deferred");
   Fixture f;
-  DeviceCopies copies(at::kCPU, f.services);
+  DeviceCopies copies(at::kCPU, f.services, /*deferred=*/true);
   EXPECT_EQ(f.copies()->device_memory_is_separate(f.ctx), 1);
   at::Tensor src = at::arange(7, at::kBFloat16), dst = at::zeros({7}, at::kBFloat16);
   const at::Tensor expected = src.clone();
@@ -75,9 +69,8 @@ TEST(DeviceCopies, DeferredCopiesRunAtTheLatestAllowedPoint) {
 }
 
 TEST(DeviceCopies, RefusesCopiesItCannotMake) {
-  ScopedEnv env("ZHOST_DEVICE_COPIES", "");
   Fixture f;
-  DeviceCopies copies(at::kCPU, f.services);
+  DeviceCopies copies(at::kCPU, f.services, /*deferred=*/false);
   at::Tensor a = at::zeros({4}), b = at::zeros({5}), c = at::zeros({4}, at::kDouble);
   at::Tensor strided = at::zeros({4, 2}).t();
   zhost_copy* copy = nullptr;
@@ -134,13 +127,10 @@ TEST(DeviceCopies, PinnedBuffersComeFromTheInstalledAllocator) {
 // Two jobs in one process (two HostServices, as two JobSetups hold): each call finds its own job's copies
 // through the context it passes, and one job ending leaves the other's untouched.
 TEST(DeviceCopies, TwoJobsInOneProcessDoNotShareTheirCopies) {
-  std::optional<ScopedEnv> env;
-  env.emplace("ZHOST_DEVICE_COPIES", "deferred");
   Fixture deferred_job;
-  DeviceCopies deferred(at::kCPU, deferred_job.services);
-  env.emplace("ZHOST_DEVICE_COPIES", "");
+  DeviceCopies deferred(at::kCPU, deferred_job.services, /*deferred=*/true);
   Fixture immediate_job;
-  auto immediate = std::make_unique<DeviceCopies>(at::kCPU, immediate_job.services);
+  auto immediate = std::make_unique<DeviceCopies>(at::kCPU, immediate_job.services, /*deferred=*/false);
   EXPECT_EQ(deferred_job.copies()->device_memory_is_separate(deferred_job.ctx), 1);
   EXPECT_EQ(immediate_job.copies()->device_memory_is_separate(immediate_job.ctx), 0);
 
@@ -157,9 +147,8 @@ TEST(DeviceCopies, TwoJobsInOneProcessDoNotShareTheirCopies) {
 }
 
 TEST(DeviceCopies, ACallWithoutAContextIsRefused) {
-  ScopedEnv env("ZHOST_DEVICE_COPIES", "");
   Fixture f;
-  DeviceCopies copies(at::kCPU, f.services);
+  DeviceCopies copies(at::kCPU, f.services, /*deferred=*/false);
   at::Tensor src = at::arange(3, at::kFloat), dst = at::zeros({3});
   DLTensor s = kit::dl_view(src), d = kit::dl_view(dst);
   zhost_copy* copy = nullptr;
@@ -172,15 +161,8 @@ TEST(DeviceCopies, ACallWithoutAContextIsRefused) {
 }
 
 TEST(DeviceCopies, DeferredCopiesAreRefusedOnCuda) {
-  ScopedEnv env("ZHOST_DEVICE_COPIES", "deferred");
   Fixture f;
-  EXPECT_THROW(DeviceCopies(at::Device(at::kCUDA, 0), f.services), UsageError);
-}
-
-TEST(DeviceCopies, AnUnknownModeIsAUsageError) {
-  ScopedEnv env("ZHOST_DEVICE_COPIES", "later");
-  Fixture f;
-  EXPECT_THROW(DeviceCopies(at::kCPU, f.services), Error);
+  EXPECT_THROW(DeviceCopies(at::Device(at::kCUDA, 0), f.services, /*deferred=*/true), UsageError);
 }
 
 }  // namespace

@@ -58,8 +58,8 @@ class Observe : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = std::make_unique<ScratchDir>();
-    run_ = std::make_unique<RunOutput>(
-        run_zhost(dir_->path(), small_job_config(), "observed", kObserved, "export ZHOST_DEVICE_COPIES=deferred && "));
+    run_ = std::make_unique<RunOutput>(run_zhost(dir_->path(), small_job_config(), "observed",
+                                                 std::string(kObserved) + " --set debug.deferred_device_copies=true"));
   }
   static void TearDownTestSuite() {
     run_.reset();

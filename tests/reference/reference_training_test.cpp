@@ -324,8 +324,8 @@ TEST_P(DelayedUpdateReference, LossesAndWeightsMatchPyTorch) {
                 fmt::format("--nproc 2 {} --set zero.offload_optimizer.device=cpu --set offload_cpu.threads=1 "
                             "--set zero.offload_optimizer.delayed_update=true "
                             "--set zero.offload_optimizer.delayed_update_start_step={} "
-                            "--set zero.offload_optimizer.delayed_update_extrapolation={} "
-                            "--set zero.offload_optimizer.delayed_update_lookahead={}",
+                            "--set experimental.delayed_update_extrapolation={} "
+                            "--set experimental.delayed_update_lookahead={}",
                             rule.stage, rule.start, rule.extrapolation, rule.lookahead));
   expect_matches_reference(
       zhost, layout,

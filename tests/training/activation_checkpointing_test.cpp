@@ -2,7 +2,7 @@
 // (Note [Checkpointed block inputs], host/engine/activation_checkpoints.hpp) train to the same bits as plain
 // activation checkpointing, and cpu_checkpointing takes the checkpointed inputs off the training device.
 //
-// cpu_checkpointing runs under ZHOST_DEVICE_COPIES=deferred (every copy as late as its ordering allows:
+// cpu_checkpointing runs under debug.deferred_device_copies (every copy as late as its ordering allows:
 // an input read before its copy back is ordered would be garbage) and with the immediate copies of CPU jobs.
 // A 4-block gpt with 2 micro-batches per step, so that host slots and the contiguous buffer are reused.
 // number_checkpoints = 2 checkpoints layers 0 and 2: the others keep their activations.
@@ -21,7 +21,7 @@ namespace {
 const char* kJob =
     "--set steps=4 --set model.layers=4 --set train_micro_batch_size_per_gpu=2 --set gradient_accumulation_steps=2 "
     "--set activation_checkpointing.enabled=true";
-const char* kDeferred = "export ZHOST_DEVICE_COPIES=deferred && ";
+const char* kDeferred = " --set debug.deferred_device_copies=true";
 
 struct Variant {
   const char* name;
@@ -51,7 +51,7 @@ TEST(ActivationCheckpointingOptions, TrainToTheBitsOfPlainCheckpointing) {
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);
     RunOutput variant = run_zhost(dir.path(), small_job_config(), "variant" + std::to_string(index++),
-                                  std::string(kJob) + v.sets, v.deferred ? kDeferred : "");
+                                  std::string(kJob) + v.sets + (v.deferred ? kDeferred : ""));
     ASSERT_EQ(variant.exit_code, 0) << variant.err;
     EXPECT_EQ(variant.losses, plain.losses);
     EXPECT_EQ(weights_mismatch(variant, plain, 0, 0), "");
@@ -81,12 +81,12 @@ TEST(CpuCheckpointing, MovesEveryCheckpointedInputOffTheDevice) {
   const double inputs = 4.0 * 2 * 64 * 64 * 4;
   RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", job);
   RunOutput cpu = run_zhost(dir.path(), small_job_config(), "cpu",
-                            job + " --set activation_checkpointing.cpu_checkpointing=true", kDeferred);
+                            job + " --set activation_checkpointing.cpu_checkpointing=true" + kDeferred);
   RunOutput both = run_zhost(dir.path(), small_job_config(), "both",
                              job +
                                  " --set activation_checkpointing.cpu_checkpointing=true"
-                                 " --set activation_checkpointing.contiguous_memory_optimization=true",
-                             kDeferred);
+                                 " --set activation_checkpointing.contiguous_memory_optimization=true" +
+                                 kDeferred);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
   ASSERT_EQ(both.exit_code, 0) << both.err;

@@ -90,7 +90,7 @@ TEST(MultiNode, Stage0InterNodeBytesFollowTheLayout) {
 // Stage 3 (fp32) with every parameter in the persistent unit (Ψ elements padded to w shards of S =
 // ceil(Ψ/w)): per step its gradients are reduce-scattered, the block order is compared (one int64 from each
 // rank), the prologue runs and the updated shards are all-gathered; each of the two unit collectives is
-// preceded by the ranks' agreement on it (two int64 from each rank, zero.stage3_rank_agreement).
+// preceded by the ranks' agreement on it (two int64 from each rank, experimental.stage3_rank_agreement).
 TEST(MultiNode, Stage3InterNodeBytesFollowTheLayout) {
   ScratchDir dir;
   const TwoNodeRun run = run_on_two_nodes(

@@ -18,9 +18,9 @@
 //     before the start step.
 //   - config check refuses a start step below 1.
 //   - 40 steps: the loss stays within 2% of the job without delay.
-//   - the lookahead (zero.offload_optimizer.delayed_update_lookahead) is pinned against PyTorch in
+//   - the lookahead (experimental.delayed_update_lookahead) is pinned against PyTorch in
 //     tests/reference (DelayedUpdateReference); here only its config rules.
-//   - extrapolation (zero.offload_optimizer.delayed_update_extrapolation = k): AdamW's step is proportional to
+//   - extrapolation (experimental.delayed_update_extrapolation = k): AdamW's step is proportional to
 //     its learning rate, so E_1 = W_1 + k (W_1 - W_0) is W_0 stepped once at (1 + k) times step 1's learning
 //     rate; L_3(E_1) comes from such a run resumed with lr 0 and agrees up to the rounding of the two ways of
 //     computing E_1. Drained every step, or resumed, the job is exact as without extrapolation.
@@ -60,7 +60,7 @@ const char* kDelayedFrom3 =
 const char* kNoLr = " --set optimizer.lr=0 --set scheduler.warmup_min_lr=0 --set scheduler.warmup_max_lr=0";
 // Delayed from the first step with the weights extrapolated by k = 1.5.
 const std::string kExtrapolated =
-    std::string(kDelayed) + " --set zero.offload_optimizer.delayed_update_extrapolation=1.5";
+    std::string(kDelayed) + " --set experimental.delayed_update_extrapolation=1.5";
 
 RunOutput train(const ScratchDir& dir, const std::string& name, const std::string& args) {
   RunOutput r = run_zhost(dir.path(), small_job_config(), name, job + args);
@@ -245,8 +245,8 @@ TEST_P(DelayedUpdate, LookaheadInBf16FollowsTheFp32PredictionAndDrainsExactly) {
   ScratchDir dir;
   const std::string bf16 = " --set bf16.enabled=true";
   const std::string extrapolated =
-      std::string(kDelayed) + " --set zero.offload_optimizer.delayed_update_extrapolation=1.2";
-  const std::string ahead = extrapolated + " --set zero.offload_optimizer.delayed_update_lookahead=0.1";
+      std::string(kDelayed) + " --set experimental.delayed_update_extrapolation=1.2";
+  const std::string ahead = extrapolated + " --set experimental.delayed_update_lookahead=0.1";
   RunOutput fp32 = train(dir, "fp32", ahead);
   RunOutput half = train(dir, "bf16", ahead + bf16);
   RunOutput behind = train(dir, "behind", extrapolated + bf16);
@@ -330,7 +330,7 @@ TEST_P(DelayedUpdate, FortyStepsLossWithinTwoPercentOfNoDelay) {
 TEST(DelayedUpdateStages, Stage3EqualsStage2BitForBit) {
   ScratchDir dir;
   const std::string delayed = std::string(kDelayedFrom3) +
-                              " --set zero.offload_optimizer.delayed_update_extrapolation=1.5 --set steps=10 "
+                              " --set experimental.delayed_update_extrapolation=1.5 --set steps=10 "
                               "--set gradient_accumulation_steps=2";
   job = std::string(kTier) + kStage2.args;
   RunOutput stage2 = train(dir, "stage2", delayed);
@@ -383,15 +383,15 @@ TEST_P(DelayedUpdate, SettingsThatDelayNothingAreWarnedAboutOnce) {
                               "zero.offload_optimizer.delayed_update_start_step = 3 has no effect"),
             1)
       << unused.err;
-  RunOutput unused_k = train(dir, "unused_k", " --set zero.offload_optimizer.delayed_update_extrapolation=1.5");
+  RunOutput unused_k = train(dir, "unused_k", " --set experimental.delayed_update_extrapolation=1.5");
   EXPECT_EQ(count_occurrences(unused_k.err,
-                              "warning: zero.offload_optimizer.delayed_update_extrapolation = 1.5 has no effect: it "
+                              "warning: experimental.delayed_update_extrapolation = 1.5 has no effect: it "
                               "extrapolates the weights of zero.offload_optimizer.delayed_update, which is false"),
             1)
       << unused_k.err;
-  RunOutput unused_c = train(dir, "unused_c", " --set zero.offload_optimizer.delayed_update_lookahead=0.1");
+  RunOutput unused_c = train(dir, "unused_c", " --set experimental.delayed_update_lookahead=0.1");
   EXPECT_EQ(count_occurrences(unused_c.err,
-                              "warning: zero.offload_optimizer.delayed_update_lookahead = 0.1 has no effect: it looks "
+                              "warning: experimental.delayed_update_lookahead = 0.1 has no effect: it looks "
                               "ahead from the weights of zero.offload_optimizer.delayed_update, which is false"),
             1)
       << unused_c.err;
@@ -428,9 +428,9 @@ TEST(DelayedUpdateConfig, LookaheadRefusedForOptimizersOtherThanAdam) {
   for (const std::string type : {"SGD", "Lion"}) {
     RunOutput r = run_zhost(dir.path(), small_job_config(), "refused" + type,
                             std::string(kTier) + kStage2.args + kDelayed + " --set optimizer.type=" + type +
-                                " --set zero.offload_optimizer.delayed_update_lookahead=0.1");
+                                " --set experimental.delayed_update_lookahead=0.1");
     EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_NE(r.err.find("zero.offload_optimizer.delayed_update_lookahead = 0.1 takes a step of Adam's size, and "
+    EXPECT_NE(r.err.find("experimental.delayed_update_lookahead = 0.1 takes a step of Adam's size, and "
                          "optimizer.type is \"" +
                          type + "\"; set it to 0, or use Adam or AdamW"),
               std::string::npos)

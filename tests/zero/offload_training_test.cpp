@@ -144,7 +144,7 @@ TEST(Offload, StageThreeWithParametersOffloadedTooEqualsNoOffload) {
 
 // Staged copies, the path a GPU job takes (reduced gradients to pinned host memory by copy while backward
 // goes on, updated weights back by copy while the next sub-group steps), run on the CPU:
-// ZHOST_DEVICE_COPIES=deferred makes the host report device memory of its own and run every copy as late
+// debug.deferred_device_copies makes the host report device memory of its own and run every copy as late
 // as the copy contract allows (at order_compute_after or wait). A stage that reads a copy's destination
 // before waiting for it, or rewrites its source before ordering after it, then trains on stale values.
 // Each case must equal the same job with immediate copies bit for bit: the additions are the same, in the
@@ -195,27 +195,27 @@ INSTANTIATE_TEST_SUITE_P(
         StagedCase{"Stage2DelayedUpdateExtrapolated",
                    "--nproc 2 --set zero.stage=2 --set zero.offload_optimizer.delayed_update=true "
                    "--set zero.offload_optimizer.delayed_update_start_step=2 "
-                   "--set zero.offload_optimizer.delayed_update_extrapolation=1.5"},
+                   "--set experimental.delayed_update_extrapolation=1.5"},
         StagedCase{"Stage3DelayedUpdateExtrapolatedBf16",
                    "--nproc 2 --set zero.stage=3 --set bf16.enabled=true --set zero.sub_group_size=3000 "
                    "--set zero.stage3_param_persistence_threshold=40 --set zero.offload_optimizer.delayed_update=true "
                    "--set zero.offload_optimizer.delayed_update_start_step=2 "
-                   "--set zero.offload_optimizer.delayed_update_extrapolation=1.5"},
+                   "--set experimental.delayed_update_extrapolation=1.5"},
         // the lookahead completes the prediction in fp32 at the boundary and casts it there
         StagedCase{
             "Stage2DelayedUpdateLookaheadBf16",
             "--nproc 2 --set zero.stage=2 --set bf16.enabled=true --set zero.offload_optimizer.delayed_update=true "
             "--set zero.offload_optimizer.delayed_update_start_step=2 "
-            "--set zero.offload_optimizer.delayed_update_extrapolation=1.2 "
-            "--set zero.offload_optimizer.delayed_update_lookahead=0.1"}),
+            "--set experimental.delayed_update_extrapolation=1.2 "
+            "--set experimental.delayed_update_lookahead=0.1"}),
     [](const ::testing::TestParamInfo<StagedCase>& c) { return std::string(c.param.name); });
 
 TEST_P(StagedCopiesEqualDirect, BitForBit) {
   ScratchDir dir;
   const std::string args = std::string(GetParam().args) + kOffload;
   RunOutput direct = train(dir, "direct", args);
-  RunOutput staged = train(dir, "staged", args, "export ZHOST_DEVICE_COPIES=deferred && ");
-  EXPECT_NE(staged.err.find("ZHOST_DEVICE_COPIES=deferred"), std::string::npos) << staged.err;
+  RunOutput staged = train(dir, "staged", args + " --set debug.deferred_device_copies=true");
+  EXPECT_NE(staged.err.find("debug.deferred_device_copies: host-device copies"), std::string::npos) << staged.err;
   EXPECT_EQ(staged.err.find("never completed"), std::string::npos) << staged.err;
   EXPECT_EQ(weights_mismatch(staged, direct, 0, 0), "");
   expect_losses_near(staged, direct, 0);
@@ -253,14 +253,6 @@ TEST_P(OffloadOnCuda, EqualsNoOffloadWithPinnedStaging) {
       dir, "offloaded", args + kOffload + " --set zero.offload_optimizer.pin_memory=true" + GetParam().offload_only);
   EXPECT_EQ(weights_norm_mismatch(offloaded, plain, 1e-5), "");
   expect_losses_near(offloaded, plain, 1e-5);
-}
-
-TEST(Offload, AnUnknownCopyModeIsAUsageError) {
-  ScratchDir dir;
-  RunOutput r =
-      run_zhost(dir.path(), small_job_config(), "bad", "--set steps=1", "export ZHOST_DEVICE_COPIES=later && ");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("ZHOST_DEVICE_COPIES='later' is not a copy mode"), std::string::npos) << r.err;
 }
 
 TEST(Offload, SgdIsRefusedWithWhatToDo) {

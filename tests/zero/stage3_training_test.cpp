@@ -6,7 +6,7 @@
 // every reduction sums the ranks in rank order (Note [One summation order]), the norm is exact and the
 // optimizer's arithmetic is stage 0's, so without accumulation the weights are bit for bit stage 0's on any
 // number of ranks. With accumulation stage 3 sums reduced micro-batches, the order stage 0 takes under
-// zero.reduce_each_micro_batch: bit for bit with that (stage 0 reducing once per step differs by rounding;
+// debug.reduce_each_micro_batch: bit for bit with that (stage 0 reducing once per step differs by rounding;
 // zero_training_test.cpp bounds it for stage 2, which sums in stage 3's order).
 // bf16 (llama, 2 ranks): bit for bit with bf16 stage 0 as well.
 #include <gtest/gtest.h>
@@ -68,7 +68,7 @@ TEST_P(Stage3EqualsStageZero, Fp32WeightsAfterTwentySteps) {
   const Case& c = GetParam();
   ScratchDir dir;
   const std::string args = job(c.model, 20, c.ranks, c.micro_batch, c.accumulation);
-  const std::string order = c.accumulation > 1 ? " --set zero.reduce_each_micro_batch=true" : "";
+  const std::string order = c.accumulation > 1 ? " --set debug.reduce_each_micro_batch=true" : "";
   RunOutput base = train(dir, "stage0", args + " --set zero.stage=0" + order);
   RunOutput three = train(dir, "stage3", args + kStage3 + c.extra);
   ASSERT_EQ(base.losses.size(), 20u);
@@ -173,7 +173,7 @@ TEST(Stage3BlockOrder, ChangingOrderIsFollowedAndDivergentOrderStopsTheJob) {
 
   const auto started = std::chrono::steady_clock::now();
   RunOutput divergent =
-      run_zhost(dir.path(), small_job_config(), "divergent", args + kStage3 + " --set model.layer_drop_per_rank=true");
+      run_zhost(dir.path(), small_job_config(), "divergent", args + kStage3 + " --set debug.layer_drop_per_rank=true");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   EXPECT_NE(divergent.exit_code, 0);
   EXPECT_NE(divergent.err.find("walk the blocks in different orders"), std::string::npos) << divergent.err;
@@ -196,10 +196,10 @@ TEST(Stage3BlockOrder, SkippedBlocksKeepTheirAccumulatedGradients) {
   EXPECT_EQ(weights_norm_mismatch(same_draws, three, 1e-6), "") << "stage 0";
   EXPECT_EQ(weights_norm_mismatch(one, three, 1e-6), "") << "stage 1";
 
-  const std::string per_rank = args + " --set model.layer_drop_per_rank=true";
+  const std::string per_rank = args + " --set debug.layer_drop_per_rank=true";
   RunOutput zero = train(dir, "perrank0", per_rank + " --set zero.stage=0");
   RunOutput zero_each =
-      train(dir, "perrank0each", per_rank + " --set zero.stage=0 --set zero.reduce_each_micro_batch=true");
+      train(dir, "perrank0each", per_rank + " --set zero.stage=0 --set debug.reduce_each_micro_batch=true");
   RunOutput one_per_rank = train(dir, "perrank1", per_rank + " --set zero.stage=1");
   RunOutput two_per_rank = train(dir, "perrank2", per_rank + " --set zero.stage=2");
   EXPECT_EQ(weights_mismatch(one_per_rank, zero, 0, 0), "") << "stage 1, per-rank draws";

@@ -179,7 +179,7 @@ const std::string kLarger =
 // extrapolated weights too), and differ from the delayed job that never drains.
 const std::string kDelayedFrom3 =
     " --set zero.offload_optimizer.delayed_update=true --set zero.offload_optimizer.delayed_update_start_step=3 "
-    "--set zero.offload_optimizer.delayed_update_extrapolation=1.5";
+    "--set experimental.delayed_update_extrapolation=1.5";
 
 class DelayedUpdateSwap : public ::testing::TestWithParam<Case> {};
 INSTANTIATE_TEST_SUITE_P(Stages, DelayedUpdateSwap,

@@ -7,7 +7,7 @@
 // the weights are bit for bit stage 0's on any number of ranks, with partitions of uneven fill (the
 // padding of the flat layout) and parameters straddling buckets and partitions. With gradient accumulation
 // stage 1 sums over micro-batches in .grad before reducing, as stage 0 does: bitwise. Stage 2 reduces every
-// micro-batch and sums the reduced values: bitwise with stage 0 under zero.reduce_each_micro_batch, and
+// micro-batch and sums the reduced values: bitwise with stage 0 under debug.reduce_each_micro_batch, and
 // within 1e-6 relative (||difference|| / ||weights|| per tensor, llama, 20 steps) of plain stage 0, where
 // the two orders round differently and training amplifies it.
 // bf16 (llama too): 16-bit parameters and gradient buckets in every stage: bit for bit as well.
@@ -85,7 +85,7 @@ TEST_P(EqualsStageZero, Fp32WeightsAfterTwentySteps) {
     EXPECT_EQ(weights_mismatch(two, base, 0, 0), "") << "stage 2, bit for bit";
     EXPECT_EQ(two.losses, base.losses);
   } else {
-    RunOutput per_micro_batch = train(dir, "stage0each", 0, args + " --set zero.reduce_each_micro_batch=true");
+    RunOutput per_micro_batch = train(dir, "stage0each", 0, args + " --set debug.reduce_each_micro_batch=true");
     EXPECT_EQ(weights_mismatch(two, per_micro_batch, 0, 0), "") << "stage 2, bit for bit with stage 0 reducing "
                                                                    "every micro-batch";
     if (std::string(l.model) == "llama") {  // see the top of the file

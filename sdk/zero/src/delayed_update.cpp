@@ -58,11 +58,11 @@ void declare_delayed_update_keys(sdk::DescriptorBuilder& builder) {
                      "zhost: with delayed_update, the first delayed step; the steps before it step synchronously "
                      "(1 = delayed from the first step)",
                      1, 1e15);
-  builder.config_float("zero.offload_optimizer.delayed_update_extrapolation", 0.0,
+  builder.config_float("experimental.delayed_update_extrapolation", 0.0,
                        "zhost: with delayed_update, k: delayed steps run on the last weights extrapolated along "
                        "their last update, W + k (W - W_before); 0 = the stale weights themselves",
                        0, 8);
-  builder.config_float("zero.offload_optimizer.delayed_update_lookahead", 0.0,
+  builder.config_float("experimental.delayed_update_lookahead", 0.0,
                        "zhost: with delayed_update, c: delayed steps also run a step of c lr ahead along the "
                        "gradients of the step in flight, scaled to unit root mean square (Adam and AdamW); 0 = none",
                        0, 1);
@@ -72,8 +72,8 @@ DelayedUpdateOptions read_delayed_update_options(const sdk::Host& host) {
   DelayedUpdateOptions o;
   o.enabled = host.config_bool("zero.offload_optimizer.delayed_update");
   o.start_step = host.config_int("zero.offload_optimizer.delayed_update_start_step");
-  o.extrapolation = host.config_float("zero.offload_optimizer.delayed_update_extrapolation");
-  o.lookahead = host.config_float("zero.offload_optimizer.delayed_update_lookahead");
+  o.extrapolation = host.config_float("experimental.delayed_update_extrapolation");
+  o.lookahead = host.config_float("experimental.delayed_update_lookahead");
   return o;
 }
 
@@ -87,7 +87,7 @@ void check_delayed_update_setup(const DelayedUpdateOptions& options, const Optim
   if (options.lookahead != 0 && optimizer.kind != ZHOST_OPTIMIZER_ADAM && optimizer.kind != ZHOST_OPTIMIZER_ADAMW)
     throw sdk::PluginError(
         ZHOST_ERR_CONFIG,
-        "zero.offload_optimizer.delayed_update_lookahead takes a step of Adam's size, and this job's "
+        "experimental.delayed_update_lookahead takes a step of Adam's size, and this job's "
         "optimizer is not Adam or AdamW; set it to 0");
 }
 

@@ -28,7 +28,7 @@
 //     step S + 1 reads W_{S-1} again. From there on step t reads W_{t-2}. So step t's gradients are
 //     computed on W_{t-1} for t <= S and on W_{t-2} for t > S; with S = 1 (the delay from the first step)
 //     steps 1 and 2 both read W_0.
-//   - Extrapolation (zero.offload_optimizer.delayed_update_extrapolation = k > 0): what a boundary applies is
+//   - Extrapolation (experimental.delayed_update_extrapolation = k > 0): what a boundary applies is
 //     not W_{t-1} but E_{t-1} = W_{t-1} + k (W_{t-1} - W_{t-2}), the weights carried on along their last
 //     update, computed in fp32 from the tier's master before and after the step in flight and then cast to
 //     the compute dtype. So step t reads E_{t-2} for t > S + 1 (step S + 1 still reads W_{S-1}). The update
@@ -37,7 +37,7 @@
 //     up to rounding. Whatever drains (the last step, save, load) applies W_t itself: final weights and
 //     checkpoints are the optimizer's, never extrapolated. k = 0 is the plain rule; what k buys:
 //     Note [Delayed momentum stability] (bench/dpu/stability.py).
-//   - Lookahead (zero.offload_optimizer.delayed_update_lookahead = c > 0; Adam and AdamW only): the boundary of
+//   - Lookahead (experimental.delayed_update_lookahead = c > 0; Adam and AdamW only): the boundary of
 //     step t, which applies E_{t-1} (W_{t-1} when k = 0) while W_t is still being computed, moves it on by a
 //     step of c times step t's learning rate along g_t, the gradients of the step in flight, scaled to unit
 //     root mean square over the whole model. It applies, computed in fp32 and then cast to the compute dtype,
@@ -88,8 +88,8 @@ constexpr int64_t kDefaultDelayedUpdateStart = 41;
 struct DelayedUpdateOptions {
   bool enabled = false;                             // zero.offload_optimizer.delayed_update
   int64_t start_step = kDefaultDelayedUpdateStart;  // zero.offload_optimizer.delayed_update_start_step (S)
-  double extrapolation = 0;                         // zero.offload_optimizer.delayed_update_extrapolation (k)
-  double lookahead = 0;                             // zero.offload_optimizer.delayed_update_lookahead (c)
+  double extrapolation = 0;                         // experimental.delayed_update_extrapolation (k)
+  double lookahead = 0;                             // experimental.delayed_update_lookahead (c)
   bool predicts() const { return extrapolation != 0 || lookahead != 0; }  // a boundary applies E or P, not W
 };
 // Declares the four keys (every stage that can delay declares them alike) and reads them.

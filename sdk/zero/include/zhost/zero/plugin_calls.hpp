@@ -87,7 +87,7 @@ class HostCopies {
   HostCopies() = default;  // none: training in host memory
   // The host's copy services for a job on `device` (the parameters' device).
   static HostCopies find(const sdk::Host& host, const at::Device& device);
-  // True when the training device has memory of its own (CUDA, or ZHOST_DEVICE_COPIES=deferred): offloaded
+  // True when the training device has memory of its own (CUDA, or debug.deferred_device_copies): offloaded
   // state is then reached through staged copies.
   bool separate() const { return separate_; }
   // An uninitialised host tensor to stage through: pinned when the device is CUDA, so copies overlap.
