@@ -10,9 +10,10 @@ by zhost on 2 CPU ranks each, and their per-step losses, grad norms, lrs and fin
   compare.py matrix WORK [--steps N] [--only NAME,...] [--kind gpt2|llama] [--out FILE]
       The configs of CONFIGS below (each written as WORK/configs/NAME.json), one line each, and a markdown
       table to FILE.
-  compare.py speed WORK [--steps N] [--out FILE]
-      Tokens/s (whole job) and peak RSS per rank of both, for the configs of SPEED, same threads (--threads,
-      OMP_NUM_THREADS for both; zhost's run.intra_op_threads follows it).
+  compare.py speed WORK [--steps N] [--rounds R] [--attn sdpa|eager] [--only NAME,...] [--out FILE]
+      Tokens/s (whole job) and peak RSS per rank of zhost, DeepSpeed (the configs of SPEED) and the PyTorch peers
+      (TORCH_PEERS: DDP, DDP + torch.compile, FSDP2), same threads (--threads, OMP_NUM_THREADS for every side;
+      zhost's run.intra_op_threads follows it), medians of R rounds, and the peers' losses against zhost's.
   compare.py check WORK
       The ctest Peer.SameLossesAndWeightsAsDeepSpeed: CHECKS below, each within its tolerances; exit 77 (skipped)
       when DeepSpeed is not installed.
@@ -134,7 +135,7 @@ def threads_env(threads):
     return env
 
 
-def run_zhost(config_path, work, run, steps, zhost, threads, extra_set=()):
+def run_zhost(config_path, work, run, steps, zhost, threads, extra_set=(), export=True):
     os.makedirs(run, exist_ok=True)
     companion = os.path.join(run, "companion.toml")
     with open(companion, "w") as out:
@@ -151,19 +152,21 @@ def run_zhost(config_path, work, run, steps, zhost, threads, extra_set=()):
     start = time.time()
     run_logged(cmd, os.path.join(run, "zhost.log"), threads_env(threads))
     wall = time.time() - start
+    if not export:
+        return wall
     run_logged([zhost, "export", os.path.join(run, "zhost-checkpoints"), os.path.join(run, "zhost-export")],
                os.path.join(run, "zhost-export.log"))
     return wall
 
 
-def run_peer(config_path, work, run, steps, threads):
-    out = os.path.join(run, "deepspeed")
+def run_peer(config_path, work, run, steps, threads, peer="deepspeed", attn="eager"):
+    out = os.path.join(run, peer)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [os.path.join(venv_python(), "torchrun"), "--nproc-per-node", "2", "--master-port",
            str(29500 + os.getpid() % 1000), os.path.join(HERE, "ds_train.py"),
            "--config", config_path, "--model", os.path.join(work, "model"), "--tokens",
            os.path.join(work, "tokens.bin"), "--seq-len", str(SEQ_LEN), "--steps", str(steps), "--seed",
-           str(SEED), "--out", out]
+           str(SEED), "--out", out, "--peer", peer, "--attn", attn]
     start = time.time()
     run_logged(cmd, out + ".log", threads_env(threads))
     return time.time() - start
@@ -242,34 +245,94 @@ def table(results):
 
 
 SPEED = ["s0-fp32", "s1-fp32", "s2-fp32", "s3-fp32", "s2-offload-fp32", "s3-offload-fp32", "s3-bf16"]
+# The PyTorch peers of `speed` (ds_train.py's --peer, Note [The PyTorch peers]) and the config each trains, whose
+# zhost and DeepSpeed runs they are set against: DDP (eager and compiled) against stage 0, FSDP2 against stage 3.
+TORCH_PEERS = {"ddp": "s0-fp32", "compile": "s0-fp32", "fsdp2": "s3-fp32"}
+PEER_NAMES = {"deepspeed": "DeepSpeed", "ddp": "PyTorch DDP", "compile": "PyTorch DDP + torch.compile",
+              "fsdp2": "PyTorch FSDP2"}
 
 
-def speed_of(run, config):
-    """Tokens/s of the whole job (median step time from step 6 on, the same rule for both) and peak RSS per rank."""
+def speed_of(side_dir, side, config):
+    """Tokens/s of the whole job (from the median step time of step 6 on, the same rule for every side) and peak
+    RSS per rank of one side's run."""
     import statistics
     tokens = config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * 2 * SEQ_LEN
-    z = [r for r in read_jsonl(os.path.join(run, "zhost", "metrics.jsonl")) if "step_time_ms" in r]
-    d = read_jsonl(os.path.join(run, "deepspeed", "metrics.jsonl"))
-    z_step = statistics.median(r["step_time_ms"] / 1e3 for r in z[5:])
-    d_step = statistics.median(r["step_s"] for r in d[5:])
-    z_rss = [max(r["memory"]["peak_rss"] for r in read_jsonl(os.path.join(run, "zhost", f"steps.rank{k}.jsonl")))
-             for k in range(2)]
-    d_rss = [json.load(open(os.path.join(run, "deepspeed", f"rank{k}.json")))["peak_rss_bytes"] for k in range(2)]
-    return {"zhost_tokens_per_s": tokens / z_step, "deepspeed_tokens_per_s": tokens / d_step,
-            "zhost_peak_rss_mb": [x / 2**20 for x in z_rss], "deepspeed_peak_rss_mb": [x / 2**20 for x in d_rss]}
+    if side == "zhost":
+        steps = [r["step_time_ms"] / 1e3 for r in read_jsonl(os.path.join(side_dir, "metrics.jsonl"))
+                 if "step_time_ms" in r]
+        rss = [max(r["memory"]["peak_rss"] for r in read_jsonl(os.path.join(side_dir, f"steps.rank{k}.jsonl")))
+               for k in range(2)]
+    else:
+        steps = [r["step_s"] for r in read_jsonl(os.path.join(side_dir, "metrics.jsonl"))]
+        rss = [json.load(open(os.path.join(side_dir, f"rank{k}.json")))["peak_rss_bytes"] for k in range(2)]
+    return {"tokens_per_s": tokens / statistics.median(steps[5:]), "peak_rss_mb": [x / 2**20 for x in rss]}
 
 
-def speed(work, steps, zhost, threads):
-    lines = ["| config | zhost tokens/s | DeepSpeed tokens/s | DeepSpeed / zhost | zhost peak RSS per rank (MB) | "
-             "DeepSpeed peak RSS per rank (MB) | DeepSpeed / zhost |", "|---|---|---|---|---|---|---|"]
-    for name in SPEED:
-        one(CONFIGS[name], work, name, steps, zhost, threads)
-        r = speed_of(os.path.join(work, "runs", name), CONFIGS[name])
-        print(json.dumps({"name": name, **r}), flush=True)
-        zr, dr = r["zhost_peak_rss_mb"], r["deepspeed_peak_rss_mb"]
-        lines.append(f"| {name} | {r['zhost_tokens_per_s']:.0f} | {r['deepspeed_tokens_per_s']:.0f} | "
-                     f"{r['deepspeed_tokens_per_s'] / r['zhost_tokens_per_s']:.2f} | {zr[0]:.0f}, {zr[1]:.0f} | "
-                     f"{dr[0]:.0f}, {dr[1]:.0f} | {max(dr) / max(zr):.2f} |")
+def losses(side_dir):
+    return [r["loss"] for r in read_jsonl(os.path.join(side_dir, "metrics.jsonl")) if "loss" in r]
+
+
+def speed(work, steps, zhost, threads, rounds, attn, only=()):
+    """Every side of SPEED and TORCH_PEERS, ROUNDS times; within a round the configs and, for each config, the
+    order of its sides move on by one each round (the machine is shared: a side run first or last in every round
+    would meet the same neighbours every time). Medians over the rounds."""
+    import statistics
+    groups = {name: ["zhost", "deepspeed"] for name in SPEED if not only or name in only}
+    for peer, name in TORCH_PEERS.items():
+        if name in groups:
+            groups[name].append(peer)
+    names = list(groups)
+    got, loads = {}, []
+    for r in range(rounds):
+        loads.append(os.getloadavg())
+        print(f"round {r + 1}: load average {loads[-1][0]:.2f} {loads[-1][1]:.2f} {loads[-1][2]:.2f}", flush=True)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            sides = groups[name][r % len(groups[name]):] + groups[name][:r % len(groups[name])]
+            run = os.path.join(work, "speed", f"round{r + 1}", name)
+            os.makedirs(run, exist_ok=True)
+            path = os.path.join(run, "ds_config.json")
+            with open(path, "w") as out:
+                json.dump(CONFIGS[name], out, indent=2)
+            for side in sides:
+                if side == "zhost":
+                    run_zhost(path, work, run, steps, zhost, threads, export=False)
+                else:
+                    run_peer(path, work, run, steps, threads, peer=side, attn=attn)
+                got.setdefault((name, side), []).append(speed_of(os.path.join(run, side), side, CONFIGS[name]))
+                print(json.dumps({"round": r + 1, "config": name, "side": side, **got[(name, side)][-1]}),
+                      flush=True)
+    med = {k: {"tokens_per_s": statistics.median(x["tokens_per_s"] for x in v),
+               "peak_rss_mb": [statistics.median(x["peak_rss_mb"][k2] for x in v) for k2 in range(2)]}
+           for k, v in got.items()}
+    lines = [f"Medians of {rounds} rounds; ratios are peer / zhost (tokens/s above 1: the peer is faster; RSS above "
+             f"1: the peer takes more).", "",
+             "| peer | config | peer tokens/s | zhost tokens/s | peer / zhost | peer peak RSS per rank (MB) | "
+             "zhost peak RSS per rank (MB) | peer / zhost |", "|---|---|---|---|---|---|---|---|"]
+    for name in names:
+        z = med[(name, "zhost")]
+        for side in groups[name][1:]:
+            p = med[(name, side)]
+            lines.append(f"| {PEER_NAMES[side]} | {name} | {p['tokens_per_s']:.0f} | {z['tokens_per_s']:.0f} | "
+                         f"{p['tokens_per_s'] / z['tokens_per_s']:.2f} | {p['peak_rss_mb'][0]:.0f}, "
+                         f"{p['peak_rss_mb'][1]:.0f} | {z['peak_rss_mb'][0]:.0f}, {z['peak_rss_mb'][1]:.0f} | "
+                         f"{max(p['peak_rss_mb']) / max(z['peak_rss_mb']):.2f} |")
+    lines += ["", "Tokens/s of every round (load average 1/5/15 min at the round's start):", "",
+              "| config | side | " + " | ".join(f"round {r + 1} ({l[0]:.1f}/{l[1]:.1f}/{l[2]:.1f})"
+                                               for r, l in enumerate(loads)) + " |",
+              "|---|---|" + "---|" * rounds]
+    for name in names:
+        for side in groups[name]:
+            lines.append(f"| {name} | {side} | " + " | ".join(f"{x['tokens_per_s']:.0f}" for x in got[(name, side)])
+                         + " |")
+    lines += ["", "Losses of round 1 against zhost's run of the same config (same init, same batches):", "",
+              "| config | side | step-1 loss zhost | step-1 loss diff | max loss diff, steps 1-5 | max loss diff, "
+              "all steps |", "|---|---|---|---|---|---|"]
+    for name in names:
+        z = losses(os.path.join(work, "speed", "round1", name, "zhost"))
+        for side in groups[name][1:]:
+            p = losses(os.path.join(work, "speed", "round1", name, side))
+            d = [abs(a - b) for a, b in zip(z, p)]
+            lines.append(f"| {name} | {side} | {z[0]:.7f} | {d[0]:.1e} | {max(d[:5]):.1e} | {max(d):.1e} |")
     return "\n".join(lines)
 
 
@@ -320,13 +383,16 @@ def main():
     p.add_argument("--only", default="")
     p.add_argument("--out", default=None)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=3, help="speed: rounds, medians over them")
+    p.add_argument("--attn", default="sdpa", help="speed: HF attn_implementation of the Python sides")
     p.add_argument("--set", action="append", default=[], dest="extra_set")
     p.add_argument("--zhost", default=os.path.join(ROOT, "build/bin/zhost"))
     a = p.parse_args()
     if a.what == "check":
         sys.exit(check(os.path.abspath(a.args[0]), a.zhost, a.threads))
     if a.what == "speed":
-        text = speed(os.path.abspath(a.args[0]), a.steps, a.zhost, a.threads)
+        text = speed(os.path.abspath(a.args[0]), a.steps, a.zhost, a.threads, a.rounds, a.attn,
+                     [n for n in a.only.split(",") if n])
         print(text)
         if a.out:
             with open(a.out, "w") as out:
