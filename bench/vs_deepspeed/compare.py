@@ -5,8 +5,9 @@ by zhost on 2 CPU ranks each, and their per-step losses, grad norms, lrs and fin
   compare.py make WORK [--kind gpt2|llama]
       WORK/model (a seeded HF folder, tests/hf/hf_models.py, dropout 0: zhost has none) and WORK/tokens.bin
       (the license texts of /usr/share/common-licenses as uint16 byte ids).
-  compare.py one DS_CONFIG WORK [--steps N] [--name NAME]
-      Trains DS_CONFIG with both and prints one JSON line: max |loss diff|, max |weight diff|, ...
+  compare.py one DS_CONFIG WORK [--steps N] [--name NAME] [--peer deepspeed|ddp|compile|fsdp2] [--attn A]
+      Trains DS_CONFIG with zhost and the peer (DeepSpeed unless --peer) and prints one JSON line: max |loss diff|,
+      max |weight diff|, ...
   compare.py matrix WORK [--steps N] [--only NAME,...] [--kind gpt2|llama] [--out FILE]
       The configs of CONFIGS below (each written as WORK/configs/NAME.json), one line each, and a markdown
       table to FILE.
@@ -15,8 +16,8 @@ by zhost on 2 CPU ranks each, and their per-step losses, grad norms, lrs and fin
       (TORCH_PEERS: DDP, DDP + torch.compile, FSDP2), same threads (--threads, OMP_NUM_THREADS for every side;
       zhost's run.intra_op_threads follows it), medians of R rounds, and the peers' losses against zhost's.
   compare.py check WORK
-      The ctest Peer.SameLossesAndWeightsAsDeepSpeed: CHECKS below, each within its tolerances; exit 77 (skipped)
-      when DeepSpeed is not installed.
+      The ctest Peer.SameLossesAndWeightsAsDeepSpeed: CHECKS and CHECK_TORCH_PEERS below, each within its
+      tolerances; exit 77 (skipped) when DeepSpeed is not installed.
 
 zhost: ZHOST (default build/bin/zhost) run DS_CONFIG --nproc 2 --companion WORK/NAME/companion.toml (model,
 data, steps, seed, where to write: what a ds_config.json leaves to the training script), then `zhost export`
@@ -172,12 +173,12 @@ def run_peer(config_path, work, run, steps, threads, peer="deepspeed", attn="eag
     return time.time() - start
 
 
-def compare(run):
-    """Max differences between the zhost and DeepSpeed runs in RUN."""
+def compare(run, peer="deepspeed"):
+    """Max differences between the zhost and PEER runs in RUN."""
     z = [r for r in read_jsonl(os.path.join(run, "zhost", "metrics.jsonl")) if "loss" in r]
-    d = read_jsonl(os.path.join(run, "deepspeed", "metrics.jsonl"))
+    d = read_jsonl(os.path.join(run, peer, "metrics.jsonl"))
     if len(z) != len(d):
-        raise RuntimeError(f"{run}: zhost logged {len(z)} steps, DeepSpeed {len(d)}")
+        raise RuntimeError(f"{run}: zhost logged {len(z)} steps, {peer} {len(d)}")
     loss = [abs(a["loss"] - b["loss"]) for a, b in zip(z, d)]
     lr = [abs(a["lr"] - b["lr"]) for a, b in zip(z, d)]
     norms = [abs(a["grad_norm"] - b["grad_norm"]) / max(abs(b["grad_norm"]), 1e-12) for a, b in zip(z, d)
@@ -187,7 +188,7 @@ def compare(run):
     for f in sorted(os.listdir(export)):
         if f.endswith(".safetensors"):
             zw.update(read_safetensors(os.path.join(export, f)))
-    dw = read_safetensors(os.path.join(run, "deepspeed", "weights.safetensors"))
+    dw = read_safetensors(os.path.join(run, peer, "weights.safetensors"))
     missing = sorted(set(dw) ^ set(zw))
     if missing:
         raise RuntimeError(f"{run}: tensors in only one of the two weight sets: {missing[:6]}")
@@ -211,8 +212,8 @@ def compare(run):
             "final_loss_deepspeed": d[-1]["loss"]}
 
 
-def one(config, work, name, steps, zhost, threads, extra_set=()):
-    run = os.path.join(work, "runs", name)
+def one(config, work, name, steps, zhost, threads, extra_set=(), peer="deepspeed", attn="eager"):
+    run = os.path.join(work, "runs", name if peer == "deepspeed" else f"{name}-{peer}")
     os.makedirs(run, exist_ok=True)
     path = os.path.join(run, "ds_config.json")
     if isinstance(config, dict):
@@ -221,8 +222,8 @@ def one(config, work, name, steps, zhost, threads, extra_set=()):
     else:
         shutil.copyfile(config, path)
     run_zhost(path, work, run, steps, zhost, threads, extra_set)
-    run_peer(path, work, run, steps, threads)
-    result = {"name": name, **compare(run)}
+    run_peer(path, work, run, steps, threads, peer, attn)
+    result = {"name": name if peer == "deepspeed" else f"{name} {peer}", **compare(run, peer)}
     print(json.dumps(result), flush=True)
     return result
 
@@ -345,6 +346,9 @@ CHECKS = {  # name: (max |loss diff| at any step, max |weight diff| but the key 
     "s2-offload-adam-l2": (5e-5, 1e-3, 1e-9),
     "s3-bf16": (2e-2, 5e-2, 1e-9),
 }
+# The PyTorch peers of TORCH_PEERS checked the same way (HF's sdpa attention, as `speed` runs them; the slow
+# compile of DDP + torch.compile is left to `speed`, which reports its losses).
+CHECK_TORCH_PEERS = {"ddp": (5e-5, 1e-3, 1e-9), "fsdp2": (5e-5, 1e-3, 1e-9)}
 
 
 def check(work, zhost, threads):
@@ -359,8 +363,11 @@ def check(work, zhost, threads):
     if not os.path.exists(os.path.join(work, "tokens.bin")):
         make(work, "gpt2")
     failures = []
-    for name, (loss_tol, weight_tol, lr_tol) in CHECKS.items():
-        r = one(CONFIGS[name], work, name, CHECK_STEPS, zhost, threads)
+    runs = [(name, "deepspeed", "eager", tols) for name, tols in CHECKS.items()]
+    runs += [(TORCH_PEERS[peer], peer, "sdpa", tols) for peer, tols in CHECK_TORCH_PEERS.items()]
+    for name, peer, attn, (loss_tol, weight_tol, lr_tol) in runs:
+        r = one(CONFIGS[name], work, name, CHECK_STEPS, zhost, threads, peer=peer, attn=attn)
+        name = r["name"]
         for what, got, tol in (("loss", r["max_loss_diff"], loss_tol),
                                ("weight (but the key bias)", r["max_weight_diff_but_key_bias"], weight_tol),
                                ("lr", r["max_lr_diff"], lr_tol)):
@@ -368,7 +375,7 @@ def check(work, zhost, threads):
                 failures.append(f"{name}: max {what} diff {got:.3e} > {tol:.1e}")
     for f in failures:
         print("FAILED:", f)
-    print(f"{len(CHECKS) - len({f.split(':')[0] for f in failures})} passed, "
+    print(f"{len(runs) - len({f.split(':')[0] for f in failures})} passed, "
           f"{len({f.split(':')[0] for f in failures})} failed")
     return 1 if failures else 0
 
@@ -384,14 +391,17 @@ def main():
     p.add_argument("--out", default=None)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3, help="speed: rounds, medians over them")
-    p.add_argument("--attn", default="sdpa", help="speed: HF attn_implementation of the Python sides")
+    p.add_argument("--attn", default=None, help="HF attn_implementation of the Python side(s): eager or sdpa "
+                   "(default: sdpa for speed, eager for one)")
+    p.add_argument("--peer", default="deepspeed", choices=["deepspeed", "ddp", "compile", "fsdp2"],
+                   help="one: the side set against zhost")
     p.add_argument("--set", action="append", default=[], dest="extra_set")
     p.add_argument("--zhost", default=os.path.join(ROOT, "build/bin/zhost"))
     a = p.parse_args()
     if a.what == "check":
         sys.exit(check(os.path.abspath(a.args[0]), a.zhost, a.threads))
     if a.what == "speed":
-        text = speed(os.path.abspath(a.args[0]), a.steps, a.zhost, a.threads, a.rounds, a.attn,
+        text = speed(os.path.abspath(a.args[0]), a.steps, a.zhost, a.threads, a.rounds, a.attn or "sdpa",
                      [n for n in a.only.split(",") if n])
         print(text)
         if a.out:
@@ -403,7 +413,7 @@ def main():
     elif a.what == "one":
         config, work = a.args[0], os.path.abspath(a.args[1])
         one(config, work, a.name or os.path.splitext(os.path.basename(config))[0], a.steps, a.zhost, a.threads,
-            a.extra_set)
+            a.extra_set, a.peer, a.attn or "eager")
     else:
         work = os.path.abspath(a.args[0])
         names = [n for n in CONFIGS if not a.only or n in a.only.split(",")]
