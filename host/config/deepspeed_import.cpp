@@ -299,9 +299,14 @@ void Importer::precision(Section& root) {
     else
       fp16.note(key, "fp16 is not enabled, so DeepSpeed ignores it, and zhost too");
   }
-  fp16.inert("auto_cast", false,
-             "autocasting the model's inputs to fp16 is a DeepSpeed feature zhost lacks (zhost casts the model's "
-             "weights); set it to false");
+  // Note [fp16.auto_cast]: DeepSpeed's forward casts the floating-point tensors among the model's inputs to
+  // fp16 (engine._cast_inputs_half) when auto_cast is true, whether fp16 is enabled or not, and leaves integer
+  // tensors as they are. zhost's models (mlp, gpt, llama, hf) take one input, the batch's token ids (int64,
+  // data::Batch), so the cast has nothing to act on: noted, with either value. A model with floating-point
+  // inputs would have to refuse auto_cast = true again.
+  fp16.note("auto_cast",
+            "DeepSpeed casts the model's floating-point inputs to fp16; zhost's models take token ids (int64), "
+            "which it leaves as they are, so it changes nothing");
   fp16.inert("fp16_master_weights_and_grads", false,
              "zhost keeps fp32 master weights and gradients (fp16 masters change the updates); set it to false");
   fp16.finish();

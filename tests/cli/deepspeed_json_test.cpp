@@ -598,4 +598,24 @@ TEST(DeepSpeedJson, AFileWithoutABatchSizeIsRefusedAsDeepSpeedRefusesIt) {
       0);
 }
 
+// fp16.auto_cast casts floating-point model inputs in DeepSpeed; zhost's models take token ids only, so it is
+// noted (Note [fp16.auto_cast]), with fp16 on and off, and the file trains.
+TEST(DeepSpeedJson, Fp16AutoCastIsNotedForModelsThatTakeTokenIds) {
+  ScratchDir dir;
+  dir.write("cast.json", R"({"train_micro_batch_size_per_gpu": 2,
+  "fp16": {"enabled": "auto", "auto_cast": true},
+  "zhost": {"steps": 2, "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8}, "run": {"name": "cast"}}})");
+  for (const char* fp16 : {"", " --set fp16.enabled=true"}) {
+    CliResult checked = run_zhost(dir.path(), std::string("config check cast.json") + fp16 + kPlugins);
+    ASSERT_EQ(checked.exit_code, 0) << fp16 << "\n" << checked.err;
+    EXPECT_NE(checked.out.find("# cast.json:2:31: note: fp16.auto_cast = true: DeepSpeed casts the model's "
+                               "floating-point inputs to fp16; zhost's models take token ids (int64)"),
+              std::string::npos)
+        << checked.out;
+  }
+  CliResult trained = run_zhost(dir.path(), "run cast.json --set run.intra_op_threads=1" + kPlugins, "timeout 120 ");
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  EXPECT_TRUE(fs::exists(dir.path() / "runs" / "cast" / "metrics.jsonl")) << trained.err;
+}
+
 }  // namespace
