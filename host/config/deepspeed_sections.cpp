@@ -121,6 +121,15 @@ void import_zero(Importer& importer, Section& root) {
                                     zero.path(key)));
         continue;
       }
+      if (std::string(name) == "gather_16bit_weights_on_model_save") {
+        // HF Trainer runs on accelerate, whose DeepSpeed plugin fills this "auto" from its
+        // zero3_save_16bit_model (false unless ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL or accelerate's
+        // config say true): that is the default an unfilled "auto" takes (Note [HF's "auto"]).
+        zero.map(key, std::string("zero.stage3_") + name,
+                 "true to write 16-bit weights gathered at save (accelerate's zero3_save_16bit_model), else false",
+                 {"accelerate's zero3_save_16bit_model", "false"});
+        continue;
+      }
       zero.map(key, std::string("zero.stage3_") + name);
     }
   }

@@ -618,4 +618,24 @@ TEST(DeepSpeedJson, Fp16AutoCastIsNotedForModelsThatTakeTokenIds) {
   EXPECT_TRUE(fs::exists(dir.path() / "runs" / "cast" / "metrics.jsonl")) << trained.err;
 }
 
+// stage3_gather_16bit_weights_on_model_save = "auto" is filled by accelerate (HF Trainer runs on it) from its
+// zero3_save_16bit_model, false by default: unfilled, it takes that; --set gives another value.
+TEST(DeepSpeedJson, GatherOnSaveAutoTakesAcceleratesDefault) {
+  ScratchDir dir;
+  dir.write("z3.json", R"({"train_micro_batch_size_per_gpu": 2,
+  "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": "auto"}})");
+  CliResult unfilled = run_zhost(dir.path(), "config check z3.json" + kPlugins);
+  ASSERT_EQ(unfilled.exit_code, 0) << unfilled.err;
+  EXPECT_NE(unfilled.out.find("# z3.json:2:37: note: zero_optimization.stage3_gather_16bit_weights_on_model_save = "
+                              "\"auto\": zero.stage3_gather_16bit_weights_on_model_save = false, HF Trainer's default "
+                              "(accelerate's zero3_save_16bit_model)"),
+            std::string::npos)
+      << unfilled.out;
+  CliResult filled = run_zhost(
+      dir.path(), "config check z3.json --set zero.stage3_gather_16bit_weights_on_model_save=true" + kPlugins);
+  ASSERT_EQ(filled.exit_code, 0) << filled.err;
+  EXPECT_NE(filled.out.find("stage3_gather_16bit_weights_on_model_save = true  # --set"), std::string::npos)
+      << filled.out;
+}
+
 }  // namespace
