@@ -22,13 +22,15 @@ struct ImportRecord {
   // --set, a companion TOML or the "zhost" table (Note [HF's "auto"] in docs/config.md). Document decides
   // once every source is in: a note naming the value's source, or a refusal (`text`) when none gives it.
   // Default: a key the file does not write whose DeepSpeed default differs from zhost's (Note [DeepSpeed's
-  // clipping default]); zhost's arguments fill it as they fill "auto", else DeepSpeed's default (`ds_default`).
+  // clipping default], Note [DeepSpeed's overlap_comm default]); zhost's arguments fill it as they fill "auto",
+  // else DeepSpeed's default (`ds_default`), noted with `text`.
   enum class Kind { Mapped, Noted, Refused, Auto, Default };
   Kind kind = Kind::Mapped;
   std::string ds_path;     // "zero_optimization.offload_optimizer.device"
   TextPosition at;         // the key's place in the file
   std::string zhost_path;  // Mapped: the zhost key it sets ("zero.offload_optimizer.device")
-  std::string text;        // Noted, Refused, Auto: the one-line reason (and what to do); Mapped: a warning or ""
+  std::string text;        // Noted, Refused, Auto, Default: the one-line reason (and what to do); Mapped: a
+                           // warning or ""
   // Auto: HF Trainer's default for the key, which fills an "auto" none of zhost's arguments gives (Note [HF's
   // "auto"]): the TOML literal ("8", "[0.9, 0.999]") and the Trainer's argument ("--per_device_train_batch_size").
   // Empty for a key the Trainer has no default for: such an "auto" is refused (`text`).

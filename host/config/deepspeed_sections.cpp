@@ -45,8 +45,11 @@ void Importer::top_level(Section& root) {
     // bench/vs_deepspeed measured it); releases before that change did not clip. zhost's own default stays 0 (a
     // TOML config does not clip unless told); a DeepSpeed file means what DeepSpeed makes of it, unless --set,
     // the companion or the "zhost" table give the value.
-    record(ImportRecord::Kind::Default, "gradient_clipping", TextPosition{1, 1}, "gradient_clipping", "").ds_default =
-        "1.0";
+    record(ImportRecord::Kind::Default, "gradient_clipping", TextPosition{1, 1}, "gradient_clipping",
+           "gradient_clipping not written: gradient_clipping = 1.0, DeepSpeed's default (DeepSpeed clips at 1.0 "
+           "since 2026; releases before did not); write \"gradient_clipping\": 0 to train unclipped, or give yours "
+           "with --set gradient_clipping=VALUE")
+        .ds_default = "1.0";
   }
   root.map("steps_per_print", "steps_per_print");
   root.map("wall_clock_breakdown", "wall_clock_breakdown");
@@ -201,6 +204,18 @@ void import_zero(Importer& importer, Section& root) {
   const json* json_stage = zero.object() && zero.has("stage") ? &(*zero.object())["stage"] : nullptr;
   std::optional<double> stage = importer.overrides().stage;
   if (!stage && json_stage && json_stage->is_number()) stage = json_stage->get<double>();
+  if (stage && *stage == 3 && !zero.has("overlap_comm")) {
+    // Note [DeepSpeed's overlap_comm default]: DeepSpeed's zero_optimization.overlap_comm defaults to true at
+    // stage 3 and false at stages 0-2 (DeepSpeedZeroConfig's overlap_comm_valid, 0.19.8); zhost's
+    // zero.overlap_comm defaults to false. A DeepSpeed file at stage 3 that does not write it means true, unless
+    // --set, the companion or the "zhost" table give a value. It changes when reductions run, not their values.
+    importer
+        .record(ImportRecord::Kind::Default, zero.path("overlap_comm"),
+                zero.object() ? root.at("zero_optimization") : TextPosition{1, 1}, "zero.overlap_comm",
+                "zero_optimization.overlap_comm not written: zero.overlap_comm = true, DeepSpeed's default at "
+                "stage 3 (false at stages 0-2); give yours with --set zero.overlap_comm=VALUE")
+        .ds_default = "true";
+  }
   if (stage && *stage < 3 && zero.has("offload_param")) {
     zero.note("offload_param", "DeepSpeed reads offload_param only at stage 3, so it changes nothing at this stage");
   } else {

@@ -404,6 +404,36 @@ TEST(DeepSpeedJson, UnwrittenClippingTakesDeepSpeedsDefault) {
   EXPECT_NE(imported.out.find("\ngradient_clipping = 1.0"), std::string::npos) << imported.out;
 }
 
+// Note [DeepSpeed's overlap_comm default]: a stage-3 file that does not write overlap_comm means true, as in
+// DeepSpeed, with a note; written, set or at another stage it is what it says (zhost's default at stages 1-2).
+TEST(DeepSpeedJson, UnwrittenOverlapCommAtStage3TakesDeepSpeedsDefault) {
+  ScratchDir dir;
+  dir.write("z3.json", R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}})");
+  dir.write("z3off.json",
+            R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3, "overlap_comm": false}})");
+  dir.write("z2.json", R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}})");
+  const auto overlap = [&](const std::string& args) {
+    CliResult r = run_zhost(dir.path(), "config check " + args + kPlugins);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    for (const std::string& line : resolved_values(r.out))
+      if (line.rfind("overlap_comm = ", 0) == 0)
+        return line + (r.out.find("overlap_comm not written") != std::string::npos ? " noted" : "");
+    return std::string("absent");
+  };
+  EXPECT_EQ(overlap("z3.json"), "overlap_comm = true noted");
+  EXPECT_EQ(overlap("z3.json --set zero.overlap_comm=false"), "overlap_comm = false");
+  EXPECT_EQ(overlap("z3off.json"), "overlap_comm = false");
+  EXPECT_EQ(overlap("z2.json"), "overlap_comm = false");
+  EXPECT_EQ(overlap("z2.json --set zero.stage=3"), "overlap_comm = true noted");
+  CliResult noted = run_zhost(dir.path(), "config check z3.json" + kPlugins);
+  EXPECT_NE(noted.out.find("# z3.json:1:39: note: zero_optimization.overlap_comm not written: zero.overlap_comm = "
+                           "true, DeepSpeed's default at stage 3"),
+            std::string::npos)
+      << noted.out;
+  CliResult imported = run_zhost(dir.path(), "config import z3.json" + kPlugins);
+  EXPECT_NE(imported.out.find("\noverlap_comm = true"), std::string::npos) << imported.out;
+}
+
 // With --set fp16.enabled=true on fp16's "auto", DeepSpeed would read fp16's other keys: so does the mapping.
 TEST(DeepSpeedJson, SetFp16DecidesWhetherItsKeysAreRead) {
   ScratchDir dir;
