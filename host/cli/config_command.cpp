@@ -3,6 +3,7 @@
 // tier's roles (optimizer-compute, optimizer-storage, params). With --nproc it checks the batch arithmetic
 // for that world size. With the training engine built, it also opens the data source and checks fp16
 // kernels as `zhost run` would. `zhost config import CONFIG.json` prints a DeepSpeed JSON config as TOML.
+#include <algorithm>
 #include <iostream>
 
 #include "host/cli/commands.hpp"
@@ -11,9 +12,11 @@
 #include "host/config/validate.hpp"
 #include "host/core/error.hpp"
 #include "host/core/text.hpp"
+#include "host/job/plugin_checks.hpp"
 
 #if ZHOST_HAS_ENGINE
 #include "host/engine/preflight.hpp"
+#include "host/engine/settings.hpp"
 #endif
 
 namespace zhost::cli {
@@ -55,6 +58,16 @@ int config_check_command(const JobSetupOptions& options, int nproc, int nnodes) 
 #if ZHOST_HAS_ENGINE
   engine::check_data(*job.config);
   engine::check_precision(*job.config);
+  // The plugins' own checks (Note [Plugin config checks]), told the world size and the model when --nproc
+  // gives the world size; without it neither is known (as for the memory check).
+  if (nproc > 0) {
+    const int world_size = nproc * nnodes;
+    engine::check_plugins(job, engine::read_settings(*job.config, world_size, 0, 0, nproc), world_size, nproc);
+  } else {
+    check_plugin_configs(job, ConfigCheckFacts{});
+  }
+#else
+  check_plugin_configs(job, ConfigCheckFacts{});
 #endif
   std::cout << "# zhost config check: " << (options.config_file.empty() ? "(no file)" : options.config_file.string())
             << " is valid" << (nproc > 0 ? " for " + std::to_string(nproc * nnodes) + " ranks" : "") << "\n";

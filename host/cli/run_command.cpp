@@ -69,7 +69,7 @@ int run_command(const RunOptions& options) {
     const int world_size = options.nproc * options.nnodes;
     const engine::TrainSettings settings = engine::read_settings(*job.config, world_size, 0, 0, options.nproc);
     engine::check_host_memory(*job.config, settings, world_size, options.nproc);
-    engine::check_nvme_space(*job.config, settings, world_size, options.nproc);
+    engine::check_plugins(job, settings, world_size, options.nproc);
     // The ranks notice a stopped peer after comm.timeout_s and name it; the launcher steps in a little later.
     launch.stopped_rank_limit_s = job.config->get_float("comm.timeout_s") + kStoppedRankSlack_s;
     // Ranks that save a checkpoint on a signal get the time of a collective to do it (Note [Stop at a step

@@ -3,15 +3,10 @@
 // of the rule that the config sets in front of it.
 #include "host/config/host_rules.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
 #include <utility>
 
 #include "host/config/host_schema.hpp"
@@ -321,62 +316,9 @@ void add_zero_rules(Schema& schema) {
        });
 }
 
-// `path` (the value of `key`) when `used` (`device` names "nvme"): a writable folder that takes O_DIRECT;
-// otherwise it must be unset.
-Problem check_nvme_path(const std::string& path, const std::string& key, bool used, const std::string& device) {
-  if (!used) {
-    if (path.empty()) return std::nullopt;
-    return fmt::format("{} is set, but only the NVMe tier reads it; set {} = \"nvme\", or remove it", key, device);
-  }
-  if (path.empty()) return fmt::format("{} = \"nvme\" needs {}, a folder on the NVMe disk; set it", device, key);
-  const std::string shown = to_toml_literal(text::excerpt(path));
-  std::error_code ec;
-  if (!std::filesystem::is_directory(path, ec))
-    return fmt::format("{} = {} is not a folder; create it or fix the path", key, shown);
-  if (::access(path.c_str(), W_OK | X_OK) != 0)
-    return fmt::format("{} = {} is not writable by this user; fix its permissions or choose another folder", key,
-                       shown);
-  // The tier writes with O_DIRECT: try it once with an empty file.
-  const std::string probe = path + "/.zhost-nvme-check-" + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return fmt::format("{} = {}: cannot create a file there for direct I/O (O_DIRECT): {}; choose a folder on a disk",
-                       key, shown, std::strerror(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
-  return std::nullopt;
-}
-
-// The NVMe tier's keys (docs/config.md "NVMe offload"): its folder must be there and writable before a rank
-// starts; what zhost's NVMe tier does not do is refused with the reason.
+// The offload tiers' host keys (docs/config.md "NVMe offload"; the NVMe tier checks its own folders, Note
+// [Plugin config checks]): what zhost's tiers do not do is refused with the reason.
 void add_nvme_rules(Schema& schema) {
-  // Each role's tier has its own folder key; with both roles on NVMe each gets its own instance (Note [One
-  // instance per storing role], host/plugins/resolver.hpp), so the two folders may be the same.
-  rule(
-      schema,
-      {"zero.offload_optimizer.nvme_path", "zero.offload_optimizer.device", "zero.offload_optimizer.storage",
-       "zero.offload_param.nvme_path", "zero.offload_param.device", "zero.offload_optimizer.swap_schedule",
-       "zero.offload_param.swap_schedule"},
-      [](const ResolvedConfig& config) -> Problem {
-        bool optimizer = optimizer_states_on_nvme(config);
-        const bool params = params_on_nvme(config);
-        for (const StorageSwapPoint& point : storage_swap_schedule(config, "zero.offload_optimizer.swap_schedule"))
-          optimizer |= point.storage == "nvme";
-        bool params_nvme = params;
-        for (const StorageSwapPoint& point : storage_swap_schedule(config, "zero.offload_param.swap_schedule"))
-          params_nvme |= point.storage == "nvme";
-        params_nvme |= config.get_string("zero.offload_param.device") != "none" &&
-                       !config.get_string("zero.offload_param.nvme_path").empty();
-        // A job whose optimizer runs in a tier may be told to move its states to NVMe while it runs (Note [Storage
-        // swap], `zhost control`): a folder given for that is checked now.
-        optimizer |= config.get_string("zero.offload_optimizer.device") != "none" &&
-                     !config.get_string("zero.offload_optimizer.nvme_path").empty();
-        if (Problem p = check_nvme_path(config.get_string("zero.offload_optimizer.nvme_path"),
-                                        "zero.offload_optimizer.nvme_path", optimizer, "zero.offload_optimizer.device"))
-          return p;
-        return check_nvme_path(config.get_string("zero.offload_param.nvme_path"), "zero.offload_param.nvme_path",
-                               params_nvme, "zero.offload_param.device");
-      });
   // Note [Delayed parameter update] (zhost/zero/delayed_update.hpp): the tier's step is what is delayed.
   rule(schema,
        {"zero.offload_optimizer.delayed_update", "zero.offload_optimizer.device", "zero.stage",

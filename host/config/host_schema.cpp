@@ -216,7 +216,7 @@ void add_zero_keys(HostKeys& keys) {
   // Only the keys that select plugins; the plugins that use them declare the rest of [zero].
   keys.integer("zero.stage", 0, "ZeRO stage: 0 = data parallel, 1 = optimizer states, 2 = +gradients, 3 = +params",
                between(0, 3));
-  // Any tier name is accepted here: "cpu" and "nvme" are zhost's own tiers, a third-party tier plugin that
+  // Any tier name is accepted here: cpu and nvme are zhost's own tiers, a third-party tier plugin that
   // provides "offload:NAME" is selected with device = "NAME". Resolution reports a name no plugin serves.
   keys.text("zero.offload_optimizer.device", "none",
             "offload tier for optimizer states: none, cpu, nvme, or a third-party tier's name");
@@ -227,12 +227,6 @@ void add_zero_keys(HostKeys& keys) {
             "tier of zero.offload_optimizer.device: none, or a storage tier's name (device = \"nvme\" implies it)");
   keys.text("zero.offload_param.device", "none",
             "offload tier for parameters (stage 3): none, cpu, nvme, or a third-party tier's name");
-  // The NVMe tier's folder and DeepSpeed's NVMe keys: declared here too (offload_nvme declares nvme_path alike)
-  // so that `config check` can check them without the plugin (docs/config.md "NVMe offload").
-  keys.text("zero.offload_optimizer.nvme_path", "",
-            "folder on the NVMe disk for the optimizer's states (device = \"nvme\" or storage = \"nvme\")");
-  keys.text("zero.offload_param.nvme_path", "",
-            "folder on the NVMe disk for stage 3's parameter shards (offload_param.device = \"nvme\")");
   keys.integer("zero.offload_optimizer.buffer_count", 4,
                "with a storage tier: the CPU tier's staging areas, one chunk of states each", between(1, 1024));
   keys.flag("zero.offload_optimizer.pipeline_read", false,

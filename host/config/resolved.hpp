@@ -57,6 +57,8 @@ class ResolvedConfig {
   std::string origin(const std::string& path) const;
   // The start of an error message about this key (ValueOrigin::location).
   std::string location(const std::string& path) const;
+  // The config file's name as errors show it; empty without one.
+  const std::string& source_name() const { return source_name_; }
   // Who declared the key ("host", plugin names).
   const std::vector<std::string>& owners(const std::string& path) const;
   // Active keys, sorted.

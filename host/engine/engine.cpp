@@ -255,7 +255,7 @@ int run_job(JobSetup& job, const launch::RankEnv& env) {
   // Before the rendezvous, so that no rank has allocated yet when another reads the available memory.
   check_data(*job.config);
   check_host_memory(*job.config, settings, env.world_size, env.local_world_size);
-  check_nvme_space(*job.config, settings, env.world_size, env.local_world_size);
+  check_plugins(job, settings, env.world_size, env.local_world_size);
   set_up_cpu_threads(settings, env);
 
   comm::Rendezvous rendezvous;

@@ -1,4 +1,5 @@
-// host/engine/preflight.cpp: the data and host-memory checks before a job starts (see the header).
+// host/engine/preflight.cpp: the data and host-memory checks before a job starts, and what the plugins'
+// config checks are told of the job (see the header).
 #include "host/engine/preflight.hpp"
 
 #include <ATen/ops/layer_norm.h>
@@ -6,14 +7,13 @@
 #include <ATen/ops/ones.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "host/core/error.hpp"
@@ -25,18 +25,6 @@
 
 namespace zhost::engine {
 namespace {
-
-struct NvmeFiles {
-  std::string key;     // the nvme_path key naming the folder
-  std::string folder;  // its value
-  double bytes = 0;    // what the files there will hold, every local rank together
-};
-
-// "1.2 GiB", or "13.4 MiB" below a GiB.
-std::string size_text(double bytes) {
-  if (bytes >= 1024.0 * 1024.0 * 1024.0) return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
-}
 
 std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
 
@@ -164,65 +152,49 @@ void check_host_memory(const config::ResolvedConfig& config, const TrainSettings
       gib(needed), local_ranks, world_size, settings.zero_stage, gib(*available), memory_advice(settings));
 }
 
-// Note [NVMe space at start]: the bytes the NVMe tiers' files will hold once every state is written, per
-// rank: the optimizer's fp32 master and states (4 + K bytes per parameter / N, stages 1-3), at stage 3 the
-// fp32 gradients the CPU tier moves there (4 / N, Note [Gradients in storage]; not with pin_memory), and
-// the parameter shards beyond max_in_cpu (c / N each, Note [max_in_cpu]). It is a lower bound, like the
-// memory check's "model states alone": the tier writes a buffer's new copy before it frees the old one, so
-// a step also needs room for the chunks being rewritten (up to buffer_count storage chunks per state; 50
-// MB at the defaults), which only the CPU tier knows. The tier reserves each buffer (fallocate) before
-// writing it, so a disk that fills up mid-run is still a clean error; this check stops a job that could
-// never fit before it writes anything.
-std::vector<NvmeFiles> nvme_files(const config::ResolvedConfig& config, const TrainSettings& settings, int world_size,
-                                  int local_ranks) {
-  const ModelStateShape shape = model_state_shape(settings, world_size, parameter_count(settings));
+// Note [Storage space at start]: the bytes the storing tiers will hold once every state is written, per rank,
+// for their config checks (zhost_config_check_args, Note [Plugin config checks], host/job/plugin_checks.cpp):
+// the optimizer-storage tier keeps the optimizer's fp32 master and states (4 + K bytes per parameter / N,
+// stages 1-3) and at stage 3 the fp32 gradients the CPU tier moves there (4 / N, Note [Gradients in storage];
+// not with pin_memory); the params tier keeps the parameter shards beyond max_in_cpu (c / N each, Note
+// [max_in_cpu]). It is a lower bound, like the memory check's "model states alone": a tier writes a buffer's
+// new copy before it frees the old one, so a step also needs room for the chunks being rewritten (up to
+// buffer_count storage chunks per state; 50 MB at the defaults), which only the CPU tier knows. A tier that
+// keeps them on a disk (the NVMe tier) compares them with its free space, so that a job that could never fit
+// stops before it writes anything; run.memory_check = false gives 0 (not known), and the tier's own
+// reservation of each buffer is then what stops a disk that fills up.
+ConfigCheckFacts config_check_facts(const config::ResolvedConfig& config, const TrainSettings& settings, int world_size,
+                                    int local_ranks) {
+  ConfigCheckFacts facts;
+  const std::unique_ptr<model::Model> shapes =
+      model::make_model(settings.model, model::Placement{at::kCPU, at::kFloat, false});
+  facts.num_blocks = static_cast<uint32_t>(shapes->num_blocks());
+  for (const model::ParamEntry& param : shapes->parameters()) {
+    facts.param_numels.push_back(param.tensor.numel());
+    facts.param_blocks.push_back(param.block);
+  }
+  if (world_size <= 0) return facts;
+  facts.world_size = world_size;
+  facts.local_ranks = local_ranks;
+  if (!config.get_bool("run.memory_check")) return facts;
+  const ModelStateShape shape = model_state_shape(settings, world_size, shapes->num_parameters());
   const double per_rank = std::ceil(static_cast<double>(shape.num_params) / world_size);
-  std::vector<NvmeFiles> files;
-  if (settings.optimizer_states_on_nvme && settings.zero_stage >= 1) {
+  if (settings.zero_stage >= 1) {
     const bool pinned =
         config.active("zero.offload_optimizer.pin_memory") && config.get_bool("zero.offload_optimizer.pin_memory");
     const double bytes_per_param =
         4.0 + shape.optimizer_bytes_per_param + (settings.zero_stage >= 3 && !pinned ? 4 : 0);
-    files.push_back({"zero.offload_optimizer.nvme_path", config.get_string("zero.offload_optimizer.nvme_path"),
-                     bytes_per_param * per_rank * local_ranks});
+    facts.optimizer_storage_bytes = static_cast<uint64_t>(bytes_per_param * per_rank * local_ranks);
   }
-  if (settings.params_on_nvme && settings.zero_stage >= 3) {
+  if (settings.zero_stage >= 3) {
     const double elements = std::max(0.0, per_rank - static_cast<double>(settings.params_max_in_cpu));
-    if (elements > 0)
-      files.push_back({"zero.offload_param.nvme_path", config.get_string("zero.offload_param.nvme_path"),
-                       shape.compute_bytes * elements * local_ranks});
+    facts.params_storage_bytes = static_cast<uint64_t>(shape.compute_bytes * elements * local_ranks);
   }
-  return files;
+  return facts;
 }
 
-void check_nvme_space(const config::ResolvedConfig& config, const TrainSettings& settings, int world_size,
-                      int local_ranks) {
-  if (!config.get_bool("run.memory_check")) return;
-  // Folders on one file system share its free space.
-  std::map<dev_t, std::vector<NvmeFiles>> by_disk;
-  for (NvmeFiles& f : nvme_files(config, settings, world_size, local_ranks)) {
-    struct stat st {};
-    if (f.folder.empty() || ::stat(f.folder.c_str(), &st) != 0) continue;  // config check refuses these
-    by_disk[st.st_dev].push_back(std::move(f));
-  }
-  for (const auto& [device, files] : by_disk) {
-    struct statvfs vfs {};
-    if (::statvfs(files.front().folder.c_str(), &vfs) != 0) continue;
-    const double available = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
-    double needed = 0;
-    std::vector<std::string> parts;
-    for (const NvmeFiles& f : files) {
-      needed += f.bytes;
-      parts.push_back(fmt::format("{} for {} ({})", size_text(f.bytes), f.key, f.folder));
-    }
-    if (needed <= available) continue;
-    fail_usage(
-        "the model states on NVMe alone need {} on the file system of {} ({}; {} rank(s) here of {}, "
-        "ZeRO stage {}), but it has {} free; free space there, point the nvme_path keys at a larger disk, or "
-        "set run.memory_check = false to start anyway",
-        size_text(needed), files.front().folder, fmt::join(parts, " and "), local_ranks, world_size,
-        settings.zero_stage, size_text(available));
-  }
+void check_plugins(const JobSetup& job, const TrainSettings& settings, int world_size, int local_ranks) {
+  check_plugin_configs(job, config_check_facts(*job.config, settings, world_size, local_ranks));
 }
 
 }  // namespace zhost::engine

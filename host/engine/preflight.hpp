@@ -1,8 +1,8 @@
 // host/engine/preflight.hpp: the checks of a job that need more than its config yet cost no training, so
 // that a job that cannot run stops before it allocates anything: the data source opens and fits the
 // model and fp16 has kernels on the training device (`zhost config check` and `zhost run`), and the model
-// states fit this machine's available memory and NVMe space (`zhost run`). Each throws UsageError (exit 2) with what to
-// change.
+// states fit this machine's available memory (`zhost run`), and what the plugins' config checks are told. Each throws
+// UsageError (exit 2) with what to change.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -13,6 +13,7 @@
 
 #include "host/config/resolved.hpp"
 #include "host/engine/settings.hpp"
+#include "host/job/plugin_checks.hpp"
 
 namespace zhost::engine {
 
@@ -51,10 +52,12 @@ void check_cpu_threads(const config::ResolvedConfig& config, int local_world_siz
 // set; run.memory_check = false skips it.
 void check_host_memory(const config::ResolvedConfig& config, const TrainSettings& settings, int world_size,
                        int local_ranks);
-// Refuses the job when the NVMe tiers' files of its `local_ranks` ranks will not fit the free space of
-// their folders' file systems (Note [NVMe space at start], preflight.cpp), naming the bytes, the folder and
-// what to change; run.memory_check = false skips it.
-void check_nvme_space(const config::ResolvedConfig& config, const TrainSettings& settings, int world_size,
-                      int local_ranks);
+// What the plugins' config checks are told of a job of `local_ranks` ranks here of `world_size` (0: not known):
+// the model's parameter shapes and what each storing role will hold (Note [Storage space at start],
+// preflight.cpp). Builds the model's shapes (nothing is allocated).
+ConfigCheckFacts config_check_facts(const config::ResolvedConfig& config, const TrainSettings& settings, int world_size,
+                                    int local_ranks);
+// check_plugin_configs (host/job/plugin_checks.hpp) with those facts.
+void check_plugins(const JobSetup& job, const TrainSettings& settings, int world_size, int local_ranks);
 
 }  // namespace zhost::engine

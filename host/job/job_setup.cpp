@@ -148,6 +148,8 @@ void check_swap_schedules(const config::ResolvedConfig& config, const Resolution
   }
 }
 
+}  // namespace
+
 // Every storing tier found, when the job's computing tier can move its states: a schedule or `zhost control` may
 // swap any of them in (Note [Storage swap]), so their keys (e.g. zero.offload_optimizer.nvme_path) are this
 // job's keys too.
@@ -162,8 +164,6 @@ std::vector<const LoadedPlugin*> swappable_storages(const Resolution& resolution
       storages.push_back(&plugin);
   return storages;
 }
-
-}  // namespace
 
 std::map<std::string, ConfigValue> JobSetup::plugin_config(const LoadedPlugin& plugin) const {
   return plugin_config_values(*config, plugin);

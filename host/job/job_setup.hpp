@@ -55,6 +55,11 @@ void add_plugin_keys(config::Schema& schema, const LoadedPlugin& plugin, bool re
 // The config file with its companion and overrides applied, before validation.
 config::Document load_job_document(const JobSetupOptions& options);
 
+// Every storing tier found, when the job's computing tier can move its states: a schedule or `zhost control` may
+// swap any of them in (Note [Storage swap]), so their keys are this job's keys too.
+std::vector<const LoadedPlugin*> swappable_storages(const Resolution& resolution,
+                                                    const std::vector<LoadedPlugin>& found);
+
 // Throws UsageError (or config::ConfigErrors) with one line per problem; nothing is created.
 JobSetup prepare_job(const JobSetupOptions& options);
 

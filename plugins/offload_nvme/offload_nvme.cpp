@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "plugins/offload_nvme/block_file.hpp"
+#include "plugins/offload_nvme/config_check.hpp"
 #include "plugins/offload_nvme/io_engine.hpp"
 #include "plugins/offload_nvme/job_dir.hpp"
 #include "plugins/offload_nvme/op_queue.hpp"
@@ -277,7 +278,8 @@ class NvmeTier : public sdk::TierDefaults {
   uint64_t written_ = 0, read_ = 0;     // worker's side
 };
 
-const zhost_plugin_api kApi = sdk::tier_api<NvmeTier>();
+// Note [NVMe config check]: its folders and their room, checked before any rank starts.
+const zhost_plugin_api kApi = sdk::tier_api<NvmeTier>(sdk::check_config_entry<check_config>);
 
 const zhost_plugin_descriptor* describe() {
   static sdk::DescriptorBuilder builder("offload_nvme", "0.1.0", ZHOST_KIND_OFFLOAD);
@@ -286,7 +288,7 @@ const zhost_plugin_descriptor* describe() {
           "NVMe storage tier: O_DIRECT files under nvme_path, io_uring (or pread/pwrite threads), xxHash per block")
       .provides({"offload:nvme"})
       .flags(ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE | NvmeTier::kTierFlags)
-      // Shared with the host (it checks the folder at config check) and offload_cpu: same types and defaults.
+      // Its folders, checked at config check (Note [NVMe config check]).
       .config_string("zero.offload_optimizer.nvme_path", "", "folder on the NVMe disk for the optimizer's states")
       .config_string("zero.offload_param.nvme_path", "", "folder on the NVMe disk for stage 3's parameter shards")
       .config_bool("zero.offload_optimizer.pin_memory", false, "page-locked host buffers (faster device copies)")

@@ -148,7 +148,8 @@ const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
                                sdk::InstanceOf<QuantZeropp>::destroy,
                                nullptr,
                                nullptr,
-                               &sdk::CollectiveTableOf<QuantZeropp>::table};
+                               &sdk::CollectiveTableOf<QuantZeropp>::table,
+                               nullptr};
 
 const zhost_plugin_descriptor* describe() {
   static sdk::DescriptorBuilder builder("quant_zeropp", "0.1.0", ZHOST_KIND_COLLECTIVE);

@@ -174,6 +174,7 @@ const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
                                Instance::destroy,
                                &sdk::PartitionTableOf<DataParallel>::table,
                                nullptr,
+                               nullptr,
                                nullptr};
 
 const zhost_plugin_descriptor* describe() {

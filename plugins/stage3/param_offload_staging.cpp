@@ -41,13 +41,17 @@ void ParamOffloadStaging::find_tier(bool optimizer_offloaded) {
 
 // Every unit's shard goes to the tier, the device keeps buffer_count staging buffers of at most buffer_size
 // elements (no more than the largest shard) to gather from.
+std::string buffer_size_refusal(int64_t buffer_size, int64_t largest_shard) {
+  return kit::format(
+      "zero.offload_param.buffer_size = {} elements is smaller than the largest parameter shard ({} elements, one "
+      "block's parameters / ranks): set it to at least {}",
+      buffer_size, largest_shard, largest_shard);
+}
+
 void ParamOffloadStaging::check_buffer_size() const {
   const int64_t largest = context_.layout.largest_shard();
   if (largest > context_.options.offload_buffer_size)
-    throw PluginError(ZHOST_ERR_CONFIG,
-                      kit::format("zero.offload_param.buffer_size = {} elements is smaller than the largest parameter "
-                                  "shard ({} elements, one block's parameters / ranks): set it to at least {}",
-                                  context_.options.offload_buffer_size, largest, largest));
+    throw PluginError(ZHOST_ERR_CONFIG, buffer_size_refusal(context_.options.offload_buffer_size, largest));
 }
 
 void ParamOffloadStaging::keep_within_max_in_cpu() {

@@ -22,12 +22,17 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "plugins/stage3/stage3_context.hpp"
 #include "zhost/offload.h"
 
 namespace zhost::stage3 {
+
+// The refusal of a zero.offload_param.buffer_size below the largest shard (elements), for setup and for the
+// config check (stage3.cpp): every unit's shard is loaded into one staging buffer.
+std::string buffer_size_refusal(int64_t buffer_size, int64_t largest_shard);
 
 class ParamOffloadStaging {
  public:

@@ -40,6 +40,26 @@ struct Stage3 : Stage3Partition {
   explicit Stage3(const sdk::Host& host) : Stage3Partition(host, read_options(host)) {}
 };
 
+// The config check (ABI 0.10, Note [Plugin config checks] in the host): with the parameter shards in a tier,
+// zero.offload_param.buffer_size against the largest shard, from the model's shapes and the world size the
+// host gives, on the same layout setup builds (FetchUnits), so that `zhost config check --nproc N` refuses what
+// setup would.
+void check_config(const sdk::ConfigCheck& check) {
+  const zhost_config_check_args& args = check.args();
+  if (!((args.job_tier_roles >> ZHOST_TIER_FOR_PARAMS) & 1u) || args.world_size <= 0 || args.num_params == 0 ||
+      !args.param_numels || !args.param_blocks)
+    return;
+  const sdk::Host& host = check.host();
+  const FetchUnits layout(std::vector<int64_t>(args.param_numels, args.param_numels + args.num_params),
+                          std::vector<int32_t>(args.param_blocks, args.param_blocks + args.num_params),
+                          static_cast<int32_t>(args.num_blocks), static_cast<int>(args.world_size),
+                          host.config_int("zero.stage3_param_persistence_threshold"),
+                          host.config_int("zero.sub_group_size"));
+  const int64_t buffer_size = host.config_int("zero.offload_param.buffer_size");
+  if (layout.largest_shard() > buffer_size)
+    check.refuse("zero.offload_param.buffer_size", buffer_size_refusal(buffer_size, layout.largest_shard()));
+}
+
 const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
                                nullptr,
                                nullptr,
@@ -47,7 +67,8 @@ const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
                                sdk::InstanceOf<Stage3>::destroy,
                                &sdk::PartitionTableOf<Stage3>::table,
                                nullptr,
-                               nullptr};
+                               nullptr,
+                               sdk::check_config_entry<check_config>};
 
 const zhost_plugin_descriptor* describe() {
   static const zhost_plugin_descriptor* descriptor = [] {

@@ -61,6 +61,7 @@ const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
                                sdk::InstanceOf<StageOf<kStage>>::destroy,
                                &sdk::PartitionTableOf<StageOf<kStage>>::table,
                                nullptr,
+                               nullptr,
                                nullptr};
 
 }  // namespace

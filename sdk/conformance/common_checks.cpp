@@ -1,5 +1,5 @@
 // sdk/conformance/common_checks.cpp: checks every plugin kind must pass: negotiation, the descriptor's
-// shape, probe, and create/destroy.
+// shape, probe, check_config, and create/destroy.
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -97,6 +97,47 @@ void check_common(const CheckRun& run) {
     if (code == ZHOST_ERR_UNSUPPORTED) throw Skipped("cannot run on this machine: " + message);
     expect(code == ZHOST_OK,
            "probe failed with code " + std::to_string(code) + " (only UNSUPPORTED may refuse): " + message);
+  });
+
+  run.check("check_config: accepts the kit's config or refuses it with one line at a key it declares", [&] {
+    if (!ZHOST_HAS_FIELD(&api, zhost_plugin_api, check_config) || !api.check_config)
+      throw Skipped("no check_config function (optional, ABI 0.10)");
+    // As `zhost config check` asks a tier that serves every storing role it declares, on one rank.
+    uint32_t roles = 0;
+    if (d.kind == ZHOST_KIND_OFFLOAD && (d.flags & ZHOST_PLUGIN_FLAG_TIER_STORES))
+      roles = (1u << ZHOST_TIER_FOR_OPTIMIZER_STORAGE) | (1u << ZHOST_TIER_FOR_PARAMS);
+    std::string first;
+    for (int round = 0; round < 2; ++round) {  // nothing is kept between calls: the same answer twice
+      auto host = run.host();
+      zhost_config_check_args args{};
+      args.struct_size = sizeof(args);
+      args.host = host->table();
+      args.ctx = host->context();
+      args.tier_roles = roles;
+      args.job_tier_roles = roles;
+      args.chosen_for = "zhost-conformance";
+      args.world_size = 1;
+      args.local_ranks = 1;
+      zhost_status_code code = ZHOST_OK;
+      const std::string message = host->take_message(api.check_config(&args), &code);
+      expect(code == ZHOST_OK || code == ZHOST_ERR_CONFIG || code == ZHOST_ERR_UNSUPPORTED,
+             "check_config failed with code " + std::to_string(code) +
+                 " (only CONFIG or UNSUPPORTED may refuse): " + message);
+      expect(code == ZHOST_OK || !message.empty(), "check_config refused without a message");
+      expect(message.find('\n') == std::string::npos, "check_config's refusal is more than one line: " + message);
+      if (code == ZHOST_ERR_CONFIG && args.key) {
+        bool declared = false;
+        for (size_t i = 0; i < d.num_config_keys; ++i)
+          declared = declared || std::strcmp(d.config_keys[i].key, args.key) == 0;
+        expect(declared,
+               std::string("check_config refused at key '") + args.key + "', which the plugin does not declare");
+      }
+      const std::string answer = std::to_string(code) + ": " + message;
+      if (round == 0) first = answer;
+      expect(answer == first,
+             "check_config answered differently the second time: '" + first + "', then '" + answer + "'");
+    }
+    if (first.rfind("0: ", 0) != 0) throw Skipped("refuses the kit's config: " + first.substr(first.find(' ') + 1));
   });
 
   run.check("lifecycle: create and destroy, twice", [&] {

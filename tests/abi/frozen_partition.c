@@ -27,6 +27,8 @@
 #define PLUGIN_NAME "frozen_dp_v0_7"
 #elif ZHOST_ABI_MINOR == 8
 #define PLUGIN_NAME "frozen_dp_v0_8"
+#elif ZHOST_ABI_MINOR == 9
+#define PLUGIN_NAME "frozen_dp_v0_9"
 #else
 #error "built against headers of an unexpected minor"
 #endif

@@ -92,6 +92,8 @@ TEST_P(FrozenPlugins, LoadNegotiateCreateRunAndDestroy) {
   // What this host reads beyond an old tier's table counts as absent.
   EXPECT_EQ(ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_step_range), GetParam().minor >= 3);
   EXPECT_EQ(ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_move_storage), GetParam().minor >= 7);
+  // Before 0.10 a lifecycle table ends before check_config: the host never asks such a plugin.
+  EXPECT_FALSE(ZHOST_HAS_FIELD(plugin.api, zhost_plugin_api, check_config));
 
   Resolution resolution = resolve_plugins({{"offload:" + name(), "test"}}, found);
   PluginInstances instances(host);
@@ -147,5 +149,6 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(FrozenTier{1, ZHOST_OFFLOAD_API_SIZE_0_2}, FrozenTier{2, ZHOST_OFFLOAD_API_SIZE_0_2},
                       FrozenTier{3, ZHOST_OFFLOAD_API_SIZE_0_3}, FrozenTier{4, ZHOST_OFFLOAD_API_SIZE_0_4},
                       FrozenTier{5, ZHOST_OFFLOAD_API_SIZE_0_6}, FrozenTier{6, ZHOST_OFFLOAD_API_SIZE_0_6},
-                      FrozenTier{7, ZHOST_OFFLOAD_API_SIZE_0_8}, FrozenTier{8, ZHOST_OFFLOAD_API_SIZE_0_8}),
+                      FrozenTier{7, ZHOST_OFFLOAD_API_SIZE_0_8}, FrozenTier{8, ZHOST_OFFLOAD_API_SIZE_0_8},
+                      FrozenTier{9, ZHOST_OFFLOAD_API_SIZE}),
     [](const ::testing::TestParamInfo<FrozenTier>& tier) { return "v0_" + std::to_string(tier.param.minor); });

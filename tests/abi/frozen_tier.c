@@ -25,6 +25,8 @@
 #define TIER_NAME "frozen_tier_v0_7"
 #elif ZHOST_ABI_MINOR == 8
 #define TIER_NAME "frozen_tier_v0_8"
+#elif ZHOST_ABI_MINOR == 9
+#define TIER_NAME "frozen_tier_v0_9"
 #else
 #error "built against headers of an unexpected minor"
 #endif

@@ -55,7 +55,7 @@ TEST(FrozenPartitionCheckpoint, AJobThatSavesIsRefusedAtStartNamingTheRebuild) {
   EXPECT_TRUE(r.losses.empty());  // refused before the first step
 }
 
-INSTANTIATE_TEST_SUITE_P(Minors, FrozenPartition, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8),
+INSTANTIATE_TEST_SUITE_P(Minors, FrozenPartition, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9),
                          [](const ::testing::TestParamInfo<int>& minor) {
                            return "v0_" + std::to_string(minor.param);
                          });

@@ -99,6 +99,10 @@ std::vector<RuleCase> rule_cases() {
       {"NvmeTierWithoutPath", "[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"nvme\"\n",
        "train.toml:4: zero.offload_optimizer.device = \"nvme\" needs zero.offload_optimizer.nvme_path, a folder on "
        "the NVMe disk; set it"},
+      // The NVMe tier's own check (Note [NVMe config check]), as one config line at its key.
+      {"NvmeFolderIsAFile",
+       "[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"nvme\"\nnvme_path = \"corpus.txt\"\n",
+       "train.toml:5: zero.offload_optimizer.nvme_path = \"corpus.txt\" is not a folder; create it or fix the path"},
       {"QuantizedWeights", "[zero]\nzero_quantized_weights = true\n",
        "train.toml:2: zero.zero_quantized_weights = true needs zero.stage = 3 (ZeRO++ quantizes stage 3's "
        "parameter gathers and gradient reductions; zero.stage is 0)"},
@@ -226,6 +230,32 @@ TEST(MemoryCheck, RefusesAModelTooLargeForTheMachineAtOnce) {
   EXPECT_EQ(zhost::testing::run_zhost(scratch.path(), "config check train.toml").exit_code, 0);
 }
 
+// Stage 3's own check (its check_config, Note [Plugin config checks]): a zero.offload_param.buffer_size below the
+// largest parameter shard, which setup refuses on every rank, is refused by `config check` from the config and
+// the world size alone, at its line; with room for the largest shard both accept it. Without --nproc the world
+// size is not known and the shard not either, as for the memory check.
+TEST(PluginConfigCheck, Stage3RefusesAnOffloadBufferBelowTheLargestShard) {
+  zhost::testing::ScratchDir scratch;
+  const std::string config =
+      "steps = 1\n[model]\nlayers = 2\nwidth = 64\nheads = 2\nseq_len = 16\n[zero]\nstage = 3\n"
+      "[zero.offload_optimizer]\ndevice = \"cpu\"\n[zero.offload_param]\ndevice = \"cpu\"\nbuffer_size = ";
+  scratch.write("train.toml", config + "1\n");
+  // The largest shard: half of a transformer layer's weights (its small norms and biases stay gathered).
+  const std::string line =
+      "zhost: error: train.toml:13: zero.offload_param.buffer_size = 1 elements is smaller than the largest "
+      "parameter shard (";
+  auto check = zhost::testing::run_zhost(scratch.path(), "config check train.toml --nproc 2");
+  EXPECT_EQ(check.exit_code, 2) << check.out << check.err;
+  EXPECT_NE(check.err.find(line), std::string::npos) << check.err;
+  auto run = zhost::testing::run_zhost(scratch.path(), "run train.toml --nproc 2");
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find(line), std::string::npos) << run.err;
+  EXPECT_EQ(zhost::testing::run_zhost(scratch.path(), "config check train.toml").exit_code, 0);
+  scratch.write("train.toml", config + "100000\n");
+  auto roomy = zhost::testing::run_zhost(scratch.path(), "config check train.toml --nproc 2");
+  EXPECT_EQ(roomy.exit_code, 0) << roomy.err;
+}
+
 // What the NVMe tier keeps in files does not count: with the optimizer states and the parameter shards on
 // NVMe, only the gradients stay in host memory (4 of stage 3's 16 bytes per parameter in fp32), and the
 // shards' first zero.offload_param.max_in_cpu elements (DeepSpeed's default 1e9: 4 GB more).
@@ -251,9 +281,10 @@ TEST(MemoryCheck, CountsOnlyWhatStaysInHostMemoryWithNvmeOffload) {
 }
 
 // Model states that cannot fit the NVMe folder's file system are refused before anything is written (Note
-// [NVMe space at start]): a 16 MB disk (12.6 MiB free) and a 1.65M-parameter gpt at stage 3 whose optimizer
-// states (16 bytes per parameter: master, Adam's two, the moved gradient) take 25.2 MiB and whose fp32
-// shards take 6.3 MiB more when max_in_cpu = 0 keeps none of them in host memory.
+// [NVMe config check], with the bytes of Note [Storage space at start]), by `config check --nproc` as by `run`: a 16 MB
+// disk (12.6 MiB free) and a 1.65M-parameter gpt at stage 3 whose optimizer states (16 bytes per parameter: master,
+// Adam's two, the moved gradient) take 25.2 MiB and whose fp32 shards take 6.3 MiB more when max_in_cpu = 0 keeps none
+// of them in host memory.
 TEST(NvmeSpaceCheck, RefusesStatesThatCannotFitTheDiskBeforeWritingAny) {
   zhost::testing::ScratchDir scratch;
   zhost::testing::SmallDisk disk(scratch.path(), 16);
@@ -272,10 +303,11 @@ TEST(NvmeSpaceCheck, RefusesStatesThatCannotFitTheDiskBeforeWritingAny) {
   };
   auto both = zhost::testing::run_zhost(scratch.path(), run + " --set zero.offload_param.max_in_cpu=0");
   EXPECT_EQ(both.exit_code, 2) << both.err;
-  EXPECT_NE(both.err.find("zhost: error: the model states on NVMe alone need 31.5 MiB on the file system of " + folder +
+  EXPECT_NE(both.err.find("zhost: error: --set zero.offload_optimizer.nvme_path=" + folder +
+                          ": the model states on NVMe alone need 31.5 MiB on the file system of " + folder +
                           " (25.2 MiB for zero.offload_optimizer.nvme_path (" + folder +
                           ") and 6.3 MiB for zero.offload_param.nvme_path (" + folder +
-                          "); 1 rank(s) here of 1, ZeRO stage 3), but it has "),
+                          "); 1 rank(s) here of 1), but it has "),
             std::string::npos)
       << both.err;
   EXPECT_NE(both.err.find("free; free space there, point the nvme_path keys at a larger disk, or set "
@@ -283,6 +315,13 @@ TEST(NvmeSpaceCheck, RefusesStatesThatCannotFitTheDiskBeforeWritingAny) {
             std::string::npos)
       << both.err;
   EXPECT_EQ(files_on_disk(), 0);
+  // `config check`, told the world size, refuses the same at the same key.
+  auto checked = zhost::testing::run_zhost(
+      scratch.path(), "config check" + run.substr(3) + " --nproc 1 --set zero.offload_param.max_in_cpu=0");
+  EXPECT_EQ(checked.exit_code, 2) << checked.err;
+  EXPECT_NE(checked.err.find(": the model states on NVMe alone need 31.5 MiB on the file system of " + folder),
+            std::string::npos)
+      << checked.err;
   // The shards within max_in_cpu (the default, 1e9) stay in host memory and need no room there; two ranks
   // on this machine need the same bytes together.
   auto kept = zhost::testing::run_zhost(scratch.path(), run + " --nproc 2");
@@ -290,7 +329,7 @@ TEST(NvmeSpaceCheck, RefusesStatesThatCannotFitTheDiskBeforeWritingAny) {
   EXPECT_NE(kept.err.find("need 25.2 MiB on the file system of " + folder +
                           " (25.2 MiB for "
                           "zero.offload_optimizer.nvme_path (" +
-                          folder + "); 2 rank(s) here of 2, ZeRO stage 3)"),
+                          folder + "); 2 rank(s) here of 2)"),
             std::string::npos)
       << kept.err;
   EXPECT_EQ(files_on_disk(), 0);

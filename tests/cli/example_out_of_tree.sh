@@ -37,6 +37,16 @@ grep -q 'hello_tier 0.1.0 .* as optimizer-storage for zero.offload_optimizer.sto
 grep -q 'offload_cpu .* as optimizer-compute for zero.offload_optimizer.device = "cpu"' "$work/check.txt" \
   || fail "offload_cpu not chosen as the optimizer's computing tier" "$work/check.txt"
 
+# Its own config check (ABI 0.10): with the world size known, states that cannot fit hello_tier.capacity_mb are
+# refused at config check, as one config error line at that key.
+if "$zhost" config check "$work/check.toml" --nproc 2 --plugin-path "$work/build" \
+  --set zero.offload_optimizer.device=cpu --set zero.offload_optimizer.storage=hello --set hello_tier.capacity_mb=1 \
+  > "$work/small.out" 2> "$work/small.err"; then
+  fail "config check accepted states larger than hello_tier.capacity_mb" "$work/small.out"
+fi
+grep -q "zhost: error: --set hello_tier.capacity_mb=1: hello_tier.capacity_mb = 1 holds less than the .* MiB each rank would keep in hello_tier (zero.offload_optimizer.storage = \"hello\"); set it to at least" \
+  "$work/small.err" || fail "the tier's refusal is not one config line at its key" "$work/small.err"
+
 # A real job: 2 ranks, ZeRO stage 2, Adam states in hello_tier, stepped by the CPU tier.
 cat > "$work/train.toml" <<'TOML'
 steps = 4

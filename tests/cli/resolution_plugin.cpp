@@ -31,8 +31,15 @@ const zhost_partition_api kPartition = {
     refuse_block,
     refuse,
     [](zhost_plugin_instance* self, zhost_step_args*) { return refuse(self); }};
-const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr,     nullptr, Instance::create,
-                               Instance::destroy,        &kPartition, nullptr, nullptr};
+const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
+                               nullptr,
+                               nullptr,
+                               Instance::create,
+                               Instance::destroy,
+                               &kPartition,
+                               nullptr,
+                               nullptr,
+                               nullptr};
 
 const zhost_plugin_descriptor* describe() {
   static zhost::sdk::DescriptorBuilder builder(FIXTURE_NAME, "0.0.1", ZHOST_KIND_PARTITION);

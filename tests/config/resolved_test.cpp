@@ -91,7 +91,6 @@ TEST(ResolvedConfig, ToTomlListsEveryKeyWithOriginAndOwnerInSortedOrder) {
                                      "delayed_update_start_step = 41  # default (host)\n"
                                      "device = \"cpu\"  # --set (host)\n"
                                      "fast_init = false  # default (host)\n"
-                                     "nvme_path = \"\"  # default (host)\n"
                                      "pipeline_read = false  # default (host)\n"
                                      "pipeline_write = false  # default (host)\n"
                                      "storage = \"none\"  # default (host)\n"

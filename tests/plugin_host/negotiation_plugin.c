@@ -95,7 +95,8 @@ static zhost_status* create(zhost_plugin_create_args* args) {
 
 static void destroy(zhost_plugin_instance* instance) { free(instance); }
 
-static const zhost_plugin_api k_api = {sizeof(zhost_plugin_api), NULL, NULL, create, destroy, NULL, &k_offload, NULL};
+static const zhost_plugin_api k_api = {
+    sizeof(zhost_plugin_api), NULL, NULL, create, destroy, NULL, &k_offload, NULL, NULL};
 
 static const char* const k_provides[] = {"offload:" VARIANT_NAME, NULL};
 static const char* const k_choices[] = {"fast", "slow", NULL};

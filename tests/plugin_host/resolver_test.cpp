@@ -170,7 +170,7 @@ TEST(TierRoles, OldTiersAreInferredFromTheirTable) {
       [](zhost_plugin_instance*, zhost_tier_io_args*) -> zhost_status* { return nullptr; },
       [](zhost_plugin_instance*, zhost_tier_io_args*) -> zhost_status* { return nullptr; }};
   static const zhost_plugin_api api = {
-      sizeof(zhost_plugin_api), nullptr, nullptr, nullptr, nullptr, nullptr, &storing, nullptr};
+      sizeof(zhost_plugin_api), nullptr, nullptr, nullptr, nullptr, nullptr, &storing, nullptr, nullptr};
   LoadedPlugin old = tier("old", "offload:old", 0);
   old.abi_minor = 3;
   old.api = &api;

@@ -12,6 +12,8 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "zhost/cpp/offload.hpp"
@@ -164,7 +166,28 @@ class HelloTier : public zhost::sdk::TierDefaults {
   mutable std::atomic<bool> busy_{false};  // CallGuard
 };
 
-const zhost_plugin_api kApi = zhost::sdk::tier_api<HelloTier>();
+// Its config check (ABI 0.10, docs/abi.md "Config checks"): `zhost config check` and `zhost run` ask it before
+// any rank starts. When the host says what a role it serves will keep (known with the world size, e.g. `config
+// check --nproc N`), each rank's share must fit hello_tier.capacity_mb, or the job would stop at its first
+// store with "hello_tier is full".
+void check_config(const zhost::sdk::ConfigCheck& check) {
+  const zhost_config_check_args& args = check.args();
+  if (args.local_ranks <= 0) return;
+  const uint64_t capacity = static_cast<uint64_t>(check.host().config_int("hello_tier.capacity_mb")) << 20;
+  for (const auto& [role, bytes] :
+       {std::pair<zhost_tier_role, uint64_t>{ZHOST_TIER_FOR_OPTIMIZER_STORAGE, args.optimizer_storage_bytes},
+        {ZHOST_TIER_FOR_PARAMS, args.params_storage_bytes}}) {
+    const uint64_t per_rank = (bytes + static_cast<uint64_t>(args.local_ranks) - 1) / args.local_ranks;
+    if (!check.serves(role) || per_rank <= capacity) continue;
+    const uint64_t needed_mb = (per_rank + (1u << 20) - 1) >> 20;
+    check.refuse("hello_tier.capacity_mb", "hello_tier.capacity_mb = " + std::to_string(capacity >> 20) +
+                                               " holds less than the " + std::to_string(needed_mb) +
+                                               " MiB each rank would keep in hello_tier (" + check.chosen_for() +
+                                               "); set it to at least " + std::to_string(needed_mb));
+  }
+}
+
+const zhost_plugin_api kApi = zhost::sdk::tier_api<HelloTier>(zhost::sdk::check_config_entry<check_config>);
 
 const zhost_plugin_descriptor* describe() {
   static zhost::sdk::DescriptorBuilder builder("hello_tier", "0.1.0", ZHOST_KIND_OFFLOAD);

@@ -38,8 +38,11 @@ extern "C" {
  *                6 = zhost_plugin_create_args gains tier_role (one instance per storing role);
  *                7 = the offload table gains optimizer_move_storage (hot swap of a computing tier's storage);
  *                8 = collective transforms are served (zhost/collective.h, final), the collectives table gains
- *                    topology (which node each rank is on). */
-#define ZHOST_ABI_MINOR 9
+ *                    topology (which node each rank is on);
+ *                9 = the offload table gains optimizer_grad_done and optimizer_grad_zero (gradients in storage);
+ *               10 = the lifecycle table gains check_config (zhost_config_check_args): a plugin's own checks of
+ *                    the config, run by `zhost config check` and `zhost run`. */
+#define ZHOST_ABI_MINOR 10
 
 /* The exported entry symbol for a major version. Hosts probe the newest major they know first. */
 #define ZHOST_ENTRY_SYMBOL_V0 "zhost_plugin_v0"

@@ -14,7 +14,7 @@
  * older host refuses a plugin that needs a newer minor, naming both versions.
  *
  * Lifecycle (one state machine per loaded plugin, kept by the host):
- *   found -> negotiated -> [probe] -> created -> destroyed
+ *   found -> negotiated -> [check_config] -> [probe] -> created -> destroyed
  * The host never unloads (dlclose) a plugin's code while the process runs: hot-swapping destroys an
  * instance and creates another, so thread-local storage and atexit handlers in plugins stay safe.
  *
@@ -54,6 +54,41 @@ typedef struct zhost_plugin_create_args {
 #define ZHOST_PLUGIN_CREATE_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, instance) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_create_args, ZHOST_PLUGIN_CREATE_ARGS_SIZE);
 
+/* In, 0.10: the job as `zhost config check` and `zhost run` see it before any rank starts, for check_config
+ * below (docs/abi.md "Config checks"). The host owns the struct and every pointer in it; all are valid during
+ * the call only. A plugin reads fields after `ctx` only when ZHOST_HAS_FIELD says they are there. */
+typedef struct zhost_config_check_args {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  const zhost_host_services* host; /* statuses, log, config lookups; no buffers, collectives, params or copies */
+  zhost_host_context* ctx;         /* config_get_* answer the resolved values of the keys the plugin declares */
+  /* bit (1u << role) for each zhost_tier_role the job gives this plugin at start; 0 for no tier, and for a
+   * storing tier the job may only swap in later (Note [Storage swap]): then check the settings given */
+  uint32_t tier_roles;
+  uint32_t job_tier_roles; /* bit (1u << role) for each zhost_tier_role some tier serves in this job at start */
+  /* why the job chose the plugin, e.g. "zero.offload_optimizer.device = \"nvme\"" (NUL-terminated) */
+  const char* chosen_for;
+  int64_t world_size;  /* the job's ranks; 0 when not known (config check without --nproc) */
+  int64_t local_ranks; /* of those, the ranks on this machine; 0 when not known */
+  /* for the tiers serving ZHOST_TIER_FOR_OPTIMIZER_STORAGE and ZHOST_TIER_FOR_PARAMS: the bytes this machine's
+   * ranks will keep there once every state is written (a lower bound, Note [Storage space at start]); 0 when
+   * not known, or when the user turned the check off (run.memory_check = false) */
+  uint64_t optimizer_storage_bytes;
+  uint64_t params_storage_bytes;
+  /* the model's parameters as zhost_partition_setup will list them (registration order): the elements of
+   * each and its owning block, arrays of num_params; 0 and NULL when not known */
+  uint32_t num_params;
+  uint32_t num_blocks;
+  const int64_t* param_numels;
+  const int32_t* param_blocks;
+  /* out: the config key a refusal is about (the host prints its file line); NULL: the key that chose the
+   * plugin. A string that lives at least until the call returns and the host has read it (a literal) */
+  const char* key;
+} zhost_config_check_args;
+#define ZHOST_CONFIG_CHECK_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_config_check_args, key)
+#define ZHOST_CONFIG_CHECK_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_config_check_args, key) /* since 0.10 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_config_check_args, ZHOST_CONFIG_CHECK_ARGS_SIZE);
+
 typedef struct zhost_plugin_api {
   size_t struct_size;
   const zhost_ext_header* ext;
@@ -66,8 +101,15 @@ typedef struct zhost_plugin_api {
   const struct zhost_partition_api* partition;
   const struct zhost_offload_api* offload;
   const struct zhost_collective_api* collective;
+  /* Optional (may be NULL), 0.10: does the job's config suit this plugin (its folders, its sizes against the
+   * model)? Called by `zhost config check` and `zhost run` before any rank starts, once per chosen plugin
+   * (not per instance), and by each rank before create; no instance exists. Must not keep anything after it
+   * returns (files it tries, it removes). A non-NULL status with ZHOST_ERR_CONFIG refuses the config: the host
+   * prints its message as one config error line at args->key; ZHOST_ERR_UNSUPPORTED says the plugin cannot
+   * run here. */
+  zhost_status* (*check_config)(zhost_config_check_args* args);
 } zhost_plugin_api;
-#define ZHOST_PLUGIN_API_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, collective)
+#define ZHOST_PLUGIN_API_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, check_config)
 #define ZHOST_PLUGIN_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, collective) /* since 0.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_api, ZHOST_PLUGIN_API_SIZE);
 

@@ -186,12 +186,13 @@ struct OffloadTableOf {
   };
 };
 
-// The lifecycle table of a tier plugin whose instance is a T (see the top of this file).
+// The lifecycle table of a tier plugin whose instance is a T (see the top of this file); `check` is its
+// config check (ConfigCheck, ABI 0.10), or nullptr.
 template <typename T>
-constexpr zhost_plugin_api tier_api() {
+constexpr zhost_plugin_api tier_api(zhost_status* (*check)(zhost_config_check_args*) = nullptr) {
   return zhost_plugin_api{
       sizeof(zhost_plugin_api),  nullptr, nullptr, InstanceOf<T>::create, InstanceOf<T>::destroy, nullptr,
-      &OffloadTableOf<T>::table, nullptr};
+      &OffloadTableOf<T>::table, nullptr, check};
 }
 
 // Another tier as host services tier_for() hands it over (e.g. the storage tier of a computing tier), with

@@ -8,6 +8,8 @@
 //   - DescriptorBuilder: builds the static descriptor (strings, arrays and key specs it owns).
 //   - ZHOST_PLUGIN_ENTRY: defines the exported zhost_plugin_v0 entry from a descriptor and a lifecycle table.
 //   - InstanceOf<T>:     create/destroy functions that construct and delete a C++ object as the instance.
+//   - ConfigCheck:       what check_config (ABI 0.10) gets, for `void check(const ConfigCheck&)`, and its
+//                        entry check_config_entry<check>.
 //
 // Only the C ABI crosses the shared-object boundary: nothing here is exported except the entry.
 #pragma once
@@ -254,6 +256,35 @@ inline zhost_status* negotiate_v0(zhost_negotiation* io, const zhost_plugin_desc
   io->descriptor = descriptor;
   io->api = api;
   return nullptr;
+}
+
+// A plugin's check of the job's config (zhost_plugin_api.check_config, ABI 0.10), handed to a C++ function
+// `void check(const ConfigCheck&)` that throws to refuse (docs/abi.md "Config checks"). No instance exists.
+class ConfigCheck {
+ public:
+  explicit ConfigCheck(zhost_config_check_args* args) : args_(args), host_(args->host, args->ctx) {}
+  const Host& host() const { return host_; }  // config lookups and log lines; no buffers
+  // Whether the job gives this plugin `role` at start (zhost_config_check_args.tier_roles).
+  bool serves(zhost_tier_role role) const { return (args_->tier_roles >> role) & 1u; }
+  uint32_t tier_roles() const { return args_->tier_roles; }
+  std::string chosen_for() const { return args_->chosen_for ? args_->chosen_for : ""; }
+  const zhost_config_check_args& args() const { return *args_; }
+  // Refuses the config: one config error line, `message`, at `key` (a string literal; nullptr: at the
+  // setting that chose the plugin).
+  [[noreturn]] void refuse(const char* key, const std::string& message) const {
+    args_->key = key;
+    throw PluginError(ZHOST_ERR_CONFIG, message);
+  }
+
+ private:
+  zhost_config_check_args* args_;
+  Host host_;
+};
+
+// The check_config entry that runs `Check` under guard().
+template <void (*Check)(const ConfigCheck&)>
+zhost_status* check_config_entry(zhost_config_check_args* args) {
+  return guard(args->host, [&] { Check(ConfigCheck(args)); });
 }
 
 // create/destroy functions that make a `T` the instance: T(const Host&) is its constructor.

@@ -1,0 +1,74 @@
+// zhost/cpp/collective.hpp: the collective-transform table (zhost/collective.h) for a C++ class, and the
+// job's node layout (zhost_topology) as a value. The rules a transform follows are Note [Collective
+// transforms] in zhost/collective.h.
+//
+//   class MyTransform : public zhost::sdk::CollectiveHooks {   // memory(): holds nothing
+//    public:
+//     explicit MyTransform(const zhost::sdk::Host& host);
+//     // true: served (args.recv holds the result); false: the host runs the collective unchanged.
+//     bool interpose(zhost_collective_op op, zhost_collective_args& args);
+//   };
+//   const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr,
+//                                  InstanceOf<MyTransform>::create, InstanceOf<MyTransform>::destroy,
+//                                  nullptr, nullptr, &CollectiveTableOf<MyTransform>::table};
+#ifndef ZHOST_CPP_COLLECTIVE_HPP
+#define ZHOST_CPP_COLLECTIVE_HPP
+
+#include <vector>
+
+#include "zhost/collective.h"
+#include "zhost/cpp/plugin.hpp"
+
+namespace zhost::sdk {
+
+// Defaults for a transform class to inherit: it keeps nothing between collectives.
+struct CollectiveHooks {
+  void memory(zhost_model_state_bytes&) const {}
+};
+
+template <typename T>
+struct CollectiveTableOf {
+  static constexpr zhost_collective_api table = {
+      sizeof(zhost_collective_api), nullptr,
+      [](zhost_plugin_instance* s, zhost_collective_op op, zhost_collective_args* args, int32_t* handled) {
+        *handled = 0;
+        return guard([&] { *handled = InstanceOf<T>::self(s).interpose(op, *args) ? 1 : 0; });
+      },
+      [](zhost_plugin_instance* s, zhost_model_state_bytes* out) {
+        return guard([&] { InstanceOf<T>::self(s).memory(*out); });
+      }};
+};
+
+// Where the job's ranks run (zhost_topology), copied out of the host's answer.
+struct Topology {
+  int num_nodes = 1;
+  int node = 0;                   // this rank's node
+  std::vector<int> node_of_rank;  // by job-wide rank
+  // The job-wide ranks on `node`, in rank order.
+  std::vector<int> ranks_on(int node_index) const {
+    std::vector<int> ranks;
+    for (size_t r = 0; r < node_of_rank.size(); ++r)
+      if (node_of_rank[r] == node_index) ranks.push_back(static_cast<int>(r));
+    return ranks;
+  }
+};
+
+// The job's topology; throws PluginError(ZHOST_ERR_UNSUPPORTED) from a host before ABI 0.8.
+inline Topology topology(const Host& host) {
+  const zhost_collectives& c = host.collectives();
+  if (!ZHOST_HAS_FIELD(&c, zhost_collectives, topology) || c.topology == nullptr)
+    throw PluginError(ZHOST_ERR_UNSUPPORTED, "the host does not say which node each rank runs on (zhost ABI 0.8)");
+  zhost_topology out{};
+  out.struct_size = sizeof(out);
+  host.check(c.topology(host.context(), &out));
+  Topology t;
+  t.num_nodes = out.num_nodes;
+  t.node = out.node;
+  const int world = c.world_size(host.context(), nullptr);
+  t.node_of_rank.assign(out.node_of_rank, out.node_of_rank + world);
+  return t;
+}
+
+}  // namespace zhost::sdk
+
+#endif  // ZHOST_CPP_COLLECTIVE_HPP

@@ -1,0 +1,99 @@
+/* zhost/plugin.h: how a plugin is found, negotiated, created and destroyed.
+ *
+ * A plugin is a shared object exporting one C function per ABI major it speaks:
+ *
+ *     ZHOST_EXPORT zhost_status *zhost_plugin_v0(zhost_negotiation *io);
+ *
+ * Negotiation: the host fills the `host_*` fields and calls the entry. The plugin answers with the minor
+ * of the headers it was built against, the oldest host minor it can run on, its static descriptor and
+ * its lifecycle table, or with a status explaining why it refuses. The entry must have no side effects
+ * (no threads, no allocation that outlives the call, no I/O): the host calls it just to list plugins.
+ *
+ * Compatibility rule, checked by the host: host_abi_minor >= plugin_min_host_minor. A newer host serves
+ * an older plugin by reading only the prefix of each struct that the plugin's struct_size covers; an
+ * older host refuses a plugin that needs a newer minor, naming both versions.
+ *
+ * Lifecycle (one state machine per loaded plugin, kept by the host):
+ *   found -> negotiated -> [probe] -> created -> destroyed
+ * The host never unloads (dlclose) a plugin's code while the process runs: hot-swapping destroys an
+ * instance and creates another, so thread-local storage and atexit handlers in plugins stay safe.
+ *
+ * Threading contract: the host calls create/destroy and every capability-table function of one
+ * instance from one thread at a time, unless the descriptor sets ZHOST_PLUGIN_FLAG_THREAD_SAFE. An
+ * instance may start its own threads; destroy() must join all of them before it returns. C++ exceptions
+ * must never cross this boundary (the C++ helpers in zhost/cpp/ turn them into statuses).
+ */
+#ifndef ZHOST_PLUGIN_H
+#define ZHOST_PLUGIN_H
+
+#include "zhost/core.h"
+#include "zhost/descriptor.h"
+#include "zhost/host.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zhost_plugin_instance zhost_plugin_instance; /* opaque, owned by the plugin */
+struct zhost_partition_api;
+struct zhost_offload_api;
+struct zhost_collective_api;
+
+typedef struct zhost_plugin_create_args {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  const zhost_host_services* host; /* valid until destroy() returns */
+  zhost_host_context* ctx;         /* valid until destroy() returns */
+  zhost_plugin_instance* instance; /* out: the plugin's state, handed back to every call */
+  /* in, 0.6 (check with ZHOST_HAS_FIELD): for an offload tier, the one zhost_tier_role this instance serves
+   * when the job created an instance per storing role (docs/abi.md "One instance per storing role"); 0
+   * when the instance serves every role the job gave its plugin, when it is no tier, or from an older host */
+  uint32_t tier_role;
+} zhost_plugin_create_args;
+#define ZHOST_PLUGIN_CREATE_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, tier_role)
+#define ZHOST_PLUGIN_CREATE_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, instance) /* since 0.0 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_create_args, ZHOST_PLUGIN_CREATE_ARGS_SIZE);
+
+typedef struct zhost_plugin_api {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  /* Optional (may be NULL): can this plugin run here (CPU features, CUDA present)? Called after
+   * negotiation, before create; a non-NULL status with ZHOST_ERR_UNSUPPORTED explains why not. */
+  zhost_status* (*probe)(const zhost_host_services* host, zhost_host_context* ctx);
+  zhost_status* (*create)(zhost_plugin_create_args* args);
+  void (*destroy)(zhost_plugin_instance* instance); /* joins the instance's threads; cannot fail */
+  /* Exactly the table matching the descriptor's kind is non-NULL. */
+  const struct zhost_partition_api* partition;
+  const struct zhost_offload_api* offload;
+  const struct zhost_collective_api* collective;
+} zhost_plugin_api;
+#define ZHOST_PLUGIN_API_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, collective)
+#define ZHOST_PLUGIN_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, collective) /* since 0.0 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_api, ZHOST_PLUGIN_API_SIZE);
+
+typedef struct zhost_negotiation {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  /* in, from the host */
+  uint32_t host_abi_major;
+  uint32_t host_abi_minor;
+  /* owned by the host, valid until the process ends (a plugin may keep it, as the C++ helpers do, to
+   * create statuses outside an instance); its per-job members (collectives, params, copies) are NULL:
+   * an instance uses the table create() hands it. Note [Lifetimes] in docs/abi.md */
+  const zhost_host_services* host;
+  /* out, from the plugin */
+  uint32_t plugin_abi_minor;                 /* ZHOST_ABI_MINOR of the headers it was built with */
+  uint32_t plugin_min_host_minor;            /* oldest host minor it supports */
+  const zhost_plugin_descriptor* descriptor; /* static */
+  const zhost_plugin_api* api;               /* static */
+} zhost_negotiation;
+#define ZHOST_NEGOTIATION_SIZE ZHOST_STRUCT_SIZE(zhost_negotiation, api)
+#define ZHOST_NEGOTIATION_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_negotiation, api) /* since 0.0 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_negotiation, ZHOST_NEGOTIATION_SIZE);
+
+typedef zhost_status* (*zhost_plugin_entry_v0_fn)(zhost_negotiation* io);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZHOST_PLUGIN_H */
