@@ -148,12 +148,11 @@ TEST(DeepSpeedJson, SetStageAndDevicesDecideWhatTheJsonMapsTo) {
   CliResult three = run_zhost(dir.path(), "config check ds.json --set zero.stage=3" + kPlugins);
   ASSERT_EQ(three.exit_code, 0) << three.err;
   EXPECT_EQ(three.out.find(param_note), std::string::npos) << three.out;
-  // nvme_path is offload_nvme's key too, active because a swap may bring that tier in (Note [Storage swap]).
-  EXPECT_NE(
-      three.out.find("device = \"cpu\"  # ds.json:3 (host)\nmax_in_cpu = 1000000000  # default (stage3)\n"
-                     "nvme_path = \"\"  # default (host, offload_nvme)\npin_memory = false  # default (offload_nvme)\n"
-                     "swap_schedule = []  # default (host)\n\n# plugins"),
-      std::string::npos)
+  // nvme_path is offload_nvme's key, active because a swap may bring that tier in (Note [Storage swap]).
+  EXPECT_NE(three.out.find("device = \"cpu\"  # ds.json:3 (host)\nmax_in_cpu = 1000000000  # default (stage3)\n"
+                           "nvme_path = \"\"  # default (offload_nvme)\npin_memory = false  # default (offload_nvme)\n"
+                           "swap_schedule = []  # default (host)\n\n# plugins"),
+            std::string::npos)
       << three.out;
 
   CliResult nvme = run_zhost(

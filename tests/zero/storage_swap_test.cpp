@@ -215,7 +215,10 @@ TEST_P(DelayedUpdateSwap, ScheduledSwapsDrainTheStepInFlightAsACheckpointDoes) {
   EXPECT_TRUE(fs::is_empty(dir.path() / "nvme")) << "the NVMe tier swapped out left its files behind";
 }
 
-// The job trained on without moving, equal to `plain`; swaps.jsonl holds the failure, matching `reason`.
+// The job trained on without moving, equal to `plain`; swaps.jsonl holds the failure, matching `reason`. The
+// FailedSwap jobs set run.memory_check = false: with it, the tiers' own checks (Note [Plugin config checks]) refuse
+// a schedule whose storage cannot hold the states before the job starts, and these tests are about a swap that
+// fails while the job runs (a disk that another process filled, a tier that fills up).
 void expect_stayed(const RunOutput& plain, const RunOutput& tried, const std::string& reason) {
   ASSERT_EQ(tried.exit_code, 0) << tried.err;
   EXPECT_EQ(tried.losses, plain.losses);
@@ -235,9 +238,10 @@ TEST(FailedSwap, IntoAFullDiskLeavesBothRanksOnTheirStorage) {
   if (!disk.mounted()) GTEST_SKIP() << "no loop mount here (needs root, mkfs.ext4 and a loop device)";
   const std::string args = kLarger + " --nproc 2 --set zero.stage=2 --set train_micro_batch_size_per_gpu=1";
   RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", args);
-  RunOutput tried = run_zhost(dir.path(), small_job_config(), "tried",
-                              args + " --set zero.offload_optimizer.nvme_path=" + disk.path().string() +
-                                  " --set 'zero.offload_optimizer.swap_schedule=[\"3:nvme\"]'");
+  RunOutput tried =
+      run_zhost(dir.path(), small_job_config(), "tried",
+                args + " --set zero.offload_optimizer.nvme_path=" + disk.path().string() +
+                    " --set 'zero.offload_optimizer.swap_schedule=[\"3:nvme\"]' --set run.memory_check=false");
   expect_stayed(plain, tried, "offload_nvme");
   EXPECT_EQ(std::distance(fs::directory_iterator(disk.path()), fs::directory_iterator()), 1)
       << "files left on the disk";
@@ -251,9 +255,10 @@ TEST(FailedSwap, ParameterShardsIntoAFullDiskStayInTheCpuTier) {
                            " --set model.width=256 --nproc 2 --set zero.stage=3 --set train_micro_batch_size_per_gpu=1 "
                            "--set zero.offload_param.device=cpu";
   RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", args);
-  RunOutput tried = run_zhost(dir.path(), small_job_config(), "tried",
-                              args + " --set zero.offload_param.nvme_path=" + disk.path().string() +
-                                  " --set 'zero.offload_param.swap_schedule=[\"3:nvme\"]'");
+  RunOutput tried =
+      run_zhost(dir.path(), small_job_config(), "tried",
+                args + " --set zero.offload_param.nvme_path=" + disk.path().string() +
+                    " --set 'zero.offload_param.swap_schedule=[\"3:nvme\"]' --set run.memory_check=false");
   ASSERT_EQ(tried.exit_code, 0) << tried.err;
   EXPECT_EQ(tried.losses, plain.losses);
   EXPECT_EQ(weights_mismatch(tried, plain, 0, 0), "");
@@ -272,9 +277,10 @@ TEST(FailedSwap, IntoATierThatFillsUpHalfWayLeavesTheJobOnItsStorage) {
   ScratchDir dir;
   const std::string args = kLarger + " --nproc 1 --set zero.stage=1 --set train_micro_batch_size_per_gpu=2";
   RunOutput plain = run_zhost(dir.path(), small_job_config(), "plain", args);
-  RunOutput tried =
-      run_zhost(dir.path(), small_job_config(), "tried",
-                args + " --set hello_tier.capacity_mb=2 --set 'zero.offload_optimizer.swap_schedule=[\"3:hello\"]'");
+  RunOutput tried = run_zhost(dir.path(), small_job_config(), "tried",
+                              args +
+                                  " --set hello_tier.capacity_mb=2 --set "
+                                  "'zero.offload_optimizer.swap_schedule=[\"3:hello\"]' --set run.memory_check=false");
   expect_stayed(plain, tried, "hello_tier is full");
 }
 
