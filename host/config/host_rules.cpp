@@ -380,8 +380,7 @@ void add_nvme_rules(Schema& schema) {
   // The delayed update's two weight predictions (Note [Delayed parameter update]) do nothing without it.
   for (const auto& [key, does] : {std::pair<const char*, const char*>{"extrapolation", "extrapolates"},
                                   std::pair<const char*, const char*>{"lookahead", "looks ahead from"}})
-    warning_rule(schema,
-                 {std::string("experimental.delayed_update_") + key, "zero.offload_optimizer.delayed_update"},
+    warning_rule(schema, {std::string("experimental.delayed_update_") + key, "zero.offload_optimizer.delayed_update"},
                  [path = std::string("experimental.delayed_update_") + key,
                   does = std::string(does)](const ResolvedConfig& config) -> Problem {
                    const double value = config.get_float(path);
@@ -392,8 +391,7 @@ void add_nvme_rules(Schema& schema) {
                        path, value, does);
                  });
   // Note [Delayed parameter update], lookahead: a step of Adam's size, c lr per element on average.
-  rule(schema,
-       {"experimental.delayed_update_lookahead", "zero.offload_optimizer.delayed_update", "optimizer.type"},
+  rule(schema, {"experimental.delayed_update_lookahead", "zero.offload_optimizer.delayed_update", "optimizer.type"},
        [](const ResolvedConfig& config) -> Problem {
          const double c = config.get_float("experimental.delayed_update_lookahead");
          if (c == 0 || !config.get_bool("zero.offload_optimizer.delayed_update")) return std::nullopt;

@@ -177,8 +177,8 @@ bool Checkpointer::due(int64_t step, int64_t last_step) const {
 }
 
 // A save in three phases (Note [Checkpoint atomicity]): rank 0 prepares the staging folder; every rank writes its
-// shard (now, or with experimental.checkpoint_async from a snapshot on a thread while training goes on); rank 0 publishes once
-// every rank has written. Each phase ends with every rank agreeing on its outcome.
+// shard (now, or with experimental.checkpoint_async from a snapshot on a thread while training goes on); rank 0
+// publishes once every rank has written. Each phase ends with every rank agreeing on its outcome.
 void Checkpointer::save(const TrainingPosition& position) {
   drain();  // one save in flight at a time
   const auto start = Clock::now();

@@ -49,8 +49,8 @@ class Checkpointer {
   bool due(int64_t step, int64_t last_step) const;
   // Collective: every rank writes its shard, rank 0 publishes (Note [Checkpoint atomicity]). Throws
   // zhost::Error on every rank when any rank failed; the previous checkpoints stay as they were. With
-  // experimental.checkpoint_async the shard is a snapshot in host memory, written on a thread while training goes on, and the
-  // checkpoint is published by a later progress() or drain().
+  // experimental.checkpoint_async the shard is a snapshot in host memory, written on a thread while training goes on,
+  // and the checkpoint is published by a later progress() or drain().
   void save(const TrainingPosition& position);
   // Collective, at every step boundary: publishes an asynchronous save once every rank has written its shard
   // (one small all-reduce while one is in flight; nothing otherwise).

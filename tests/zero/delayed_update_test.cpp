@@ -59,8 +59,7 @@ const char* kDelayedFrom3 =
     " --set zero.offload_optimizer.delayed_update=true --set zero.offload_optimizer.delayed_update_start_step=3";
 const char* kNoLr = " --set optimizer.lr=0 --set scheduler.warmup_min_lr=0 --set scheduler.warmup_max_lr=0";
 // Delayed from the first step with the weights extrapolated by k = 1.5.
-const std::string kExtrapolated =
-    std::string(kDelayed) + " --set experimental.delayed_update_extrapolation=1.5";
+const std::string kExtrapolated = std::string(kDelayed) + " --set experimental.delayed_update_extrapolation=1.5";
 
 RunOutput train(const ScratchDir& dir, const std::string& name, const std::string& args) {
   RunOutput r = run_zhost(dir.path(), small_job_config(), name, job + args);
@@ -244,8 +243,7 @@ TEST_P(DelayedUpdate, ExtrapolatedBf16StepsReadTheExtrapolatedWeightsAndDrainExa
 TEST_P(DelayedUpdate, LookaheadInBf16FollowsTheFp32PredictionAndDrainsExactly) {
   ScratchDir dir;
   const std::string bf16 = " --set bf16.enabled=true";
-  const std::string extrapolated =
-      std::string(kDelayed) + " --set experimental.delayed_update_extrapolation=1.2";
+  const std::string extrapolated = std::string(kDelayed) + " --set experimental.delayed_update_extrapolation=1.2";
   const std::string ahead = extrapolated + " --set experimental.delayed_update_lookahead=0.1";
   RunOutput fp32 = train(dir, "fp32", ahead);
   RunOutput half = train(dir, "bf16", ahead + bf16);

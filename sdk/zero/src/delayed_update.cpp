@@ -85,10 +85,9 @@ void check_delayed_update_setup(const DelayedUpdateOptions& options, const Optim
                            "zero.offload_optimizer.delayed_update = true needs a tier that runs the optimizer; set "
                            "zero.offload_optimizer.device = \"cpu\" or \"nvme\"");
   if (options.lookahead != 0 && optimizer.kind != ZHOST_OPTIMIZER_ADAM && optimizer.kind != ZHOST_OPTIMIZER_ADAMW)
-    throw sdk::PluginError(
-        ZHOST_ERR_CONFIG,
-        "experimental.delayed_update_lookahead takes a step of Adam's size, and this job's "
-        "optimizer is not Adam or AdamW; set it to 0");
+    throw sdk::PluginError(ZHOST_ERR_CONFIG,
+                           "experimental.delayed_update_lookahead takes a step of Adam's size, and this job's "
+                           "optimizer is not Adam or AdamW; set it to 0");
 }
 
 std::string delayed_update_summary(const DelayedUpdateOptions& options) {
