@@ -19,9 +19,10 @@
 //   collective  a collective a plugin issued, start to completion (args: bytes, algbw/busbw GB/s, sent,
 //               received: traffic.hpp's per-rank bytes)
 //   copy        a host<->device copy of the host's copy services (args: bytes, direction)
-//   plugin      a span a plugin opened with trace_begin/trace_end (name "plugin/span"; tier I/O and
-//               sub-group steps appear here as the plugins name them, e.g. offload_cpu's tier_step)
+//   plugin      a span a plugin opened with trace_begin/trace_end (name "plugin/span", e.g. stage3/tier_step,
+//               the stage's span around its tier's step; the tiers open none of their own)
 //   memory      counters: bytes by category (Note [Memory categories] in memory_timeline.hpp)
+//   checkpoint  a checkpoint's save as training waits for it (args: step)
 #pragma once
 
 #include <cstdint>
