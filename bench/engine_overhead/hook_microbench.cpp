@@ -27,10 +27,10 @@ void check_ok(zhost_status* status, const char* hook) { HostServices::throw_if_e
 
 void register_cases(const PartitionUnderTest& partition, const at::Tensor& grad) {
   benchmark::RegisterBenchmark("noop_hook_call", [partition](benchmark::State& state) {
-    int32_t block = 0;
+    zhost_block_args block{sizeof(zhost_block_args), nullptr, 0};
     for (auto _ : state) {
       benchmark::DoNotOptimize(block);
-      zhost_status* status = partition.api->pre_forward(partition.instance, block);
+      zhost_status* status = partition.api->pre_forward(partition.instance, &block);
       benchmark::DoNotOptimize(status);
       if (status) check_ok(status, "pre_forward");
     }
@@ -39,8 +39,9 @@ void register_cases(const PartitionUnderTest& partition, const at::Tensor& grad)
     zhost_micro_batch_args accumulating{sizeof(zhost_micro_batch_args), nullptr, 1, 0, 0};
     check_ok(partition.api->begin_micro_batch(partition.instance, &accumulating), "begin_micro_batch");
     DLTensor view = kit::dl_view(grad);
+    const zhost_grad_ready_args ready{sizeof(zhost_grad_ready_args), nullptr, 0, &view};
     for (auto _ : state) {
-      zhost_status* status = partition.api->grad_ready(partition.instance, 0, &view);
+      zhost_status* status = partition.api->grad_ready(partition.instance, &ready);
       benchmark::DoNotOptimize(status);
       if (status) check_ok(status, "grad_ready");
     }

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bench/nvme/bench_nvme.hpp"
-#include "zhost/offload.h"
+#include "zhost/zhost.h"
 
 namespace zhost::bench_nvme {
 
@@ -33,7 +33,7 @@ void check(KitHost& host, zhost_status* status, const char* what) {
 
 IoTimes io_times(KitHost& host, const PluginUnderTest& plugin, zhost_plugin_instance* tier, uint64_t total,
                  uint64_t buffer) {
-  const zhost_offload_api* api = plugin.offload();
+  const zhost_storage_api* api = plugin.api().storage;
   const uint64_t buffers = std::max<uint64_t>(1, total / buffer);
   std::vector<char> source(buffer), target(buffer);
   std::mt19937_64 rng(1);
@@ -53,7 +53,10 @@ IoTimes io_times(KitHost& host, const PluginUnderTest& plugin, zhost_plugin_inst
       check(host, (store ? api->store : api->load)(tier, &args), store ? "store" : "load");
       if (args.event) events.push_back(args.event);
     }
-    for (zhost_tier_event* e : events) check(host, api->wait_event(tier, e), "wait_event");
+    for (zhost_tier_event* e : events) {
+      zhost_tier_event_args wait{sizeof(wait), nullptr, e, 0};
+      check(host, api->wait(tier, &wait), "wait");
+    }
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
   IoTimes t;
@@ -63,7 +66,10 @@ IoTimes io_times(KitHost& host, const PluginUnderTest& plugin, zhost_plugin_inst
     std::fprintf(stderr, "bench_nvme: the last buffer read back differs from what was stored\n");
     std::exit(1);
   }
-  for (uint64_t key = 0; key < buffers; ++key) check(host, api->drop(tier, key), "drop");
+  for (uint64_t key = 0; key < buffers; ++key) {
+    zhost_tier_key_args drop{sizeof(drop), nullptr, key};
+    check(host, api->drop(tier, &drop), "drop");
+  }
   return t;
 }
 

@@ -16,7 +16,7 @@
 #include "bench/nvme/bench_nvme.hpp"
 #include "sdk/conformance/kit_host.hpp"
 #include "sdk/conformance/plugin_under_test.hpp"
-#include "zhost/offload.h"
+#include "zhost/zhost.h"
 
 namespace zhost::bench_nvme {
 
@@ -50,7 +50,7 @@ DLTensor floats(std::vector<float>& v, int64_t& shape) {
 
 // Sets up a group, takes one untimed step, returns the seconds of the second step.
 double timed_step(KitHost& host, const PluginUnderTest& cpu, zhost_plugin_instance* tier, std::vector<float>& master) {
-  const zhost_offload_api* api = cpu.offload();
+  const zhost_optimizer_tier_api* api = cpu.api().optimizer;
   zhost_optimizer_desc desc{};
   desc.struct_size = sizeof(desc);
   desc.kind = ZHOST_OPTIMIZER_ADAMW;
@@ -62,11 +62,14 @@ double timed_step(KitHost& host, const PluginUnderTest& cpu, zhost_plugin_instan
   int64_t shape = 0;
   DLTensor initial = floats(master, shape);
   zhost_tier_optimizer_setup setup{sizeof(setup), nullptr, 1, &desc, &initial};
-  check(host, api->optimizer_setup(tier, &setup), "optimizer_setup");
+  check(host, api->setup(tier, &setup), "optimizer_setup");
   double seconds = 0;
   for (int step = 1; step <= 2; ++step) {
-    DLTensor grad{};
-    check(host, api->optimizer_grad(tier, 1, &grad), "optimizer_grad");
+    zhost_tier_grad_args grad_args{};
+    grad_args.struct_size = sizeof(grad_args);
+    grad_args.key = 1;
+    check(host, api->grad(tier, &grad_args), "optimizer_grad");
+    const DLTensor& grad = grad_args.grad;
     float* g = static_cast<float*>(grad.data);
     for (int64_t i = 0; i < grad.shape[0]; ++i) g[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
     zhost_tier_step_args args{};
@@ -76,7 +79,7 @@ double timed_step(KitHost& host, const PluginUnderTest& cpu, zhost_plugin_instan
     args.lr = 1e-3;
     args.grad_scale = 1.0;
     const auto start = Clock::now();
-    check(host, api->optimizer_step(tier, &args), "optimizer_step");
+    check(host, api->step(tier, &args), "optimizer_step");
     seconds = std::chrono::duration<double>(Clock::now() - start).count();
   }
   return seconds;
@@ -124,7 +127,9 @@ int step_main(int argc, char** argv) {
       KitHost storage_host(&nvme.descriptor(), declared(nvme, config), false);
       Instance storage(nvme, storage_host);
       if (!storage.get()) return std::fprintf(stderr, "offload_nvme: %s\n", storage.error().c_str()), 1;
-      zhost_tier_ref ref{sizeof(ref), nullptr, storage.get(), nvme.offload(), "offload_nvme"};
+      zhost_tier_ref ref{
+          sizeof(ref), nullptr,       ZHOST_TIER_FOR_OPTIMIZER_STORAGE, storage.get(), nvme.api().storage,
+          nullptr,     "offload_nvme"};
       {
         KitHost host(&cpu.descriptor(), declared(cpu, config), false);
         host.set_tier(ZHOST_TIER_FOR_OPTIMIZER_STORAGE, ref);

@@ -76,18 +76,19 @@ struct ActivationCheckpoints::State {
   zhost_copy* start_copy(const at::Tensor& src, at::Tensor& dst) {
     const DLTensor from = kit::dl_view(src);
     DLTensor to = kit::dl_view(dst);
-    zhost_copy* copy = nullptr;
-    check(copies->start(ctx, &from, &to, &copy));
-    return copy;
+    zhost_copy_start_args args{sizeof(args), nullptr, &from, &to, nullptr};
+    check(copies->start(ctx, &args));
+    return args.copy;
   }
   void order_after(zhost_copy* copy) {
-    if (copy) check(copies->order_compute_after(ctx, copy));
+    zhost_copy_args args{sizeof(args), nullptr, copy};
+    if (copy) check(copies->order_compute_after(ctx, &args));
   }
   void wait(zhost_copy*& copy) {
     if (!copy) return;
-    zhost_copy* done = copy;
+    zhost_copy_args args{sizeof(args), nullptr, copy};
     copy = nullptr;
-    check(copies->wait(ctx, done));
+    check(copies->wait(ctx, &args));
   }
 
   // The first `numel` elements of slot `slot` of the contiguous buffer.

@@ -156,10 +156,10 @@ Checkpointer::Checkpointer(const CheckpointSettings& settings, comm::Comm& world
   // checkpoint.dir cannot be written (every save, a signal's included, needs interval or at_end).
   const zhost_partition_api& api = partition_api(partition_);
   if (!settings_.interval && !settings_.at_end) return;
-  if (!(ZHOST_HAS_FIELD(&api, zhost_partition_api, save_state) && api.save_state != nullptr))
+  if (api.save_state == nullptr)
     fail_usage(
-        "partition plugin '{}' cannot save its state (built against zhost ABI 0.4 or older): rebuild it against this "
-        "SDK, or drop checkpoint.interval and checkpoint.at_end",
+        "partition plugin '{}' cannot save its state (its partition table has no save_state): drop "
+        "checkpoint.interval and checkpoint.at_end, or use a plugin that saves",
         partition_.plugin->info.name);
   std::string error;
   if (world_.rank() == 0) error = capture_error([&] { checkpoint::check_writable(settings_.dir); });
@@ -341,10 +341,10 @@ TrainingPosition Checkpointer::load() {
   checkpoint::CheckpointReader reader(dir);
   check_compatible(reader, params_, states_, job_);
   const zhost_partition_api& api = partition_api(partition_);
-  if (!ZHOST_HAS_FIELD(&api, zhost_partition_api, load_state) || api.load_state == nullptr)
+  if (api.load_state == nullptr)
     fail_usage(
-        "partition plugin '{}' cannot load a checkpoint (built against zhost ABI 0.4 or older): rebuild it "
-        "against this SDK",
+        "partition plugin '{}' cannot load a checkpoint (its partition table has no load_state): resume with a "
+        "plugin that loads",
         partition_.plugin->info.name);
   // The ranks check the data files between them first, so that no rank fails half way through the plugin's
   // collectives while the others wait.

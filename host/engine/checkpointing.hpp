@@ -1,5 +1,5 @@
 // host/engine/checkpointing.hpp: a job's checkpoints (docs/checkpoints.md). The partition plugin hands over its
-// masters and optimizer states as fragments (zhost_state_io, ABI 0.5) and loads them back whatever world size
+// masters and optimizer states as fragments (zhost_state_io) and loads them back whatever world size
 // and stage saved them; the host adds its own position (step counters, loss scaler, every rank's RNG). Files
 // and folder protocol: host/checkpoint (Note [Checkpoint layout], Note [Checkpoint atomicity]).
 #pragma once

@@ -161,13 +161,16 @@ zhost_collective_op op_of(comm::CollectiveKind kind) {
 bool offered_to_transform(CollectivesAdapter::State& state, comm::CollectiveKind kind, zhost_collective_args* args,
                           zhost_status** status) {
   if (!state.transform || g_inside_transform > 0 || kind == comm::CollectiveKind::kBarrier) return false;
-  int32_t handled = 0;
+  zhost_interpose_args offer{};
+  offer.struct_size = sizeof(offer);
+  offer.op = op_of(kind);
+  offer.collective = args;
   ++g_inside_transform;
-  *status = state.transform_api->interpose(state.transform, op_of(kind), args, &handled);
+  *status = state.transform_api->interpose(state.transform, &offer);
   --g_inside_transform;
   if (*status) return true;  // a transform's failure is the collective's
-  if (handled) args->work = nullptr;
-  return handled != 0;
+  if (offer.handled) args->work = nullptr;
+  return offer.handled != 0;
 }
 
 // Runs `start` (which returns a comm::Work) and either waits or hands the work back, as args->flags say.
@@ -201,19 +204,18 @@ zhost_status* run(const char* call, zhost_host_context* ctx, zhost_collective_ar
   }
 }
 
-// -1 when the context belongs to no job with a process group (nothing may throw across the ABI).
-int32_t rank(zhost_host_context* ctx, zhost_group* group) {
+// A status when the context belongs to no job with a process group (nothing may throw across the ABI).
+zhost_status* group_info(zhost_host_context* ctx, zhost_group_info_args* args) {
+  if (zhost_status* refused =
+          check_plugin_struct(args, ZHOST_GROUP_INFO_ARGS_MIN_SIZE, "zhost_group_info_args", "collectives->group_info"))
+    return refused;
   try {
-    return group_of(ctx, group).rank();
-  } catch (const Error&) {
-    return -1;
-  }
-}
-int32_t world_size(zhost_host_context* ctx, zhost_group* group) {
-  try {
-    return group_of(ctx, group).world_size();
-  } catch (const Error&) {
-    return -1;
+    const comm::Comm& group = group_of(ctx, args->group);
+    args->rank = group.rank();
+    args->size = group.world_size();
+    return nullptr;
+  } catch (const Error& e) {
+    return HostServices::make_status(ZHOST_ERR_INVALID_ARGUMENT, e.what());
   }
 }
 
@@ -252,15 +254,21 @@ zhost_status* all_to_all(zhost_host_context* ctx, zhost_collective_args* a) {
                                          counts(a->send_counts, g), counts(a->recv_counts, g));
              });
 }
-zhost_status* barrier(zhost_host_context* ctx, zhost_group* group) {
+zhost_status* barrier(zhost_host_context* ctx, zhost_barrier_args* barrier_args) {
+  if (zhost_status* refused =
+          check_plugin_struct(barrier_args, ZHOST_BARRIER_ARGS_MIN_SIZE, "zhost_barrier_args", "collectives->barrier"))
+    return refused;
   zhost_collective_args args{};
   args.struct_size = sizeof(args);
-  args.group = group;
+  args.group = barrier_args->group;
   return run("collectives->barrier", ctx, &args, Shape{comm::CollectiveKind::kBarrier},
              [](comm::Comm& g) { return g.barrier_async(); });
 }
-zhost_status* wait(zhost_host_context*, zhost_work* work) {
-  std::unique_ptr<zhost_work> owned(work);
+zhost_status* wait(zhost_host_context*, zhost_work_wait_args* args) {
+  if (zhost_status* refused =
+          check_plugin_struct(args, ZHOST_WORK_WAIT_ARGS_MIN_SIZE, "zhost_work_wait_args", "collectives->wait"))
+    return refused;
+  std::unique_ptr<zhost_work> owned(args->work);
   if (!owned) return nullptr;
   try {
     owned->work.wait();
@@ -270,12 +278,15 @@ zhost_status* wait(zhost_host_context*, zhost_work* work) {
     return HostServices::make_status(ZHOST_ERR_COMM, e.what());
   }
 }
-zhost_status* new_group(zhost_host_context* ctx, const int32_t* ranks, size_t num_ranks, zhost_group** out) {
+zhost_status* new_group(zhost_host_context* ctx, zhost_new_group_args* args) {
+  if (zhost_status* refused =
+          check_plugin_struct(args, ZHOST_NEW_GROUP_ARGS_MIN_SIZE, "zhost_new_group_args", "collectives->new_group"))
+    return refused;
   try {
     CollectivesAdapter::State& state = state_of(ctx);
-    auto group = state.world->new_group(std::vector<int>(ranks, ranks + num_ranks));
+    auto group = state.world->new_group(std::vector<int>(args->ranks, args->ranks + args->num_ranks));
     std::lock_guard<std::mutex> lock(state.mutex);
-    *out = reinterpret_cast<zhost_group*>(group.get());
+    args->group = reinterpret_cast<zhost_group*>(group.get());
     state.groups.push_back(std::move(group));
     return nullptr;
   } catch (const Error& e) {
@@ -300,8 +311,7 @@ zhost_status* topology(zhost_host_context* ctx, zhost_topology* out) {
 
 const zhost_collectives kTable = {sizeof(zhost_collectives),
                                   nullptr,
-                                  rank,
-                                  world_size,
+                                  group_info,
                                   all_reduce,
                                   reduce_scatter,
                                   all_gather,

@@ -13,6 +13,7 @@
 #include "host/engine/service_call.hpp"
 #include "host/engine/trace.hpp"
 #include "host/services/host_services.hpp"
+#include "host/services/plugin_struct.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
 #if ZHOST_WITH_CUDA
@@ -77,9 +78,15 @@ int32_t device_memory_is_separate(zhost_host_context* ctx) {
   return state && state->mode != CopyMode::kImmediate ? 1 : 0;
 }
 
-zhost_status* start(zhost_host_context* ctx, const DLTensor* src, DLTensor* dst, zhost_copy** out) {
+zhost_status* start(zhost_host_context* ctx, zhost_copy_start_args* args) {
   return serve(ctx, "start", [&](DeviceCopies::State& s) -> zhost_status* {
-    if (!src || !dst || !out) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->start: needs src, dst and out");
+    if (zhost_status* refused =
+            check_plugin_struct(args, ZHOST_COPY_START_ARGS_MIN_SIZE, "zhost_copy_start_args", "copies->start"))
+      return refused;
+    const DLTensor* src = args->src;
+    DLTensor* dst = args->dst;
+    zhost_copy** out = &args->copy;
+    if (!src || !dst) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->start: needs src and dst");
     *out = nullptr;
     auto copy = std::make_unique<zhost_copy>();
     copy->src = kit::tensor_view(*src);
@@ -120,7 +127,8 @@ zhost_status* start(zhost_host_context* ctx, const DLTensor* src, DLTensor* dst,
   });
 }
 
-zhost_status* order_compute_after(zhost_host_context* ctx, zhost_copy* copy) {
+zhost_status* order_compute_after(zhost_host_context* ctx, zhost_copy_args* args) {
+  zhost_copy* copy = args && args->struct_size >= ZHOST_COPY_ARGS_MIN_SIZE ? args->copy : nullptr;
   return serve(ctx, "order_compute_after", [&](DeviceCopies::State& s) -> zhost_status* {
     if (!copy) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->order_compute_after: no copy");
 #if ZHOST_WITH_CUDA
@@ -134,7 +142,8 @@ zhost_status* order_compute_after(zhost_host_context* ctx, zhost_copy* copy) {
   });
 }
 
-zhost_status* wait(zhost_host_context* ctx, zhost_copy* copy) {
+zhost_status* wait(zhost_host_context* ctx, zhost_copy_args* args) {
+  zhost_copy* copy = args && args->struct_size >= ZHOST_COPY_ARGS_MIN_SIZE ? args->copy : nullptr;
   return serve(ctx, "wait", [&](DeviceCopies::State& s) -> zhost_status* {
     if (!copy) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->wait: no copy");
     std::unique_ptr<zhost_copy> owned(copy);

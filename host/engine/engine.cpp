@@ -29,7 +29,7 @@
 
 namespace zhost::engine {
 
-void register_builtin_plugins() { register_builtin_plugin("stage0", zhost_stage0_plugin_v0); }
+void register_builtin_plugins() { register_builtin_plugin("stage0", zhost_stage0_plugin_v1); }
 
 std::string build_description() {
 #if ZHOST_WITH_CUDA
@@ -111,7 +111,7 @@ class TierInstallation {
       roles_.push_back(role);
       for (const auto& live : instances.all())
         if (live.plugin == provider && (live.tier_role == 0 || live.tier_role == static_cast<uint32_t>(role)))
-          services_.set_tier(role, TierRef{live.instance, live.plugin->api->offload, live.plugin->info.name});
+          services_.set_tier(role, TierRef{live.instance, live.plugin->api, live.plugin->info.name});
     }
   }
   ~TierInstallation() {

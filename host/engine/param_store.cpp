@@ -16,6 +16,7 @@
 #include "host/engine/service_call.hpp"
 #include "host/model/model.hpp"
 #include "host/services/host_services.hpp"
+#include "host/services/plugin_struct.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
 struct zhost_param_group {
@@ -45,10 +46,17 @@ zhost_status* serve(zhost_host_context* ctx, const char* what, Body&& body) {
   return serve_call<ParamStore::State>(ctx, JobService::kParams, "params", what, std::forward<Body>(body));
 }
 
-zhost_status* group_create(zhost_host_context* ctx, const uint32_t* ids, const int64_t* offsets, size_t count,
-                           int64_t numel, zhost_param_group** out) {
+zhost_status* group_create(zhost_host_context* ctx, zhost_param_group_create_args* args) {
   return serve(ctx, "group_create", [&](ParamStore::State& s) -> zhost_status* {
-    if (!ids || !offsets || !out || count == 0 || numel <= 0)
+    if (zhost_status* refused = check_plugin_struct(args, ZHOST_PARAM_GROUP_CREATE_ARGS_MIN_SIZE,
+                                                    "zhost_param_group_create_args", "params->group_create"))
+      return refused;
+    const uint32_t* ids = args->ids;
+    const int64_t* offsets = args->offsets;
+    const size_t count = args->count;
+    const int64_t numel = args->numel;
+    zhost_param_group** out = &args->group;
+    if (!ids || !offsets || count == 0 || numel <= 0)
       return service_error(ZHOST_ERR_INVALID_ARGUMENT,
                            "params->group_create: needs ids, offsets, out, count > 0 and numel > 0");
     const auto& params = s.model->parameters();
@@ -99,10 +107,14 @@ zhost_status* group_create(zhost_host_context* ctx, const uint32_t* ids, const i
   });
 }
 
-zhost_status* materialize(zhost_host_context* ctx, zhost_param_group* group, DLTensor* flat) {
+zhost_status* materialize(zhost_host_context* ctx, zhost_param_group_args* args) {
   return serve(ctx, "materialize", [&](ParamStore::State& s) -> zhost_status* {
-    if (!group || !flat)
-      return service_error(ZHOST_ERR_INVALID_ARGUMENT, "params->materialize: needs a group and a DLTensor");
+    if (zhost_status* refused =
+            check_plugin_struct(args, ZHOST_PARAM_GROUP_ARGS_MIN_SIZE, "zhost_param_group_args", "params->materialize"))
+      return refused;
+    zhost_param_group* group = args->group;
+    DLTensor* flat = &args->flat;
+    if (!group) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "params->materialize: needs a group and a DLTensor");
     c10::StorageImpl* impl = group->storage.unsafeGetStorageImpl();
     if (!group->live) {
       impl->set_data_ptr_noswap(impl->allocator()->allocate(group->nbytes));
@@ -122,8 +134,12 @@ zhost_status* materialize(zhost_host_context* ctx, zhost_param_group* group, DLT
   });
 }
 
-zhost_status* release(zhost_host_context* ctx, zhost_param_group* group) {
+zhost_status* release(zhost_host_context* ctx, zhost_param_group_args* args) {
   return serve(ctx, "release", [&](ParamStore::State& s) -> zhost_status* {
+    if (zhost_status* refused =
+            check_plugin_struct(args, ZHOST_PARAM_GROUP_ARGS_MIN_SIZE, "zhost_param_group_args", "params->release"))
+      return refused;
+    zhost_param_group* group = args->group;
     if (!group) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "params->release: needs a group");
     if (!group->live) return nullptr;
     c10::StorageImpl* impl = group->storage.unsafeGetStorageImpl();
@@ -135,8 +151,14 @@ zhost_status* release(zhost_host_context* ctx, zhost_param_group* group) {
   });
 }
 
-zhost_status* initial_values(zhost_host_context* ctx, uint32_t id, int64_t offset, DLTensor* dst) {
+zhost_status* initial_values(zhost_host_context* ctx, zhost_initial_values_args* args) {
   return serve(ctx, "initial_values", [&](ParamStore::State& s) -> zhost_status* {
+    if (zhost_status* refused = check_plugin_struct(args, ZHOST_INITIAL_VALUES_ARGS_MIN_SIZE,
+                                                    "zhost_initial_values_args", "params->initial_values"))
+      return refused;
+    const uint32_t id = args->id;
+    const int64_t offset = args->offset;
+    DLTensor* dst = args->dst;
     if (!dst || id >= s.model->parameters().size() || offset < 0)
       return service_error(ZHOST_ERR_INVALID_ARGUMENT,
                            fmt::format("params->initial_values: bad arguments (parameter {}, offset {})", id, offset));

@@ -12,8 +12,8 @@
 #include "host/config/validate.hpp"
 #include "host/core/error.hpp"
 #include "host/engine/rank_agreement.hpp"
-#include "zhost/offload.h"
 #include "zhost/partition.h"
+#include "zhost/zhost.h"
 
 namespace zhost::engine {
 namespace {
@@ -195,14 +195,14 @@ void StorageSwaps::check_movable(const Role& role) const {
   if (role.role == ZHOST_TIER_FOR_OPTIMIZER_STORAGE) {
     if (!compute_) fail_usage("this job has no tier running the optimizer (zero.offload_optimizer.device = \"none\")");
     if (!can_move_storage(*compute_->plugin))
-      fail_usage("plugin '{}' runs the optimizer but cannot move its states (no optimizer_move_storage, ABI 0.7)",
+      fail_usage("plugin '{}' runs the optimizer but cannot move its states (no move_storage in its optimizer table)",
                  compute_->plugin->info.name);
     return;
   }
   if (!role.stored_in)
     fail_usage("this job keeps no parameter shards in a tier (zero.offload_param.device = \"none\")");
   if (!can_move_param_storage(*partition_->plugin))
-    fail_usage("partition plugin '{}' cannot move its parameter shards (no move_param_storage, ABI 0.7)",
+    fail_usage("partition plugin '{}' cannot move its parameter shards (no move_param_storage)",
                partition_->plugin->info.name);
 }
 
@@ -212,7 +212,7 @@ uint64_t StorageSwaps::move(const Role& role, zhost_storage_move_phase phase, co
   args.phase = phase;
   args.storage = storage;
   if (role.role == ZHOST_TIER_FOR_OPTIMIZER_STORAGE) {
-    HostServices::throw_if_error(compute_->plugin->api->offload->optimizer_move_storage(compute_->instance, &args),
+    HostServices::throw_if_error(compute_->plugin->api->optimizer->move_storage(compute_->instance, &args),
                                  fmt::format("tier '{}' moving the optimizer's states", compute_->plugin->info.name));
   } else {
     const zhost_partition_api* table = partition_->plugin->api->partition;
@@ -241,7 +241,9 @@ StorageSwaps::Outcome StorageSwaps::swap(Role& role, int64_t step, const std::st
     target = storage_instance(role, find_storage(to), &created);
     if (target) {
       ref.instance = target->instance;
-      ref.api = target->plugin->api->offload;
+      ref.role = role.role;
+      ref.storage = target->plugin->api->storage;
+      ref.optimizer = target->plugin->api->optimizer;
       ref.name = target->plugin->info.name.c_str();
     }
     copying = true;
@@ -251,7 +253,7 @@ StorageSwaps::Outcome StorageSwaps::swap(Role& role, int64_t step, const std::st
   if (failure.empty()) {
     move(role, ZHOST_STORAGE_MOVE_COMMIT, nullptr);
     if (target)
-      services_.set_tier(role.role, TierRef{target->instance, target->plugin->api->offload, target->plugin->info.name});
+      services_.set_tier(role.role, TierRef{target->instance, target->plugin->api, target->plugin->info.name});
     else
       services_.set_tier(role.role, std::nullopt);
     // The old storage goes unless another role still uses it (the CPU tier stores parameter shards and steps).

@@ -113,6 +113,23 @@ std::string memory_counter_json(const MemoryCategories& categories) {
   return values.dump();
 }
 
+// The partition hooks' args (zhost/partition.h), built on the stack for each call.
+using BlockHook = zhost_status* (*)(zhost_plugin_instance*, const zhost_block_args*);
+zhost_status* block_hook(BlockHook hook, zhost_plugin_instance* instance, int32_t block) {
+  zhost_block_args args{};
+  args.struct_size = sizeof(args);
+  args.block = block;
+  return hook(instance, &args);
+}
+zhost_status* grad_ready(const zhost_partition_api& api, zhost_plugin_instance* instance, uint32_t id,
+                         const DLTensor* grad) {
+  zhost_grad_ready_args args{};
+  args.struct_size = sizeof(args);
+  args.param_id = id;
+  args.grad = grad;
+  return api.grad_ready(instance, &args);
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -199,10 +216,10 @@ struct Trainer::Impl {
     device = training_device(settings);
     check_precision_supported(settings.precision, device);
     const bool partitions_params = (plugin_flags() & ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS) != 0;
-    if (partitions_params && !(ZHOST_HAS_FIELD(&api, zhost_partition_api, gather_param) && api.gather_param))
+    if (partitions_params && !api.gather_param)
       fail(
-          "partition plugin '{}' partitions parameters but has no gather_param (ABI 0.2): rebuild it against this "
-          "zhost's SDK",
+          "partition plugin '{}' declares ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS but has no gather_param: fix the "
+          "plugin",
           partition.plugin->info.name);
     // Partitioned parameters: built without storage (zero.Init); the plugin fills its shards itself.
     model = model::make_model(settings.model,
@@ -264,7 +281,7 @@ struct Trainer::Impl {
   // gather window is the live parameter storage, or with `peak` its peak over the run.
   ModelStateBytes measure_model_states(bool peak) {
     ModelStateBytes measured;
-    if (ZHOST_HAS_FIELD(&api, zhost_partition_api, memory) && api.memory) {
+    if (api.memory) {
       zhost_model_state_bytes reported{};
       reported.struct_size = sizeof(reported);
       call(api.memory(partition.instance, &reported), "memory");
@@ -276,7 +293,7 @@ struct Trainer::Impl {
       measured.offloaded = static_cast<double>(reported.offloaded);
     }
     const zhost_collective_api* transform_api = transform ? transform->plugin->api->collective : nullptr;
-    if (transform_api && ZHOST_HAS_FIELD(transform_api, zhost_collective_api, memory) && transform_api->memory) {
+    if (transform_api && transform_api->memory) {
       zhost_model_state_bytes reported{};
       reported.struct_size = sizeof(reported);
       HostServices::throw_if_error(transform_api->memory(transform->instance, &reported),
@@ -438,13 +455,13 @@ struct Trainer::Impl {
     DLTensor view = kit::dl_view(grad);
     {
       const TraceScope span(trace, "hook", "grad_ready", "param", static_cast<int64_t>(id));
-      call_in_hook(api.grad_ready(partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
+      call_in_hook(grad_ready(api, partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
     }
     if (partition_takes_grads) model->parameters()[id].tensor.mutable_grad() = at::Tensor();
     for (int32_t block : blocks_using_param[id])
       if (--pending_grads_per_block[block] == 0) {
         const TraceScope span(trace, "hook", "post_backward", "block", block);
-        call_in_hook(api.post_backward(partition.instance, block), "post_backward");
+        call_in_hook(block_hook(api.post_backward, partition.instance, block), "post_backward");
       }
   }
 
@@ -456,7 +473,7 @@ struct Trainer::Impl {
     for (size_t id = 0; id < params.size() && !hook_error; ++id) {
       if (grad_reported[id] || !params[id].tensor.grad().defined()) continue;
       DLTensor view = kit::dl_view(params[id].tensor.grad());
-      call_in_hook(api.grad_ready(partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
+      call_in_hook(grad_ready(api, partition.instance, static_cast<uint32_t>(id), &view), "grad_ready");
     }
   }
 
@@ -486,7 +503,7 @@ struct Trainer::Impl {
       const TraceScope block_span(trace, "forward", forward_names[b], "block", block);
       {
         const TraceScope span(trace, "hook", "pre_forward", "block", block);
-        call(api.pre_forward(partition.instance, block), "pre_forward");
+        call(block_hook(api.pre_forward, partition.instance, block), "pre_forward");
       }
       check_materialized(block, "forward");
       const auto block_start = Clock::now();
@@ -500,14 +517,14 @@ struct Trainer::Impl {
         x.register_hook([this, block](const at::Tensor&) {
           if (trace || profiled) begin_backward_block(block);
           const TraceScope span(trace, "hook", "pre_backward", "block", block);
-          if (!hook_error) call_in_hook(api.pre_backward(partition.instance, block), "pre_backward");
+          if (!hook_error) call_in_hook(block_hook(api.pre_backward, partition.instance, block), "pre_backward");
           if (param_store) {  // without its parameters the block's backward cannot run: stop it here
             if (hook_error) std::rethrow_exception(hook_error);
             check_materialized(block, "backward");
           }
         });
       const TraceScope span(trace, "hook", "post_forward", "block", block);
-      call(api.post_forward(partition.instance, block), "post_forward");
+      call(block_hook(api.post_forward, partition.instance, block), "post_forward");
     }
     return x;
   }
@@ -578,7 +595,8 @@ struct Trainer::Impl {
     start = Clock::now();
     {
       const TraceScope span(trace, "hook", "backward_end");
-      call(api.backward_end(partition.instance), "backward_end");
+      const zhost_backward_end_args end_args{sizeof(end_args), nullptr, micro_step};
+      call(api.backward_end(partition.instance, &end_args), "backward_end");
     }
     timing.reduction += ms_since(start);
     see_memory("after backward");
@@ -857,7 +875,8 @@ void Trainer::save_weights(const std::string& dir) const {
     if (gathered) {
       values = at::empty(p.tensor.sizes(), at::TensorOptions().dtype(at::kFloat));
       DLTensor out = kit::dl_view(values);
-      HostServices::throw_if_error(t.api.gather_param(t.partition.instance, static_cast<uint32_t>(id), &out),
+      const zhost_gather_param_args args{sizeof(args), nullptr, static_cast<uint32_t>(id), &out};
+      HostServices::throw_if_error(t.api.gather_param(t.partition.instance, &args),
                                    fmt::format("partition plugin '{}' gather_param", t.partition.plugin->info.name));
       if (t.world.rank() != 0) continue;
     } else {

@@ -132,14 +132,14 @@ void check_swap_schedules(const config::ResolvedConfig& config, const Resolution
         !can_move_storage(*compute->second))
       fail_usage(
           "{}: plugin '{}' ({}) runs the optimizer but cannot move its states to another storage (it has no "
-          "optimizer_move_storage, zhost ABI 0.7); remove the schedule",
+          "move_storage in its optimizer table); remove the schedule",
           key, compute->second->info.name, compute->second->path.string());
     if (std::string(key) == "zero.offload_param.swap_schedule") {
       for (const LoadedPlugin* plugin : resolution.plugins)
         if (plugin->info.kind == ZHOST_KIND_PARTITION && !can_move_param_storage(*plugin))
           fail_usage(
               "{}: partition plugin '{}' ({}) cannot move its parameter shards to another storage (it has no "
-              "move_param_storage, zhost ABI 0.7); remove the schedule",
+              "move_param_storage in its partition table); remove the schedule",
               key, plugin->info.name, plugin->path.string());
     }
     for (const config::StorageSwapPoint& point : schedule)

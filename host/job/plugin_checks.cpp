@@ -18,7 +18,7 @@ namespace zhost {
 namespace {
 
 // Note [Plugin config checks]: what a plugin needs of the config is checked by the plugin, through its
-// optional check_config (ABI 0.10), so that a third-party plugin's settings are refused at `zhost config
+// optional check_config, so that a third-party plugin's settings are refused at `zhost config
 // check` exactly as zhost's own, and the host keeps no plugin's name: the NVMe tier checks its folders (a
 // writable folder that takes O_DIRECT) and the room on their disks, stage 3 its offload buffer against the
 // model's largest shard. The host calls it once per chosen plugin (each storing role it serves as a bit of
@@ -89,7 +89,7 @@ void check_plugin_configs(const JobSetup& job, const ConfigCheckFacts& facts) {
   std::vector<std::string> errors;
   for (const LoadedPlugin* plugin : order) {
     const zhost_plugin_api* api = plugin->api;
-    if (!api || !ZHOST_HAS_FIELD(api, zhost_plugin_api, check_config) || !api->check_config) continue;
+    if (!api || !api->check_config) continue;
     const auto& [roles, reasons] = asked.at(plugin);
     const std::string chosen_for = text::join(reasons, "; ");
     zhost_host_context* ctx = job.services->create_context({plugin->info.name, plugin_config_values(config, *plugin)});

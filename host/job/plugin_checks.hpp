@@ -1,6 +1,6 @@
-// host/job/plugin_checks.hpp: each chosen plugin's own checks of the config (zhost_plugin_api.check_config,
-// ABI 0.10), run by `zhost config check`, by `zhost run` before any rank starts, and by each rank before it
-// creates an instance. Note [Plugin config checks], plugin_checks.cpp.
+// host/job/plugin_checks.hpp: each chosen plugin's own checks of the config (zhost_plugin_api.check_config), run
+// by `zhost config check`, by `zhost run` before any rank starts, and by each rank before it creates an instance.
+// Note [Plugin config checks], plugin_checks.cpp.
 #pragma once
 
 #include <cstdint>

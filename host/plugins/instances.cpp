@@ -30,7 +30,11 @@ PluginInstance PluginInstances::create(const InstanceSpec& spec, const std::map<
   live.ctx = services_.create_context({plugin->info.name, config});
   const std::string where = fmt::format("plugin '{}' ({})", plugin->info.name, plugin->path.string());
   if (plugin->api->probe) {
-    if (zhost_status* status = plugin->api->probe(services_.table(), live.ctx)) {
+    zhost_probe_args probe{};
+    probe.struct_size = sizeof(probe);
+    probe.host = services_.table();
+    probe.ctx = live.ctx;
+    if (zhost_status* status = plugin->api->probe(&probe)) {
       services_.destroy_context(live.ctx);
       HostServices::throw_if_error(status, where + " cannot run here");
     }

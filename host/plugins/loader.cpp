@@ -14,8 +14,8 @@
 #include "host/core/text.hpp"
 #include "host/services/plugin_struct.hpp"
 #include "zhost/collective.h"
-#include "zhost/offload.h"
 #include "zhost/partition.h"
+#include "zhost/zhost.h"
 
 namespace zhost {
 namespace {
@@ -137,21 +137,40 @@ class DescriptorReader {
   std::string file_;
 };
 
-// The lifecycle table and the capability table of the plugin's kind, each accepted from its minimum size
+// The lifecycle table and the capability tables of the plugin's kind, each accepted from its minimum size
 // (plugin_struct.hpp): what the host reads of them later is either within the minimum or under ZHOST_HAS_FIELD.
+// An offload tier's tables must match the roles its flags declare (zhost/storage.h).
 void check_api(const std::filesystem::path& file, const PluginInfo& info, const zhost_plugin_api* api) {
   const std::string where = fmt::format("plugin {}: '{}'", file.string(), info.name);
   accept_plugin_struct(api, ZHOST_PLUGIN_API_MIN_SIZE, "zhost_plugin_api", where);
   if (!api->create || !api->destroy) fail_usage("{} has no create or destroy function", where);
-  const bool has_table = info.kind == ZHOST_KIND_PARTITION ? api->partition != nullptr
-                         : info.kind == ZHOST_KIND_OFFLOAD ? api->offload != nullptr
-                                                           : api->collective != nullptr;
-  if (!has_table)
-    fail_usage("{} is a {} plugin but has no {} table", where, kind_name(info.kind), kind_name(info.kind));
-  if (info.kind == ZHOST_KIND_PARTITION)
+  if (info.kind == ZHOST_KIND_OFFLOAD) {
+    const bool stores = (info.flags & ZHOST_PLUGIN_FLAG_TIER_STORES) != 0;
+    const bool computes = (info.flags & ZHOST_PLUGIN_FLAG_TIER_COMPUTES) != 0;
+    if (!stores && !computes)
+      fail_usage("{} is an offload tier that declares neither ZHOST_PLUGIN_FLAG_TIER_STORES nor _COMPUTES", where);
+    if (stores != (api->storage != nullptr))
+      fail_usage("{}: {} but its storage table is {}", where,
+                 stores ? "declares ZHOST_PLUGIN_FLAG_TIER_STORES" : "does not declare ZHOST_PLUGIN_FLAG_TIER_STORES",
+                 api->storage ? "set" : "NULL");
+    if (computes != (api->optimizer != nullptr))
+      fail_usage(
+          "{}: {} but its optimizer table is {}", where,
+          computes ? "declares ZHOST_PLUGIN_FLAG_TIER_COMPUTES" : "does not declare ZHOST_PLUGIN_FLAG_TIER_COMPUTES",
+          api->optimizer ? "set" : "NULL");
+    if (api->storage) accept_plugin_struct(api->storage, ZHOST_STORAGE_API_MIN_SIZE, "zhost_storage_api", where);
+    if (api->optimizer)
+      accept_plugin_struct(api->optimizer, ZHOST_OPTIMIZER_TIER_API_MIN_SIZE, "zhost_optimizer_tier_api", where);
+    if (api->partition || api->collective) fail_usage("{} is an offload tier but fills another kind's table", where);
+    return;
+  }
+  const bool partition = info.kind == ZHOST_KIND_PARTITION;
+  const void* own = partition ? static_cast<const void*>(api->partition) : static_cast<const void*>(api->collective);
+  if (!own) fail_usage("{} is a {} plugin but has no {} table", where, kind_name(info.kind), kind_name(info.kind));
+  if (api->storage || api->optimizer || (partition ? api->collective != nullptr : api->partition != nullptr))
+    fail_usage("{} is a {} plugin but fills another kind's table", where, kind_name(info.kind));
+  if (partition)
     accept_plugin_struct(api->partition, ZHOST_PARTITION_API_MIN_SIZE, "zhost_partition_api", where);
-  else if (info.kind == ZHOST_KIND_OFFLOAD)
-    accept_plugin_struct(api->offload, ZHOST_OFFLOAD_API_MIN_SIZE, "zhost_offload_api", where);
   else
     accept_plugin_struct(api->collective, ZHOST_COLLECTIVE_API_MIN_SIZE, "zhost_collective_api", where);
 }
@@ -190,17 +209,17 @@ LoadedPlugin PluginLoader::load(const std::filesystem::path& file) const {
   } catch (const std::exception& e) {
     fail_usage("plugin {}: cannot load shared object: {}", where, e.what());
   }
-  if (!library.has(ZHOST_ENTRY_SYMBOL_V0)) {
-    for (uint32_t major = kNewestMajorProbed; major > ZHOST_ABI_MAJOR; --major)
-      if (library.has("zhost_plugin_v" + std::to_string(major)))
+  if (!library.has(ZHOST_ENTRY_SYMBOL_V1)) {
+    for (uint32_t major = kNewestMajorProbed; major != static_cast<uint32_t>(-1); --major)
+      if (major != ZHOST_ABI_MAJOR && library.has("zhost_plugin_v" + std::to_string(major)))
         fail_usage(
-            "plugin {}: speaks zhost ABI major {}, this zhost speaks major {}: use a plugin build for "
-            "SDK {}.x",
+            "plugin {}: speaks zhost ABI major {}, this zhost speaks major {}: rebuild it against the zhost SDK "
+            "{}.x (docs/abi.md, section 1)",
             where, major, ZHOST_ABI_MAJOR, ZHOST_ABI_MAJOR);
     fail_usage("plugin {}: no entry symbol '{}' (not a zhost plugin, or the entry was not exported)", where,
-               ZHOST_ENTRY_SYMBOL_V0);
+               ZHOST_ENTRY_SYMBOL_V1);
   }
-  auto entry = library.get<zhost_status*(zhost_negotiation*)>(ZHOST_ENTRY_SYMBOL_V0);
+  auto entry = library.get<zhost_status*(zhost_negotiation*)>(ZHOST_ENTRY_SYMBOL_V1);
   LoadedPlugin plugin = negotiate(entry, file);
   keep_loaded_forever(std::move(library));
   return plugin;
@@ -210,7 +229,7 @@ LoadedPlugin PluginLoader::load_builtin(const BuiltinPlugin& builtin) const {
   return negotiate(builtin.entry, "<built-in>");
 }
 
-LoadedPlugin PluginLoader::negotiate(zhost_plugin_entry_v0_fn entry, const std::filesystem::path& file) const {
+LoadedPlugin PluginLoader::negotiate(zhost_plugin_entry_v1_fn entry, const std::filesystem::path& file) const {
   const std::string where = file.string();
 
   zhost_negotiation io{};
@@ -248,7 +267,7 @@ std::vector<BuiltinPlugin>& builtin_registry() {
 }
 }  // namespace
 
-void register_builtin_plugin(const std::string& name, zhost_plugin_entry_v0_fn entry) {
+void register_builtin_plugin(const std::string& name, zhost_plugin_entry_v1_fn entry) {
   for (const auto& existing : builtin_registry())
     if (existing.name == name) return;
   builtin_registry().push_back({name, entry});

@@ -20,11 +20,11 @@ namespace zhost {
 // like a plugin file; its path reads "<built-in>".
 struct BuiltinPlugin {
   std::string name;
-  zhost_plugin_entry_v0_fn entry;
+  zhost_plugin_entry_v1_fn entry;
 };
 
 // Called once at start-up by the parts of the host that carry built-in plugins.
-void register_builtin_plugin(const std::string& name, zhost_plugin_entry_v0_fn entry);
+void register_builtin_plugin(const std::string& name, zhost_plugin_entry_v1_fn entry);
 const std::vector<BuiltinPlugin>& builtin_plugins();
 
 class PluginLoader {
@@ -35,7 +35,7 @@ class PluginLoader {
   LoadedPlugin load_builtin(const BuiltinPlugin& builtin) const;
 
  private:
-  LoadedPlugin negotiate(zhost_plugin_entry_v0_fn entry, const std::filesystem::path& where) const;
+  LoadedPlugin negotiate(zhost_plugin_entry_v1_fn entry, const std::filesystem::path& where) const;
 
   const HostServices& services_;
 };

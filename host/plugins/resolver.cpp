@@ -7,8 +7,8 @@
 
 #include "host/core/error.hpp"
 #include "host/core/text.hpp"
-#include "zhost/offload.h"
 #include "zhost/partition.h"
+#include "zhost/zhost.h"
 
 namespace zhost {
 
@@ -28,15 +28,7 @@ uint64_t tier_flags(const LoadedPlugin& plugin) {
   constexpr uint64_t kTierBits =
       ZHOST_PLUGIN_FLAG_TIER_STORES | ZHOST_PLUGIN_FLAG_TIER_COMPUTES | ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE;
   if (plugin.info.kind != ZHOST_KIND_OFFLOAD) return 0;
-  if (plugin.abi_minor >= 4) return plugin.info.flags & kTierBits;
-  // Built against 0.3 or older: no declaration; infer from the table (docs/abi.md "Tier roles").
-  const zhost_offload_api* table = plugin.api ? plugin.api->offload : nullptr;
-  if (!table) return plugin.info.flags & kTierBits;
-  uint64_t flags = 0;
-  if (table->store && table->load) flags |= ZHOST_PLUGIN_FLAG_TIER_STORES;
-  if (ZHOST_HAS_FIELD(table, zhost_offload_api, optimizer_setup) && table->optimizer_setup)
-    flags |= ZHOST_PLUGIN_FLAG_TIER_COMPUTES;
-  return flags;
+  return plugin.info.flags & kTierBits;  // the loader checked that the tables match (check_api)
 }
 
 std::vector<std::string> Resolution::roles_of(const LoadedPlugin* plugin) const {
@@ -261,14 +253,13 @@ const LoadedPlugin* storage_swap_target(const std::string& name, const std::vect
 }
 
 bool can_move_storage(const LoadedPlugin& compute) {
-  const zhost_offload_api* table = compute.api ? compute.api->offload : nullptr;
-  return ZHOST_HAS_FIELD(table, zhost_offload_api, optimizer_move_storage) && table->optimizer_move_storage &&
-         (tier_flags(compute) & ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE);
+  const zhost_optimizer_tier_api* table = compute.api ? compute.api->optimizer : nullptr;
+  return table && table->move_storage && (tier_flags(compute) & ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE);
 }
 
 bool can_move_param_storage(const LoadedPlugin& partition) {
   const zhost_partition_api* table = partition.api ? partition.api->partition : nullptr;
-  return ZHOST_HAS_FIELD(table, zhost_partition_api, move_param_storage) && table->move_param_storage;
+  return table && table->move_param_storage;
 }
 
 std::map<std::string, std::string> inactive_plugin_keys(const Resolution& resolution,

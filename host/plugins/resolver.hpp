@@ -13,7 +13,7 @@
 //
 // Note [One instance per storing role]: a tier plugin chosen for both storing roles (optimizer-storage and
 // params, e.g. both offload devices "nvme") gets one instance per role, each told its role at create
-// (zhost_plugin_create_args.tier_role, ABI 0.6): the two never share buffer keys, folders or queues. Any
+// (zhost_plugin_create_args.tier_role): the two never share buffer keys, folders or queues. Any
 // other plugin gets one instance, with tier_role 0 (it serves every role it was given: the CPU tier that
 // runs the optimizer and stores parameters keeps them in its two key namespaces).
 #pragma once
@@ -81,9 +81,9 @@ Resolution resolve_plugins(const std::vector<Need>& needs, const std::vector<Loa
 // must store buffers. Throws UsageError starting with `why` when there is none or it cannot store.
 const LoadedPlugin* storage_swap_target(const std::string& name, const std::vector<LoadedPlugin>& found,
                                         const std::string& why);
-// Whether `compute`, a computing tier, can move its states to another storage (optimizer_move_storage, ABI 0.7).
+// Whether `compute`, a computing tier, can move its states to another storage (its optimizer table's move_storage).
 bool can_move_storage(const LoadedPlugin& compute);
-// Whether `partition`, a partition plugin, can move its offloaded parameter shards (move_param_storage, ABI 0.7).
+// Whether `partition`, a partition plugin, can move its offloaded parameter shards (move_param_storage).
 bool can_move_param_storage(const LoadedPlugin& partition);
 
 // Config keys declared by found plugins that the resolution does not use, with the reason, for the

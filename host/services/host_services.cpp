@@ -93,10 +93,13 @@ spdlog::level::level_enum to_spdlog(zhost_log_level level) {
   }
 }
 
-void log(zhost_host_context* ctx, zhost_log_level level, const char* message) {
-  spdlog::log(to_spdlog(level), "[{}] {}", ctx ? ctx->spec.plugin_name : "?", message ? message : "");
+void log(zhost_host_context* ctx, const zhost_log_args* args) {
+  if (!args) return;
+  spdlog::log(to_spdlog(args->level), "[{}] {}", ctx ? ctx->spec.plugin_name : "?", args->message ? args->message : "");
 }
-int32_t log_enabled(zhost_host_context*, zhost_log_level level) { return spdlog::should_log(to_spdlog(level)); }
+void log_enabled(zhost_host_context*, zhost_log_enabled_args* args) {
+  if (args) args->enabled = spdlog::should_log(to_spdlog(args->level)) ? 1 : 0;
+}
 
 const char* type_name(const ConfigValue& value) {
   static const char* names[] = {"bool", "int", "float", "string"};
@@ -120,35 +123,44 @@ zhost_status* config_get(zhost_host_context* ctx, const char* key, const char* w
   return nullptr;
 }
 
-zhost_status* config_get_bool(zhost_host_context* ctx, const char* key, int32_t* out) {
-  const bool* value = nullptr;
-  if (zhost_status* s = config_get(ctx, key, "bool", &value)) return s;
-  *out = *value ? 1 : 0;
-  return nullptr;
-}
-zhost_status* config_get_int(zhost_host_context* ctx, const char* key, int64_t* out) {
-  const int64_t* value = nullptr;
-  if (zhost_status* s = config_get(ctx, key, "int", &value)) return s;
-  *out = *value;
-  return nullptr;
-}
-zhost_status* config_get_float(zhost_host_context* ctx, const char* key, double* out) {
-  // An int value is acceptable where a float is asked for.
-  auto it = ctx ? ctx->spec.config.find(key ? key : "") : decltype(ctx->spec.config.end()){};
-  if (ctx && it != ctx->spec.config.end() && std::holds_alternative<int64_t>(it->second)) {
-    *out = static_cast<double>(std::get<int64_t>(it->second));
-    return nullptr;
+// config_get: the declared key's value in the field of the asked type (an int serves a float).
+zhost_status* config_get_value(zhost_host_context* ctx, zhost_config_get_args* args) {
+  if (zhost_status* refused =
+          check_plugin_struct(args, ZHOST_CONFIG_GET_ARGS_MIN_SIZE, "zhost_config_get_args", "config_get"))
+    return refused;
+  const char* key = args->key;
+  switch (args->type) {
+    case ZHOST_CONFIG_BOOL: {
+      const bool* value = nullptr;
+      if (zhost_status* s = config_get(ctx, key, "bool", &value)) return s;
+      args->bool_value = *value ? 1 : 0;
+      return nullptr;
+    }
+    case ZHOST_CONFIG_INT: {
+      const int64_t* value = nullptr;
+      if (zhost_status* s = config_get(ctx, key, "int", &value)) return s;
+      args->int_value = *value;
+      return nullptr;
+    }
+    case ZHOST_CONFIG_FLOAT: {
+      auto it = ctx && key ? ctx->spec.config.find(key) : decltype(ctx->spec.config.end()){};
+      if (ctx && key && it != ctx->spec.config.end() && std::holds_alternative<int64_t>(it->second)) {
+        args->float_value = static_cast<double>(std::get<int64_t>(it->second));
+        return nullptr;
+      }
+      const double* value = nullptr;
+      if (zhost_status* s = config_get(ctx, key, "float", &value)) return s;
+      args->float_value = *value;
+      return nullptr;
+    }
+    case ZHOST_CONFIG_STRING: {
+      const std::string* value = nullptr;
+      if (zhost_status* s = config_get(ctx, key, "string", &value)) return s;
+      args->string_value = value->c_str();  // stable: the context's map is not modified after creation
+      return nullptr;
+    }
   }
-  const double* value = nullptr;
-  if (zhost_status* s = config_get(ctx, key, "float", &value)) return s;
-  *out = *value;
-  return nullptr;
-}
-zhost_status* config_get_string(zhost_host_context* ctx, const char* key, const char** out) {
-  const std::string* value = nullptr;
-  if (zhost_status* s = config_get(ctx, key, "string", &value)) return s;
-  *out = value->c_str();  // stable: the context's map is not modified after creation
-  return nullptr;
+  return status_create(ZHOST_ERR_INVALID_ARGUMENT, "config_get: unknown zhost_config_type");
 }
 
 zhost_status* buffer_alloc(zhost_host_context* ctx, zhost_buffer_alloc_args* args) {
@@ -217,8 +229,13 @@ void free_buffer(Buffer& buffer) {
   std::free(buffer.data);
 }
 
-zhost_status* buffer_release(zhost_host_context* ctx, zhost_buffer_handle handle) {
+zhost_status* buffer_release(zhost_host_context* ctx, zhost_buffer_release_args* args) {
   if (!ctx) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "buffer_release without context");
+  if (zhost_status* refused =
+          check_plugin_struct(args, ZHOST_BUFFER_RELEASE_ARGS_MIN_SIZE, "zhost_buffer_release_args", "buffer_release"))
+    return refused;
+  const zhost_buffer_handle handle = args->handle;
+  if (handle == 0) return nullptr;
   auto* state = ctx->state;
   std::lock_guard<std::mutex> lock(state->mutex);
   auto it = state->buffers.find(handle);
@@ -237,7 +254,12 @@ std::string plugin_kv_key(const zhost_host_context* ctx, const char* key) {
   return "plugin/" + ctx->spec.plugin_name + "/" + key;
 }
 
-zhost_status* kv_set(zhost_host_context* ctx, const char* key, const void* value, size_t len) {
+zhost_status* kv_set(zhost_host_context* ctx, zhost_kv_set_args* args) {
+  if (zhost_status* refused = check_plugin_struct(args, ZHOST_KV_SET_ARGS_MIN_SIZE, "zhost_kv_set_args", "kv_set"))
+    return refused;
+  const char* key = args->key;
+  const void* value = args->value;
+  const size_t len = args->len;
   if (!ctx || !key || (!value && len)) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "kv_set: bad arguments");
   const auto* bytes = static_cast<const uint8_t*>(value);
   try {
@@ -248,9 +270,14 @@ zhost_status* kv_set(zhost_host_context* ctx, const char* key, const void* value
   return nullptr;
 }
 
-zhost_status* kv_get(zhost_host_context* ctx, const char* key, void* out, size_t capacity, size_t* len,
-                     int64_t timeout_ms) {
-  if (!ctx || !key || !len) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "kv_get: bad arguments");
+zhost_status* kv_get(zhost_host_context* ctx, zhost_kv_get_args* args) {
+  if (zhost_status* refused = check_plugin_struct(args, ZHOST_KV_GET_ARGS_MIN_SIZE, "zhost_kv_get_args", "kv_get"))
+    return refused;
+  const char* key = args->key;
+  const size_t capacity = args->capacity;
+  const int64_t timeout_ms = args->timeout_ms;
+  size_t* len = &args->len;
+  if (!ctx || !key) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "kv_get: bad arguments");
   auto timeout = timeout_ms < 0 ? ctx->state->default_timeout : std::chrono::milliseconds(timeout_ms);
   std::optional<std::vector<uint8_t>> value;
   try {
@@ -266,7 +293,7 @@ zhost_status* kv_get(zhost_host_context* ctx, const char* key, void* out, size_t
     return status_create(
         ZHOST_ERR_INVALID_ARGUMENT,
         fmt::format("kv_get('{}'): value has {} bytes, buffer {}", key, value->size(), capacity).c_str());
-  if (!value->empty()) std::memcpy(out, value->data(), value->size());
+  if (!value->empty()) std::memcpy(args->out, value->data(), value->size());
   return nullptr;
 }
 
@@ -276,17 +303,18 @@ uint64_t clock_ns() {
           .count());
 }
 
-uint64_t trace_begin(zhost_host_context* ctx, const char* name) {
-  if (!ctx) return 0;
+void trace_begin(zhost_host_context* ctx, zhost_trace_args* args) {
+  if (!ctx || !args) return;
   auto* state = ctx->state;
   std::lock_guard<std::mutex> lock(state->mutex);
   uint64_t id = state->next_span++;
-  state->open_spans[id] = TraceSpan{name ? name : "", ctx->spec.plugin_name, clock_ns(), 0};
-  return id;
+  state->open_spans[id] = TraceSpan{args->name ? args->name : "", ctx->spec.plugin_name, clock_ns(), 0};
+  args->span = id;
 }
 
-void trace_end(zhost_host_context* ctx, uint64_t span) {
-  if (!ctx) return;
+void trace_end(zhost_host_context* ctx, zhost_trace_args* args) {
+  if (!ctx || !args) return;
+  const uint64_t span = args->span;
   auto* state = ctx->state;
   std::lock_guard<std::mutex> lock(state->mutex);
   auto it = state->open_spans.find(span);
@@ -306,26 +334,29 @@ void trace_end(zhost_host_context* ctx, uint64_t span) {
 
 int32_t abort_requested_cb(zhost_host_context* ctx) { return ctx && ctx->state->abort_flag.load() ? 1 : 0; }
 
-void request_abort_cb(zhost_host_context* ctx, const char* reason) {
+void request_abort_cb(zhost_host_context* ctx, const zhost_abort_args* args) {
   if (!ctx) return;
+  const char* reason = args ? args->reason : nullptr;
   std::lock_guard<std::mutex> lock(ctx->state->mutex);
   if (!ctx->state->abort_flag.exchange(true))
     ctx->state->abort_reason =
         fmt::format("plugin '{}' aborted the job: {}", ctx->spec.plugin_name, reason ? reason : "");
 }
 
-zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier_ref* out) {
+zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_ref* out) {
   if (!ctx) return status_create(ZHOST_ERR_INVALID_ARGUMENT, "tier_for without context");
   if (zhost_status* refused = check_plugin_struct(out, ZHOST_TIER_REF_MIN_SIZE, "zhost_tier_ref", "tier_for"))
     return refused;
   out->instance = nullptr;
-  out->api = nullptr;
+  out->storage = nullptr;
+  out->optimizer = nullptr;
   out->name = nullptr;
   std::lock_guard<std::mutex> lock(ctx->state->mutex);
-  auto it = ctx->state->tiers.find(role);
+  auto it = ctx->state->tiers.find(out->role);
   if (it == ctx->state->tiers.end()) return nullptr;  // the config names no tier for this role
   out->instance = it->second.instance;
-  out->api = it->second.api;
+  out->storage = it->second.storage();
+  out->optimizer = it->second.optimizer();
   out->name = ctx->state->tier_names.insert(it->second.name).first->c_str();  // valid for the job, even after a swap
   return nullptr;
 }
@@ -334,10 +365,7 @@ zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier
 // copies) start NULL.
 zhost_host_services make_table(uint32_t abi_minor) {
   zhost_host_services t{};
-  t.struct_size = abi_minor >= 3   ? ZHOST_HOST_SERVICES_SIZE
-                  : abi_minor >= 2 ? ZHOST_HOST_SERVICES_SIZE_0_2
-                  : abi_minor >= 1 ? ZHOST_HOST_SERVICES_SIZE_0_1
-                                   : ZHOST_HOST_SERVICES_SIZE_0_0;
+  t.struct_size = sizeof(zhost_host_services);
   t.abi_major = ZHOST_ABI_MAJOR;
   t.abi_minor = abi_minor;
   t.host_version = "0.1.0";
@@ -347,10 +375,7 @@ zhost_host_services make_table(uint32_t abi_minor) {
   t.status_destroy = status_destroy;
   t.log = log;
   t.log_enabled = log_enabled;
-  t.config_get_bool = config_get_bool;
-  t.config_get_int = config_get_int;
-  t.config_get_float = config_get_float;
-  t.config_get_string = config_get_string;
+  t.config_get = config_get_value;
   t.buffer_alloc = buffer_alloc;
   t.buffer_release = buffer_release;
   t.kv_set = kv_set;
@@ -453,9 +478,9 @@ uint64_t HostServices::tier_storage_bytes(bool optimizer_storage_busy) const {
   }
   uint64_t bytes = 0;
   for (const auto& [role, tier] : tiers) {  // outside the lock: a tier may call back into the services
-    if (!tier.api || !ZHOST_HAS_FIELD(tier.api, zhost_offload_api, memory) || !tier.api->memory) continue;
+    if (!tier.storage()) continue;
     // A computing tier's storage_bytes are what it placed in a storing tier, which reports them itself.
-    if (ZHOST_HAS_FIELD(tier.api, zhost_offload_api, optimizer_setup) && tier.api->optimizer_setup) continue;
+    if (tier.optimizer()) continue;
     if (optimizer_storage_busy && role == ZHOST_TIER_FOR_OPTIMIZER_STORAGE) {
       std::lock_guard<std::mutex> lock(state_->mutex);
       bytes += state_->storage_bytes_seen[tier.instance];
@@ -463,7 +488,7 @@ uint64_t HostServices::tier_storage_bytes(bool optimizer_storage_busy) const {
     }
     zhost_tier_memory memory{};
     memory.struct_size = sizeof(memory);
-    throw_if_error(tier.api->memory(tier.instance, &memory), "offload tier '" + tier.name + "' memory");
+    throw_if_error(tier.storage()->memory(tier.instance, &memory), "offload tier '" + tier.name + "' memory");
     bytes += memory.storage_bytes;
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->storage_bytes_seen[tier.instance] = memory.storage_bytes;

@@ -23,7 +23,9 @@
 
 #include "host/services/kv_store.hpp"
 #include "zhost/host.h"
-#include "zhost/offload.h"
+#include "zhost/optimizer.h"
+#include "zhost/plugin.h"
+#include "zhost/storage.h"
 
 namespace zhost {
 
@@ -43,8 +45,10 @@ struct SpanTotal {
 // An offload tier's instance as tier_for() hands it to other plugins.
 struct TierRef {
   zhost_plugin_instance* instance = nullptr;
-  const zhost_offload_api* api = nullptr;
+  const zhost_plugin_api* api = nullptr;  // the tier plugin's lifecycle table, whose storage/optimizer tables serve
   std::string name;
+  const zhost_storage_api* storage() const { return api ? api->storage : nullptr; }
+  const zhost_optimizer_tier_api* optimizer() const { return api ? api->optimizer : nullptr; }
 };
 
 // The services whose C callbacks the engine serves from per-job state (see job_state()).

@@ -14,8 +14,8 @@ std::optional<std::string> plugin_struct_problem(const void* ptr, size_t struct_
   return fmt::format(
       "{} has struct_size {}, below its minimum of {} bytes (its size in the zhost ABI minor that introduced "
       "it): the plugin was built against headers older than any this host supports, or the struct is corrupt "
-      "(struct_size not set); rebuild the plugin against a zhost SDK 0.1 or newer",
-      type, struct_size, min_size);
+      "(struct_size not set); rebuild the plugin against the zhost SDK {}.x",
+      type, struct_size, min_size, ZHOST_ABI_MAJOR);
 }
 
 zhost_status* refuse_plugin_struct_status(const char* call, const std::string& problem) {

@@ -27,7 +27,8 @@ HostBuffer::HostBuffer(const sdk::Host& host, uint64_t bytes, bool pinned, const
 }
 
 HostBuffer::~HostBuffer() {
-  if (handle_) services_->buffer_release(ctx_, handle_);
+  if (!handle_) return;
+  if (zhost_status* status = sdk::Host(services_, ctx_).buffer_release(handle_)) services_->status_destroy(status);
 }
 
 HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
@@ -182,7 +183,7 @@ zhost_tier_event* GroupStates::start_transfer(uint32_t s, int64_t c, float* data
   args.struct_size = sizeof(args);
   args.key = storage_key(s, c);
   args.data = &view;
-  sdk::Status status(host_.services(), (to_storage ? tier.api->store : tier.api->load)(tier.instance, &args));
+  sdk::Status status(host_.services(), (to_storage ? tier.storage->store : tier.storage->load)(tier.instance, &args));
   if (!status.ok())
     throw PluginError(status.code(), std::string("tier '") + storage_->tier.name() + "': " + status.message());
   return args.event;
@@ -191,7 +192,10 @@ zhost_tier_event* GroupStates::start_transfer(uint32_t s, int64_t c, float* data
 void GroupStates::complete_transfer(zhost_tier_event* event, TransferFailure& failure) {
   if (!event) return;
   const zhost_tier_ref& tier = storage_->tier.ref();
-  sdk::Status status(host_.services(), tier.api->wait_event(tier.instance, event));
+  zhost_tier_event_args args{};
+  args.struct_size = sizeof(args);
+  args.event = event;
+  sdk::Status status(host_.services(), tier.storage->wait(tier.instance, &args));
   if (!status.ok())
     failure.keep(status.code(), std::string("tier '") + storage_->tier.name() + "': " + status.message());
 }

@@ -158,16 +158,16 @@ class CpuTier : public zhost::sdk::TierDefaults {
   }
 
   void order_compute_after(zhost_tier_event* event) const {
-    if (event && event->copy) host_.check(host_.copies()->order_compute_after(host_.context(), event->copy));
+    if (event && event->copy) host_.copy_order_compute_after(event->copy);
   }
 
   void wait_event(zhost_tier_event* event) const {
     std::unique_ptr<zhost_tier_event> owned(event);
-    if (owned && owned->copy) host_.check(host_.copies()->wait(host_.context(), owned->copy));
+    if (owned && owned->copy) host_.check(host_.copy_wait(owned->copy));
   }
 
   // The host's copy services cannot be asked without blocking: a pending copy is reported as not done
-  // (zhost/offload.h allows it); an event without a copy is done.
+  // (zhost/storage.h allows it); an event without a copy is done.
   bool test_event(zhost_tier_event* event) const {
     if (event && event->copy) return false;
     delete event;
@@ -181,8 +181,7 @@ class CpuTier : public zhost::sdk::TierDefaults {
     const zhost_copy_services* copies = host_.copies();
     if (!in_host_memory(t) && !copies)
       throw PluginError(ZHOST_ERR_UNSUPPORTED,
-                        "offload_cpu: a device tensor, but the host has no copy services "
-                        "(zhost ABI 0.3); update zhost");
+                        "offload_cpu: a device tensor, but the host offers no copy services outside a training job");
     if (!is_contiguous(t)) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: the tensor is not contiguous");
     return !in_host_memory(t) || (copies && copies->device_memory_is_separate(host_.context()) != 0);
   }
@@ -198,8 +197,7 @@ class CpuTier : public zhost::sdk::TierDefaults {
   }
 
   zhost_tier_event* start_copy(const DLTensor& src, DLTensor& dst) const {
-    zhost_copy* copy = nullptr;
-    host_.check(host_.copies()->start(host_.context(), &src, &dst, &copy));
+    zhost_copy* copy = host_.copy_start(src, dst);
     return copy ? new zhost_tier_event{copy} : nullptr;
   }
 

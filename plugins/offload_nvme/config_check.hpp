@@ -1,5 +1,5 @@
-// plugins/offload_nvme/config_check.hpp: the NVMe tier's checks of a job's config (zhost_plugin_api.check_config,
-// ABI 0.10): Note [NVMe config check], config_check.cpp.
+// plugins/offload_nvme/config_check.hpp: the NVMe tier's checks of a job's config (zhost_plugin_api.check_config):
+// Note [NVMe config check], config_check.cpp.
 #pragma once
 
 #include "zhost/cpp/plugin.hpp"

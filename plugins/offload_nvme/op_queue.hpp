@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "zhost/core.h"
-#include "zhost/offload.h"
+#include "zhost/zhost.h"
 
 // The ABI's opaque event type, defined by this tier: one operation's completion.
 struct zhost_tier_event {

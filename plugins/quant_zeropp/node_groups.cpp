@@ -8,9 +8,7 @@ namespace {
 
 zhost_group* new_group(const sdk::Host& host, const std::vector<int>& ranks) {
   std::vector<int32_t> members(ranks.begin(), ranks.end());
-  zhost_group* group = nullptr;
-  host.check(host.collectives().new_group(host.context(), members.data(), members.size(), &group));
-  return group;
+  return host.new_group(members.data(), members.size());
 }
 
 }  // namespace
@@ -34,7 +32,7 @@ void NodeGroups::ensure() {
                                  " ranks; launch the same number per node or set "
                                  "zero.zero_quantized_gradients = false");
   const std::vector<int>& mine = ranks_[static_cast<size_t>(topology.node)];
-  const int me = host_.collectives().rank(host_.context(), nullptr);
+  const int me = host_.group_info().rank;
   while (mine[static_cast<size_t>(local_)] != me) ++local_;
   if (num_nodes_ > 1) {
     if (ranks_per_node_ > 1) node_group_ = new_group(host_, mine);

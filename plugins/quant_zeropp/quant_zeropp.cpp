@@ -141,15 +141,7 @@ class QuantZeropp : public sdk::CollectiveHooks {
   std::set<std::string> warned_;
 };
 
-const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
-                               nullptr,
-                               nullptr,
-                               sdk::InstanceOf<QuantZeropp>::create,
-                               sdk::InstanceOf<QuantZeropp>::destroy,
-                               nullptr,
-                               nullptr,
-                               &sdk::CollectiveTableOf<QuantZeropp>::table,
-                               nullptr};
+const zhost_plugin_api kApi = sdk::collective_api<QuantZeropp>();
 
 const zhost_plugin_descriptor* describe() {
   static sdk::DescriptorBuilder builder("quant_zeropp", "0.1.0", ZHOST_KIND_COLLECTIVE);

@@ -19,10 +19,8 @@ zhost_collective_args like(const zhost_collective_args& serving, zhost_group* gr
 
 }  // namespace
 
-int world_size(const sdk::Host& host, zhost_group* group) {
-  return host.collectives().world_size(host.context(), group);
-}
-int rank(const sdk::Host& host, zhost_group* group) { return host.collectives().rank(host.context(), group); }
+int world_size(const sdk::Host& host, zhost_group* group) { return host.group_info(group).size; }
+int rank(const sdk::Host& host, zhost_group* group) { return host.group_info(group).rank; }
 
 int64_t numel(const DLTensor& view) {
   int64_t n = 1;

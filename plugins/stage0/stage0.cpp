@@ -56,9 +56,9 @@ class DataParallel : public sdk::PartitionHooks {
     }
     optimizer_ = kit::make_optimizer(kit::optimizer_spec_from_abi(setup.optimizer));
     for (auto& p : params_) optimizer_->allocate_state(p.state, p.master);
-    const zhost_collectives& collectives = host_.collectives();
-    rank_ = collectives.rank(host_.context(), nullptr);
-    world_size_ = collectives.world_size(host_.context(), nullptr);
+    const zhost_group_info_args world = host_.group_info();
+    rank_ = world.rank;
+    world_size_ = world.size;
     layout_ = zero::FlatLayout(numels, world_size_);
     const at::TensorOptions options = params_.front().model.options();
     grads_ = at::zeros({layout_.padded()}, options);  // the padding stays zero
@@ -165,17 +165,7 @@ class DataParallel : public sdk::PartitionHooks {
   std::unique_ptr<kit::Optimizer> optimizer_;
 };
 
-using Instance = sdk::InstanceOf<DataParallel>;
-
-const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
-                               nullptr,
-                               nullptr,
-                               Instance::create,
-                               Instance::destroy,
-                               &sdk::PartitionTableOf<DataParallel>::table,
-                               nullptr,
-                               nullptr,
-                               nullptr};
+const zhost_plugin_api kApi = sdk::partition_api<DataParallel>();
 
 const zhost_plugin_descriptor* describe() {
   static sdk::DescriptorBuilder builder("stage0", "0.1.0", ZHOST_KIND_PARTITION);
@@ -194,7 +184,7 @@ const zhost_plugin_descriptor* describe() {
 }  // namespace
 }  // namespace zhost::stage0
 
-extern "C" zhost_status* zhost_stage0_plugin_v0(zhost_negotiation* io) {
+extern "C" zhost_status* zhost_stage0_plugin_v1(zhost_negotiation* io) {
   static const zhost_plugin_descriptor* descriptor = zhost::stage0::describe();
-  return zhost::sdk::negotiate_v0(io, descriptor, &zhost::stage0::kApi);
+  return zhost::sdk::negotiate_v1(io, descriptor, &zhost::stage0::kApi);
 }

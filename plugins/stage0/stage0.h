@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-zhost_status* zhost_stage0_plugin_v0(zhost_negotiation* io);
+zhost_status* zhost_stage0_plugin_v1(zhost_negotiation* io);
 
 #ifdef __cplusplus
 }

@@ -42,8 +42,14 @@ void Gatherer::add_unit(int unit, const at::Tensor& shard) {
   Unit& u = unit_state(unit);
   u.shard = shard;
   const zhost_param_services& store = context_.params();
-  context_.host.check(store.group_create(context_.host.context(), layout.params.data(), layout.offsets.data(),
-                                         layout.params.size(), layout.padded(), &u.group));
+  zhost_param_group_create_args args{};
+  args.struct_size = sizeof(args);
+  args.ids = layout.params.data();
+  args.offsets = layout.offsets.data();
+  args.count = layout.params.size();
+  args.numel = layout.padded();
+  context_.host.check(store.group_create(context_.host.context(), &args));
+  u.group = args.group;
 }
 
 // Starts the all-gather of the N shards into the unit's storage, materialising it first if released (a
@@ -53,9 +59,11 @@ void Gatherer::start_gather(int unit, zhost_collective_intent intent) {
   const FetchUnit& layout = context_.unit(unit);
   const sdk::Host& host = context_.host;
   if (u.residency.released()) {
-    DLTensor flat{};
-    host.check(context_.params().materialize(host.context(), u.group, &flat));
-    u.flat = tensor_view(flat);
+    zhost_param_group_args args{};
+    args.struct_size = sizeof(args);
+    args.group = u.group;
+    host.check(context_.params().materialize(host.context(), &args));
+    u.flat = tensor_view(args.flat);
     u.recv_dl = dl_view(u.flat);
     live_elements_ += layout.padded();
   }
@@ -122,7 +130,10 @@ void Gatherer::release(int unit) {
   if (u.prefetched) prefetched_elements_ -= size;
   u.prefetched = false;
   u.flat = at::Tensor();
-  context_.host.check(context_.params().release(context_.host.context(), u.group));
+  zhost_param_group_args args{};
+  args.struct_size = sizeof(args);
+  args.group = u.group;
+  context_.host.check(context_.params().release(context_.host.context(), &args));
   live_elements_ -= size;
   u.residency.release();
 }

@@ -15,25 +15,39 @@ namespace zhost::stage3 {
 using kit::dl_view;
 using sdk::PluginError;
 
+namespace {
+
+// The storage table's event calls (zhost/storage.h); the status, not thrown.
+zhost_status* wait_event(const zhost_tier_ref& tier, zhost_tier_event* event) {
+  zhost_tier_event_args args{};
+  args.struct_size = sizeof(args);
+  args.event = event;
+  return tier.storage->wait(tier.instance, &args);
+}
+
+bool stores(const zhost_tier_ref& tier) { return tier.storage != nullptr; }
+
+}  // namespace
+
 ParamOffloadStaging::~ParamOffloadStaging() {
   // Never leave a load in flight; its failure was or will be reported. The tier is still alive: the host
   // destroys tiers after the partition plugin (docs/abi.md "Tier lifetimes").
   for (Slot& slot : staging_)
     if (slot.load)
-      if (zhost_status* status = slot.tier.api->wait_event(slot.tier.instance, slot.load))
-        context_.host.services()->status_destroy(status);
+      if (zhost_status* status = wait_event(slot.tier, slot.load)) context_.host.services()->status_destroy(status);
 }
 
 void ParamOffloadStaging::find_tier(bool optimizer_offloaded) {
   const sdk::Host& host = context_.host;
   params_tier_.struct_size = sizeof(params_tier_);
-  host.check(host.services()->tier_for(host.context(), ZHOST_TIER_FOR_PARAMS, &params_tier_));
+  params_tier_.role = ZHOST_TIER_FOR_PARAMS;
+  host.check(host.services()->tier_for(host.context(), &params_tier_));
   if (params_tier_.instance && !optimizer_offloaded)
     throw PluginError(ZHOST_ERR_UNSUPPORTED,
                       kit::format("zero.offload_param names tier '{}' but zero.offload_optimizer names none: stage 3 "
                                   "offloads parameters together with the optimizer; offload both",
                                   params_tier_.name));
-  if (params_tier_.instance && (!params_tier_.api || !params_tier_.api->store || !params_tier_.api->load))
+  if (params_tier_.instance && !stores(params_tier_))
     throw PluginError(ZHOST_ERR_UNSUPPORTED,
                       kit::format("offload tier '{}' cannot store parameters; set zero.offload_param.device = \"cpu\"",
                                   params_tier_.name));
@@ -69,12 +83,13 @@ void ParamOffloadStaging::keep_within_max_in_cpu() {
   }
   if (kept == 0) return;
   host_tier_.struct_size = sizeof(host_tier_);
-  c.host.check(c.host.services()->tier_for(c.host.context(), ZHOST_TIER_FOR_OPTIMIZER, &host_tier_));
+  host_tier_.role = ZHOST_TIER_FOR_OPTIMIZER;
+  c.host.check(c.host.services()->tier_for(c.host.context(), &host_tier_));
   if (host_tier_.instance == params_tier_.instance) {  // device = "cpu": every shard is in host memory already
     host_tier_ = zhost_tier_ref{};
     return;
   }
-  if (!host_tier_.instance || !host_tier_.api || !host_tier_.api->store || !host_tier_.api->load) {
+  if (!host_tier_.instance || !stores(host_tier_)) {
     c.host.warn(kit::format(
         "zero.offload_param.max_in_cpu = {} would keep {} elements in host memory, but the "
         "optimizer's tier '{}' cannot store parameters; all of them go to '{}' (set max_in_cpu = 0 "
@@ -106,7 +121,7 @@ void ParamOffloadStaging::allocate() {
 void ParamOffloadStaging::store(int unit, const at::Tensor& shard) {
   DLTensor src = dl_view(shard);
   const zhost_tier_ref& tier = tier_of(unit);
-  tier_io(tier, tier.api->store, param_key(unit), src);
+  tier_io(tier, tier.storage->store, param_key(unit), src);
 }
 
 ParamOffloadStaging::Slot* ParamOffloadStaging::free_slot() {
@@ -125,11 +140,13 @@ bool ParamOffloadStaging::slot_available() const {
 void ParamOffloadStaging::load(Slot& slot, int unit, DLTensor& dst) {
   slot.unit = unit;
   slot.tier = tier_of(unit);
-  slot.load = tier_io_start(slot.tier, slot.tier.api->load, param_key(unit), dst);
+  slot.load = tier_io_start(slot.tier, slot.tier.storage->load, param_key(unit), dst);
   if (!slot.load) return;
-  const zhost_offload_api* api = slot.tier.api;
-  if (ZHOST_HAS_FIELD(api, zhost_offload_api, order_compute_after) && api->order_compute_after) {
-    context_.host.check(api->order_compute_after(slot.tier.instance, slot.load));
+  if (slot.tier.storage->order_compute_after) {
+    zhost_tier_event_args args{};
+    args.struct_size = sizeof(args);
+    args.event = slot.load;
+    context_.host.check(slot.tier.storage->order_compute_after(slot.tier.instance, &args));
   } else {
     finish_load(slot);
     slot.unit = unit;
@@ -146,7 +163,7 @@ void ParamOffloadStaging::finish_load(Slot& slot) {
   slot.unit = -1;
   if (!slot.load) return;
   zhost_tier_event* load = std::exchange(slot.load, nullptr);
-  context_.host.check(slot.tier.api->wait_event(slot.tier.instance, load));
+  context_.host.check(wait_event(slot.tier, load));
 }
 
 uint64_t ParamOffloadStaging::buffer_bytes() const {
@@ -166,14 +183,16 @@ zhost_tier_event* ParamOffloadStaging::tier_io_start(const zhost_tier_ref& tier,
 }
 
 void ParamOffloadStaging::tier_io(const zhost_tier_ref& tier, TierIo io, uint64_t key, DLTensor& data) {
-  if (zhost_tier_event* event = tier_io_start(tier, io, key, data))
-    context_.host.check(tier.api->wait_event(tier.instance, event));
+  if (zhost_tier_event* event = tier_io_start(tier, io, key, data)) context_.host.check(wait_event(tier, event));
 }
 
 void ParamOffloadStaging::drop_shards(const zhost_tier_ref& tier) noexcept {
   for (int unit = 0; unit < context_.units(); ++unit) {
     if (in_host_tier(unit)) continue;
-    sdk::Status status(context_.host.services(), tier.api->drop(tier.instance, param_key(unit)));
+    zhost_tier_key_args args{};
+    args.struct_size = sizeof(args);
+    args.key = param_key(unit);
+    sdk::Status status(context_.host.services(), tier.storage->drop(tier.instance, &args));
     if (!status.ok())
       context_.host.warn(kit::format("stage3: could not drop {}'s shard from tier '{}': {}", context_.unit_name(unit),
                                      tier.name, status.message()));
@@ -210,7 +229,7 @@ void ParamOffloadStaging::copy_to_pending(zhost_tier_storage_move& args, const F
                       "stage 3 keeps its parameter shards in a tier only with zero.offload_param.device; start the "
                       "job with it to swap the shards' storage");
   const zhost_tier_ref* target = args.storage;
-  if (!target || !target->instance || !target->api || !target->api->store || !target->api->load)
+  if (!target || !target->instance || !stores(*target))
     throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "stage3: a parameter storage move names no storing tier");
   // Onto the tier the shards are in, COPY would overwrite them with themselves and COMMIT (or a failure's
   // clean-up) would then drop the only copy.
@@ -227,8 +246,8 @@ void ParamOffloadStaging::copy_to_pending(zhost_tier_storage_move& args, const F
       if (in_host_tier(unit)) continue;  // Note [max_in_cpu]: kept in host memory whatever the parameter tier
       const at::Tensor shard = staging_.front().buffer.narrow(0, 0, context_.unit(unit).shard);
       DLTensor view = dl_view(shard);
-      tier_io(params_tier_, params_tier_.api->load, param_key(unit), view);
-      tier_io(pending_params_tier_, pending_params_tier_.api->store, param_key(unit), view);
+      tier_io(params_tier_, params_tier_.storage->load, param_key(unit), view);
+      tier_io(pending_params_tier_, pending_params_tier_.storage->store, param_key(unit), view);
       bytes += static_cast<uint64_t>(shard.numel()) * static_cast<uint64_t>(shard.element_size());
     }
   } catch (...) {

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "plugins/stage3/stage3_context.hpp"
-#include "zhost/offload.h"
+#include "zhost/zhost.h"
 
 namespace zhost::stage3 {
 

@@ -23,8 +23,8 @@ RankAgreement::RankAgreement(const sdk::Host& host, at::Device device, bool each
     : host_(host),
       device_(device),
       each_collective_(each_collective),
-      rank_(host.collectives().rank(host.context(), nullptr)),
-      world_size_(host.collectives().world_size(host.context(), nullptr)),
+      rank_(host.group_info().rank),
+      world_size_(host.group_info().size),
       units_(units),
       unit_name_(std::move(unit_name)) {}
 

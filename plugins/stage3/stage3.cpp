@@ -40,7 +40,7 @@ struct Stage3 : Stage3Partition {
   explicit Stage3(const sdk::Host& host) : Stage3Partition(host, read_options(host)) {}
 };
 
-// The config check (ABI 0.10, Note [Plugin config checks] in the host): with the parameter shards in a tier,
+// The config check (Note [Plugin config checks] in the host): with the parameter shards in a tier,
 // zero.offload_param.buffer_size against the largest shard, from the model's shapes and the world size the
 // host gives, on the same layout setup builds (FetchUnits), so that `zhost config check --nproc N` refuses what
 // setup would.
@@ -60,15 +60,7 @@ void check_config(const sdk::ConfigCheck& check) {
     check.refuse("zero.offload_param.buffer_size", buffer_size_refusal(buffer_size, layout.largest_shard()));
 }
 
-const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
-                               nullptr,
-                               nullptr,
-                               sdk::InstanceOf<Stage3>::create,
-                               sdk::InstanceOf<Stage3>::destroy,
-                               &sdk::PartitionTableOf<Stage3>::table,
-                               nullptr,
-                               nullptr,
-                               sdk::check_config_entry<check_config>};
+const zhost_plugin_api kApi = sdk::partition_api<Stage3>(sdk::check_config_entry<check_config>);
 
 const zhost_plugin_descriptor* describe() {
   static const zhost_plugin_descriptor* descriptor = [] {

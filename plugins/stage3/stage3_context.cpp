@@ -21,7 +21,8 @@ int64_t Stage3Context::model_numel() const {
 const zhost_param_services& Stage3Context::params() const {
   const zhost_host_services* services = host.services();
   if (!ZHOST_HAS_FIELD(services, zhost_host_services, params) || !services->params)
-    throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED, "stage3 needs the host's parameter storage services (zhost ABI 0.2)");
+    throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED,
+                           "stage3 needs the host's parameter storage services (a training job)");
   return *services->params;
 }
 

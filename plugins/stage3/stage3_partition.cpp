@@ -21,9 +21,9 @@ Stage3Partition::Stage3Partition(const sdk::Host& host, const Stage3Options& opt
 
 void Stage3Partition::setup(const zhost_partition_setup& setup) {
   Stage3Context& c = context_;
-  const zhost_collectives& collectives = c.host.collectives();
-  c.rank = collectives.rank(c.host.context(), nullptr);
-  c.world_size = collectives.world_size(c.host.context(), nullptr);
+  const zhost_group_info_args world = c.host.group_info();
+  c.rank = world.rank;
+  c.world_size = world.size;
   if (setup.num_params == 0) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "the model has no parameters to partition");
   const bool offloaded = optimizer_.find_tier(setup.optimizer);
   offload_.find_tier(offloaded);
@@ -127,13 +127,13 @@ void Stage3Partition::init_unit(int u) {
   const at::Tensor shard = optimizer_.shard_of(u);
   gatherer_.add_unit(u, offload_.active() ? at::Tensor() : shard);
   const zhost_param_services& store = context_.params();
-  for_each_shard_run(
-      context_.unit(u), context_.rank, context_.param_numels,
-      [&](uint32_t param, int64_t param_offset, int64_t shard_offset, int64_t length) {
-        at::Tensor part = shard.narrow(0, shard_offset, length);
-        DLTensor part_dl = kit::dl_view(part);
-        context_.host.check(store.initial_values(context_.host.context(), param, param_offset, &part_dl));
-      });
+  for_each_shard_run(context_.unit(u), context_.rank, context_.param_numels,
+                     [&](uint32_t param, int64_t param_offset, int64_t shard_offset, int64_t length) {
+                       at::Tensor part = shard.narrow(0, shard_offset, length);
+                       DLTensor part_dl = kit::dl_view(part);
+                       zhost_initial_values_args args{sizeof(args), nullptr, param, param_offset, &part_dl};
+                       context_.host.check(store.initial_values(context_.host.context(), &args));
+                     });
   optimizer_.master_from_shard(u);
   if (offload_.active()) offload_.store(u, shard);  // the tier keeps it; gathers load it from there
 }

@@ -27,9 +27,9 @@ ZeroPartition::ZeroPartition(const sdk::Host& host, const ZeroOptions& options) 
 ZeroPartition::~ZeroPartition() = default;
 
 void ZeroPartition::setup(const zhost_partition_setup& setup) {
-  const zhost_collectives& collectives = host_.collectives();
-  rank_ = collectives.rank(host_.context(), nullptr);
-  world_size_ = collectives.world_size(host_.context(), nullptr);
+  const zhost_group_info_args world = host_.group_info();
+  rank_ = world.rank;
+  world_size_ = world.size;
 
   std::vector<int64_t> numels;
   for (size_t i = 0; i < setup.num_params; ++i) {

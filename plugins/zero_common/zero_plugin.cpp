@@ -54,15 +54,7 @@ struct StageOf : ZeroPartition {
 };
 
 template <int kStage>
-const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
-                               nullptr,
-                               nullptr,
-                               sdk::InstanceOf<StageOf<kStage>>::create,
-                               sdk::InstanceOf<StageOf<kStage>>::destroy,
-                               &sdk::PartitionTableOf<StageOf<kStage>>::table,
-                               nullptr,
-                               nullptr,
-                               nullptr};
+const zhost_plugin_api kApi = sdk::partition_api<StageOf<kStage>>();
 
 }  // namespace
 

@@ -59,7 +59,8 @@ void check_common(const CheckRun& run) {
     expect(n.plugin_min_host_minor <= n.plugin_abi_minor,
            "plugin_min_host_minor " + std::to_string(n.plugin_min_host_minor) + " exceeds the minor it was built with");
     if (n.plugin_min_host_minor > ZHOST_ABI_MINOR)
-      throw Skipped("the plugin needs host ABI 0." + std::to_string(n.plugin_min_host_minor) + ", this kit is 0." +
+      throw Skipped("the plugin needs host ABI " + std::to_string(ZHOST_ABI_MAJOR) + "." +
+                    std::to_string(n.plugin_min_host_minor) + ", this kit is " + std::to_string(ZHOST_ABI_MAJOR) + "." +
                     std::to_string(ZHOST_ABI_MINOR));
     expect(d.struct_size >= ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE, "descriptor struct_size below the minimum");
     expect(api.struct_size >= ZHOST_PLUGIN_API_SIZE, "lifecycle table struct_size below the minimum");
@@ -75,10 +76,11 @@ void check_common(const CheckRun& run) {
       expect(c.rfind(area + ":", 0) == 0 && is_name(c.c_str() + area.size() + 1),
              "capability '" + c + "' is not '" + area + ":<name>' for this kind");
     }
-    const bool tables[3] = {api.partition != nullptr, api.offload != nullptr, api.collective != nullptr};
+    const bool tables[3] = {api.partition != nullptr, api.storage != nullptr || api.optimizer != nullptr,
+                            api.collective != nullptr};
     for (int k = 0; k < 3; ++k)
       expect(tables[k] == (d.kind == static_cast<zhost_capability_kind>(k + 1)),
-             "the table present does not match the descriptor's kind (exactly that kind's table must be set)");
+             "the tables present do not match the descriptor's kind (only that kind's tables may be set)");
     for (size_t i = 0; i < d.num_config_keys; ++i) {
       const zhost_config_key& key = d.config_keys[i];
       expect(key.struct_size >= ZHOST_CONFIG_KEY_SIZE && key.key && *key.key,
@@ -93,15 +95,15 @@ void check_common(const CheckRun& run) {
     if (!api.probe) throw Skipped("no probe function (optional)");
     auto host = run.host();
     zhost_status_code code = ZHOST_OK;
-    const std::string message = host->take_message(api.probe(host->table(), host->context()), &code);
+    const zhost_probe_args probe{sizeof(probe), nullptr, host->table(), host->context()};
+    const std::string message = host->take_message(api.probe(&probe), &code);
     if (code == ZHOST_ERR_UNSUPPORTED) throw Skipped("cannot run on this machine: " + message);
     expect(code == ZHOST_OK,
            "probe failed with code " + std::to_string(code) + " (only UNSUPPORTED may refuse): " + message);
   });
 
   run.check("check_config: accepts the kit's config or refuses it with one line at a key it declares", [&] {
-    if (!ZHOST_HAS_FIELD(&api, zhost_plugin_api, check_config) || !api.check_config)
-      throw Skipped("no check_config function (optional, ABI 0.10)");
+    if (!api.check_config) throw Skipped("no check_config function (optional)");
     // As `zhost config check` asks a tier that serves every storing role it declares, on one rank.
     uint32_t roles = 0;
     if (d.kind == ZHOST_KIND_OFFLOAD && (d.flags & ZHOST_PLUGIN_FLAG_TIER_STORES))

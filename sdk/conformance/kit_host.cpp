@@ -23,16 +23,16 @@ zhost_status_code status_code(const zhost_status* s) { return s ? s->code : ZHOS
 const char* status_message(const zhost_status* s) { return s ? s->message.c_str() : ""; }
 void status_destroy(zhost_status* s) { delete s; }
 
-void log(zhost_host_context* ctx, zhost_log_level level, const char* message);
-int32_t log_enabled(zhost_host_context*, zhost_log_level) { return 1; }
+void log(zhost_host_context* ctx, const zhost_log_args* args);
+void log_enabled(zhost_host_context*, zhost_log_enabled_args* args) { args->enabled = 1; }
 
 uint64_t clock_ns() {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
           .count());
 }
-uint64_t trace_begin(zhost_host_context*, const char*) { return 1; }
-void trace_end(zhost_host_context*, uint64_t) {}
+void trace_begin(zhost_host_context*, zhost_trace_args* args) { args->span = 1; }
+void trace_end(zhost_host_context*, zhost_trace_args*) {}
 
 std::string unquoted(const std::string& literal) {
   if (literal.size() >= 2 && literal.front() == '"' && literal.back() == '"')
@@ -69,10 +69,7 @@ KitHost::KitHost(const zhost_plugin_descriptor* descriptor, std::map<std::string
   table_.status_destroy = status_destroy;
   table_.log = log;
   table_.log_enabled = log_enabled;
-  table_.config_get_bool = config_get_bool;
-  table_.config_get_int = config_get_int;
-  table_.config_get_float = config_get_float;
-  table_.config_get_string = config_get_string;
+  table_.config_get = config_get;
   table_.buffer_alloc = buffer_alloc;
   table_.buffer_release = buffer_release;
   table_.kv_set = kv_set;
@@ -81,7 +78,7 @@ KitHost::KitHost(const zhost_plugin_descriptor* descriptor, std::map<std::string
   table_.trace_begin = trace_begin;
   table_.trace_end = trace_end;
   table_.abort_requested = [](zhost_host_context* ctx) { return of(ctx).aborted_; };
-  table_.request_abort = [](zhost_host_context* ctx, const char*) { of(ctx).aborted_ = 1; };
+  table_.request_abort = [](zhost_host_context* ctx, const zhost_abort_args*) { of(ctx).aborted_ = 1; };
   table_.collectives = nullptr;  // no process group: partition hooks are not driven
   table_.tier_for = tier_for;
   table_.params = nullptr;
@@ -107,8 +104,10 @@ std::string KitHost::take_message(zhost_status* status, zhost_status_code* code)
 }
 
 namespace {
-void log(zhost_host_context* ctx, zhost_log_level level, const char* message) {
+void log(zhost_host_context* ctx, const zhost_log_args* args) {
   (void)ctx;
+  const zhost_log_level level = args->level;
+  const char* message = args->message;
   static const char* names[] = {"trace", "debug", "info", "warn", "error"};
   if (std::getenv("ZHOST_CONFORMANCE_VERBOSE") || level >= ZHOST_LOG_WARN)
     std::fprintf(stderr, "  [plugin %s] %s\n", names[level >= 0 && level <= 4 ? level : 2], message ? message : "");
@@ -133,33 +132,29 @@ const std::string* KitHost::config_literal(const char* key, zhost_config_type ty
   return &it->second.literal;
 }
 
-zhost_status* KitHost::config_get_bool(zhost_host_context* ctx, const char* key, int32_t* out) {
-  zhost_status* error = nullptr;
-  const std::string* literal = of(ctx).config_literal(key, ZHOST_CONFIG_BOOL, &error);
-  if (literal) *out = *literal == "true" ? 1 : 0;
-  return error;
-}
-
-zhost_status* KitHost::config_get_int(zhost_host_context* ctx, const char* key, int64_t* out) {
-  zhost_status* error = nullptr;
-  const std::string* literal = of(ctx).config_literal(key, ZHOST_CONFIG_INT, &error);
-  if (literal) *out = static_cast<int64_t>(std::strtod(literal->c_str(), nullptr));  // "5e8" is an int too
-  return error;
-}
-
-zhost_status* KitHost::config_get_float(zhost_host_context* ctx, const char* key, double* out) {
-  zhost_status* error = nullptr;
-  const std::string* literal = of(ctx).config_literal(key, ZHOST_CONFIG_FLOAT, &error);
-  if (literal) *out = std::strtod(literal->c_str(), nullptr);
-  return error;
-}
-
-zhost_status* KitHost::config_get_string(zhost_host_context* ctx, const char* key, const char** out) {
+zhost_status* KitHost::config_get(zhost_host_context* ctx, zhost_config_get_args* args) {
+  if (!args || args->struct_size < ZHOST_CONFIG_GET_ARGS_MIN_SIZE)
+    return make_status(ZHOST_ERR_INVALID_ARGUMENT, "config_get: args missing or too small");
   zhost_status* error = nullptr;
   KitHost& host = of(ctx);
-  const std::string* literal = host.config_literal(key, ZHOST_CONFIG_STRING, &error);
-  if (literal) *out = (host.strings_[key] = unquoted(*literal)).c_str();
-  return error;
+  const char* key = args->key;
+  const std::string* literal = host.config_literal(key, args->type, &error);
+  if (!literal) return error;
+  switch (args->type) {
+    case ZHOST_CONFIG_BOOL:
+      args->bool_value = *literal == "true" ? 1 : 0;
+      break;
+    case ZHOST_CONFIG_INT:
+      args->int_value = static_cast<int64_t>(std::strtod(literal->c_str(), nullptr));  // "5e8" is an int too
+      break;
+    case ZHOST_CONFIG_FLOAT:
+      args->float_value = std::strtod(literal->c_str(), nullptr);
+      break;
+    case ZHOST_CONFIG_STRING:
+      args->string_value = (host.strings_[key] = unquoted(*literal)).c_str();
+      break;
+  }
+  return nullptr;
 }
 
 zhost_status* KitHost::buffer_alloc(zhost_host_context* ctx, zhost_buffer_alloc_args* args) {
@@ -179,7 +174,10 @@ zhost_status* KitHost::buffer_alloc(zhost_host_context* ctx, zhost_buffer_alloc_
   return nullptr;
 }
 
-zhost_status* KitHost::buffer_release(zhost_host_context* ctx, zhost_buffer_handle handle) {
+zhost_status* KitHost::buffer_release(zhost_host_context* ctx, zhost_buffer_release_args* args) {
+  if (!args || args->struct_size < ZHOST_BUFFER_RELEASE_ARGS_MIN_SIZE)
+    return make_status(ZHOST_ERR_INVALID_ARGUMENT, "buffer_release: args missing or too small");
+  const zhost_buffer_handle handle = args->handle;
   KitHost& host = of(ctx);
   std::lock_guard<std::mutex> lock(host.mutex_);
   auto it = host.buffers_.find(handle);
@@ -190,15 +188,22 @@ zhost_status* KitHost::buffer_release(zhost_host_context* ctx, zhost_buffer_hand
   return nullptr;
 }
 
-zhost_status* KitHost::kv_set(zhost_host_context* ctx, const char* key, const void* value, size_t len) {
+zhost_status* KitHost::kv_set(zhost_host_context* ctx, zhost_kv_set_args* args) {
+  if (!args || args->struct_size < ZHOST_KV_SET_ARGS_MIN_SIZE || !args->key)
+    return make_status(ZHOST_ERR_INVALID_ARGUMENT, "kv_set: args missing or too small");
   KitHost& host = of(ctx);
   std::lock_guard<std::mutex> lock(host.mutex_);
-  host.kv_[key] = std::vector<char>(static_cast<const char*>(value), static_cast<const char*>(value) + len);
+  const char* value = static_cast<const char*>(args->value);
+  host.kv_[args->key] = std::vector<char>(value, value + args->len);
   return nullptr;
 }
 
-zhost_status* KitHost::kv_get(zhost_host_context* ctx, const char* key, void* out, size_t capacity, size_t* len,
-                              int64_t) {
+zhost_status* KitHost::kv_get(zhost_host_context* ctx, zhost_kv_get_args* args) {
+  if (!args || args->struct_size < ZHOST_KV_GET_ARGS_MIN_SIZE || !args->key)
+    return make_status(ZHOST_ERR_INVALID_ARGUMENT, "kv_get: args missing or too small");
+  const char* key = args->key;
+  const size_t capacity = args->capacity;
+  size_t* len = &args->len;
   KitHost& host = of(ctx);
   std::lock_guard<std::mutex> lock(host.mutex_);
   auto it = host.kv_.find(key);
@@ -207,17 +212,18 @@ zhost_status* KitHost::kv_get(zhost_host_context* ctx, const char* key, void* ou
   *len = it->second.size();
   if (it->second.size() > capacity)
     return make_status(ZHOST_ERR_INVALID_ARGUMENT, "kv_get: value larger than capacity");
-  std::memcpy(out, it->second.data(), it->second.size());
+  std::memcpy(args->out, it->second.data(), it->second.size());
   return nullptr;
 }
 
-zhost_status* KitHost::tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier_ref* out) {
+zhost_status* KitHost::tier_for(zhost_host_context* ctx, zhost_tier_ref* out) {
   if (!out || out->struct_size < ZHOST_TIER_REF_SIZE)
     return make_status(ZHOST_ERR_INVALID_ARGUMENT, "tier_for: needs a zhost_tier_ref with struct_size set");
   KitHost& host = of(ctx);
-  auto it = host.tiers_.find(role);
+  auto it = host.tiers_.find(out->role);
   out->instance = it == host.tiers_.end() ? nullptr : it->second.instance;
-  out->api = it == host.tiers_.end() ? nullptr : it->second.api;
+  out->storage = it == host.tiers_.end() ? nullptr : it->second.storage;
+  out->optimizer = it == host.tiers_.end() ? nullptr : it->second.optimizer;
   out->name = it == host.tiers_.end() ? nullptr : it->second.name;
   return nullptr;
 }

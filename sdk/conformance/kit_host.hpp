@@ -39,16 +39,12 @@ class KitHost {
   static KitHost& of(zhost_host_context* ctx) { return *reinterpret_cast<KitHost*>(ctx); }
   const std::string* config_literal(const char* key, zhost_config_type type, zhost_status** error) const;
 
-  static zhost_status* config_get_bool(zhost_host_context* ctx, const char* key, int32_t* out);
-  static zhost_status* config_get_int(zhost_host_context* ctx, const char* key, int64_t* out);
-  static zhost_status* config_get_float(zhost_host_context* ctx, const char* key, double* out);
-  static zhost_status* config_get_string(zhost_host_context* ctx, const char* key, const char** out);
+  static zhost_status* config_get(zhost_host_context* ctx, zhost_config_get_args* args);
   static zhost_status* buffer_alloc(zhost_host_context* ctx, zhost_buffer_alloc_args* args);
-  static zhost_status* buffer_release(zhost_host_context* ctx, zhost_buffer_handle handle);
-  static zhost_status* kv_set(zhost_host_context* ctx, const char* key, const void* value, size_t len);
-  static zhost_status* kv_get(zhost_host_context* ctx, const char* key, void* out, size_t capacity, size_t* len,
-                              int64_t timeout_ms);
-  static zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_role role, zhost_tier_ref* out);
+  static zhost_status* buffer_release(zhost_host_context* ctx, zhost_buffer_release_args* args);
+  static zhost_status* kv_set(zhost_host_context* ctx, zhost_kv_set_args* args);
+  static zhost_status* kv_get(zhost_host_context* ctx, zhost_kv_get_args* args);
+  static zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_ref* out);
 
   struct Key {
     zhost_config_type type;

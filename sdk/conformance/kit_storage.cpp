@@ -15,8 +15,10 @@ size_t byte_size(const DLTensor& t) {
   return n;
 }
 
-zhost_status* no_event(zhost_plugin_instance*, zhost_tier_event* event) {
-  return event ? KitHost::make_status(ZHOST_ERR_INVALID_ARGUMENT, "kit storage: not an event of this tier") : nullptr;
+zhost_status* no_event(zhost_plugin_instance*, zhost_tier_event_args* args) {
+  args->done = 1;
+  return args->event ? KitHost::make_status(ZHOST_ERR_INVALID_ARGUMENT, "kit storage: not an event of this tier")
+                     : nullptr;
 }
 
 }  // namespace
@@ -25,12 +27,14 @@ zhost_tier_ref KitStorage::ref() {
   table_.struct_size = sizeof(table_);
   table_.store = store;
   table_.load = load;
-  table_.wait_event = no_event;
+  table_.wait = no_event;
+  table_.test = no_event;
   table_.drop = drop;
   zhost_tier_ref ref{};
   ref.struct_size = sizeof(ref);
+  ref.role = ZHOST_TIER_FOR_OPTIMIZER_STORAGE;
   ref.instance = reinterpret_cast<zhost_plugin_instance*>(this);
-  ref.api = &table_;
+  ref.storage = &table_;
   ref.name = "kit_storage";
   return ref;
 }
@@ -61,8 +65,8 @@ zhost_status* KitStorage::load(zhost_plugin_instance* self, zhost_tier_io_args* 
   return nullptr;
 }
 
-zhost_status* KitStorage::drop(zhost_plugin_instance* self, uint64_t key) {
-  of(self).buffers_.erase(key);
+zhost_status* KitStorage::drop(zhost_plugin_instance* self, zhost_tier_key_args* args) {
+  of(self).buffers_.erase(args->key);
   return nullptr;
 }
 

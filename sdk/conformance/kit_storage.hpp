@@ -24,12 +24,12 @@ class KitStorage {
  private:
   static zhost_status* store(zhost_plugin_instance* self, zhost_tier_io_args* args);
   static zhost_status* load(zhost_plugin_instance* self, zhost_tier_io_args* args);
-  static zhost_status* drop(zhost_plugin_instance* self, uint64_t key);
+  static zhost_status* drop(zhost_plugin_instance* self, zhost_tier_key_args* args);
   static KitStorage& of(zhost_plugin_instance* self) { return *reinterpret_cast<KitStorage*>(self); }
 
   std::map<uint64_t, std::vector<char>> buffers_;
   uint64_t stores_ = 0, loads_ = 0;
-  zhost_offload_api table_{};
+  zhost_storage_api table_{};
 };
 
 }  // namespace zhost::conformance

@@ -10,9 +10,9 @@ namespace zhost::conformance {
 PluginUnderTest::PluginUnderTest(const std::string& path) : negotiation_host_(nullptr, {}, false) {
   library_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!library_) throw std::runtime_error("cannot load " + path + ": " + dlerror());
-  auto entry = reinterpret_cast<zhost_plugin_entry_v0_fn>(dlsym(library_, ZHOST_ENTRY_SYMBOL_V0));
+  auto entry = reinterpret_cast<zhost_plugin_entry_v1_fn>(dlsym(library_, ZHOST_ENTRY_SYMBOL_V1));
   if (!entry)
-    throw std::runtime_error(path + " exports no " ZHOST_ENTRY_SYMBOL_V0 ": not a zhost plugin of ABI major 0");
+    throw std::runtime_error(path + " exports no " ZHOST_ENTRY_SYMBOL_V1 ": not a zhost plugin of ABI major 1");
   negotiation_.struct_size = sizeof(negotiation_);
   negotiation_.host_abi_major = ZHOST_ABI_MAJOR;
   negotiation_.host_abi_minor = ZHOST_ABI_MINOR;

@@ -19,7 +19,6 @@ class PluginUnderTest {
   const zhost_negotiation& negotiation() const { return negotiation_; }
   const zhost_plugin_descriptor& descriptor() const { return *negotiation_.descriptor; }
   const zhost_plugin_api& api() const { return *negotiation_.api; }
-  const zhost_offload_api* offload() const { return negotiation_.api->offload; }
 
  private:
   void* library_ = nullptr;  // never closed: plugins may leave thread-locals and atexit handlers behind

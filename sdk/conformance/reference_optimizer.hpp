@@ -1,6 +1,6 @@
 // sdk/conformance/reference_optimizer.hpp: the conformance kit's scalar reference of a computing tier's
 // optimizer step (AdamW, Adam, SGD, Lion), in fp32 with the constants computed in double and rounded once,
-// in the operation order of plugins/offload_cpu/cpu_optimizer_kernels.hpp (the kit is compiled without FMA
+// in the operation order of sdk/kit/cpu_optimizer/cpu_optimizer_kernels.hpp (the kit is compiled without FMA
 // contraction), so that a tier using that order matches it bit for bit.
 #pragma once
 

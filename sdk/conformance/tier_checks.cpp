@@ -1,8 +1,8 @@
-// sdk/conformance/tier_checks.cpp: the checks of an offload tier (zhost/offload.h, docs/abi.md "Tier
-// contract"): declared roles against the table, store/load round trips of odd sizes and alignments, drop,
-// events (test and wait), export/import into a fresh instance, error statuses for bad calls and calls
-// after failures, the two key namespaces, and for computing tiers the optimizer (whole and range steps,
-// 0.4 and 0.3 callers) against the kit's reference, alone and over the kit's storage tier.
+// sdk/conformance/tier_checks.cpp: the checks of an offload tier (zhost/storage.h, zhost/optimizer.h, docs/abi.md
+// "Tier contract"): declared roles against the tables, store/load round trips of odd sizes and alignments, drop,
+// events (test and wait), export/import into a fresh instance, error statuses for bad calls and calls after
+// failures, the two key namespaces, and for computing tiers the optimizer (whole and range steps) against the
+// kit's reference, alone and over the kit's storage tier.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,15 +23,52 @@ class Tier {
   explicit Tier(const CheckRun& run, KitStorage* storage = nullptr)
       : host_(with_storage(run, storage)),
         instance_(run.plugin, *host_),
-        api_(run.plugin.offload()),
-        minor_(run.plugin.negotiation().plugin_abi_minor) {
+        storage_(run.plugin.api().storage),
+        optimizer_(run.plugin.api().optimizer) {
     expect(instance_.get() != nullptr, "create failed: " + instance_.error());
   }
-  uint32_t minor() const { return minor_; }
 
-  const zhost_offload_api& api() const { return *api_; }
+  const zhost_storage_api& storage() const { return *storage_; }
+  const zhost_optimizer_tier_api& opt() const { return *optimizer_; }
   zhost_plugin_instance* self() const { return instance_.get(); }
-  bool has(size_t field_end) const { return api_->struct_size >= field_end; }
+
+  // The one-field calls, with their args built here.
+  zhost_status* wait(zhost_tier_event* event) const {
+    zhost_tier_event_args args{sizeof(args), nullptr, event, 0};
+    return storage_->wait(self(), &args);
+  }
+  zhost_status* test(zhost_tier_event* event, int32_t* done) const {
+    zhost_tier_event_args args{sizeof(args), nullptr, event, -1};
+    zhost_status* status = storage_->test(self(), &args);
+    *done = args.done;
+    return status;
+  }
+  zhost_status* drop(uint64_t key) const {
+    zhost_tier_key_args args{sizeof(args), nullptr, key};
+    return storage_->drop(self(), &args);
+  }
+  zhost_status* optimizer_drop(uint64_t key) const {
+    zhost_tier_key_args args{sizeof(args), nullptr, key};
+    return optimizer_->drop(self(), &args);
+  }
+  zhost_status* optimizer_grad_zero(uint64_t key) const {
+    zhost_tier_key_args args{sizeof(args), nullptr, key};
+    return optimizer_->grad_zero(self(), &args);
+  }
+  zhost_status* optimizer_grad(uint64_t key, DLTensor* out) const {
+    zhost_tier_grad_args args{};
+    args.struct_size = sizeof(args);
+    args.key = key;
+    zhost_status* status = optimizer_->grad(self(), &args);
+    *out = args.grad;
+    return status;
+  }
+  zhost_status* optimizer_grad_done(uint64_t key, int64_t offset, int64_t numel, int32_t* moved) const {
+    zhost_tier_grad_done_args args{sizeof(args), nullptr, key, offset, numel, -1};
+    zhost_status* status = optimizer_->grad_done(self(), &args);
+    *moved = args.moved;
+    return status;
+  }
 
   // NULL status, else a CheckFailed naming `what`.
   void ok(zhost_status* status, const std::string& what) const {
@@ -49,17 +86,15 @@ class Tier {
     expect(!message.empty(), what + " returned an error status without a message");
   }
 
-  // Completes an operation's event: test_event until done (bounded), then wait_event.
+  // Completes an operation's event: test until done (bounded), then wait.
   void complete(zhost_tier_event* event, const std::string& what) const {
-    if (has(ZHOST_STRUCT_SIZE(zhost_offload_api, test_event)) && api_->test_event) {
-      for (int poll = 0; poll < 1000; ++poll) {
-        int32_t done = -1;
-        ok(api_->test_event(self(), event, &done), what + ": test_event");
-        expect(done == 0 || done == 1, what + ": test_event set *done to neither 0 nor 1");
-        if (done) return;  // completed and freed
-      }
+    for (int poll = 0; poll < 1000; ++poll) {
+      int32_t done = -1;
+      ok(test(event, &done), what + ": test");
+      expect(done == 0 || done == 1, what + ": test set done to neither 0 nor 1");
+      if (done) return;  // completed and freed
     }
-    if (event) ok(api_->wait_event(self(), event), what + ": wait_event");
+    if (event) ok(wait(event), what + ": wait");
   }
 
   zhost_status* io(bool store, uint64_t key, DLTensor& data, zhost_tier_event** event) const {
@@ -67,7 +102,7 @@ class Tier {
     args.struct_size = sizeof(args);
     args.key = key;
     args.data = &data;
-    zhost_status* status = (store ? api_->store : api_->load)(self(), &args);
+    zhost_status* status = (store ? storage_->store : storage_->load)(self(), &args);
     *event = args.event;
     return status;
   }
@@ -89,12 +124,14 @@ class Tier {
   }
   std::vector<char> export_state() const {
     std::vector<char> bytes;
-    ok(api_->export_state(self(), write_bytes, &bytes), "export_state");
+    zhost_tier_stream_args args{sizeof(args), nullptr, write_bytes, nullptr, &bytes};
+    ok(storage_->export_state(self(), &args), "export_state");
     return bytes;
   }
   zhost_status* import_state(const std::vector<char>& bytes) const {
     Reader reader{&bytes, 0};
-    return api_->import_state(self(), read_bytes, &reader);
+    zhost_tier_stream_args args{sizeof(args), nullptr, nullptr, read_bytes, &reader};
+    return storage_->import_state(self(), &args);
   }
 
  private:
@@ -123,8 +160,8 @@ class Tier {
 
   std::unique_ptr<KitHost> host_;
   Instance instance_;
-  const zhost_offload_api* api_;
-  uint32_t minor_;
+  const zhost_storage_api* storage_;
+  const zhost_optimizer_tier_api* optimizer_;
 };
 
 // A 1-D host tensor over `bytes` of dtype uint8 or float32.
@@ -185,16 +222,6 @@ DLTensor float_view(std::vector<float>& v, int64_t& shape, int64_t offset = 0, i
   t.dtype = kF32;
   t.shape = &shape;
   return t;
-}
-
-uint64_t declared_or_inferred_flags(const CheckRun& run) {
-  const zhost_offload_api& api = *run.plugin.offload();
-  if (run.plugin.negotiation().plugin_abi_minor >= 4) return run.plugin.descriptor().flags;
-  uint64_t flags = 0;
-  if (api.store && api.load) flags |= ZHOST_PLUGIN_FLAG_TIER_STORES;
-  if (api.struct_size >= ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_setup) && api.optimizer_setup)
-    flags |= ZHOST_PLUGIN_FLAG_TIER_COMPUTES;
-  return flags;
 }
 
 // ---- the optimizer of a computing tier against the reference ----------------------------------------
@@ -261,19 +288,18 @@ class OptimizerRun {
     setup.key = kKey;
     setup.optimizer = &ref_.optimizer;
     setup.initial_master = &view;
-    zhost_status* status = tier_.api().optimizer_setup(tier_.self(), &setup);
+    zhost_status* status = tier_.opt().setup(tier_.self(), &setup);
     if (!status) return true;
     tier_.refused(status, ZHOST_OK, "optimizer_setup");  // an error status with a message
     *refusal = "refused";
     return false;
   }
 
-  // One step: whole, or as range steps of `piece` elements (0.4 callers: offset in the args; 0.3 callers:
-  // the 0.3 struct size and the argument). Compares the tier's params_out with the reference.
+  // One step: whole, or as range steps of `piece` elements. Compares the tier's params_out with the reference.
   //
-  // `report` (0.9, docs/abi.md "Gradients in storage"): the gradients are reported finished in three uneven
-  // ranges before the step, and read back through optimizer_read_state("grad") where the tier moved them.
-  void step(int64_t step, uint32_t seed, int64_t piece = 0, bool caller_0_3 = false, bool report = false) {
+  // `report` (docs/abi.md "Gradients in storage"): the gradients are reported finished in three uneven ranges
+  // before the step, and read back through read_state("grad") where the tier moved them.
+  void step(int64_t step, uint32_t seed, int64_t piece = 0, bool report = false) {
     const std::vector<float> grad = fill(seed);
     if (report) report_finished(grad);
     std::vector<float> out(kGroup, -1.0f);
@@ -284,37 +310,34 @@ class OptimizerRun {
       int64_t shape = 0;
       DLTensor out_view = float_view(out, shape, offset, count);
       zhost_tier_step_args args{};
-      args.struct_size = caller_0_3 ? ZHOST_TIER_STEP_ARGS_SIZE_0_3 : sizeof(args);
+      args.struct_size = sizeof(args);
       args.key = kKey;
       args.step = step;
       args.lr = lr;
       args.grad_scale = grad_scale;
       args.params_out = &out_view;
       if (piece > 0) {
-        if (!caller_0_3) args.offset = offset;
-        // A 0.4 tier must read the args' offset: the argument is off by one to show it if it does not.
-        const bool argument_read = caller_0_3 || tier_.minor() < 4;
-        tier_.ok(tier_.api().optimizer_step_range(tier_.self(), &args, argument_read ? offset : offset + 1),
-                 "optimizer_step_range");
+        args.offset = offset;
+        tier_.ok(tier_.opt().step_range(tier_.self(), &args), "step_range");
       } else {
-        tier_.ok(tier_.api().optimizer_step(tier_.self(), &args), "optimizer_step");
+        tier_.ok(tier_.opt().step(tier_.self(), &args), "step");
       }
     }
     reference_step(ref_, grad, 0, kGroup, step, lr, grad_scale);
     ref_.momentum_started = true;
     const std::string diff = mismatch(out, ref_.master, rtol_);
     expect(diff.empty(), std::string(kind_name(ref_.optimizer.kind)) + " step " + std::to_string(step) +
-                             (piece ? " in ranges" : "") + (caller_0_3 ? " (0.3 caller)" : "") + ": " + diff);
+                             (piece ? " in ranges" : "") + ": " + diff);
     expect_zero_accumulator("the step did not zero the accumulator");
   }
 
-  // Gradients written and reported finished (0.9), then optimizer_grad_zero: the accumulator reads zero
+  // Gradients written and reported finished, then grad_zero: the accumulator reads zero
   // again, wherever the tier had moved them, and the next step starts from zeros.
   void zero_after_report(uint32_t seed) {
     report_finished(fill(seed));
-    tier_.ok(tier_.api().optimizer_grad_zero(tier_.self(), kKey), "optimizer_grad_zero");
+    tier_.ok(tier_.optimizer_grad_zero(kKey), "optimizer_grad_zero");
     expect_zero_accumulator("optimizer_grad_zero left gradients in the accumulator");
-    if (!tier_.api().optimizer_read_state) return;
+    if (!tier_.opt().read_state) return;
     std::vector<float> back(kGroup, -1.0f);
     read_grad(back);
     for (float x : back) expect(x == 0.0f, "optimizer_read_state(\"grad\") after optimizer_grad_zero is not zero");
@@ -325,7 +348,7 @@ class OptimizerRun {
  private:
   float* accumulator() const {
     DLTensor acc{};
-    tier_.ok(tier_.api().optimizer_grad(tier_.self(), kKey, &acc), "optimizer_grad");
+    tier_.ok(tier_.optimizer_grad(kKey, &acc), "optimizer_grad");
     expect(acc.ndim == 1 && acc.shape[0] == kGroup && acc.dtype.code == kDLFloat && acc.dtype.bits == 32 &&
                (acc.device.device_type == kDLCPU || acc.device.device_type == kDLCUDAHost),
            "optimizer_grad is not a 1-D fp32 host view of the group's length");
@@ -352,17 +375,17 @@ class OptimizerRun {
     args.state = "grad";
     args.offset = offset;
     args.data = &view;
-    tier_.ok(tier_.api().optimizer_read_state(tier_.self(), &args), "optimizer_read_state(\"grad\")");
+    tier_.ok(tier_.opt().read_state(tier_.self(), &args), "optimizer_read_state(\"grad\")");
   }
   void report_finished(const std::vector<float>& grad) const {
     bool moved = false;
     for (const auto& [offset, count] : {std::pair<int64_t, int64_t>{500, 501}, {0, 17}, {17, 483}}) {
       int32_t range_moved = -1;
-      tier_.ok(tier_.api().optimizer_grad_done(tier_.self(), kKey, offset, count, &range_moved), "optimizer_grad_done");
+      tier_.ok(tier_.optimizer_grad_done(kKey, offset, count, &range_moved), "optimizer_grad_done");
       expect(range_moved == 0 || range_moved == 1, "optimizer_grad_done left *moved unset");
       moved = moved || range_moved == 1;
     }
-    if (!moved || !tier_.api().optimizer_read_state) return;
+    if (!moved || !tier_.opt().read_state) return;
     std::vector<float> back(kGroup, -1.0f);
     read_grad(back);
     expect(back == grad, "optimizer_read_state(\"grad\") does not return the finished gradients");
@@ -394,23 +417,21 @@ void check_optimizer_kinds(const CheckRun& run, bool over_storage) {
       if (storage) expect(storage->bytes() > 0, "optimizer_setup put nothing into the storage tier");
       group.step(1, 11);
       group.step(2, 12);
-      if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_step_range)) && tier.api().optimizer_step_range) {
+      if (tier.opt().step_range) {
         group.step(3, 13, 97);
-        group.step(4, 14, 97, /*caller_0_3=*/true);
+        group.step(4, 14, 101);
       }
       group.step(5, 15);
-      if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_grad_zero)))
-        expect(!tier.api().optimizer_grad_done == !tier.api().optimizer_grad_zero,
-               "optimizer_grad_done and optimizer_grad_zero come as a pair (ABI 0.9): set both or neither");
-      if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_grad_zero)) && tier.api().optimizer_grad_done &&
-          tier.api().optimizer_grad_zero) {
-        group.step(6, 16, 0, false, /*report=*/true);
+      expect(!tier.opt().grad_done == !tier.opt().grad_zero,
+             "grad_done and grad_zero come as a pair: set both or neither");
+      if (tier.opt().grad_done && tier.opt().grad_zero) {
+        group.step(6, 16, 0, /*report=*/true);
         group.zero_after_report(17);  // a skipped step: the reference does not move
-        group.step(7, 18, 97, false, /*report=*/true);
+        group.step(7, 18, tier.opt().step_range ? 97 : 0, /*report=*/true);
       }
       if (storage) expect(storage->loads() > 0, "the steps loaded nothing from the storage tier");
-      if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_drop)) && tier.api().optimizer_drop) {
-        tier.ok(tier.api().optimizer_drop(tier.self(), kKey), "optimizer_drop");
+      {
+        tier.ok(tier.optimizer_drop(kKey), "optimizer_drop");
         if (storage) expect(storage->buffers() == 0, "optimizer_drop left the group's buffers in the storage tier");
       }
     });
@@ -418,12 +439,12 @@ void check_optimizer_kinds(const CheckRun& run, bool over_storage) {
 }
 
 void check_computing(const CheckRun& run, uint64_t flags) {
-  const zhost_offload_api& api = *run.plugin.offload();
-  run.check("computing: the optimizer functions are set", [&] {
-    expect(api.optimizer_setup && api.optimizer_grad && api.optimizer_step,
-           "declares ZHOST_PLUGIN_FLAG_TIER_COMPUTES but optimizer_setup/grad/step are not all set");
+  const zhost_optimizer_tier_api& api = *run.plugin.api().optimizer;
+  run.check("computing: the required optimizer functions are set", [&] {
+    expect(api.setup && api.grad && api.step && api.drop && api.memory,
+           "the optimizer table lacks setup, grad, step, drop or memory");
   });
-  if (!(api.optimizer_setup && api.optimizer_grad && api.optimizer_step)) return;
+  if (!(api.setup && api.grad && api.step && api.drop && api.memory)) return;
   check_optimizer_kinds(run, /*over_storage=*/false);
 
   run.check("optimizer: bad calls fail cleanly, the group still steps after", [&] {
@@ -437,59 +458,56 @@ void check_computing(const CheckRun& run, uint64_t flags) {
     args.step = 1;
     args.lr = 1e-2;
     args.grad_scale = 1;
-    tier.refused(api.optimizer_step(tier.self(), &args), ZHOST_ERR_INVALID_ARGUMENT, "a step of an unknown group");
+    tier.refused(api.step(tier.self(), &args), ZHOST_ERR_INVALID_ARGUMENT, "a step of an unknown group");
     std::vector<float> small(10);
     int64_t shape = 0;
     DLTensor wrong = float_view(small, shape);
     args.key = kKey;
     args.params_out = &wrong;
-    tier.refused(api.optimizer_step(tier.self(), &args), ZHOST_ERR_INVALID_ARGUMENT,
-                 "a step with params_out of the wrong size");
-    if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_step_range)) && api.optimizer_step_range) {
+    tier.refused(api.step(tier.self(), &args), ZHOST_ERR_INVALID_ARGUMENT, "a step with params_out of the wrong size");
+    if (api.step_range) {
       args.offset = kGroup - 5;
-      tier.refused(api.optimizer_step_range(tier.self(), &args, kGroup - 5), ZHOST_ERR_INVALID_ARGUMENT,
-                   "a range step past the group's end");
+      tier.refused(api.step_range(tier.self(), &args), ZHOST_ERR_INVALID_ARGUMENT, "a range step past the group's end");
     }
     DLTensor acc{};
-    tier.refused(api.optimizer_grad(tier.self(), kKey + 100, &acc), ZHOST_ERR_INVALID_ARGUMENT,
+    tier.refused(tier.optimizer_grad(kKey + 100, &acc), ZHOST_ERR_INVALID_ARGUMENT,
                  "optimizer_grad of an unknown group");
     group.step(1, 21);  // the refused calls changed nothing
   });
 
-  run.check("key namespaces: buffer keys and group keys are apart", [&] {
-    Tier tier(run);
-    OptimizerRun group(tier, ZHOST_OPTIMIZER_ADAMW, run.options.rtol);
-    std::string refusal;
-    if (!group.setup(&refusal)) throw Skipped("the tier refuses AdamW");
-    Buffer b = random_bytes(64, 0, 7), back = zeros_like(b, 0);
-    tier.store(kKey, b.view(kU8));  // buffer 5 beside group 5
-    group.step(1, 31);
-    tier.load(kKey, back.view(kU8));
-    expect(same_bytes(b, back), "a step of group 5 changed buffer 5");
-    tier.ok(api.drop(tier.self(), kKey), "drop of buffer 5");
-    group.step(2, 32);  // drop() touched the buffer only: the group's states are intact
-    if (tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_drop)) && api.optimizer_drop) {
-      tier.ok(api.optimizer_drop(tier.self(), kKey), "optimizer_drop");
+  if (run.plugin.api().storage)
+    run.check("key namespaces: buffer keys and group keys are apart", [&] {
+      Tier tier(run);
+      OptimizerRun group(tier, ZHOST_OPTIMIZER_ADAMW, run.options.rtol);
+      std::string refusal;
+      if (!group.setup(&refusal)) throw Skipped("the tier refuses AdamW");
+      Buffer b = random_bytes(64, 0, 7), back = zeros_like(b, 0);
+      tier.store(kKey, b.view(kU8));  // buffer 5 beside group 5
+      group.step(1, 31);
+      tier.load(kKey, back.view(kU8));
+      expect(same_bytes(b, back), "a step of group 5 changed buffer 5");
+      tier.ok(tier.drop(kKey), "drop of buffer 5");
+      group.step(2, 32);  // drop() touched the buffer only: the group's states are intact
+      tier.ok(tier.optimizer_drop(kKey), "optimizer_drop");
       DLTensor acc{};
-      tier.refused(api.optimizer_grad(tier.self(), kKey, &acc), ZHOST_ERR_INVALID_ARGUMENT,
-                   "optimizer_grad of a dropped group");
-      tier.ok(api.optimizer_drop(tier.self(), kKey), "optimizer_drop of an unknown group");
-    }
-  });
+      tier.refused(tier.optimizer_grad(kKey, &acc), ZHOST_ERR_INVALID_ARGUMENT, "optimizer_grad of a dropped group");
+      tier.ok(tier.optimizer_drop(kKey), "optimizer_drop of an unknown group");
+    });
 
-  run.check("export/import: a fresh instance continues the groups bit for bit", [&] {
-    Tier first(run), second(run);
-    OptimizerRun a(first, ZHOST_OPTIMIZER_ADAMW, 0);
-    std::string refusal;
-    if (!a.setup(&refusal)) throw Skipped("the tier refuses AdamW");
-    a.step(1, 41);
-    a.step(2, 42);
-    first.ok(second.import_state(first.export_state()), "import_state");
-    OptimizerRun b(second, ZHOST_OPTIMIZER_ADAMW, 0);
-    b.reference() = a.reference();  // the imported group continues from the exported one
-    a.step(3, 43);
-    b.step(3, 43);
-  });
+  if (run.plugin.api().storage)
+    run.check("export/import: a fresh instance continues the groups bit for bit", [&] {
+      Tier first(run), second(run);
+      OptimizerRun a(first, ZHOST_OPTIMIZER_ADAMW, 0);
+      std::string refusal;
+      if (!a.setup(&refusal)) throw Skipped("the tier refuses AdamW");
+      a.step(1, 41);
+      a.step(2, 42);
+      first.ok(second.import_state(first.export_state()), "import_state");
+      OptimizerRun b(second, ZHOST_OPTIMIZER_ADAMW, 0);
+      b.reference() = a.reference();  // the imported group continues from the exported one
+      a.step(3, 43);
+      b.step(3, 43);
+    });
 
   if (!(flags & ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE)) {
     run.report.not_covered.push_back("composition: the tier does not declare ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE");
@@ -501,24 +519,26 @@ void check_computing(const CheckRun& run, uint64_t flags) {
 }  // namespace
 
 void check_tier(const CheckRun& run) {
-  const zhost_offload_api* table = run.plugin.offload();
-  if (!table) return;  // reported by the descriptor check
-  const uint64_t flags = declared_or_inferred_flags(run);
+  const zhost_plugin_api& api = run.plugin.api();
+  const uint64_t flags = run.plugin.descriptor().flags;
   const bool stores = flags & ZHOST_PLUGIN_FLAG_TIER_STORES, computes = flags & ZHOST_PLUGIN_FLAG_TIER_COMPUTES;
+  const zhost_storage_api* table = api.storage;
 
-  run.check("roles: declared, and matching the table", [&] {
-    expect(table->struct_size >= ZHOST_OFFLOAD_API_SIZE_0_2, "offload table struct_size below the 0.2 table");
-    expect(table->wait_event && table->export_state && table->import_state && table->drop,
-           "wait_event, drop, export_state and import_state are required");
+  run.check("roles: declared, and matching the tables", [&] {
     expect(stores || computes, "the tier declares no role (ZHOST_PLUGIN_FLAG_TIER_STORES / _COMPUTES)");
-    expect(!stores || (table->store && table->load), "declares TIER_STORES but store or load is NULL");
-    const bool has_optimizer =
-        table->struct_size >= ZHOST_STRUCT_SIZE(zhost_offload_api, optimizer_setup) && table->optimizer_setup;
-    expect(computes == has_optimizer, computes ? "declares TIER_COMPUTES but optimizer_setup is NULL"
-                                               : "sets optimizer_setup but does not declare TIER_COMPUTES");
+    expect(stores == (api.storage != nullptr), stores ? "declares TIER_STORES but its storage table is NULL"
+                                                      : "fills a storage table but does not declare TIER_STORES");
+    expect(computes == (api.optimizer != nullptr), computes
+                                                       ? "declares TIER_COMPUTES but its optimizer table is NULL"
+                                                       : "fills an optimizer table but does not declare TIER_COMPUTES");
+    if (table)
+      expect(table->store && table->load && table->wait && table->test && table->drop && table->export_state &&
+                 table->import_state && table->memory,
+             "store, load, wait, test, drop, export_state, import_state and memory are required");
     expect(!(flags & ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE) || computes,
            "declares TIER_USES_STORAGE without TIER_COMPUTES");
   });
+  if (stores != (table != nullptr) || computes != (api.optimizer != nullptr)) return;
 
   if (stores) {
     run.check("storage: round trips of odd sizes and alignments", [&] {
@@ -554,28 +574,26 @@ void check_tier(const CheckRun& run) {
       tier.refused(tier.try_load(12345, back.view(kU8)), ZHOST_ERR_INVALID_ARGUMENT, "a load of an unknown key");
       tier.load(9, back.view(kU8));  // calls after failures work
       expect(same_bytes(large, back), "a buffer changed after refused calls");
-      tier.ok(table->drop(tier.self(), 9), "drop");
+      tier.ok(tier.drop(9), "drop");
       tier.refused(tier.try_load(9, back.view(kU8)), ZHOST_ERR_INVALID_ARGUMENT, "a load of a dropped key");
-      tier.ok(table->drop(tier.self(), 9), "drop of an unknown key");
+      tier.ok(tier.drop(9), "drop of an unknown key");
       tier.store(9, small.view(kU8));  // the key is usable again
     });
 
-    run.check("events: test_event and wait_event", [&] {
+    run.check("events: test and wait", [&] {
       Tier tier(run);
-      if (!(tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, test_event)) && table->test_event))
-        throw Skipped("no test_event (a table older than 0.4)");
       int32_t done = -1;
-      tier.ok(table->test_event(tier.self(), nullptr, &done), "test_event of a NULL event");
-      expect(done == 1, "test_event of a NULL event must report done");
+      tier.ok(tier.test(nullptr, &done), "test of a NULL event");
+      expect(done == 1, "test of a NULL event must report done");
       Buffer b = random_bytes(4096, 0, 3), back = zeros_like(b, 0);
-      for (int round = 0; round < 4; ++round) {  // alternate: completion by test_event, by wait_event
+      for (int round = 0; round < 4; ++round) {  // alternate: completion by test, by wait
         zhost_tier_event* event = nullptr;
         DLTensor view = b.view(kU8);  // borrowed until the event completes
         tier.ok(tier.io(true, 77, view, &event), "store");
         if (round % 2)
           tier.complete(event, "store");
         else if (event)
-          tier.ok(table->wait_event(tier.self(), event), "wait_event");
+          tier.ok(tier.wait(event), "wait");
         tier.load(77, back.view(kU8));
         expect(same_bytes(b, back), "data stored under an event came back different");
       }
@@ -605,10 +623,9 @@ void check_tier(const CheckRun& run) {
 
   run.check("memory: reports without error", [&] {
     Tier tier(run);
-    if (!(tier.has(ZHOST_STRUCT_SIZE(zhost_offload_api, memory)) && table->memory)) throw Skipped("no memory function");
     zhost_tier_memory memory{};
     memory.struct_size = sizeof(memory);
-    tier.ok(table->memory(tier.self(), &memory), "memory");
+    tier.ok(table ? table->memory(tier.self(), &memory) : api.optimizer->memory(tier.self(), &memory), "memory");
   });
 
   if (computes) check_computing(run, flags);

@@ -1,6 +1,6 @@
 /* tests/abi/frozen_partition.c: a data-parallel partition plugin (plain SGD, whole model states on every
- * rank) written in C99 against ONLY one frozen copy of an older SDK's headers (tests/abi/frozen/v0_N, picked
- * by the include path), so that a real `zhost run` can train with what a plugin built for zhost 0.N really
+ * rank) written in C99 against ONLY one frozen copy of a released SDK's headers (tests/abi/frozen/vM_N, picked
+ * by the include path), so that a real `zhost run` can train with what a plugin built for zhost M.N really
  * looks like. It provides "partition:stage1" (each build in a folder of its own, searched first), copies
  * each gradient of the boundary micro-batch into one flat buffer, all-reduces it through the host's
  * collectives at backward_end, and at step() averages and unscales, computes the global norm (overflow),
@@ -11,26 +11,10 @@
 
 #include "zhost/zhost.h"
 
-#if ZHOST_ABI_MINOR == 1
-#define PLUGIN_NAME "frozen_dp_v0_1"
-#elif ZHOST_ABI_MINOR == 2
-#define PLUGIN_NAME "frozen_dp_v0_2"
-#elif ZHOST_ABI_MINOR == 3
-#define PLUGIN_NAME "frozen_dp_v0_3"
-#elif ZHOST_ABI_MINOR == 4
-#define PLUGIN_NAME "frozen_dp_v0_4"
-#elif ZHOST_ABI_MINOR == 5
-#define PLUGIN_NAME "frozen_dp_v0_5"
-#elif ZHOST_ABI_MINOR == 6
-#define PLUGIN_NAME "frozen_dp_v0_6"
-#elif ZHOST_ABI_MINOR == 7
-#define PLUGIN_NAME "frozen_dp_v0_7"
-#elif ZHOST_ABI_MINOR == 8
-#define PLUGIN_NAME "frozen_dp_v0_8"
-#elif ZHOST_ABI_MINOR == 9
-#define PLUGIN_NAME "frozen_dp_v0_9"
+#if ZHOST_ABI_MAJOR == 1 && ZHOST_ABI_MINOR == 0
+#define PLUGIN_NAME "frozen_dp_v1_0"
 #else
-#error "built against headers of an unexpected minor"
+#error "built against headers of an unexpected release"
 #endif
 
 static const zhost_host_services* g_host;
@@ -92,7 +76,14 @@ static zhost_status* setup(zhost_plugin_instance* instance, const zhost_partitio
     self->momentum = (float*)calloc((size_t)self->total + 1, sizeof(float));
     if (!self->momentum) return fail(ZHOST_ERR_OUT_OF_MEMORY, PLUGIN_NAME ": out of memory");
   }
-  self->world = self->host->collectives->world_size(self->ctx, NULL);
+  {
+    zhost_group_info_args world;
+    zhost_status* status;
+    memset(&world, 0, sizeof(world));
+    world.struct_size = sizeof(world);
+    if ((status = self->host->collectives->group_info(self->ctx, &world)) != NULL) return status;
+    self->world = world.size;
+  }
   if (self->world < 1) return fail(ZHOST_ERR_COMM, PLUGIN_NAME ": no process group");
   return NULL;
 }
@@ -104,15 +95,17 @@ static zhost_status* begin_micro_batch(zhost_plugin_instance* instance, const zh
   return NULL;
 }
 
-static zhost_status* no_op(zhost_plugin_instance* instance, int32_t block) {
+static zhost_status* no_op(zhost_plugin_instance* instance, const zhost_block_args* args) {
   (void)instance;
-  (void)block;
+  (void)args;
   return NULL;
 }
 
 /* The host accumulates .grad over micro-batches: the boundary micro-batch's gradient is the whole sum. */
-static zhost_status* grad_ready(zhost_plugin_instance* instance, uint32_t id, const DLTensor* grad) {
+static zhost_status* grad_ready(zhost_plugin_instance* instance, const zhost_grad_ready_args* ready) {
   dp* self = (dp*)instance;
+  const uint32_t id = ready->param_id;
+  const DLTensor* grad = ready->grad;
   if (!self->boundary) return NULL;
   if (id >= self->num_params || !is_fp32_on_host(grad) || numel_of(grad) != self->params[id].numel)
     return fail(ZHOST_ERR_INVALID_ARGUMENT, PLUGIN_NAME ": unexpected gradient");
@@ -121,7 +114,7 @@ static zhost_status* grad_ready(zhost_plugin_instance* instance, uint32_t id, co
   return NULL;
 }
 
-static zhost_status* backward_end(zhost_plugin_instance* instance) {
+static zhost_status* backward_end(zhost_plugin_instance* instance, const zhost_backward_end_args* end) {
   dp* self = (dp*)instance;
   DLTensor view;
   int64_t length = self->total;
@@ -141,6 +134,7 @@ static zhost_status* backward_end(zhost_plugin_instance* instance) {
   args.op = ZHOST_REDUCE_SUM;
   args.intent = ZHOST_INTENT_GRAD_REDUCE;
   args.block = -1;
+  (void)end;
   return self->host->collectives->all_reduce(self->ctx, &args);
 }
 
@@ -192,7 +186,14 @@ static zhost_status* create(zhost_plugin_create_args* args) {
   }
   self->host = args->host;
   self->ctx = args->ctx;
-  args->host->log(args->ctx, ZHOST_LOG_INFO, PLUGIN_NAME " created (built against frozen SDK headers)");
+  {
+    zhost_log_args line;
+    memset(&line, 0, sizeof(line));
+    line.struct_size = sizeof(line);
+    line.level = ZHOST_LOG_INFO;
+    line.message = PLUGIN_NAME " created (built against frozen SDK headers)";
+    args->host->log(args->ctx, &line);
+  }
   args->instance = (zhost_plugin_instance*)self;
   return NULL;
 }
@@ -218,19 +219,14 @@ static const zhost_partition_api k_partition = {
     backward_end,
     step,
     memory,
-#if ZHOST_ABI_MINOR >= 2
-    NULL, /* 0.2: gather_param, for plugins that partition parameters */
-#endif
-#if ZHOST_ABI_MINOR >= 5
+    NULL, /* gather_param, for plugins that partition parameters */
     NULL,
-    NULL, /* 0.5: save_state, load_state (this plugin cannot checkpoint) */
-#endif
-#if ZHOST_ABI_MINOR >= 7
-    NULL, /* 0.7: move_param_storage */
-#endif
+    NULL, /* save_state, load_state (this plugin cannot checkpoint) */
+    NULL, /* move_param_storage */
 };
 
-static const zhost_plugin_api k_api = {sizeof(zhost_plugin_api), NULL, NULL, create, destroy, &k_partition, NULL, NULL};
+static const zhost_plugin_api k_api = {
+    sizeof(zhost_plugin_api), NULL, NULL, NULL, create, destroy, &k_partition, NULL, NULL, NULL};
 
 static const char* const k_provides[] = {"partition:stage1", NULL};
 
@@ -247,7 +243,7 @@ static const zhost_plugin_descriptor k_descriptor = {sizeof(zhost_plugin_descrip
                                                      0,
                                                      0};
 
-ZHOST_EXPORT zhost_status* zhost_plugin_v0(zhost_negotiation* io) {
+ZHOST_EXPORT zhost_status* zhost_plugin_v1(zhost_negotiation* io) {
   if (io == NULL || io->struct_size < ZHOST_NEGOTIATION_SIZE || io->host_abi_major != ZHOST_ABI_MAJOR) return NULL;
   g_host = io->host;
   io->plugin_abi_minor = ZHOST_ABI_MINOR;

@@ -1,8 +1,8 @@
-// tests/abi/frozen_plugins_test.cpp: plugins built against the frozen 0.1, 0.2 and 0.3 SDK headers
-// (tests/abi/frozen) load into this host through its real loader (dlopen), negotiate, are created with
-// their config, store and load buffers, report memory, export and import their state, and are destroyed.
-// The 0.1 and 0.2 tiers hand the host an offload table smaller than this SDK's: accepted from its minimum
-// size (docs/abi.md, "Versioning rule").
+// tests/abi/frozen_plugins_test.cpp: tiers built against the frozen SDK headers of each released ABI
+// (tests/abi/frozen) load into this host through its real loader (dlopen), negotiate, are created with their
+// config, store and load buffers, report memory, export and import their state, and are destroyed. A tier of
+// an older minor hands the host tables smaller than this SDK's: accepted from their minimum size (docs/abi.md,
+// "Versioning rule").
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -17,7 +17,7 @@
 #include "host/plugins/loader.hpp"
 #include "host/plugins/resolver.hpp"
 #include "host/services/host_services.hpp"
-#include "zhost/offload.h"
+#include "zhost/storage.h"
 
 namespace fs = std::filesystem;
 using namespace zhost;
@@ -25,15 +25,16 @@ using namespace zhost;
 namespace {
 
 struct FrozenTier {
-  int minor;
-  size_t offload_table_size;  // what a tier of that minor fills
+  int major, minor;
+  size_t storage_table_size;  // what a tier of that release fills
+  std::string folder() const { return "v" + std::to_string(major) + "_" + std::to_string(minor); }
 };
 
-void PrintTo(const FrozenTier& tier, std::ostream* out) { *out << "ABI 0." << tier.minor; }
+void PrintTo(const FrozenTier& tier, std::ostream* out) { *out << "ABI " << tier.major << "." << tier.minor; }
 
 class FrozenPlugins : public ::testing::TestWithParam<FrozenTier> {
  protected:
-  std::string name() const { return "frozen_tier_v0_" + std::to_string(GetParam().minor); }
+  std::string name() const { return "frozen_tier_" + GetParam().folder(); }
   fs::path file() const { return fs::path(ZHOST_FROZEN_PLUGIN_DIR) / ("zhost_" + name() + ".so"); }
 };
 
@@ -85,15 +86,11 @@ TEST_P(FrozenPlugins, LoadNegotiateCreateRunAndDestroy) {
   EXPECT_EQ(plugin.min_host_minor, static_cast<uint32_t>(GetParam().minor));
   ASSERT_EQ(plugin.info.config_keys.size(), 1u);
   EXPECT_EQ(plugin.info.config_keys[0].key, "zero.offload_optimizer." + name() + "_depth");
-  const zhost_offload_api* api = plugin.api->offload;
+  const zhost_storage_api* api = plugin.api->storage;
   ASSERT_NE(api, nullptr);
-  EXPECT_EQ(api->struct_size, GetParam().offload_table_size);
-  EXPECT_GE(api->struct_size, static_cast<size_t>(ZHOST_OFFLOAD_API_MIN_SIZE));
-  // What this host reads beyond an old tier's table counts as absent.
-  EXPECT_EQ(ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_step_range), GetParam().minor >= 3);
-  EXPECT_EQ(ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_move_storage), GetParam().minor >= 7);
-  // Before 0.10 a lifecycle table ends before check_config: the host never asks such a plugin.
-  EXPECT_FALSE(ZHOST_HAS_FIELD(plugin.api, zhost_plugin_api, check_config));
+  EXPECT_EQ(plugin.api->optimizer, nullptr);  // a storing tier only
+  EXPECT_EQ(api->struct_size, GetParam().storage_table_size);
+  EXPECT_GE(api->struct_size, static_cast<size_t>(ZHOST_STORAGE_API_MIN_SIZE));
 
   Resolution resolution = resolve_plugins({{"offload:" + name(), "test"}}, found);
   PluginInstances instances(host);
@@ -128,14 +125,17 @@ TEST_P(FrozenPlugins, LoadNegotiateCreateRunAndDestroy) {
 
   // Export, drop, import: the buffer comes back.
   std::vector<char> state;
-  check(host, api->export_state(tier->instance, append, &state), "export_state");
-  check(host, api->drop(tier->instance, 7), "drop");
+  zhost_tier_stream_args out{sizeof(out), nullptr, append, nullptr, &state};
+  check(host, api->export_state(tier->instance, &out), "export_state");
+  zhost_tier_key_args drop{sizeof(drop), nullptr, 7};
+  check(host, api->drop(tier->instance, &drop), "drop");
   std::fill(loaded.begin(), loaded.end(), 0.f);
   zhost_status* missing = api->load(tier->instance, &io);
   ASSERT_NE(missing, nullptr);
   host.table()->status_destroy(missing);
   Reader reader{&state};
-  check(host, api->import_state(tier->instance, consume, &reader), "import_state");
+  zhost_tier_stream_args in{sizeof(in), nullptr, nullptr, consume, &reader};
+  check(host, api->import_state(tier->instance, &in), "import_state");
   check(host, api->load(tier->instance, &io), "load after import");
   EXPECT_EQ(loaded, values);
 
@@ -144,11 +144,5 @@ TEST_P(FrozenPlugins, LoadNegotiateCreateRunAndDestroy) {
   EXPECT_EQ(host.live_buffer_bytes(ZHOST_MEMORY_HOST), 0u);  // released by the plugin's destroy()
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Minors, FrozenPlugins,
-    ::testing::Values(FrozenTier{1, ZHOST_OFFLOAD_API_SIZE_0_2}, FrozenTier{2, ZHOST_OFFLOAD_API_SIZE_0_2},
-                      FrozenTier{3, ZHOST_OFFLOAD_API_SIZE_0_3}, FrozenTier{4, ZHOST_OFFLOAD_API_SIZE_0_4},
-                      FrozenTier{5, ZHOST_OFFLOAD_API_SIZE_0_6}, FrozenTier{6, ZHOST_OFFLOAD_API_SIZE_0_6},
-                      FrozenTier{7, ZHOST_OFFLOAD_API_SIZE_0_8}, FrozenTier{8, ZHOST_OFFLOAD_API_SIZE_0_8},
-                      FrozenTier{9, ZHOST_OFFLOAD_API_SIZE}),
-    [](const ::testing::TestParamInfo<FrozenTier>& tier) { return "v0_" + std::to_string(tier.param.minor); });
+INSTANTIATE_TEST_SUITE_P(Releases, FrozenPlugins, ::testing::Values(FrozenTier{1, 0, ZHOST_STORAGE_API_SIZE}),
+                         [](const ::testing::TestParamInfo<FrozenTier>& tier) { return tier.param.folder(); });

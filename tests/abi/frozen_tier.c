@@ -1,34 +1,18 @@
-/* tests/abi/frozen_tier.c: a small offload tier written in C99 against ONLY one frozen copy of an older SDK's
- * headers (tests/abi/frozen/v0_N, picked by the include path), so that the test can load what a plugin
- * built for zhost 0.N really looks like into the current host. It keeps buffers in host memory by key
- * (store/load/drop), reports its memory, exports and imports its state, and, at create(), allocates a
- * host buffer and asks tier_for() for a tier: host services of the minor it was built for.
- * Built per minor as zhost_frozen_tier_v0_N.so (tests/abi/CMakeLists.txt). */
+/* tests/abi/frozen_tier.c: a small offload tier written in C99 against ONLY one frozen copy of a released SDK's
+ * headers (tests/abi/frozen/vMAJOR_MINOR, picked by the include path), so that the test can load what a plugin
+ * built for that release really looks like into the current host. It keeps buffers in host memory by key
+ * (store/load/drop), reports its memory, exports and imports its state, and, at create(), allocates a host
+ * buffer and asks tier_for() for a tier: host services of the release it was built for.
+ * Built per release as zhost_frozen_tier_vMAJOR_MINOR.so (tests/abi/CMakeLists.txt). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "zhost/zhost.h"
 
-#if ZHOST_ABI_MINOR == 1
-#define TIER_NAME "frozen_tier_v0_1"
-#elif ZHOST_ABI_MINOR == 2
-#define TIER_NAME "frozen_tier_v0_2"
-#elif ZHOST_ABI_MINOR == 3
-#define TIER_NAME "frozen_tier_v0_3"
-#elif ZHOST_ABI_MINOR == 4
-#define TIER_NAME "frozen_tier_v0_4"
-#elif ZHOST_ABI_MINOR == 5
-#define TIER_NAME "frozen_tier_v0_5"
-#elif ZHOST_ABI_MINOR == 6
-#define TIER_NAME "frozen_tier_v0_6"
-#elif ZHOST_ABI_MINOR == 7
-#define TIER_NAME "frozen_tier_v0_7"
-#elif ZHOST_ABI_MINOR == 8
-#define TIER_NAME "frozen_tier_v0_8"
-#elif ZHOST_ABI_MINOR == 9
-#define TIER_NAME "frozen_tier_v0_9"
+#if ZHOST_ABI_MAJOR == 1 && ZHOST_ABI_MINOR == 0
+#define TIER_NAME "frozen_tier_v1_0"
 #else
-#error "built against headers of an unexpected minor"
+#error "built against headers of an unexpected release"
 #endif
 
 static const zhost_host_services* g_host;
@@ -100,14 +84,14 @@ static zhost_status* tier_load(zhost_plugin_instance* instance, zhost_tier_io_ar
   return NULL;
 }
 
-static zhost_status* tier_wait(zhost_plugin_instance* instance, zhost_tier_event* event) {
+/* wait, test, order_compute_after: transfers complete inside store and load */
+static zhost_status* tier_event(zhost_plugin_instance* instance, zhost_tier_event_args* args) {
   (void)instance;
-  (void)event;
+  args->done = 1;
   return NULL;
 }
 
-static zhost_status* tier_drop(zhost_plugin_instance* instance, uint64_t key) {
-  tier* self = (tier*)instance;
+static zhost_status* drop_key(tier* self, uint64_t key) {
   entry** at;
   for (at = &self->entries; *at; at = &(*at)->next) {
     if ((*at)->key == key) {
@@ -122,7 +106,13 @@ static zhost_status* tier_drop(zhost_plugin_instance* instance, uint64_t key) {
 }
 
 /* State stream: for each buffer, key, length, bytes. */
-static zhost_status* tier_export(zhost_plugin_instance* instance, zhost_state_writer write, void* user) {
+static zhost_status* tier_drop(zhost_plugin_instance* instance, zhost_tier_key_args* args) {
+  return drop_key((tier*)instance, args->key);
+}
+
+static zhost_status* tier_export(zhost_plugin_instance* instance, zhost_tier_stream_args* args) {
+  zhost_state_writer write = args->write;
+  void* user = args->user;
   entry* e;
   for (e = ((tier*)instance)->entries; e; e = e->next) {
     uint64_t len = e->len;
@@ -142,7 +132,9 @@ static int read_all(zhost_state_reader read, void* user, void* bytes, size_t len
   return 1;
 }
 
-static zhost_status* tier_import(zhost_plugin_instance* instance, zhost_state_reader read, void* user) {
+static zhost_status* tier_import(zhost_plugin_instance* instance, zhost_tier_stream_args* args) {
+  zhost_state_reader read = args->read;
+  void* user = args->user;
   for (;;) {
     uint64_t key, len;
     void* bytes;
@@ -171,35 +163,17 @@ static zhost_status* tier_memory(zhost_plugin_instance* instance, zhost_tier_mem
   return NULL;
 }
 
-static const zhost_offload_api k_offload = {
-    sizeof(zhost_offload_api),
-    NULL,
-    tier_store,
-    tier_load,
-    tier_wait,
-    tier_drop,
-    tier_export,
-    tier_import,
-    NULL,
-    NULL,
-    NULL,
-    tier_memory, /* a storing tier: no optimizer */
-#if ZHOST_ABI_MINOR >= 3
-    NULL,
-    NULL, /* 0.3: optimizer_step_range, order_compute_after */
-#endif
-#if ZHOST_ABI_MINOR >= 4
-    NULL,
-    NULL, /* 0.4: test_event, optimizer_drop */
-#endif
-#if ZHOST_ABI_MINOR >= 5
-    NULL,
-    NULL, /* 0.5: optimizer_read_state, optimizer_write_state */
-#endif
-#if ZHOST_ABI_MINOR >= 7
-    NULL, /* 0.7: optimizer_move_storage */
-#endif
-};
+static const zhost_storage_api k_storage = {sizeof(zhost_storage_api),
+                                            NULL,
+                                            tier_store,
+                                            tier_load,
+                                            tier_event,
+                                            tier_event,
+                                            tier_event,
+                                            tier_drop,
+                                            tier_export,
+                                            tier_import,
+                                            tier_memory}; /* no optimizer */
 
 static zhost_status* create(zhost_plugin_create_args* args) {
   zhost_buffer_alloc_args buffer;
@@ -209,7 +183,7 @@ static zhost_status* create(zhost_plugin_create_args* args) {
   if (!self) return fail(ZHOST_ERR_OUT_OF_MEMORY, "frozen tier: out of memory");
   self->host = args->host;
   self->ctx = args->ctx;
-  /* Host services of 0.0/0.1, through structs this plugin writes itself. */
+  /* Host services, through structs this plugin writes itself. */
   memset(&buffer, 0, sizeof(buffer));
   buffer.struct_size = sizeof(buffer);
   buffer.memory = ZHOST_MEMORY_HOST;
@@ -222,24 +196,38 @@ static zhost_status* create(zhost_plugin_create_args* args) {
   self->scratch = buffer.handle;
   memset(&ref, 0, sizeof(ref));
   ref.struct_size = sizeof(ref);
-  if ((status = args->host->tier_for(args->ctx, ZHOST_TIER_FOR_OPTIMIZER, &ref)) != NULL) {
+  ref.role = ZHOST_TIER_FOR_OPTIMIZER;
+  if ((status = args->host->tier_for(args->ctx, &ref)) != NULL) {
     free(self);
     return status;
   }
-  args->host->log(args->ctx, ZHOST_LOG_INFO, TIER_NAME " created");
+  {
+    zhost_log_args line;
+    memset(&line, 0, sizeof(line));
+    line.struct_size = sizeof(line);
+    line.level = ZHOST_LOG_INFO;
+    line.message = TIER_NAME " created";
+    args->host->log(args->ctx, &line);
+  }
   args->instance = (zhost_plugin_instance*)self;
   return NULL;
 }
 
 static void destroy(zhost_plugin_instance* instance) {
   tier* self = (tier*)instance;
-  while (self->entries) tier_drop(instance, self->entries->key);
-  zhost_status* status = self->host->buffer_release(self->ctx, self->scratch);
+  zhost_buffer_release_args release;
+  zhost_status* status;
+  while (self->entries) drop_key(self, self->entries->key);
+  memset(&release, 0, sizeof(release));
+  release.struct_size = sizeof(release);
+  release.handle = self->scratch;
+  status = self->host->buffer_release(self->ctx, &release);
   if (status) self->host->status_destroy(status);
   free(self);
 }
 
-static const zhost_plugin_api k_api = {sizeof(zhost_plugin_api), NULL, NULL, create, destroy, NULL, &k_offload, NULL};
+static const zhost_plugin_api k_api = {
+    sizeof(zhost_plugin_api), NULL, NULL, NULL, create, destroy, NULL, &k_storage, NULL, NULL};
 
 static const char* const k_provides[] = {"offload:" TIER_NAME, NULL};
 static const zhost_config_key k_keys[] = {
@@ -258,9 +246,9 @@ static const zhost_plugin_descriptor k_descriptor = {sizeof(zhost_plugin_descrip
                                                      NULL,
                                                      k_keys,
                                                      1,
-                                                     0};
+                                                     ZHOST_PLUGIN_FLAG_TIER_STORES};
 
-ZHOST_EXPORT zhost_status* zhost_plugin_v0(zhost_negotiation* io) {
+ZHOST_EXPORT zhost_status* zhost_plugin_v1(zhost_negotiation* io) {
   if (io == NULL || io->struct_size < ZHOST_NEGOTIATION_SIZE || io->host_abi_major != ZHOST_ABI_MAJOR) return NULL;
   g_host = io->host;
   io->plugin_abi_minor = ZHOST_ABI_MINOR;

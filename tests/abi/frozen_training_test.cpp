@@ -1,5 +1,5 @@
 // tests/abi/frozen_training_test.cpp: a real `zhost run` on two ranks (processes over Gloo) trains with a
-// partition plugin built against the frozen 0.1 to 0.5 SDK headers (frozen_partition.c), and ends
+// partition plugin built against the frozen SDK headers of each released ABI (frozen_partition.c), and ends
 // with the same losses and weights as the host's own data-parallel stage 0 on the same job: the old
 // plugin's tables, setup, hooks, collectives and step are all served right by this host.
 #include <gtest/gtest.h>
@@ -19,14 +19,14 @@ const std::string kSgd =
     " --nproc 2 --set optimizer.type=SGD --set optimizer.momentum=0.9 --set optimizer.lr=0.5 "
     "--set scheduler.warmup_max_lr=0.5";
 
-class FrozenPartition : public ::testing::TestWithParam<int> {};
+class FrozenPartition : public ::testing::TestWithParam<std::string> {};  // the release's folder, "v1_0"
 
 TEST_P(FrozenPartition, TrainsAsTheHostsOwnDataParallelStage) {
-  const std::string plugin = "frozen_dp_v0_" + std::to_string(GetParam());
+  const std::string plugin = "frozen_dp_" + GetParam();
   ScratchDir dir;
-  RunOutput old_plugin = run_zhost(
-      dir.path(), small_job_config(), "frozen",
-      kSgd + " --set zero.stage=1 --plugin-path " + ZHOST_FROZEN_PARTITION_DIR + "/v0_" + std::to_string(GetParam()));
+  RunOutput old_plugin =
+      run_zhost(dir.path(), small_job_config(), "frozen",
+                kSgd + " --set zero.stage=1 --plugin-path " + ZHOST_FROZEN_PARTITION_DIR + "/" + GetParam());
   RunOutput stage0 = run_zhost(dir.path(), small_job_config(), "stage0", kSgd + " --set zero.stage=0");
   ASSERT_EQ(old_plugin.exit_code, 0) << old_plugin.err << old_plugin.out;
   ASSERT_EQ(stage0.exit_code, 0) << stage0.err << stage0.out;
@@ -39,25 +39,24 @@ TEST_P(FrozenPartition, TrainsAsTheHostsOwnDataParallelStage) {
   EXPECT_LT(old_plugin.losses.back(), old_plugin.losses.front());  // it trains
 }
 
-// Checkpoints need the 0.5 table's save_state: an older plugin trains, but a job that saves is refused at start.
+// Checkpoints need the partition table's save_state: a plugin without it trains, but a job that saves is refused
+// at start.
 TEST(FrozenPartitionCheckpoint, AJobThatSavesIsRefusedAtStartNamingTheRebuild) {
   ScratchDir dir;
   RunOutput r = run_zhost(dir.path(), small_job_config(), "old",
                           kSgd +
                               " --set zero.stage=1 --set checkpoint.interval=2 --set checkpoint.dir=ckpt "
                               "--plugin-path " +
-                              ZHOST_FROZEN_PARTITION_DIR + "/v0_4");
+                              ZHOST_FROZEN_PARTITION_DIR + "/v1_0");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(
-      r.err.find("partition plugin 'frozen_dp_v0_4' cannot save its state (built against zhost ABI 0.4 or older)"),
+      r.err.find("partition plugin 'frozen_dp_v1_0' cannot save its state (its partition table has no save_state)"),
       std::string::npos)
       << r.err;
   EXPECT_TRUE(r.losses.empty());  // refused before the first step
 }
 
-INSTANTIATE_TEST_SUITE_P(Minors, FrozenPartition, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9),
-                         [](const ::testing::TestParamInfo<int>& minor) {
-                           return "v0_" + std::to_string(minor.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Releases, FrozenPartition, ::testing::Values("v1_0"),
+                         [](const ::testing::TestParamInfo<std::string>& release) { return release.param; });
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include "host/core/error.hpp"
 #include "host/services/host_services.hpp"
 #include "host/services/plugin_struct.hpp"
-#include "zhost/offload.h"
+#include "zhost/zhost.h"
 
 using namespace zhost;
 
@@ -60,29 +60,29 @@ TEST(MinimumSizes, TierRefBelowItsMinimumIsRefused) {
   zhost_host_context* ctx = services.create_context(PluginContextSpec{"old_plugin", {}});
   zhost_tier_ref ref{};
   ref.struct_size = 8;  // struct_size alone
-  std::string error = message_of(host, host->tier_for(ctx, ZHOST_TIER_FOR_OPTIMIZER, &ref));
+  std::string error = message_of(host, host->tier_for(ctx, &ref));
   EXPECT_NE(error.find("tier_for: " + refusal("zhost_tier_ref", 8, ZHOST_TIER_REF_MIN_SIZE)), std::string::npos)
       << error;
   ref.struct_size = ZHOST_TIER_REF_MIN_SIZE;
-  EXPECT_EQ(message_of(host, host->tier_for(ctx, ZHOST_TIER_FOR_OPTIMIZER, &ref)), "");
+  EXPECT_EQ(message_of(host, host->tier_for(ctx, &ref)), "");
   EXPECT_EQ(ref.instance, nullptr);  // no tier configured
   services.destroy_context(ctx);
 }
 
 TEST(MinimumSizes, HostCodeRefusesWithAUsageErrorNamingWhere) {
-  zhost_offload_api table{};
-  table.struct_size = ZHOST_OFFLOAD_API_MIN_SIZE - sizeof(void*);  // a 0.1 table missing its last pointer
+  zhost_storage_api table{};
+  table.struct_size = ZHOST_STORAGE_API_MIN_SIZE - sizeof(void*);  // a table missing its last pointer
   try {
-    accept_plugin_struct(&table, ZHOST_OFFLOAD_API_MIN_SIZE, "zhost_offload_api", "plugin x.so: 'x'");
+    accept_plugin_struct(&table, ZHOST_STORAGE_API_MIN_SIZE, "zhost_storage_api", "plugin x.so: 'x'");
     FAIL() << "an undersized table was accepted";
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()).rfind(
-                  "plugin x.so: 'x': " + refusal("zhost_offload_api", ZHOST_OFFLOAD_API_MIN_SIZE - sizeof(void*),
-                                                 ZHOST_OFFLOAD_API_MIN_SIZE),
+                  "plugin x.so: 'x': " + refusal("zhost_storage_api", ZHOST_STORAGE_API_MIN_SIZE - sizeof(void*),
+                                                 ZHOST_STORAGE_API_MIN_SIZE),
                   0),
               0u)
         << e.what();
   }
-  table.struct_size = ZHOST_OFFLOAD_API_MIN_SIZE;
-  EXPECT_EQ(&accept_plugin_struct(&table, ZHOST_OFFLOAD_API_MIN_SIZE, "zhost_offload_api", "x"), &table);
+  table.struct_size = ZHOST_STORAGE_API_MIN_SIZE;
+  EXPECT_EQ(&accept_plugin_struct(&table, ZHOST_STORAGE_API_MIN_SIZE, "zhost_storage_api", "x"), &table);
 }

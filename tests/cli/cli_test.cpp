@@ -48,7 +48,9 @@ class Cli : public ::testing::Test {
 TEST_F(Cli, VersionNamesTheAbi) {
   Result r = zhost("version");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("plugin ABI 0." + std::to_string(ZHOST_ABI_MINOR)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("plugin ABI " + std::to_string(ZHOST_ABI_MAJOR) + "." + std::to_string(ZHOST_ABI_MINOR)),
+            std::string::npos)
+      << r.out;
 }
 
 TEST_F(Cli, PluginsJsonDescribesEachPlugin) {

@@ -37,7 +37,7 @@ grep -q 'hello_tier 0.1.0 .* as optimizer-storage for zero.offload_optimizer.sto
 grep -q 'offload_cpu .* as optimizer-compute for zero.offload_optimizer.device = "cpu"' "$work/check.txt" \
   || fail "offload_cpu not chosen as the optimizer's computing tier" "$work/check.txt"
 
-# Its own config check (ABI 0.10): with the world size known, states that cannot fit hello_tier.capacity_mb are
+# Its own config check: with the world size known, states that cannot fit hello_tier.capacity_mb are
 # refused at config check, as one config error line at that key.
 if "$zhost" config check "$work/check.toml" --nproc 2 --plugin-path "$work/build" \
   --set zero.offload_optimizer.device=cpu --set zero.offload_optimizer.storage=hello --set hello_tier.capacity_mb=1 \

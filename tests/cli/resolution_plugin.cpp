@@ -17,7 +17,7 @@ using Instance = zhost::sdk::InstanceOf<Fixture>;
 zhost_status* refuse(zhost_plugin_instance*) {
   return zhost::sdk::guard([] { throw zhost::sdk::PluginError(ZHOST_ERR_UNSUPPORTED, "test fixture: no training"); });
 }
-zhost_status* refuse_block(zhost_plugin_instance* self, int32_t) { return refuse(self); }
+zhost_status* refuse_block(zhost_plugin_instance* self, const zhost_block_args*) { return refuse(self); }
 
 const zhost_partition_api kPartition = {
     sizeof(zhost_partition_api),
@@ -27,19 +27,18 @@ const zhost_partition_api kPartition = {
     refuse_block,
     refuse_block,
     refuse_block,
-    [](zhost_plugin_instance* self, uint32_t, const DLTensor*) { return refuse(self); },
+    [](zhost_plugin_instance* self, const zhost_grad_ready_args*) { return refuse(self); },
     refuse_block,
-    refuse,
+    [](zhost_plugin_instance* self, const zhost_backward_end_args*) { return refuse(self); },
     [](zhost_plugin_instance* self, zhost_step_args*) { return refuse(self); }};
-const zhost_plugin_api kApi = {sizeof(zhost_plugin_api),
-                               nullptr,
-                               nullptr,
-                               Instance::create,
-                               Instance::destroy,
-                               &kPartition,
-                               nullptr,
-                               nullptr,
-                               nullptr};
+const zhost_plugin_api kApi = [] {
+  zhost_plugin_api api{};
+  api.struct_size = sizeof(api);
+  api.create = Instance::create;
+  api.destroy = Instance::destroy;
+  api.partition = &kPartition;
+  return api;
+}();
 
 const zhost_plugin_descriptor* describe() {
   static zhost::sdk::DescriptorBuilder builder(FIXTURE_NAME, "0.0.1", ZHOST_KIND_PARTITION);

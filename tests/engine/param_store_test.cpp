@@ -17,6 +17,35 @@
 namespace zhost::engine {
 namespace {
 
+// The parameter services' calls with their args structs (zhost/host.h), in positional form for the tests.
+zhost_status* group_create(const zhost_param_services* p, zhost_host_context* ctx, const uint32_t* ids,
+                           const int64_t* offsets, size_t count, int64_t numel, zhost_param_group** out) {
+  zhost_param_group_create_args args{sizeof(args), nullptr, ids, offsets, count, numel, nullptr};
+  zhost_status* status = p->group_create(ctx, &args);
+  *out = args.group;
+  return status;
+}
+zhost_status* materialize(const zhost_param_services* p, zhost_host_context* ctx, zhost_param_group* group,
+                          DLTensor* flat) {
+  zhost_param_group_args args{};
+  args.struct_size = sizeof(args);
+  args.group = group;
+  zhost_status* status = p->materialize(ctx, &args);
+  *flat = args.flat;
+  return status;
+}
+zhost_status* release(const zhost_param_services* p, zhost_host_context* ctx, zhost_param_group* group) {
+  zhost_param_group_args args{};
+  args.struct_size = sizeof(args);
+  args.group = group;
+  return p->release(ctx, &args);
+}
+zhost_status* initial_values(const zhost_param_services* p, zhost_host_context* ctx, uint32_t id, int64_t offset,
+                             DLTensor* dst) {
+  zhost_initial_values_args args{sizeof(args), nullptr, id, offset, dst};
+  return p->initial_values(ctx, &args);
+}
+
 model::ModelSpec spec() {
   model::ModelSpec s;
   s.type = "llama";
@@ -72,12 +101,12 @@ TEST(ParamStore, AGroupSharesOneStorageThatIsMaterialisedAndReleased) {
     numel += bare->parameters()[id].tensor.numel() + 3;
   }
   zhost_param_group* group = nullptr;
-  check(params->group_create(ctx, ids.data(), offsets.data(), ids.size(), numel, &group));
+  check(group_create(params, ctx, ids.data(), offsets.data(), ids.size(), numel, &group));
   EXPECT_FALSE(store.has_storage(ids[0]));
   EXPECT_EQ(store.live_bytes(), 0u);
 
   DLTensor flat{};
-  check(params->materialize(ctx, group, &flat));
+  check(materialize(params, ctx, group, &flat));
   EXPECT_TRUE(store.has_storage(ids[0]));
   EXPECT_EQ(store.live_bytes(), static_cast<uint64_t>(numel * 4));
   at::Tensor storage = kit::tensor_view(flat);
@@ -85,13 +114,13 @@ TEST(ParamStore, AGroupSharesOneStorageThatIsMaterialisedAndReleased) {
   for (size_t i = 0; i < ids.size(); ++i) {  // fill each parameter's place with its initial values
     at::Tensor place = storage.narrow(0, offsets[i], bare->parameters()[ids[i]].tensor.numel());
     DLTensor dst = kit::dl_view(place);
-    check(params->initial_values(ctx, ids[i], 0, &dst));
+    check(initial_values(params, ctx, ids[i], 0, &dst));
   }
   for (uint32_t id : ids)  // the parameters are views of it: the unpartitioned model's values
     EXPECT_TRUE(at::equal(bare->parameters()[id].tensor.detach(), full->parameters()[id].tensor.detach()))
         << bare->parameters()[id].name;
 
-  check(params->release(ctx, group));
+  check(release(params, ctx, group));
   EXPECT_FALSE(store.has_storage(ids[0]));
   EXPECT_EQ(bare->parameters()[ids[0]].tensor.storage().nbytes(), 0u);
   EXPECT_EQ(store.live_bytes(), 0u);
@@ -99,17 +128,17 @@ TEST(ParamStore, AGroupSharesOneStorageThatIsMaterialisedAndReleased) {
 
   // A parameter joins one group only; offsets must fit.
   zhost_param_group* other = nullptr;
-  EXPECT_THROW(check(params->group_create(ctx, ids.data(), offsets.data(), 1, numel, &other)), Error);
+  EXPECT_THROW(check(group_create(params, ctx, ids.data(), offsets.data(), 1, numel, &other)), Error);
   const uint32_t head = static_cast<uint32_t>(bare->params_used_by_block().back().back());
   const int64_t too_far = 10;
-  EXPECT_THROW(check(params->group_create(ctx, &head, &too_far, 1, 4, &other)), Error);
+  EXPECT_THROW(check(group_create(params, ctx, &head, &too_far, 1, 4, &other)), Error);
   // A call refused at its second parameter binds none: the first stays free for a later group.
   const uint32_t pair[] = {head, 100000};
   const int64_t pair_offsets[] = {0, 0};
-  EXPECT_THROW(check(params->group_create(ctx, pair, pair_offsets, 2, 1 << 20, &other)), Error);
+  EXPECT_THROW(check(group_create(params, ctx, pair, pair_offsets, 2, 1 << 20, &other)), Error);
   EXPECT_FALSE(store.has_storage(head));
   const int64_t at_start = 0;
-  check(params->group_create(ctx, &head, &at_start, 1, bare->parameters()[head].tensor.numel(), &other));
+  check(group_create(params, ctx, &head, &at_start, 1, bare->parameters()[head].tensor.numel(), &other));
 }
 
 // Resident bytes of this process, from /proc/self/statm.
@@ -131,15 +160,15 @@ TEST(ParamStore, ReleasedStorageLeavesTheProcess) {
   const uint32_t id = 0;
   const int64_t offset = 0, numel = int64_t{64} << 18;  // 64 MiB of fp32
   zhost_param_group* group = nullptr;
-  check(params->group_create(ctx, &id, &offset, 1, numel, &group));
+  check(group_create(params, ctx, &id, &offset, 1, numel, &group));
   for (int round = 0; round < 3; ++round) {
     const double before = resident_mb();
     DLTensor flat{};
-    check(params->materialize(ctx, group, &flat));
+    check(materialize(params, ctx, group, &flat));
     kit::tensor_view(flat).fill_(1.0f);
     EXPECT_GT(resident_mb() - before, 60.0) << "round " << round;
     const double materialised = resident_mb();
-    check(params->release(ctx, group));
+    check(release(params, ctx, group));
     EXPECT_GT(materialised - resident_mb(), 60.0) << "round " << round;
   }
 }
@@ -157,15 +186,15 @@ TEST(ParamStore, AutogradSavedViewsFollowTheStorage) {
   const uint32_t id = 0;
   const int64_t offset = 0;
   zhost_param_group* group = nullptr;
-  check(params->group_create(ctx, &id, &offset, 1, weight.numel(), &group));
+  check(group_create(params, ctx, &id, &offset, 1, weight.numel(), &group));
   DLTensor flat{};
-  check(params->materialize(ctx, group, &flat));
+  check(materialize(params, ctx, group, &flat));
   kit::tensor_view(flat).normal_();
 
   at::Tensor x = at::randn({3, weight.size(1)}).requires_grad_(true);
   at::Tensor y = at::linear(x, weight);  // [3, V]
-  check(params->release(ctx, group));
-  check(params->materialize(ctx, group, &flat));
+  check(release(params, ctx, group));
+  check(materialize(params, ctx, group, &flat));
   at::Tensor later = kit::tensor_view(flat).view(weight.sizes());
   later.uniform_();
   y.sum().backward();

@@ -16,8 +16,8 @@
 #include "host/plugins/loader.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 #include "zhost/collective.h"
-#include "zhost/offload.h"
 #include "zhost/partition.h"
+#include "zhost/zhost.h"
 
 namespace {
 
@@ -101,7 +101,8 @@ zhost_status* entry(zhost_negotiation* io) {
   api.create = create;
   api.destroy = destroy;
   api.partition = empty_table<zhost_partition_api>();
-  api.offload = empty_table<zhost_offload_api>();
+  api.storage = empty_table<zhost_storage_api>();
+  api.optimizer = empty_table<zhost_optimizer_tier_api>();
   api.collective = empty_table<zhost_collective_api>();
   io->plugin_abi_minor = ZHOST_ABI_MINOR;
   io->plugin_min_host_minor = 0;

@@ -13,7 +13,7 @@
 #include "host/plugins/loader.hpp"
 #include "host/plugins/resolver.hpp"
 #include "host/services/host_services.hpp"
-#include "zhost/offload.h"
+#include "zhost/zhost.h"
 
 using namespace zhost;
 
@@ -59,7 +59,8 @@ struct Tier {
     });
     const PluginInstance* live = instances.of_kind(ZHOST_KIND_OFFLOAD);
     instance = live->instance;
-    api = live->plugin->api->offload;
+    storage = live->plugin->api->storage;
+    api = live->plugin->api->optimizer;
   }
   // One step on `grad` (written into the accumulator); returns the updated fp32 values.
   std::vector<float> step(const std::vector<float>& grad, int64_t step_number) {
@@ -68,13 +69,11 @@ struct Tier {
     int64_t shape = 0;
     DLTensor out_view = view(out, shape);
     zhost_tier_step_args args = step_args(step_number, out_view);
-    check(host, api->optimizer_step(instance, &args));
+    check(host, api->step(instance, &args));
     return out;
   }
-  // The same step as step(), taken as range steps of `piece` elements (how a stage pipelines copies). The
-  // offset travels in the step args (ABI 0.4), or, from a caller built for 0.3, as the argument alone.
-  std::vector<float> step_in_pieces(const std::vector<float>& grad, int64_t step_number, int64_t piece,
-                                    bool caller_0_3 = false) {
+  // The same step as step(), taken as range steps of `piece` elements (how a stage pipelines copies).
+  std::vector<float> step_in_pieces(const std::vector<float>& grad, int64_t step_number, int64_t piece) {
     add_to_accumulator(grad);
     std::vector<float> out(kElements);
     int64_t shape = 0;
@@ -83,18 +82,17 @@ struct Tier {
       shape = std::min<int64_t>(piece, kElements - offset);
       part.data = out.data() + offset;
       zhost_tier_step_args args = step_args(step_number, part);
-      if (caller_0_3)
-        args.struct_size = ZHOST_TIER_STEP_ARGS_SIZE_0_3;
-      else
-        args.offset = offset;
-      check(host, api->optimizer_step_range(instance, &args, caller_0_3 ? offset : -1));
+      args.offset = offset;
+      check(host, api->step_range(instance, &args));
     }
     return out;
   }
   void add_to_accumulator(const std::vector<float>& grad) {
-    DLTensor accumulator{};
-    check(host, api->optimizer_grad(instance, 7, &accumulator));
-    std::memcpy(accumulator.data, grad.data(), grad.size() * sizeof(float));
+    zhost_tier_grad_args accumulator{};
+    accumulator.struct_size = sizeof(accumulator);
+    accumulator.key = 7;
+    check(host, api->grad(instance, &accumulator));
+    std::memcpy(accumulator.grad.data, grad.data(), grad.size() * sizeof(float));
   }
   static zhost_tier_step_args step_args(int64_t step_number, DLTensor& out) {
     zhost_tier_step_args args{};
@@ -109,7 +107,8 @@ struct Tier {
   HostServices& host;
   PluginInstances instances;
   zhost_plugin_instance* instance = nullptr;
-  const zhost_offload_api* api = nullptr;
+  const zhost_storage_api* storage = nullptr;
+  const zhost_optimizer_tier_api* api = nullptr;
 };
 
 int32_t write_to_vector(void* user, const void* bytes, size_t len) {
@@ -145,9 +144,9 @@ TEST(CpuTier, StoresStepsAndHotSwapsBitForBit) {
   int64_t shape_a = 0, shape_b = 0;
   DLTensor stored_view = view(stored, shape_a), loaded_view = view(loaded, shape_b);
   zhost_tier_io_args io{sizeof(io), nullptr, 42, &stored_view, nullptr};
-  check(host, first.api->store(first.instance, &io));
+  check(host, first.storage->store(first.instance, &io));
   io.data = &loaded_view;
-  check(host, first.api->load(first.instance, &io));
+  check(host, first.storage->load(first.instance, &io));
   EXPECT_EQ(loaded, stored);
 
   // An AdamW group: three steps on the first instance.
@@ -163,41 +162,44 @@ TEST(CpuTier, StoresStepsAndHotSwapsBitForBit) {
   int64_t master_shape = 0;
   DLTensor master_view = view(master, master_shape);
   zhost_tier_optimizer_setup setup{sizeof(setup), nullptr, 7, &adamw, &master_view};
-  check(host, first.api->optimizer_setup(first.instance, &setup));
+  check(host, first.api->setup(first.instance, &setup));
   std::vector<float> updated;
   for (int64_t s = 1; s <= 3; ++s) updated = first.step(random_values(10 + s, 1.0f), s);
   EXPECT_NE(updated, master);  // it moved
 
   // Hot swap: the second instance imports the first's state; both continue identically.
   std::vector<char> state;
-  check(host, first.api->export_state(first.instance, write_to_vector, &state));
+  zhost_tier_stream_args export_args{sizeof(export_args), nullptr, write_to_vector, nullptr, &state};
+  check(host, first.storage->export_state(first.instance, &export_args));
   VectorReader reader{&state};
-  check(host, second.api->import_state(second.instance, read_from_vector, &reader));
+  zhost_tier_stream_args in{sizeof(in), nullptr, nullptr, read_from_vector, &reader};
+  check(host, second.storage->import_state(second.instance, &in));
   for (int64_t s = 4; s <= 5; ++s) {
     const std::vector<float> grad = random_values(10 + s, 1.0f);
     EXPECT_EQ(first.step(grad, s), second.step(grad, s)) << "step " << s;
   }
   std::fill(loaded.begin(), loaded.end(), 0.0f);
   io.data = &loaded_view;
-  check(host, second.api->load(second.instance, &io));
+  check(host, second.storage->load(second.instance, &io));
   EXPECT_EQ(loaded, stored) << "stored buffers travel with the state";
 
   // A truncated state is refused with a one-line error, leaving the instance as it was.
   state.resize(state.size() / 2);
   VectorReader truncated{&state};
-  zhost_status* error = second.api->import_state(second.instance, read_from_vector, &truncated);
+  zhost_tier_stream_args in_truncated{sizeof(in_truncated), nullptr, nullptr, read_from_vector, &truncated};
+  zhost_status* error = second.storage->import_state(second.instance, &in_truncated);
   ASSERT_NE(error, nullptr);
   EXPECT_NE(std::string(host.table()->status_message(error)).find("ends early"), std::string::npos);
   host.table()->status_destroy(error);
   const std::vector<float> grad = random_values(20, 1.0f);
   EXPECT_EQ(first.step(grad, 6), second.step(grad, 6));
 
-  // Range steps (ABI 0.3): the group stepped in odd-sized pieces equals one whole step bit for bit, and
-  // each range's accumulator is zeroed (the next whole steps agree again).
-  ASSERT_TRUE(ZHOST_HAS_FIELD(second.api, zhost_offload_api, optimizer_step_range) && second.api->optimizer_step_range);
+  // Range steps: the group stepped in odd-sized pieces equals one whole step bit for bit, and each range's
+  // accumulator is zeroed (the next whole steps agree again).
+  ASSERT_NE(second.api->step_range, nullptr);
   for (int64_t s = 7; s <= 8; ++s) {
     const std::vector<float> g = random_values(30 + s, 1.0f);
-    EXPECT_EQ(first.step(g, s), second.step_in_pieces(g, s, 97, /*caller_0_3=*/s == 8)) << "step " << s;
+    EXPECT_EQ(first.step(g, s), second.step_in_pieces(g, s, s == 8 ? 101 : 97)) << "step " << s;
   }
   const std::vector<float> g = random_values(40, 1.0f);
   EXPECT_EQ(first.step(g, 9), second.step(g, 9));
@@ -208,7 +210,7 @@ TEST(CpuTier, StoresStepsAndHotSwapsBitForBit) {
   DLTensor out_view = view(out, out_shape);
   zhost_tier_step_args args = Tier::step_args(10, out_view);
   args.offset = kElements - 5;
-  zhost_status* outside = second.api->optimizer_step_range(second.instance, &args, kElements - 5);
+  zhost_status* outside = second.api->step_range(second.instance, &args);
   ASSERT_NE(outside, nullptr);
   EXPECT_NE(std::string(host.table()->status_message(outside)).find("is outside group 7"), std::string::npos);
   host.table()->status_destroy(outside);

@@ -25,7 +25,7 @@
 #include "host/services/host_services.hpp"
 #include "tests/support/loop_disks.hpp"
 #include "tests/support/scratch_dir.hpp"
-#include "zhost/offload.h"
+#include "zhost/zhost.h"
 
 using namespace zhost;
 using zhost::testing::FailingDisk;
@@ -70,7 +70,7 @@ class Tier {
     });
     const PluginInstance* live = instances_.of_kind(ZHOST_KIND_OFFLOAD);
     instance_ = live->instance;
-    api_ = live->plugin->api->offload;
+    api_ = live->plugin->api->storage;
   }
 
   // "" on success, else the tier's error message (the call's or its event's).
@@ -89,7 +89,10 @@ class Tier {
     t.shape = &shape;
     zhost_tier_io_args args{sizeof(args), nullptr, key, &t, nullptr};
     std::string error = message(fn(instance_, &args));
-    if (error.empty() && args.event) error = message(api_->wait_event(instance_, args.event));
+    if (error.empty() && args.event) {
+      zhost_tier_event_args wait{sizeof(wait), nullptr, args.event, 0};
+      error = message(api_->wait(instance_, &wait));
+    }
     return error;
   }
 
@@ -104,7 +107,7 @@ class Tier {
   std::vector<LoadedPlugin> found_;
   PluginInstances instances_;
   zhost_plugin_instance* instance_ = nullptr;
-  const zhost_offload_api* api_ = nullptr;
+  const zhost_storage_api* api_ = nullptr;
 };
 
 // Stores 1 MiB buffers of random bytes under keys 0, 1, ... until a store fails or `most` are stored; the

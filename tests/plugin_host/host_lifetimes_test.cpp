@@ -16,10 +16,17 @@ std::string get_value(const zhost_host_services* host, zhost_host_context* ctx, 
                       zhost_status_code* code) {
   char out[64] = {};
   size_t len = 0;
-  zhost_status* status = host->kv_get(ctx, key, out, sizeof(out), &len, 50);
+  zhost_kv_get_args args{sizeof(args), nullptr, key, out, sizeof(out), 0, 50};
+  zhost_status* status = host->kv_get(ctx, &args);
+  len = args.len;
   *code = status ? host->status_code(status) : ZHOST_OK;
   if (status) host->status_destroy(status);
   return std::string(out, len);
+}
+
+zhost_status* kv_set(const zhost_host_services* host, zhost_host_context* ctx, const char* key, const char* value) {
+  zhost_kv_set_args args{sizeof(args), nullptr, key, value, 1};
+  return host->kv_set(ctx, &args);
 }
 
 }  // namespace
@@ -45,9 +52,9 @@ TEST(HostLifetimes, EachPluginsKeyValueKeysAreItsOwn) {
   const zhost_host_services* host = services.table();
   zhost_host_context* alpha = services.create_context(PluginContextSpec{"alpha", {}});
   zhost_host_context* beta = services.create_context(PluginContextSpec{"beta", {}});
-  ASSERT_EQ(host->kv_set(alpha, "round", "1", 1), nullptr);
-  ASSERT_EQ(host->kv_set(beta, "round", "2", 1), nullptr);
-  ASSERT_EQ(host->kv_set(alpha, "only_alpha", "x", 1), nullptr);
+  ASSERT_EQ(kv_set(host, alpha, "round", "1"), nullptr);
+  ASSERT_EQ(kv_set(host, beta, "round", "2"), nullptr);
+  ASSERT_EQ(kv_set(host, alpha, "only_alpha", "x"), nullptr);
   zhost_status_code code;
   EXPECT_EQ(get_value(host, alpha, "round", &code), "1");
   EXPECT_EQ(get_value(host, beta, "round", &code), "2");

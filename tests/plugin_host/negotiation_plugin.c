@@ -2,9 +2,9 @@
  * row of the negotiation matrix (the VARIANT_* macro picks which). Written in C to prove the ABI is
  * usable without C++. Variants:
  *   CURRENT        built for this SDK's minor (loads on this host; refused by a host of minor 0)
- *   OLD_MINOR      claims ABI 0.0 and reads only 0.0 fields (loads on newer hosts)
+ *   OLD_MINOR      claims ABI 1.0 and reads only 1.0 fields (loads on newer hosts)
  *   NEEDS_NEWER    requires a host minor newer than any that exists (refused with both versions named)
- *   WRONG_MAJOR    exports only zhost_plugin_v1 (refused: other major)
+ *   WRONG_MAJOR    exports only zhost_plugin_v0, the pre-1.0 major (refused: other major)
  *   NO_ENTRY       exports no entry at all (refused: not a zhost plugin)
  *   SMALL_DESC     its descriptor's struct_size is below the minimum (refused, naming the sizes)
  *   REFUSES        the entry returns a status (refused with the plugin's reason)
@@ -34,50 +34,39 @@ static zhost_status* tier_store(zhost_plugin_instance* self, zhost_tier_io_args*
   (void)args;
   return g_host->status_create(ZHOST_ERR_UNSUPPORTED, "negotiation test plugin stores nothing");
 }
-static zhost_status* tier_wait(zhost_plugin_instance* self, zhost_tier_event* event) {
+static zhost_status* tier_event(zhost_plugin_instance* self, zhost_tier_event_args* args) {
   (void)self;
-  (void)event;
+  args->done = 1;
   return NULL;
 }
-static zhost_status* tier_drop(zhost_plugin_instance* self, uint64_t key) {
+static zhost_status* tier_drop(zhost_plugin_instance* self, zhost_tier_key_args* args) {
   (void)self;
-  (void)key;
+  (void)args;
   return NULL;
 }
-static zhost_status* tier_export(zhost_plugin_instance* self, zhost_state_writer write, void* user) {
+static zhost_status* tier_stream(zhost_plugin_instance* self, zhost_tier_stream_args* args) {
   (void)self;
-  (void)write;
-  (void)user;
+  (void)args;
   return NULL;
 }
-static zhost_status* tier_import(zhost_plugin_instance* self, zhost_state_reader read, void* user) {
+static zhost_status* tier_memory(zhost_plugin_instance* self, zhost_tier_memory* out) {
   (void)self;
-  (void)read;
-  (void)user;
+  (void)out;
   return NULL;
 }
 
-static const zhost_offload_api k_offload = {sizeof(zhost_offload_api),
+/* a storing tier only: no optimizer table */
+static const zhost_storage_api k_storage = {sizeof(zhost_storage_api),
                                             NULL,
                                             tier_store,
                                             tier_store,
-                                            tier_wait,
+                                            tier_event,
+                                            tier_event,
+                                            tier_event,
                                             tier_drop,
-                                            tier_export,
-                                            tier_import,
-                                            NULL,
-                                            NULL,
-                                            NULL,
-                                            NULL,
-                                            NULL,
-                                            NULL,
-                                            NULL,
-                                            NULL,
-                                            NULL,
-                                            NULL,
-                                            NULL,
-                                            NULL,
-                                            NULL}; /* not a computing tier */
+                                            tier_stream,
+                                            tier_stream,
+                                            tier_memory};
 
 static zhost_status* create(zhost_plugin_create_args* args) {
 #ifdef VARIANT_INIT_FAILS
@@ -88,7 +77,10 @@ static zhost_status* create(zhost_plugin_create_args* args) {
   if (!inst) return g_host->status_create(ZHOST_ERR_OUT_OF_MEMORY, "out of memory");
   inst->created = 1;
   args->instance = (zhost_plugin_instance*)inst;
-  args->host->log(args->ctx, ZHOST_LOG_INFO, "negotiation test plugin created");
+  {
+    zhost_log_args line = {sizeof(zhost_log_args), NULL, ZHOST_LOG_INFO, "negotiation test plugin created"};
+    args->host->log(args->ctx, &line);
+  }
   return NULL;
 #endif
 }
@@ -96,7 +88,7 @@ static zhost_status* create(zhost_plugin_create_args* args) {
 static void destroy(zhost_plugin_instance* instance) { free(instance); }
 
 static const zhost_plugin_api k_api = {
-    sizeof(zhost_plugin_api), NULL, NULL, create, destroy, NULL, &k_offload, NULL, NULL};
+    sizeof(zhost_plugin_api), NULL, NULL, NULL, create, destroy, NULL, &k_storage, NULL, NULL};
 
 static const char* const k_provides[] = {"offload:" VARIANT_NAME, NULL};
 static const char* const k_choices[] = {"fast", "slow", NULL};
@@ -113,13 +105,22 @@ static const zhost_plugin_descriptor k_descriptor = {
 #else
     sizeof(zhost_plugin_descriptor),
 #endif
-    NULL, VARIANT_NAME, "1.2.3", "negotiation-matrix\ttest plugin", ZHOST_KIND_OFFLOAD, k_provides, NULL,
-    NULL, k_keys,       2,       ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE};
+    NULL,
+    VARIANT_NAME,
+    "1.2.3",
+    "negotiation-matrix\ttest plugin",
+    ZHOST_KIND_OFFLOAD,
+    k_provides,
+    NULL,
+    NULL,
+    k_keys,
+    2,
+    ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE | ZHOST_PLUGIN_FLAG_TIER_STORES};
 
 static zhost_status* negotiate(zhost_negotiation* io) {
   (void)&k_descriptor; /* referenced by every variant, used by most */
   (void)&k_api;
-  if (io == NULL || io->struct_size < ZHOST_NEGOTIATION_SIZE || io->host_abi_major != 0) return NULL;
+  if (io == NULL || io->struct_size < ZHOST_NEGOTIATION_SIZE || io->host_abi_major != 1) return NULL;
   g_host = io->host;
 #if defined(VARIANT_CRASHES)
   *g_nowhere = 1;
@@ -134,8 +135,8 @@ static zhost_status* negotiate(zhost_negotiation* io) {
   return io->host->status_create(ZHOST_ERR_UNSUPPORTED, "this test plugin refuses every host");
 #else
 #if defined(VARIANT_OLD_MINOR)
-  /* An old plugin knows only the 0.0 prefix of the host table; it checks what it reads. */
-  if (io->host->struct_size < ZHOST_HOST_SERVICES_SIZE_0_0)
+  /* An old plugin knows only the 1.0 prefix of the host table; it checks what it reads. */
+  if (io->host->struct_size < ZHOST_HOST_SERVICES_MIN_SIZE)
     return io->host->status_create(ZHOST_ERR_VERSION, "host too old");
   io->plugin_abi_minor = 0;
   io->plugin_min_host_minor = 0;
@@ -157,10 +158,10 @@ __attribute__((constructor)) static void crash_on_load(void) { raise(SIGSEGV); }
 #endif
 
 #if defined(VARIANT_WRONG_MAJOR)
-ZHOST_EXPORT zhost_status* zhost_plugin_v1(zhost_negotiation* io) { return negotiate(io); }
+ZHOST_EXPORT zhost_status* zhost_plugin_v0(zhost_negotiation* io) { return negotiate(io); }
 #elif defined(VARIANT_NO_ENTRY)
 /* Exports a symbol, just not the entry. */
 ZHOST_EXPORT int not_a_zhost_entry(void) { return negotiate(NULL) == NULL; }
 #else
-ZHOST_EXPORT zhost_status* zhost_plugin_v0(zhost_negotiation* io) { return negotiate(io); }
+ZHOST_EXPORT zhost_status* zhost_plugin_v1(zhost_negotiation* io) { return negotiate(io); }
 #endif

@@ -64,34 +64,26 @@ TEST(Negotiation, NewerHostMinorServesOlderPlugin) {
   EXPECT_EQ(load_error(host, "old_minor"), "");
 }
 
-TEST(Negotiation, OlderHostMinorRefusesPluginNeedingNewer) {
-  HostServices old_host(0);
-  std::string error = load_error(old_host, "current");
-  EXPECT_NE(error.find("needs zhost ABI 0." + std::to_string(ZHOST_ABI_MINOR) + " or newer"), std::string::npos)
-      << error;
-  EXPECT_NE(error.find("this host offers 0.0"), std::string::npos) << error;
-  EXPECT_NE(error.find("zhost_np_current.so"), std::string::npos) << error;
-  // ...while a plugin that asks only for 0.0 loads on the old host.
-  EXPECT_EQ(load_error(old_host, "old_minor"), "");
-}
-
-TEST(Negotiation, PluginNeedingFutureMinorIsRefused) {
+TEST(Negotiation, PluginNeedingNewerMinorIsRefusedNamingBothVersions) {
   HostServices host;
   std::string error = load_error(host, "needs_newer");
-  EXPECT_NE(error.find("needs zhost ABI 0." + std::to_string(ZHOST_ABI_MINOR + 1) + " or newer"), std::string::npos)
+  EXPECT_NE(error.find("needs zhost ABI 1." + std::to_string(ZHOST_ABI_MINOR + 1) + " or newer"), std::string::npos)
       << error;
+  EXPECT_NE(error.find("this host offers 1." + std::to_string(ZHOST_ABI_MINOR)), std::string::npos) << error;
+  EXPECT_NE(error.find("zhost_np_needs_newer.so"), std::string::npos) << error;
 }
 
-TEST(Negotiation, WrongMajorIsRefusedNamingBothMajors) {
+TEST(Negotiation, PreOneZeroMajorIsRefusedNamingBothMajors) {
   HostServices host;
   std::string error = load_error(host, "wrong_major");
-  EXPECT_NE(error.find("speaks zhost ABI major 1, this zhost speaks major 0"), std::string::npos) << error;
+  EXPECT_NE(error.find("speaks zhost ABI major 0, this zhost speaks major 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("rebuild it against the zhost SDK 1.x"), std::string::npos) << error;
 }
 
 TEST(Negotiation, MissingEntrySymbolIsRefused) {
   HostServices host;
   std::string error = load_error(host, "no_entry");
-  EXPECT_NE(error.find("no entry symbol 'zhost_plugin_v0'"), std::string::npos) << error;
+  EXPECT_NE(error.find("no entry symbol 'zhost_plugin_v1'"), std::string::npos) << error;
 }
 
 TEST(Negotiation, UndersizedDescriptorIsRefused) {

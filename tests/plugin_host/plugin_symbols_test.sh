@@ -13,7 +13,7 @@ for expected in "$@"; do
 done
 for so in "${plugins[@]}"; do
   exported=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v -E '^(_init|_fini|_edata|_end|__bss_start)$' || true)
-  if [ "$exported" != "zhost_plugin_v0" ]; then
+  if [ "$exported" != "zhost_plugin_v1" ]; then
     echo "FAIL: $(basename "$so") exports more than its entry: $(echo "$exported" | c++filt | head -5 | tr '\n' ' ')"
     status=1
   fi
@@ -28,5 +28,5 @@ for so in "${plugins[@]}"; do
     status=1
   fi
 done
-[ $status -eq 0 ] && echo "PASS: ${#plugins[@]} plugins export only zhost_plugin_v0 and need nothing of the host"
+[ $status -eq 0 ] && echo "PASS: ${#plugins[@]} plugins export only zhost_plugin_v1 and need nothing of the host"
 exit $status

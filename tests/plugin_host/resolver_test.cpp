@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "host/core/error.hpp"
-#include "zhost/offload.h"
+#include "zhost/zhost.h"
 
 using namespace zhost;
 
@@ -161,22 +161,6 @@ TEST(TierRoles, ParamsRoleNeedsAStoringTier) {
   EXPECT_NE(resolve_error(needs_for(zero), found)
                 .find("to store buffers (role params), but it declares running the optimizer"),
             std::string::npos);
-}
-
-// A tier built against 0.3 headers declares nothing: its roles come from its table.
-TEST(TierRoles, OldTiersAreInferredFromTheirTable) {
-  static const zhost_offload_api storing = {
-      ZHOST_OFFLOAD_API_SIZE_0_3, nullptr,
-      [](zhost_plugin_instance*, zhost_tier_io_args*) -> zhost_status* { return nullptr; },
-      [](zhost_plugin_instance*, zhost_tier_io_args*) -> zhost_status* { return nullptr; }};
-  static const zhost_plugin_api api = {
-      sizeof(zhost_plugin_api), nullptr, nullptr, nullptr, nullptr, nullptr, &storing, nullptr, nullptr};
-  LoadedPlugin old = tier("old", "offload:old", 0);
-  old.abi_minor = 3;
-  old.api = &api;
-  EXPECT_EQ(tier_flags(old), ZHOST_PLUGIN_FLAG_TIER_STORES);
-  old.abi_minor = 4;  // a 0.4 tier is taken at its word
-  EXPECT_EQ(tier_flags(old), 0u);
 }
 
 TEST(Resolver, FirstProviderInSearchOrderWins) {

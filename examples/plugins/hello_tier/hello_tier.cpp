@@ -55,7 +55,7 @@ class HelloTier : public zhost::sdk::TierDefaults {
     host_.info("hello_tier ready, capacity " + std::to_string(capacity_ >> 20) + " MiB");
   }
   ~HelloTier() {
-    for (auto& [key, slot] : slots_) host_.services()->buffer_release(host_.context(), slot.handle);
+    for (auto& [key, slot] : slots_) zhost::sdk::Status(host_.services(), host_.buffer_release(slot.handle));
   }
 
   zhost_tier_event* store(uint64_t key, const DLTensor& data) {
@@ -123,7 +123,7 @@ class HelloTier : public zhost::sdk::TierDefaults {
   void drop_slot(uint64_t key) {
     auto it = slots_.find(key);
     if (it == slots_.end()) return;
-    host_.check(host_.services()->buffer_release(host_.context(), it->second.handle));
+    host_.check(host_.buffer_release(it->second.handle));
     used_ -= it->second.bytes;
     slots_.erase(it);
   }
@@ -166,7 +166,7 @@ class HelloTier : public zhost::sdk::TierDefaults {
   mutable std::atomic<bool> busy_{false};  // CallGuard
 };
 
-// Its config check (ABI 0.10, docs/abi.md "Config checks"): `zhost config check` and `zhost run` ask it before
+// Its config check (docs/abi.md "Config checks"): `zhost config check` and `zhost run` ask it before
 // any rank starts. When the host says what a role it serves will keep (known with the world size, e.g. `config
 // check --nproc N`), each rank's share must fit hello_tier.capacity_mb, or the job would stop at its first
 // store with "hello_tier is full".

@@ -5,9 +5,15 @@
  *
  * Versioning (majors in the entry symbol's name, minors that only append, struct_size first): docs/abi.md,
  * section 1. Every struct has ZHOST_<NAME>_SIZE, its full size in these headers, and ZHOST_<NAME>_MIN_SIZE,
- * its size in the minor that introduced it: a reader accepts a struct from its minimum and reads fields
- * appended after it only through ZHOST_HAS_FIELD. That rule, and the tests that build plugins against frozen
- * copies of older headers, are written down once: docs/abi.md, "Versioning rule".
+ * its size in the minor that introduced it (1.0 for every struct today): a reader accepts a struct from its
+ * minimum and reads fields appended after it only through ZHOST_HAS_FIELD. That rule, and the test that builds
+ * plugins against the frozen copy of each released version, are written down once: docs/abi.md, "Versioning
+ * rule".
+ *
+ * Call shape (docs/abi.md "One args struct per call"): every function of every table takes its handle (the
+ * plugin's instance, or the host's context) and one args struct, so that a call grows by fields, never by new
+ * functions. The exceptions never grow: the status functions below, clock_ns, destroy, and the two handle-only
+ * queries abort_requested and device_memory_is_separate.
  *
  * Threading: nothing in this header holds state; status functions live in the host-services table and
  * are thread-safe.
@@ -23,29 +29,14 @@ extern "C" {
 #endif
 
 /* ---- version -------------------------------------------------------------------------------------- */
-#define ZHOST_ABI_MAJOR 0
-/* Minor history: 0 = first draft (descriptor, lifecycle, host services without collectives);
- *                1 = host services gain collectives, kv-store timeouts, trace spans and tier_for;
- *                2 = host services gain `params` (parameter storage for partitioned parameters, ZeRO stage 3);
- *                    the partition table gains gather_params;
- *                3 = host services gain `copies` (copies between host memory and the training device);
- *                4 = the tier contract: descriptor flags TIER_STORES/TIER_COMPUTES/TIER_USES_STORAGE, tier
- *                    role ZHOST_TIER_FOR_OPTIMIZER_STORAGE, the offload table gains test_event and
- *                    optimizer_drop, zhost_tier_step_args gains offset, zhost_optimizer_desc moves to
- *                    zhost/optimizer.h;
- *                5 = the partition table gains save_state and load_state (zhost_state_io), the offload table
- *                    optimizer_read_state and optimizer_write_state (checkpoints);
- *                6 = zhost_plugin_create_args gains tier_role (one instance per storing role);
- *                7 = the offload table gains optimizer_move_storage (hot swap of a computing tier's storage);
- *                8 = collective transforms are served (zhost/collective.h, final), the collectives table gains
- *                    topology (which node each rank is on);
- *                9 = the offload table gains optimizer_grad_done and optimizer_grad_zero (gradients in storage);
- *               10 = the lifecycle table gains check_config (zhost_config_check_args): a plugin's own checks of
- *                    the config, run by `zhost config check` and `zhost run`. */
-#define ZHOST_ABI_MINOR 10
+/* 1.0 is frozen (tests/abi/frozen/v1_0 holds its headers): later 1.x minors only append (docs/abi.md, section
+ * 1). The history of every version is docs/abi.md's "Version history", which a test checks against these
+ * numbers. */
+#define ZHOST_ABI_MAJOR 1
+#define ZHOST_ABI_MINOR 0
 
 /* The exported entry symbol for a major version. Hosts probe the newest major they know first. */
-#define ZHOST_ENTRY_SYMBOL_V0 "zhost_plugin_v0"
+#define ZHOST_ENTRY_SYMBOL_V1 "zhost_plugin_v1"
 
 /* ---- visibility ------------------------------------------------------------------------------------ */
 #if defined(_WIN32)
@@ -83,7 +74,7 @@ typedef struct zhost_ext_header {
   const struct zhost_ext_header* next; /* borrowed; NULL ends the chain */
 } zhost_ext_header;
 #define ZHOST_EXT_HEADER_SIZE ZHOST_STRUCT_SIZE(zhost_ext_header, next)
-#define ZHOST_EXT_HEADER_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_ext_header, next) /* since 0.0 */
+#define ZHOST_EXT_HEADER_MIN_SIZE ZHOST_EXT_HEADER_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_ext_header, ZHOST_EXT_HEADER_SIZE);
 
 #define ZHOST_EXT_THIRD_PARTY_BIT 0x80000000u

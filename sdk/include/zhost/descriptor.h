@@ -49,7 +49,7 @@ typedef struct zhost_config_key {
   const char* const* choices; /* STRING only: NULL-terminated allowed values, or NULL for any */
 } zhost_config_key;
 #define ZHOST_CONFIG_KEY_SIZE ZHOST_STRUCT_SIZE(zhost_config_key, choices)
-#define ZHOST_CONFIG_KEY_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_config_key, choices) /* since 0.0 */
+#define ZHOST_CONFIG_KEY_MIN_SIZE ZHOST_CONFIG_KEY_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_config_key, ZHOST_CONFIG_KEY_SIZE);
 
 /* Descriptor flags. */
@@ -65,11 +65,11 @@ ZHOST_ASSERT_STRUCT_COMPLETE(zhost_config_key, ZHOST_CONFIG_KEY_SIZE);
  * plugin fills its shards from params->initial_values, and materialises a block's parameters before the
  * block runs (pre_forward, pre_backward). */
 #define ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS (1u << 4)
-/* Offload tiers, 0.4: what the tier can do (docs/abi.md "Tier roles"). The host serves a role only with a
- * tier that declares it, and refuses a config that asks otherwise at `zhost config check`. A tier built
- * against older headers sets none of them; the host then infers them from its offload table. */
-#define ZHOST_PLUGIN_FLAG_TIER_STORES (1u << 5)   /* stores buffers: store, load, drop (optimizer storage, params) */
-#define ZHOST_PLUGIN_FLAG_TIER_COMPUTES (1u << 6) /* runs the optimizer over groups: the optimizer_* functions */
+/* Offload tiers: what the tier can do (docs/abi.md "Tier roles"). The host serves a role only with a tier that
+ * declares it, and refuses a config that asks otherwise at `zhost config check`; the tables a tier fills
+ * (zhost_plugin_api.storage, .optimizer) must match its flags. */
+#define ZHOST_PLUGIN_FLAG_TIER_STORES (1u << 5)   /* fills zhost/storage.h's table (optimizer storage, params) */
+#define ZHOST_PLUGIN_FLAG_TIER_COMPUTES (1u << 6) /* fills zhost/optimizer.h's table: runs the optimizer */
 /* computing: can keep its groups' master weights and optimizer states in a storage tier
  * (tier_for(ZHOST_TIER_FOR_OPTIMIZER_STORAGE)), loading them for each step */
 #define ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE (1u << 7)
@@ -89,7 +89,7 @@ typedef struct zhost_plugin_descriptor {
   uint64_t flags; /* ZHOST_PLUGIN_FLAG_* */
 } zhost_plugin_descriptor;
 #define ZHOST_PLUGIN_DESCRIPTOR_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_descriptor, flags)
-#define ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_descriptor, flags) /* since 0.0 */
+#define ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE ZHOST_PLUGIN_DESCRIPTOR_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_descriptor, ZHOST_PLUGIN_DESCRIPTOR_SIZE);
 
 #ifdef __cplusplus

@@ -33,9 +33,9 @@
 #include <dlpack/dlpack.h>
 
 #include "zhost/core.h"
-#include "zhost/offload.h" /* zhost_tier_storage_move (0.7) */
 #include "zhost/optimizer.h"
 #include "zhost/plugin.h"
+#include "zhost/storage.h" /* zhost_tier_storage_move */
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,7 +54,7 @@ typedef struct zhost_param_info {
                      * under ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS (no storage yet; see `params`) */
 } zhost_param_info;
 #define ZHOST_PARAM_INFO_SIZE ZHOST_STRUCT_SIZE(zhost_param_info, tensor)
-#define ZHOST_PARAM_INFO_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_param_info, tensor) /* since 0.1 */
+#define ZHOST_PARAM_INFO_MIN_SIZE ZHOST_PARAM_INFO_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_param_info, ZHOST_PARAM_INFO_SIZE);
 
 typedef struct zhost_partition_setup {
@@ -73,8 +73,7 @@ typedef struct zhost_partition_setup {
   int32_t gradient_accumulation_steps;
 } zhost_partition_setup;
 #define ZHOST_PARTITION_SETUP_SIZE ZHOST_STRUCT_SIZE(zhost_partition_setup, gradient_accumulation_steps)
-#define ZHOST_PARTITION_SETUP_MIN_SIZE /* since 0.1 */ \
-  ZHOST_STRUCT_SIZE(zhost_partition_setup, gradient_accumulation_steps)
+#define ZHOST_PARTITION_SETUP_MIN_SIZE ZHOST_PARTITION_SETUP_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_partition_setup, ZHOST_PARTITION_SETUP_SIZE);
 
 typedef struct zhost_micro_batch_args {
@@ -85,7 +84,7 @@ typedef struct zhost_micro_batch_args {
   int32_t is_boundary; /* 1 on the last micro-batch before step() */
 } zhost_micro_batch_args;
 #define ZHOST_MICRO_BATCH_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_micro_batch_args, is_boundary)
-#define ZHOST_MICRO_BATCH_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_micro_batch_args, is_boundary) /* since 0.1 */
+#define ZHOST_MICRO_BATCH_ARGS_MIN_SIZE ZHOST_MICRO_BATCH_ARGS_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_micro_batch_args, ZHOST_MICRO_BATCH_ARGS_SIZE);
 
 typedef struct zhost_step_args {
@@ -101,7 +100,7 @@ typedef struct zhost_step_args {
   int32_t overflow;      /* out: 1 when a gradient was inf/nan on any rank; the step was not taken */
 } zhost_step_args;
 #define ZHOST_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_step_args, overflow)
-#define ZHOST_STEP_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_step_args, overflow) /* since 0.1 */
+#define ZHOST_STEP_ARGS_MIN_SIZE ZHOST_STEP_ARGS_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_step_args, ZHOST_STEP_ARGS_SIZE);
 
 /* Extension type 1 (docs/abi.md 8), on the step args of the job's last step: after this step() returns the
@@ -109,7 +108,7 @@ ZHOST_ASSERT_STRUCT_COMPLETE(zhost_step_args, ZHOST_STEP_ARGS_SIZE);
  * delayed parameter update) completes it before returning. The extension is the bare header. */
 #define ZHOST_EXT_LAST_STEP 1u
 
-/* Extension type 3 (docs/abi.md 8; added within 0.9), on the step args of a step after which the host moves a
+/* Extension type 3 (docs/abi.md 8), on the step args of a step after which the host moves a
  * tier's states (a storage swap, Note [Storage swap]): a plugin that defers work past step() completes it before
  * returning, so that no call into a tier is in flight when step() returns. Unlike type 1 the job goes on. The
  * extension is the bare header; a plugin that defers nothing ignores it. */
@@ -129,10 +128,10 @@ typedef struct zhost_model_state_bytes {
   uint64_t offloaded; /* model states the plugin placed in an offload tier (host memory, NVMe) */
 } zhost_model_state_bytes;
 #define ZHOST_MODEL_STATE_BYTES_SIZE ZHOST_STRUCT_SIZE(zhost_model_state_bytes, offloaded)
-#define ZHOST_MODEL_STATE_BYTES_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_model_state_bytes, offloaded) /* since 0.1 */
+#define ZHOST_MODEL_STATE_BYTES_MIN_SIZE ZHOST_MODEL_STATE_BYTES_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_model_state_bytes, ZHOST_MODEL_STATE_BYTES_SIZE);
 
-/* ---- 0.5: model state out and in, for checkpoints (docs/checkpoints.md, "Fragments") ----------------------
+/* ---- model state out and in, for checkpoints (docs/checkpoints.md, "The format") ----------------------
  * A partition plugin's model state is, for each parameter, its fp32 master ("master") and its optimizer states
  * under the names of zhost/optimizer.h's kinds ("exp_avg", "exp_avg_sq", "momentum_buffer"), each an fp32
  * tensor of the parameter's shape, of which each rank holds some element ranges. The plugin describes what
@@ -148,7 +147,7 @@ typedef struct zhost_state_fragment {
                       * destination get fills */
 } zhost_state_fragment;
 #define ZHOST_STATE_FRAGMENT_SIZE ZHOST_STRUCT_SIZE(zhost_state_fragment, data)
-#define ZHOST_STATE_FRAGMENT_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_state_fragment, data) /* since 0.5 */
+#define ZHOST_STATE_FRAGMENT_MIN_SIZE ZHOST_STATE_FRAGMENT_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_state_fragment, ZHOST_STATE_FRAGMENT_SIZE);
 
 /* The host's side of save_state and load_state; the table and `user` are borrowed for the call. */
@@ -164,51 +163,86 @@ typedef struct zhost_state_io {
   zhost_status* (*get)(void* user, zhost_state_fragment* fragment);
 } zhost_state_io;
 #define ZHOST_STATE_IO_SIZE ZHOST_STRUCT_SIZE(zhost_state_io, get)
-#define ZHOST_STATE_IO_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_state_io, get) /* since 0.5 */
+#define ZHOST_STATE_IO_MIN_SIZE ZHOST_STATE_IO_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_state_io, ZHOST_STATE_IO_SIZE);
+
+/* pre_forward, post_forward, pre_backward, post_backward. */
+typedef struct zhost_block_args {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  int32_t block; /* in model order */
+} zhost_block_args;
+#define ZHOST_BLOCK_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_block_args, block)
+#define ZHOST_BLOCK_ARGS_MIN_SIZE ZHOST_BLOCK_ARGS_SIZE /* since 1.0 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_block_args, ZHOST_BLOCK_ARGS_SIZE);
+
+typedef struct zhost_grad_ready_args {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  uint32_t param_id;
+  /* the parameter's accumulated gradient (compute dtype, parameter's shape), borrowed for the call. With
+   * ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS the host frees it after the call: the plugin copies what it keeps;
+   * gradients then do not accumulate across micro-batches in the host, the plugin does that. */
+  const DLTensor* grad;
+} zhost_grad_ready_args;
+#define ZHOST_GRAD_READY_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_grad_ready_args, grad)
+#define ZHOST_GRAD_READY_ARGS_MIN_SIZE ZHOST_GRAD_READY_ARGS_SIZE /* since 1.0 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_grad_ready_args, ZHOST_GRAD_READY_ARGS_SIZE);
+
+typedef struct zhost_backward_end_args {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  int32_t micro_step; /* the micro-batch whose backward ended, as in begin_micro_batch */
+} zhost_backward_end_args;
+#define ZHOST_BACKWARD_END_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_backward_end_args, micro_step)
+#define ZHOST_BACKWARD_END_ARGS_MIN_SIZE ZHOST_BACKWARD_END_ARGS_SIZE /* since 1.0 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_backward_end_args, ZHOST_BACKWARD_END_ARGS_SIZE);
+
+typedef struct zhost_gather_param_args {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  uint32_t param_id;
+  DLTensor* out; /* the parameter's shape, contiguous, any dtype; host memory; borrowed for the call */
+} zhost_gather_param_args;
+#define ZHOST_GATHER_PARAM_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_gather_param_args, out)
+#define ZHOST_GATHER_PARAM_ARGS_MIN_SIZE ZHOST_GATHER_PARAM_ARGS_SIZE /* since 1.0 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_gather_param_args, ZHOST_GATHER_PARAM_ARGS_SIZE);
 
 typedef struct zhost_partition_api {
   size_t struct_size;
   const zhost_ext_header* ext;
-  zhost_status* (*setup)(zhost_plugin_instance* self, const zhost_partition_setup* setup);
+  zhost_status* (*setup)(zhost_plugin_instance* self, const zhost_partition_setup* args);
   zhost_status* (*begin_micro_batch)(zhost_plugin_instance* self, const zhost_micro_batch_args* args);
-  zhost_status* (*pre_forward)(zhost_plugin_instance* self, int32_t block);
-  zhost_status* (*post_forward)(zhost_plugin_instance* self, int32_t block);
-  zhost_status* (*pre_backward)(zhost_plugin_instance* self, int32_t block);
-  /* grad: the parameter's accumulated gradient (compute dtype, parameter's shape), borrowed for the call.
-   * With ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS the host frees it after the call: the plugin copies what it
-   * keeps; gradients then do not accumulate across micro-batches in the host, the plugin does that. */
-  zhost_status* (*grad_ready)(zhost_plugin_instance* self, uint32_t param_id, const DLTensor* grad);
-  zhost_status* (*post_backward)(zhost_plugin_instance* self, int32_t block);
-  zhost_status* (*backward_end)(zhost_plugin_instance* self);
+  zhost_status* (*pre_forward)(zhost_plugin_instance* self, const zhost_block_args* args);
+  zhost_status* (*post_forward)(zhost_plugin_instance* self, const zhost_block_args* args);
+  zhost_status* (*pre_backward)(zhost_plugin_instance* self, const zhost_block_args* args);
+  zhost_status* (*grad_ready)(zhost_plugin_instance* self, const zhost_grad_ready_args* args);
+  zhost_status* (*post_backward)(zhost_plugin_instance* self, const zhost_block_args* args);
+  zhost_status* (*backward_end)(zhost_plugin_instance* self, const zhost_backward_end_args* args);
   zhost_status* (*step)(zhost_plugin_instance* self, zhost_step_args* args);
   /* Optional (may be NULL): fills `out` (its struct_size set by the host) with the bytes this rank's
    * instance holds; called after setup(), with states allocated. */
   zhost_status* (*memory)(zhost_plugin_instance* self, zhost_model_state_bytes* out);
   /* Required with ZHOST_PLUGIN_FLAG_PARTITIONS_PARAMETERS (NULL otherwise): writes the current full value of
-   * parameter `param_id` into `out` (its shape, contiguous, any dtype; host memory), e.g. to save the model.
-   * Collective: every rank calls it with the same ids in the same order, outside a micro-batch. */
-  zhost_status* (*gather_param)(zhost_plugin_instance* self, uint32_t param_id, DLTensor* out);
-  /* 0.5, optional (NULL, or ZHOST_ERR_UNSUPPORTED: the job cannot save checkpoints): io->put for every
-   * fragment of master and optimizer state this rank saves. Called on every rank at a step boundary, outside
-   * a micro-batch; the plugin's state does not change. */
+   * parameter args->param_id into args->out, e.g. to save the model. Collective: every rank calls it with the
+   * same ids in the same order, outside a micro-batch. */
+  zhost_status* (*gather_param)(zhost_plugin_instance* self, const zhost_gather_param_args* args);
+  /* Optional (NULL, or ZHOST_ERR_UNSUPPORTED: the job cannot save checkpoints): io->put for every fragment of
+   * master and optimizer state this rank saves. Called on every rank at a step boundary, outside a micro-batch;
+   * the plugin's state does not change. */
   zhost_status* (*save_state)(zhost_plugin_instance* self, const zhost_state_io* io);
-  /* 0.5, optional (NULL: the job cannot resume): io->get for every fragment of state this rank holds, then
-   * the parameters' values made consistent with the loaded masters (16-bit copies, shards, all-gathers), as
-   * after a step. Collective: every rank calls it once, after setup() and before the first micro-batch. */
+  /* Optional (NULL: the job cannot resume): io->get for every fragment of state this rank holds, then the
+   * parameters' values made consistent with the loaded masters (16-bit copies, shards, all-gathers), as after a
+   * step. Collective: every rank calls it once, after setup() and before the first micro-batch. */
   zhost_status* (*load_state)(zhost_plugin_instance* self, const zhost_state_io* io);
-  /* 0.7, optional (NULL, or ZHOST_ERR_UNSUPPORTED: the job cannot swap its parameter storage): one phase of moving
+  /* Optional (NULL, or ZHOST_ERR_UNSUPPORTED: the job cannot swap its parameter storage): one phase of moving
    * every parameter shard the plugin keeps in its params tier (ZHOST_TIER_FOR_PARAMS) into another storing tier,
-   * with the phases and ownership of the offload table's optimizer_move_storage (docs/abi.md "Storage swap");
+   * with the phases and ownership of the optimizer table's move_storage (docs/abi.md "Storage swap");
    * args->storage->instance is never NULL. Called on every rank between steps, outside a micro-batch. */
   zhost_status* (*move_param_storage)(zhost_plugin_instance* self, zhost_tier_storage_move* args);
 } zhost_partition_api;
 #define ZHOST_PARTITION_API_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, move_param_storage)
-/* What a plugin built for ABI 0.5 or 0.6 fills: everything up to load_state. */
-#define ZHOST_PARTITION_API_SIZE_0_6 ZHOST_STRUCT_SIZE(zhost_partition_api, load_state)
-/* What a plugin built for ABI 0.2 to 0.4 fills: everything up to gather_param. */
-#define ZHOST_PARTITION_API_SIZE_0_4 ZHOST_STRUCT_SIZE(zhost_partition_api, gather_param)
-#define ZHOST_PARTITION_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_partition_api, memory) /* since 0.1 */
+#define ZHOST_PARTITION_API_MIN_SIZE ZHOST_PARTITION_API_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_partition_api, ZHOST_PARTITION_API_SIZE);
 
 #ifdef __cplusplus

@@ -2,7 +2,7 @@
  *
  * A plugin is a shared object exporting one C function per ABI major it speaks:
  *
- *     ZHOST_EXPORT zhost_status *zhost_plugin_v0(zhost_negotiation *io);
+ *     ZHOST_EXPORT zhost_status *zhost_plugin_v1(zhost_negotiation *io);
  *
  * Negotiation: the host fills the `host_*` fields and calls the entry. The plugin answers with the minor
  * of the headers it was built against, the oldest host minor it can run on, its static descriptor and
@@ -36,7 +36,8 @@ extern "C" {
 
 typedef struct zhost_plugin_instance zhost_plugin_instance; /* opaque, owned by the plugin */
 struct zhost_partition_api;
-struct zhost_offload_api;
+struct zhost_storage_api;
+struct zhost_optimizer_tier_api;
 struct zhost_collective_api;
 
 typedef struct zhost_plugin_create_args {
@@ -44,24 +45,34 @@ typedef struct zhost_plugin_create_args {
   const zhost_ext_header* ext;
   const zhost_host_services* host; /* valid until destroy() returns */
   zhost_host_context* ctx;         /* valid until destroy() returns */
-  zhost_plugin_instance* instance; /* out: the plugin's state, handed back to every call */
-  /* in, 0.6 (check with ZHOST_HAS_FIELD): for an offload tier, the one zhost_tier_role this instance serves
-   * when the job created an instance per storing role (docs/abi.md "One instance per storing role"); 0
-   * when the instance serves every role the job gave its plugin, when it is no tier, or from an older host */
+  /* in: for an offload tier, the one zhost_tier_role this instance serves when the job created an instance per
+   * storing role (docs/abi.md "One instance per storing role"); 0 when the instance serves every role the job
+   * gave its plugin, or when it is no tier */
   uint32_t tier_role;
+  zhost_plugin_instance* instance; /* out: the plugin's state, handed back to every call */
 } zhost_plugin_create_args;
-#define ZHOST_PLUGIN_CREATE_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, tier_role)
-#define ZHOST_PLUGIN_CREATE_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, instance) /* since 0.0 */
+#define ZHOST_PLUGIN_CREATE_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_create_args, instance)
+#define ZHOST_PLUGIN_CREATE_ARGS_MIN_SIZE ZHOST_PLUGIN_CREATE_ARGS_SIZE /* since 1.0 */
+
+typedef struct zhost_probe_args {
+  size_t struct_size;
+  const zhost_ext_header* ext;
+  const zhost_host_services* host; /* statuses, log, config lookups; valid during the call */
+  zhost_host_context* ctx;         /* valid during the call */
+} zhost_probe_args;
+#define ZHOST_PROBE_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_probe_args, ctx)
+#define ZHOST_PROBE_ARGS_MIN_SIZE ZHOST_PROBE_ARGS_SIZE /* since 1.0 */
+ZHOST_ASSERT_STRUCT_COMPLETE(zhost_probe_args, ZHOST_PROBE_ARGS_SIZE);
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_create_args, ZHOST_PLUGIN_CREATE_ARGS_SIZE);
 
-/* In, 0.10: the job as `zhost config check` and `zhost run` see it before any rank starts, for check_config
+/* In: the job as `zhost config check` and `zhost run` see it before any rank starts, for check_config
  * below (docs/abi.md "Config checks"). The host owns the struct and every pointer in it; all are valid during
- * the call only. A plugin reads fields after `ctx` only when ZHOST_HAS_FIELD says they are there. */
+ * the call only. */
 typedef struct zhost_config_check_args {
   size_t struct_size;
   const zhost_ext_header* ext;
   const zhost_host_services* host; /* statuses, log, config lookups; no buffers, collectives, params or copies */
-  zhost_host_context* ctx;         /* config_get_* answer the resolved values of the keys the plugin declares */
+  zhost_host_context* ctx;         /* config_get answers the resolved values of the keys the plugin declares */
   /* bit (1u << role) for each zhost_tier_role the job gives this plugin at start; 0 for no tier, and for a
    * storing tier the job may only swap in later (Note [Storage swap]): then check the settings given */
   uint32_t tier_roles;
@@ -86,7 +97,7 @@ typedef struct zhost_config_check_args {
   const char* key;
 } zhost_config_check_args;
 #define ZHOST_CONFIG_CHECK_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_config_check_args, key)
-#define ZHOST_CONFIG_CHECK_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_config_check_args, key) /* since 0.10 */
+#define ZHOST_CONFIG_CHECK_ARGS_MIN_SIZE ZHOST_CONFIG_CHECK_ARGS_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_config_check_args, ZHOST_CONFIG_CHECK_ARGS_SIZE);
 
 typedef struct zhost_plugin_api {
@@ -94,23 +105,26 @@ typedef struct zhost_plugin_api {
   const zhost_ext_header* ext;
   /* Optional (may be NULL): can this plugin run here (CPU features, CUDA present)? Called after
    * negotiation, before create; a non-NULL status with ZHOST_ERR_UNSUPPORTED explains why not. */
-  zhost_status* (*probe)(const zhost_host_services* host, zhost_host_context* ctx);
-  zhost_status* (*create)(zhost_plugin_create_args* args);
-  void (*destroy)(zhost_plugin_instance* instance); /* joins the instance's threads; cannot fail */
-  /* Exactly the table matching the descriptor's kind is non-NULL. */
-  const struct zhost_partition_api* partition;
-  const struct zhost_offload_api* offload;
-  const struct zhost_collective_api* collective;
-  /* Optional (may be NULL), 0.10: does the job's config suit this plugin (its folders, its sizes against the
+  zhost_status* (*probe)(const zhost_probe_args* args);
+  /* Optional (may be NULL): does the job's config suit this plugin (its folders, its sizes against the
    * model)? Called by `zhost config check` and `zhost run` before any rank starts, once per chosen plugin
    * (not per instance), and by each rank before create; no instance exists. Must not keep anything after it
    * returns (files it tries, it removes). A non-NULL status with ZHOST_ERR_CONFIG refuses the config: the host
    * prints its message as one config error line at args->key; ZHOST_ERR_UNSUPPORTED says the plugin cannot
    * run here. */
   zhost_status* (*check_config)(zhost_config_check_args* args);
+  zhost_status* (*create)(zhost_plugin_create_args* args);
+  void (*destroy)(zhost_plugin_instance* instance); /* joins the instance's threads; cannot fail */
+  /* The tables of the descriptor's kind: `partition` for ZHOST_KIND_PARTITION, `collective` for
+   * ZHOST_KIND_COLLECTIVE; for ZHOST_KIND_OFFLOAD `storage` when the tier stores and `optimizer` when it
+   * computes (ZHOST_PLUGIN_FLAG_TIER_STORES / _COMPUTES), at least one. The others are NULL. */
+  const struct zhost_partition_api* partition;
+  const struct zhost_storage_api* storage;
+  const struct zhost_optimizer_tier_api* optimizer;
+  const struct zhost_collective_api* collective;
 } zhost_plugin_api;
-#define ZHOST_PLUGIN_API_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, check_config)
-#define ZHOST_PLUGIN_API_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, collective) /* since 0.0 */
+#define ZHOST_PLUGIN_API_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_api, collective)
+#define ZHOST_PLUGIN_API_MIN_SIZE ZHOST_PLUGIN_API_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_api, ZHOST_PLUGIN_API_SIZE);
 
 typedef struct zhost_negotiation {
@@ -130,10 +144,10 @@ typedef struct zhost_negotiation {
   const zhost_plugin_api* api;               /* static */
 } zhost_negotiation;
 #define ZHOST_NEGOTIATION_SIZE ZHOST_STRUCT_SIZE(zhost_negotiation, api)
-#define ZHOST_NEGOTIATION_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_negotiation, api) /* since 0.0 */
+#define ZHOST_NEGOTIATION_MIN_SIZE ZHOST_NEGOTIATION_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_negotiation, ZHOST_NEGOTIATION_SIZE);
 
-typedef zhost_status* (*zhost_plugin_entry_v0_fn)(zhost_negotiation* io);
+typedef zhost_status* (*zhost_plugin_entry_v1_fn)(zhost_negotiation* io);
 
 #ifdef __cplusplus
 }

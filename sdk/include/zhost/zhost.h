@@ -5,8 +5,8 @@
 #include "zhost/core.h"
 #include "zhost/descriptor.h"
 #include "zhost/host.h"
-#include "zhost/offload.h"
 #include "zhost/optimizer.h"
 #include "zhost/partition.h"
 #include "zhost/plugin.h"
+#include "zhost/storage.h"
 #endif

@@ -33,27 +33,23 @@ void wait_for(const sdk::Host& host, zhost_work*& work) {
   if (!work) return;
   zhost_work* in_flight = work;
   work = nullptr;
-  host.check(host.services()->collectives->wait(host.context(), in_flight));
+  host.check(host.wait_work(in_flight));
 }
 
 void abandon(const sdk::Host& host, zhost_work*& work) noexcept {
   if (!work) return;
-  if (zhost_status* status = host.services()->collectives->wait(host.context(), work))
-    host.services()->status_destroy(status);
+  if (zhost_status* status = host.wait_work(work)) host.services()->status_destroy(status);
   work = nullptr;
 }
 
 OptimizerTier OptimizerTier::find(const sdk::Host& host) {
   OptimizerTier tier(host);
   zhost_tier_ref& ref = tier.ref_;
-  const zhost_host_services* services = host.services();
   ref.struct_size = sizeof(ref);
-  if (!ZHOST_HAS_FIELD(services, zhost_host_services, tier_for) || !services->tier_for) return tier;
-  host.check(services->tier_for(host.context(), ZHOST_TIER_FOR_OPTIMIZER, &ref));
+  ref.role = ZHOST_TIER_FOR_OPTIMIZER;
+  host.check(host.services()->tier_for(host.context(), &ref));
   if (!ref.instance) return tier;
-  const zhost_offload_api* api = ref.api;
-  if (!api || !ZHOST_HAS_FIELD(api, zhost_offload_api, optimizer_step) || !api->optimizer_setup ||
-      !api->optimizer_grad || !api->optimizer_step)
+  if (!ref.optimizer)
     throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED,
                            kit::format("offload tier '{}' stores buffers but cannot run the optimizer; use "
                                        "zero.offload_optimizer.device = \"cpu\"",
@@ -70,10 +66,12 @@ at::Tensor OptimizerTier::add_group(uint64_t key, const zhost_optimizer_desc& op
   setup.key = key;
   setup.optimizer = &optimizer;
   setup.initial_master = &initial;
-  host_.check(ref_.api->optimizer_setup(ref_.instance, &setup));
-  DLTensor grad{};
-  host_.check(ref_.api->optimizer_grad(ref_.instance, key, &grad));
-  return kit::tensor_view(grad);
+  host_.check(ref_.optimizer->setup(ref_.instance, &setup));
+  zhost_tier_grad_args grad{};
+  grad.struct_size = sizeof(grad);
+  grad.key = key;
+  host_.check(ref_.optimizer->grad(ref_.instance, &grad));
+  return kit::tensor_view(grad.grad);
 }
 
 zhost_tier_step_args OptimizerTier::step_args(uint64_t key, int64_t step, double lr, double grad_scale) const {
@@ -91,35 +89,40 @@ void OptimizerTier::step(uint64_t key, int64_t step, double lr, double grad_scal
   DLTensor out = dl_view(params_out);
   args.params_out = &out;
   const ScopedSpan span(host_, "tier_step");
-  host_.check(ref_.api->optimizer_step(ref_.instance, &args));
+  host_.check(ref_.optimizer->step(ref_.instance, &args));
 }
 
-bool OptimizerTier::steps_ranges() const {
-  return ZHOST_HAS_FIELD(ref_.api, zhost_offload_api, optimizer_step_range) && ref_.api->optimizer_step_range;
-}
+bool OptimizerTier::steps_ranges() const { return ref_.optimizer->step_range != nullptr; }
 
 void OptimizerTier::step_range(uint64_t key, int64_t offset, int64_t step, double lr, double grad_scale,
                                const at::Tensor& params_out) const {
   zhost_tier_step_args args = step_args(key, step, lr, grad_scale);
   DLTensor out = dl_view(params_out);
   args.params_out = &out;
-  args.offset = offset;  // 0.4 tiers read it here, 0.3 tiers from the argument
+  args.offset = offset;
   const ScopedSpan span(host_, "tier_step");
-  host_.check(ref_.api->optimizer_step_range(ref_.instance, &args, offset));
+  host_.check(ref_.optimizer->step_range(ref_.instance, &args));
 }
 
 bool OptimizerTier::grad_done(uint64_t key, int64_t offset, int64_t numel) const {
-  // The two come as a pair (0.9): a tier that could move gradients but not zero them is told nothing, so its
+  // The two come as a pair: a tier that could move gradients but not zero them is told nothing, so its
   // accumulators stay in host memory and a skipped step zeroes them there.
-  if (!ZHOST_HAS_FIELD(ref_.api, zhost_offload_api, optimizer_grad_zero) || !ref_.api->optimizer_grad_done ||
-      !ref_.api->optimizer_grad_zero)
-    return false;
-  int32_t moved = 0;
-  host_.check(ref_.api->optimizer_grad_done(ref_.instance, key, offset, numel, &moved));
-  return moved != 0;
+  if (!ref_.optimizer->grad_done || !ref_.optimizer->grad_zero) return false;
+  zhost_tier_grad_done_args args{};
+  args.struct_size = sizeof(args);
+  args.key = key;
+  args.offset = offset;
+  args.numel = numel;
+  host_.check(ref_.optimizer->grad_done(ref_.instance, &args));
+  return args.moved != 0;
 }
 
-void OptimizerTier::grad_zero(uint64_t key) const { host_.check(ref_.api->optimizer_grad_zero(ref_.instance, key)); }
+void OptimizerTier::grad_zero(uint64_t key) const {
+  zhost_tier_key_args args{};
+  args.struct_size = sizeof(args);
+  args.key = key;
+  host_.check(ref_.optimizer->grad_zero(ref_.instance, &args));
+}
 
 void StagedStep::step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& device) {
   const int64_t numel = device.numel();
@@ -166,19 +169,15 @@ void note_reduce_scatter_key(const sdk::Host& host) {
 uint64_t OptimizerTier::bytes() const {
   zhost_tier_memory memory{};
   memory.struct_size = sizeof(memory);
-  if (ZHOST_HAS_FIELD(ref_.api, zhost_offload_api, memory) && ref_.api->memory)
-    host_.check(ref_.api->memory(ref_.instance, &memory));
+  host_.check(ref_.optimizer->memory(ref_.instance, &memory));
   return memory.host_bytes + memory.storage_bytes;
 }
 
 void OptimizerTier::check_checkpointable(const char* action) const {
-  const zhost_offload_api& api = *ref_.api;
-  if (ZHOST_HAS_FIELD(&api, zhost_offload_api, optimizer_write_state) && api.optimizer_read_state &&
-      api.optimizer_write_state)
-    return;
+  if (ref_.optimizer->read_state && ref_.optimizer->write_state) return;
   throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED,
                          kit::format("cannot {} a checkpoint: tier '{}' holds the optimizer and cannot hand out its "
-                                     "states (no optimizer_read_state, ABI 0.5)",
+                                     "states (no read_state in its optimizer table)",
                                      action, name()));
 }
 
@@ -192,8 +191,8 @@ void OptimizerTier::copy_state(uint64_t key, const std::string& state, int64_t o
   args.state = state.c_str();
   args.offset = offset;
   args.data = &view;
-  host_.check(into_group ? ref_.api->optimizer_write_state(ref_.instance, &args)
-                         : ref_.api->optimizer_read_state(ref_.instance, &args));
+  host_.check(into_group ? ref_.optimizer->write_state(ref_.instance, &args)
+                         : ref_.optimizer->read_state(ref_.instance, &args));
 }
 
 HostCopies::Copy& HostCopies::Copy::operator=(Copy&& other) noexcept {
@@ -207,28 +206,26 @@ HostCopies::Copy& HostCopies::Copy::operator=(Copy&& other) noexcept {
 
 HostCopies::Copy::~Copy() {
   if (!copy_) return;
-  if (zhost_status* status = host_.copies()->wait(host_.context(), copy_)) host_.services()->status_destroy(status);
+  if (zhost_status* status = host_.copy_wait(copy_)) host_.services()->status_destroy(status);
 }
 
 void HostCopies::Copy::order_compute_after() const {
-  if (copy_) host_.check(host_.copies()->order_compute_after(host_.context(), copy_));
+  if (copy_) host_.copy_order_compute_after(copy_);
 }
 
 void HostCopies::Copy::wait() {
   if (!copy_) return;
   zhost_copy* copy = std::exchange(copy_, nullptr);
   const ScopedSpan span(host_, "copy_wait");
-  host_.check(host_.copies()->wait(host_.context(), copy));
+  host_.check(host_.copy_wait(copy));
 }
 
 HostCopies HostCopies::find(const sdk::Host& host, const at::Device& device) {
   HostCopies copies;
   const zhost_copy_services* services = host.copies();
   if (!services) {
-    if (device.is_cpu()) return copies;  // an older host training in host memory: nothing to stage
-    throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED,
-                           "offloading from a device needs the host's copy services (zhost "
-                           "ABI 0.3); update zhost");
+    if (device.is_cpu()) return copies;  // no training job (a test host): nothing to stage
+    throw sdk::PluginError(ZHOST_ERR_UNSUPPORTED, "offloading from a device needs the host's copy services");
   }
   copies.host_ = host;
   copies.separate_ = services->device_memory_is_separate(host.context()) != 0;
@@ -242,9 +239,7 @@ at::Tensor HostCopies::host_empty(int64_t numel, at::ScalarType dtype) const {
 
 HostCopies::Copy HostCopies::start(const at::Tensor& src, const at::Tensor& dst) const {
   DLTensor src_dl = dl_view(src), dst_dl = dl_view(dst);
-  zhost_copy* copy = nullptr;
-  host_.check(host_.copies()->start(host_.context(), &src_dl, &dst_dl, &copy));
-  return Copy(host_, copy);
+  return Copy(host_, host_.copy_start(src_dl, dst_dl));
 }
 
 }  // namespace zhost::zero

@@ -8,9 +8,7 @@
 //     // true: served (args.recv holds the result); false: the host runs the collective unchanged.
 //     bool interpose(zhost_collective_op op, zhost_collective_args& args);
 //   };
-//   const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr,
-//                                  InstanceOf<MyTransform>::create, InstanceOf<MyTransform>::destroy,
-//                                  nullptr, nullptr, &CollectiveTableOf<MyTransform>::table};
+//   const zhost_plugin_api kApi = zhost::sdk::collective_api<MyTransform>();
 #ifndef ZHOST_CPP_COLLECTIVE_HPP
 #define ZHOST_CPP_COLLECTIVE_HPP
 
@@ -30,14 +28,26 @@ template <typename T>
 struct CollectiveTableOf {
   static constexpr zhost_collective_api table = {
       sizeof(zhost_collective_api), nullptr,
-      [](zhost_plugin_instance* s, zhost_collective_op op, zhost_collective_args* args, int32_t* handled) {
-        *handled = 0;
-        return guard([&] { *handled = InstanceOf<T>::self(s).interpose(op, *args) ? 1 : 0; });
+      [](zhost_plugin_instance* s, zhost_interpose_args* args) {
+        args->handled = 0;
+        return guard([&] { args->handled = InstanceOf<T>::self(s).interpose(args->op, *args->collective) ? 1 : 0; });
       },
       [](zhost_plugin_instance* s, zhost_model_state_bytes* out) {
         return guard([&] { InstanceOf<T>::self(s).memory(*out); });
       }};
 };
+
+// The lifecycle table of a transform plugin whose instance is a T; `check` is its config check, or nullptr.
+template <typename T>
+constexpr zhost_plugin_api collective_api(zhost_status* (*check)(zhost_config_check_args*) = nullptr) {
+  zhost_plugin_api api{};
+  api.struct_size = sizeof(zhost_plugin_api);
+  api.check_config = check;
+  api.create = InstanceOf<T>::create;
+  api.destroy = InstanceOf<T>::destroy;
+  api.collective = &CollectiveTableOf<T>::table;
+  return api;
+}
 
 // Where the job's ranks run (zhost_topology), copied out of the host's answer.
 struct Topology {
@@ -53,18 +63,16 @@ struct Topology {
   }
 };
 
-// The job's topology; throws PluginError(ZHOST_ERR_UNSUPPORTED) from a host before ABI 0.8.
+// The job's topology.
 inline Topology topology(const Host& host) {
   const zhost_collectives& c = host.collectives();
-  if (!ZHOST_HAS_FIELD(&c, zhost_collectives, topology) || c.topology == nullptr)
-    throw PluginError(ZHOST_ERR_UNSUPPORTED, "the host does not say which node each rank runs on (zhost ABI 0.8)");
   zhost_topology out{};
   out.struct_size = sizeof(out);
   host.check(c.topology(host.context(), &out));
   Topology t;
   t.num_nodes = out.num_nodes;
   t.node = out.node;
-  const int world = c.world_size(host.context(), nullptr);
+  const int world = host.group_info().size;
   t.node_of_rank.assign(out.node_of_rank, out.node_of_rank + world);
   return t;
 }

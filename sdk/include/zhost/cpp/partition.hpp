@@ -9,9 +9,7 @@
 //     void grad_ready(uint32_t param_id, const DLTensor& grad);
 //     void step(zhost_step_args& args);
 //   };
-//   const zhost_plugin_api kApi = {sizeof(zhost_plugin_api), nullptr, nullptr,
-//                                  InstanceOf<MyStage>::create, InstanceOf<MyStage>::destroy,
-//                                  &PartitionTableOf<MyStage>::table, nullptr, nullptr};
+//   const zhost_plugin_api kApi = zhost::sdk::partition_api<MyStage>();
 #ifndef ZHOST_CPP_PARTITION_HPP
 #define ZHOST_CPP_PARTITION_HPP
 
@@ -32,14 +30,14 @@ struct PartitionHooks {
   void gather_param(uint32_t, DLTensor&) {
     throw PluginError(ZHOST_ERR_UNSUPPORTED, "this partition plugin keeps whole parameters: nothing to gather");
   }
-  // Checkpoints (0.5): a class that does not define these cannot save or resume.
+  // Checkpoints: a class that does not define these cannot save or resume.
   void save_state(const zhost_state_io&) {
     throw PluginError(ZHOST_ERR_UNSUPPORTED, "this partition plugin cannot save its state to a checkpoint");
   }
   void load_state(const zhost_state_io&) {
     throw PluginError(ZHOST_ERR_UNSUPPORTED, "this partition plugin cannot load its state from a checkpoint");
   }
-  // Hot swap (0.7): a class that does not define it keeps its parameter storage for the whole job.
+  // Hot swap: a class that does not define it keeps its parameter storage for the whole job.
   void move_param_storage(zhost_tier_storage_move&) {
     throw PluginError(ZHOST_ERR_UNSUPPORTED, "this partition plugin cannot move its parameters to another storage");
   }
@@ -58,18 +56,24 @@ struct PartitionTableOf {
       [](zhost_plugin_instance* s, const zhost_micro_batch_args* args) {
         return guard([&] { self(s).begin_micro_batch(*args); });
       },
-      [](zhost_plugin_instance* s, int32_t block) { return guard([&] { self(s).pre_forward(block); }); },
-      [](zhost_plugin_instance* s, int32_t block) { return guard([&] { self(s).post_forward(block); }); },
-      [](zhost_plugin_instance* s, int32_t block) { return guard([&] { self(s).pre_backward(block); }); },
-      [](zhost_plugin_instance* s, uint32_t id, const DLTensor* grad) {
-        return guard([&] { self(s).grad_ready(id, *grad); });
+      [](zhost_plugin_instance* s, const zhost_block_args* a) { return guard([&] { self(s).pre_forward(a->block); }); },
+      [](zhost_plugin_instance* s, const zhost_block_args* a) {
+        return guard([&] { self(s).post_forward(a->block); });
       },
-      [](zhost_plugin_instance* s, int32_t block) { return guard([&] { self(s).post_backward(block); }); },
-      [](zhost_plugin_instance* s) { return guard([&] { self(s).backward_end(); }); },
+      [](zhost_plugin_instance* s, const zhost_block_args* a) {
+        return guard([&] { self(s).pre_backward(a->block); });
+      },
+      [](zhost_plugin_instance* s, const zhost_grad_ready_args* a) {
+        return guard([&] { self(s).grad_ready(a->param_id, *a->grad); });
+      },
+      [](zhost_plugin_instance* s, const zhost_block_args* a) {
+        return guard([&] { self(s).post_backward(a->block); });
+      },
+      [](zhost_plugin_instance* s, const zhost_backward_end_args*) { return guard([&] { self(s).backward_end(); }); },
       [](zhost_plugin_instance* s, zhost_step_args* args) { return guard([&] { self(s).step(*args); }); },
       [](zhost_plugin_instance* s, zhost_model_state_bytes* out) { return guard([&] { self(s).memory(*out); }); },
-      [](zhost_plugin_instance* s, uint32_t id, DLTensor* out) {
-        return guard([&] { self(s).gather_param(id, *out); });
+      [](zhost_plugin_instance* s, const zhost_gather_param_args* a) {
+        return guard([&] { self(s).gather_param(a->param_id, *a->out); });
       },
       [](zhost_plugin_instance* s, const zhost_state_io* io) { return guard([&] { self(s).save_state(*io); }); },
       [](zhost_plugin_instance* s, const zhost_state_io* io) { return guard([&] { self(s).load_state(*io); }); },
@@ -78,6 +82,18 @@ struct PartitionTableOf {
       },
   };
 };
+
+// The lifecycle table of a partition plugin whose instance is a T; `check` is its config check, or nullptr.
+template <typename T>
+constexpr zhost_plugin_api partition_api(zhost_status* (*check)(zhost_config_check_args*) = nullptr) {
+  zhost_plugin_api api{};
+  api.struct_size = sizeof(zhost_plugin_api);
+  api.check_config = check;
+  api.create = InstanceOf<T>::create;
+  api.destroy = InstanceOf<T>::destroy;
+  api.partition = &PartitionTableOf<T>::table;
+  return api;
+}
 
 }  // namespace zhost::sdk
 

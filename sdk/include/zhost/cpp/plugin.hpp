@@ -3,12 +3,12 @@
 //   - Status:            RAII owner of a zhost_status received from the host.
 //   - PluginError:       (zhost/cpp/error.hpp) the exception plugin code throws; guard() turns it into a status.
 //   - guard():           runs a lambda, converting any exception into a status (no exception may cross).
-//   - Host:              the host-services table bound to one instance's context, with throwing helpers
-//                        (log, config lookups, buffers, kv store).
+//   - Host:              the host-services table bound to one instance's context, with helpers that build each
+//                        call's args struct (log, config lookups, group info, copies, buffer release).
 //   - DescriptorBuilder: builds the static descriptor (strings, arrays and key specs it owns).
-//   - ZHOST_PLUGIN_ENTRY: defines the exported zhost_plugin_v0 entry from a descriptor and a lifecycle table.
+//   - ZHOST_PLUGIN_ENTRY: defines the exported zhost_plugin_v1 entry from a descriptor and a lifecycle table.
 //   - InstanceOf<T>:     create/destroy functions that construct and delete a C++ object as the instance.
-//   - ConfigCheck:       what check_config (ABI 0.10) gets, for `void check(const ConfigCheck&)`, and its
+//   - ConfigCheck:       what check_config gets, for `void check(const ConfigCheck&)`, and its
 //                        entry check_config_entry<check>.
 //
 // Only the C ABI crosses the shared-object boundary: nothing here is exported except the entry.
@@ -51,7 +51,7 @@ class Status {
   zhost_status* status_;
 };
 
-// The host-services table this plugin negotiated with (set by negotiate_v0; one per plugin library,
+// The host-services table this plugin negotiated with (set by negotiate_v1; one per plugin library,
 // since these helpers are header-only and plugins hide their symbols).
 inline const zhost_host_services*& negotiated_host() {
   static const zhost_host_services* host = nullptr;
@@ -90,32 +90,25 @@ class Host {
       : services_(services), ctx_(ctx), tier_role_(tier_role) {}
   const zhost_host_services* services() const { return services_; }
   zhost_host_context* context() const { return ctx_; }
-  // For an offload tier, the one zhost_tier_role this instance was created for (ABI 0.6,
-  // zhost_plugin_create_args.tier_role); 0 when it serves every role its plugin was given.
+  // For an offload tier, the one zhost_tier_role this instance was created for
+  // (zhost_plugin_create_args.tier_role); 0 when it serves every role its plugin was given.
   uint32_t tier_role() const { return tier_role_; }
 
-  void log(zhost_log_level level, const std::string& message) const { services_->log(ctx_, level, message.c_str()); }
+  void log(zhost_log_level level, const std::string& message) const {
+    zhost_log_args args{};
+    args.struct_size = sizeof(args);
+    args.level = level;
+    args.message = message.c_str();
+    services_->log(ctx_, &args);
+  }
   void info(const std::string& message) const { log(ZHOST_LOG_INFO, message); }
   void warn(const std::string& message) const { log(ZHOST_LOG_WARN, message); }
 
-  bool config_bool(const char* key) const {
-    int32_t value = 0;
-    check(services_->config_get_bool(ctx_, key, &value));
-    return value != 0;
-  }
-  int64_t config_int(const char* key) const {
-    int64_t value = 0;
-    check(services_->config_get_int(ctx_, key, &value));
-    return value;
-  }
-  double config_float(const char* key) const {
-    double value = 0;
-    check(services_->config_get_float(ctx_, key, &value));
-    return value;
-  }
+  bool config_bool(const char* key) const { return config(key, ZHOST_CONFIG_BOOL).bool_value != 0; }
+  int64_t config_int(const char* key) const { return config(key, ZHOST_CONFIG_INT).int_value; }
+  double config_float(const char* key) const { return config(key, ZHOST_CONFIG_FLOAT).float_value; }
   std::string config_string(const char* key) const {
-    const char* value = nullptr;
-    check(services_->config_get_string(ctx_, key, &value));
+    const char* value = config(key, ZHOST_CONFIG_STRING).string_value;
     return value ? value : "";
   }
 
@@ -126,16 +119,78 @@ class Host {
     return *services_->collectives;
   }
 
-  // Copies between host memory and the training device (ABI 0.3), or nullptr (an older host, or no
-  // training job).
-  const zhost_copy_services* copies() const {
-    return ZHOST_HAS_FIELD(services_, zhost_host_services, copies) ? services_->copies : nullptr;
+  // Copies between host memory and the training device, or nullptr outside a training job.
+  const zhost_copy_services* copies() const { return services_->copies; }
+
+  // This rank's index and the size of `group` (nullptr: the data-parallel world); throws without collectives.
+  zhost_group_info_args group_info(zhost_group* group = nullptr) const {
+    zhost_group_info_args args{};
+    args.struct_size = sizeof(args);
+    args.group = group;
+    check(collectives().group_info(ctx_, &args));
+    return args;
+  }
+  // A sub-group of the job-wide `ranks` (collective: every member calls it alike); lives until the job ends.
+  zhost_group* new_group(const int32_t* ranks, size_t num_ranks) const {
+    zhost_new_group_args args{};
+    args.struct_size = sizeof(args);
+    args.ranks = ranks;
+    args.num_ranks = num_ranks;
+    check(collectives().new_group(ctx_, &args));
+    return args.group;
+  }
+  // Completes an asynchronous collective (NULL: nothing to wait for); the status, not thrown.
+  zhost_status* wait_work(zhost_work* work) const {
+    zhost_work_wait_args args{};
+    args.struct_size = sizeof(args);
+    args.work = work;
+    return collectives().wait(ctx_, &args);
+  }
+
+  // Copies between host memory and the training device (copies() must be non-NULL); NULL: done already.
+  zhost_copy* copy_start(const DLTensor& src, DLTensor& dst) const {
+    zhost_copy_start_args args{};
+    args.struct_size = sizeof(args);
+    args.src = &src;
+    args.dst = &dst;
+    check(services_->copies->start(ctx_, &args));
+    return args.copy;
+  }
+  void copy_order_compute_after(zhost_copy* copy) const {
+    zhost_copy_args args{};
+    args.struct_size = sizeof(args);
+    args.copy = copy;
+    check(services_->copies->order_compute_after(ctx_, &args));
+  }
+  // Completes and frees `copy`; the status, not thrown (destructors call it).
+  zhost_status* copy_wait(zhost_copy* copy) const {
+    zhost_copy_args args{};
+    args.struct_size = sizeof(args);
+    args.copy = copy;
+    return services_->copies->wait(ctx_, &args);
+  }
+
+  // Releases a buffer of buffer_alloc; the status, not thrown (destructors call it).
+  zhost_status* buffer_release(zhost_buffer_handle handle) const {
+    zhost_buffer_release_args args{};
+    args.struct_size = sizeof(args);
+    args.handle = handle;
+    return services_->buffer_release(ctx_, &args);
   }
 
   // Throws PluginError if `status` is an error (and releases it either way).
   void check(zhost_status* status) const { Status(services_, status).throw_if_error(); }
 
  private:
+  zhost_config_get_args config(const char* key, zhost_config_type type) const {
+    zhost_config_get_args args{};
+    args.struct_size = sizeof(args);
+    args.key = key;
+    args.type = type;
+    check(services_->config_get(ctx_, &args));
+    return args;
+  }
+
   const zhost_host_services* services_;
   zhost_host_context* ctx_;
   uint32_t tier_role_ = 0;
@@ -245,9 +300,9 @@ class DescriptorBuilder {
   std::vector<std::pair<size_t, size_t>> pending_choices_;
 };
 
-// Answers the host's negotiation for ABI major 0. `min_host_minor` is the oldest host minor whose
+// Answers the host's negotiation for ABI major 1. `min_host_minor` is the oldest host minor whose
 // features this plugin uses (defaults to the minor it was built with: always safe).
-inline zhost_status* negotiate_v0(zhost_negotiation* io, const zhost_plugin_descriptor* descriptor,
+inline zhost_status* negotiate_v1(zhost_negotiation* io, const zhost_plugin_descriptor* descriptor,
                                   const zhost_plugin_api* api, uint32_t min_host_minor = ZHOST_ABI_MINOR) {
   if (io == nullptr || io->struct_size < ZHOST_NEGOTIATION_MIN_SIZE) return nullptr;  // cannot even answer
   negotiated_host() = io->host;
@@ -258,7 +313,7 @@ inline zhost_status* negotiate_v0(zhost_negotiation* io, const zhost_plugin_desc
   return nullptr;
 }
 
-// A plugin's check of the job's config (zhost_plugin_api.check_config, ABI 0.10), handed to a C++ function
+// A plugin's check of the job's config (zhost_plugin_api.check_config), handed to a C++ function
 // `void check(const ConfigCheck&)` that throws to refuse (docs/abi.md "Config checks"). No instance exists.
 class ConfigCheck {
  public:
@@ -292,8 +347,7 @@ template <typename T>
 struct InstanceOf {
   static zhost_status* create(zhost_plugin_create_args* args) {
     return guard(args->host, [&] {
-      const uint32_t role = ZHOST_HAS_FIELD(args, zhost_plugin_create_args, tier_role) ? args->tier_role : 0;
-      args->instance = reinterpret_cast<zhost_plugin_instance*>(new T(Host(args->host, args->ctx, role)));
+      args->instance = reinterpret_cast<zhost_plugin_instance*>(new T(Host(args->host, args->ctx, args->tier_role)));
     });
   }
   static void destroy(zhost_plugin_instance* instance) { delete reinterpret_cast<T*>(instance); }
@@ -302,10 +356,10 @@ struct InstanceOf {
 
 }  // namespace zhost::sdk
 
-// Defines the exported entry for ABI major 0. `describe` is an expression yielding the descriptor
+// Defines the exported entry for ABI major 1. `describe` is an expression yielding the descriptor
 // pointer (evaluated once, on first negotiation), `api` a pointer to the plugin's static lifecycle table.
 #define ZHOST_PLUGIN_ENTRY(describe, api)                                        \
-  extern "C" ZHOST_EXPORT zhost_status* zhost_plugin_v0(zhost_negotiation* io) { \
+  extern "C" ZHOST_EXPORT zhost_status* zhost_plugin_v1(zhost_negotiation* io) { \
     static const zhost_plugin_descriptor* zhost_descriptor_ = (describe);        \
-    return ::zhost::sdk::negotiate_v0(io, zhost_descriptor_, (api));             \
+    return ::zhost::sdk::negotiate_v1(io, zhost_descriptor_, (api));             \
   }

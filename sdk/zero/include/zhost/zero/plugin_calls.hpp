@@ -1,7 +1,7 @@
 // zhost/zero/plugin_calls.hpp: what every ZeRO stage plugin asks of the host the same way: the
 // collectives it runs (one args idiom, the scalar all-reduce of the gradient norm, waiting for and
 // abandoning asynchronous work), the offload tier that runs its optimizer (zero.offload_optimizer), over
-// the tier ABI (zhost/offload.h), and the copies that stage data between the training device and the
+// the optimizer tier table (zhost/optimizer.h), and the copies that stage data between the training device and the
 // tier's host memory (the host's copy services). Shared by stages 0-3, and by any stage built on the SDK.
 #pragma once
 
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "zhost/cpp/plugin.hpp"
-#include "zhost/offload.h"
+#include "zhost/zhost.h"
 
 namespace zhost::zero {
 
@@ -45,15 +45,16 @@ void note_reduce_scatter_key(const sdk::Host& host);
 // the wall-clock breakdown and metrics.jsonl.
 class ScopedSpan {
  public:
-  ScopedSpan(const sdk::Host& host, const char* name)
-      : host_(host), span_(host.services()->trace_begin(host.context(), name)) {}
-  ~ScopedSpan() { host_.services()->trace_end(host_.context(), span_); }
+  ScopedSpan(const sdk::Host& host, const char* name) : host_(host), span_{sizeof(zhost_trace_args), nullptr, name, 0} {
+    host.services()->trace_begin(host.context(), &span_);
+  }
+  ~ScopedSpan() { host_.services()->trace_end(host_.context(), &span_); }
   ScopedSpan(const ScopedSpan&) = delete;
   ScopedSpan& operator=(const ScopedSpan&) = delete;
 
  private:
   const sdk::Host& host_;
-  uint64_t span_;
+  zhost_trace_args span_;
 };
 
 // Copies between host memory and the training device (zhost_copy_services). With an offload tier on a
@@ -124,7 +125,7 @@ class OptimizerTier {
   uint64_t bytes() const;
   // Checkpoints (docs/checkpoints.md): elements [offset, offset + numel(data)) of group `key`'s state ("master",
   // "exp_avg", ...) into `data` (read_state) or from it (write_state); `data` is 1-D fp32, contiguous, in host
-  // memory. Throws ZHOST_ERR_UNSUPPORTED, naming the tier, when it cannot (ABI 0.4 or older).
+  // memory. Throws ZHOST_ERR_UNSUPPORTED, naming the tier, when it cannot (no read_state/write_state).
   void read_state(uint64_t key, const std::string& state, int64_t offset, const at::Tensor& data) const {
     copy_state(key, state, offset, data, false);
   }
