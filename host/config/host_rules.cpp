@@ -303,17 +303,6 @@ void add_zero_rules(Schema& schema) {
                "not follow the changing scale); use bf16, fp32, or a static fp16.loss_scale");
          return std::nullopt;
        });
-  // Parameter offload comes with optimizer offload (ZeRO-Infinity): the fp32 masters would otherwise stay on
-  // the device next to the offloaded 16-bit shards.
-  rule(schema, {"zero.offload_param.device", "zero.offload_optimizer.device"},
-       [](const ResolvedConfig& config) -> Problem {
-         const std::string& device = config.get_string("zero.offload_param.device");
-         if (device == "none" || config.get_string("zero.offload_optimizer.device") != "none") return std::nullopt;
-         return fmt::format(
-             "zero.offload_param.device = \"{}\" needs the optimizer offloaded too; set "
-             "zero.offload_optimizer.device = \"{}\"",
-             text::excerpt(device), text::excerpt(device));
-       });
 }
 
 // The offload tiers' host keys (docs/config.md "NVMe offload"; the NVMe tier checks its own folders, Note

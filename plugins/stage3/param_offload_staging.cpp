@@ -37,16 +37,11 @@ ParamOffloadStaging::~ParamOffloadStaging() {
       if (zhost_status* status = wait_event(slot.tier, slot.load)) context_.host.services()->status_destroy(status);
 }
 
-void ParamOffloadStaging::find_tier(bool optimizer_offloaded) {
+void ParamOffloadStaging::find_tier() {
   const sdk::Host& host = context_.host;
   params_tier_.struct_size = sizeof(params_tier_);
   params_tier_.role = ZHOST_TIER_FOR_PARAMS;
   host.check(host.services()->tier_for(host.context(), &params_tier_));
-  if (params_tier_.instance && !optimizer_offloaded)
-    throw PluginError(ZHOST_ERR_UNSUPPORTED,
-                      kit::format("zero.offload_param names tier '{}' but zero.offload_optimizer names none: stage 3 "
-                                  "offloads parameters together with the optimizer; offload both",
-                                  params_tier_.name));
   if (params_tier_.instance && !stores(params_tier_))
     throw PluginError(ZHOST_ERR_UNSUPPORTED,
                       kit::format("offload tier '{}' cannot store parameters; set zero.offload_param.device = \"cpu\"",
@@ -89,12 +84,20 @@ void ParamOffloadStaging::keep_within_max_in_cpu() {
     host_tier_ = zhost_tier_ref{};
     return;
   }
-  if (!host_tier_.instance || !stores(host_tier_)) {
+  if (!host_tier_.instance) {
     c.host.warn(kit::format(
-        "zero.offload_param.max_in_cpu = {} would keep {} elements in host memory, but the "
-        "optimizer's tier '{}' cannot store parameters; all of them go to '{}' (set max_in_cpu = 0 "
-        "to say so)",
-        c.options.offload_max_in_cpu, kept_elements, host_tier_.name ? host_tier_.name : "none", params_tier_.name));
+        "zero.offload_param.max_in_cpu = {} would keep {} elements in host memory, but no tier there runs the "
+        "optimizer (zero.offload_optimizer.device = \"none\") to keep them; all of them go to '{}' (set "
+        "max_in_cpu = 0 to say so)",
+        c.options.offload_max_in_cpu, kept_elements, params_tier_.name));
+    return;
+  }
+  if (!stores(host_tier_)) {
+    c.host.warn(
+        kit::format("zero.offload_param.max_in_cpu = {} would keep {} elements in host memory, but the "
+                    "optimizer's tier '{}' cannot store parameters; all of them go to '{}' (set max_in_cpu = 0 "
+                    "to say so)",
+                    c.options.offload_max_in_cpu, kept_elements, host_tier_.name, params_tier_.name));
     host_tier_ = zhost_tier_ref{};
     return;
   }

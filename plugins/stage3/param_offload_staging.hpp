@@ -50,9 +50,10 @@ class ParamOffloadStaging {
   ParamOffloadStaging(const ParamOffloadStaging&) = delete;
   ParamOffloadStaging& operator=(const ParamOffloadStaging&) = delete;
 
-  // Setup: asks the host for zero.offload_param's tier; throws when it is set without an optimizer tier
-  // (`optimizer_offloaded`) or cannot store.
-  void find_tier(bool optimizer_offloaded);
+  // Setup: asks the host for zero.offload_param's tier; throws when it cannot store. Without an optimizer tier
+  // the fp32 masters stay on the device and only the compute-dtype shards are offloaded (Note [Parameter offload
+  // alone], sub_group_optimizer.cpp).
+  void find_tier();
   bool active() const { return params_tier_.instance != nullptr; }
   // Setup: throws when zero.offload_param.buffer_size is below the largest shard.
   void check_buffer_size() const;

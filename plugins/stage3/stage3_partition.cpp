@@ -26,7 +26,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
   c.world_size = world.size;
   if (setup.num_params == 0) throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "the model has no parameters to partition");
   const bool offloaded = optimizer_.find_tier(setup.optimizer);
-  offload_.find_tier(offloaded);
+  offload_.find_tier();
 
   std::vector<int32_t> owners;
   for (size_t i = 0; i < setup.num_params; ++i) {

@@ -157,6 +157,7 @@ bool SubGroupOptimizer::step(zhost_step_args& args) {
         optimizer_->step(g.master, grad, g.state, step, args.lr, decision.grad_scale);
         if (g.shard.defined()) kit::copy_master_to_model(g.shard, g.master);
       }
+      store_shards_from_masters();
     }
   }
   if (decision.overflow || !tier_.active()) {
@@ -220,8 +221,9 @@ void SubGroupOptimizer::memory(zhost_model_state_bytes& out) const {
     if (g.shard.defined()) {  // 16-bit shards (or any shards next to a tier's masters)
       out.params += g.shard.nbytes();
       if (g.master.defined()) out.master += g.master.nbytes();
-    } else if (g.master.defined()) {  // fp32: the master is the parameter shard
-      out.params += g.master.nbytes();
+    } else if (g.master.defined()) {  // fp32: the master is the parameter shard; 16-bit with parameter offload
+      // alone: the shard is the params tier's (Note [Parameter offload alone]), the master only a master
+      (offload_.active() && context_.compute_dtype != at::kFloat ? out.master : out.params) += g.master.nbytes();
     }
     if (!tier_.active()) out.grads += g.grad.nbytes();
     out.optimizer += static_cast<uint64_t>(g.state.bytes());
@@ -278,6 +280,29 @@ void SubGroupOptimizer::refresh_shards() {
   }
   for (SubGroupState& g : sub_groups_)
     if (g.shard.defined()) kit::copy_master_to_model(g.shard, g.master);
+  store_shards_from_masters();
+}
+
+// Note [Parameter offload alone]
+// zero.offload_param without zero.offload_optimizer (DeepSpeed supports it: axolotl's
+// zero3_bf16_cpuoffload_params, HF accelerate's model-only config): the optimizer steps on the device as without
+// offload, over fp32 masters, states and gradients kept there; only the parameter shards the gathers read live in
+// the params tier. After each step (and after a checkpoint's load) every unit's shard is written to the tier
+// from its master, rounded to the compute dtype as copy_master_to_model rounds it, so the gathers see exactly
+// what stage 3 without offload would gather. The device keeps no 16-bit shard (finish_sub_group dropped it):
+// the saving is that shard, 2 bytes per owned parameter in bf16 (4 in fp32, where the master doubles as the
+// shard and the tier holds a copy of it).
+void SubGroupOptimizer::store_shards_from_masters() {
+  if (tier_.active() || !offload_.active()) return;
+  for (size_t g = 0; g < sub_groups_.size(); ++g) {
+    const at::Tensor& master = sub_groups_[g].master;
+    for (int unit : context_.layout.sub_groups()[g].units) {
+      const FetchUnit& u = context_.unit(unit);
+      const at::Tensor run = master.narrow(0, u.sub_group_offset, u.shard);
+      offload_.store(unit, run.scalar_type() == context_.compute_dtype ? run.contiguous()
+                                                                       : run.to(context_.compute_dtype).contiguous());
+    }
+  }
 }
 
 // The 16-bit shards from the tier's masters, sub-group by sub-group: into the device shards, or with parameter

@@ -90,6 +90,9 @@ class SubGroupOptimizer {
   void step_into_parameter_tier(size_t sub_group, double grad_scale, int64_t step, double lr);
   void copy_states(const zhost_state_io& io, bool save);
   void refresh_shards_from_tier();
+  // Parameter offload without a tier running the optimizer: every unit's shard from its master into the params
+  // tier (Note [Parameter offload alone], sub_group_optimizer.cpp); nothing otherwise.
+  void store_shards_from_masters();
 
   const Stage3Context& context_;
   HostStagingPool& pool_;
