@@ -36,7 +36,8 @@ nlohmann::json plugin_json(const LoadedPlugin& p) {
           {"conflicts", p.info.conflicts},
           {"hot_swappable", (p.info.flags & ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE) != 0},
           {"thread_safe", (p.info.flags & ZHOST_PLUGIN_FLAG_THREAD_SAFE) != 0},
-          {"config_keys", keys}};
+          {"config_keys", keys},
+          {"reads_keys", p.info.reads_keys}};
 }
 
 void print_text(const Discovery& discovery) {
@@ -58,6 +59,7 @@ void print_text(const Discovery& discovery) {
     for (const auto& key : p.info.config_keys)
       std::cout << "  " << key.key << " : " << config_type_name(key.type) << " = "
                 << key.default_literal.value_or("(required)") << "   # " << key.doc << "\n";
+    if (!p.info.reads_keys.empty()) std::cout << "  reads:     " << text::join(p.info.reads_keys) << "\n";
   }
 }
 

@@ -107,6 +107,7 @@ std::string ResolvedConfig::to_toml() const {
     if (!table.empty()) out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", table);
     for (const auto& [leaf, found] : keys) {
       std::string comment = fmt::format("{} ({})", found->origin.describe(), text::join(found->owners));
+      if (!found->readers.empty()) comment.insert(comment.size() - 1, "; read by " + text::join(found->readers));
       if (found->value) {
         out += fmt::format("{} = {}  # {}\n", leaf, to_toml_literal(*found->value), comment);
       } else {

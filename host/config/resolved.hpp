@@ -63,7 +63,8 @@ class ResolvedConfig {
   const std::vector<std::string>& owners(const std::string& path) const;
   // Active keys, sorted.
   std::vector<std::string> keys() const;
-  // The whole config as TOML, defaults included, each key followed by "# ORIGIN (OWNERS)"; tables and
+  // The whole config as TOML, defaults included, each key followed by "# ORIGIN (OWNERS)" or
+  // "# ORIGIN (OWNERS; read by READERS)"; tables and
   // keys in sorted order. Unset optional keys appear as comments. Parsing it again gives the same values.
   std::string to_toml() const;
   // One line each ("FILE:LINE:COL: note: ..."): keys of a DeepSpeed JSON config that this config does not
@@ -80,6 +81,7 @@ class ResolvedConfig {
     std::optional<ConfigValue> value;  // nullopt: an optional key left unset
     ValueOrigin origin;
     std::vector<std::string> owners;
+    std::vector<std::string> readers;  // plugins that read it without declaring it
   };
   const Entry& entry(const std::string& path) const;
   const ConfigValue& typed_value(const std::string& path, ValueType type) const;

@@ -85,7 +85,7 @@ void Schema::add(KeySpec spec) {
   for (const auto& table : enclosing_tables(spec.path)) table_first_key_.emplace(table, spec.path);
   std::string owner = spec.owner;
   std::string path = spec.path;
-  entries_.emplace(path, Entry{std::move(spec), std::move(default_value), {std::move(owner)}});
+  entries_.emplace(path, Entry{std::move(spec), std::move(default_value), {std::move(owner)}, {}});
 }
 
 void Schema::check_no_table_clash(const KeySpec& spec) const {
@@ -132,6 +132,19 @@ const std::vector<std::string>& Schema::owners(const std::string& path) const {
   static const std::vector<std::string> kNone;
   auto it = entries_.find(path);
   return it == entries_.end() ? kNone : it->second.owners;
+}
+
+void Schema::add_reader(const std::string& path, const std::string& plugin) {
+  auto it = entries_.find(path);
+  if (it == entries_.end()) fail("config key '{}' is read by plugin '{}' but not declared (a zhost bug)", path, plugin);
+  if (std::find(it->second.readers.begin(), it->second.readers.end(), plugin) == it->second.readers.end())
+    it->second.readers.push_back(plugin);
+}
+
+const std::vector<std::string>& Schema::readers(const std::string& path) const {
+  static const std::vector<std::string> kNone;
+  auto it = entries_.find(path);
+  return it == entries_.end() ? kNone : it->second.readers;
 }
 
 const std::optional<ConfigValue>& Schema::default_value(const std::string& path) const {

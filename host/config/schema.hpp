@@ -46,8 +46,9 @@ struct ConfigRule {
 
 class Schema {
  public:
-  // Declares a key. Declaring it again (stage1 and stage2 both take zero.reduce_bucket_size) is fine when
-  // type and default agree; otherwise, or for a malformed spec (bad path, a default that does not fit the
+  // Declares a key. A key has one declaration (Note [Each key declared once], host/job/job_setup.cpp); a
+  // second one, from a plugin that did not follow it, is accepted when type and default agree; otherwise,
+  // or for a malformed spec (bad path, a default that does not fit the
   // type or limits, a key where another declares a table), throws UsageError naming the owners.
   void add(KeySpec spec);
   void add_rule(ConfigRule rule);
@@ -61,6 +62,9 @@ class Schema {
   bool is_table(const std::string& path) const;
   // Every owner that declared the key, in declaration order (empty when not declared).
   const std::vector<std::string>& owners(const std::string& path) const;
+  // A plugin that reads the declared key `path` without declaring it (its descriptor's reads_keys).
+  void add_reader(const std::string& path, const std::string& plugin);
+  const std::vector<std::string>& readers(const std::string& path) const;  // in order added
   // The parsed default; nullopt for required and optional-without-default keys.
   const std::optional<ConfigValue>& default_value(const std::string& path) const;
 
@@ -74,6 +78,7 @@ class Schema {
     KeySpec spec;
     std::optional<ConfigValue> default_value;
     std::vector<std::string> owners;
+    std::vector<std::string> readers;
   };
   const Entry& entry(const std::string& path) const;  // throws Error for an undeclared path
   void check_no_table_clash(const KeySpec& spec) const;

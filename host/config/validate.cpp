@@ -249,6 +249,7 @@ class ResolvedConfigBuilder {
     entry.value = std::move(value);
     entry.origin = origin;
     entry.owners = schema_.owners(path);
+    entry.readers = schema_.readers(path);
   }
 
   ValueOrigin origin_of(const std::string& path, const toml::node& node) const {

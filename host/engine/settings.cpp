@@ -172,7 +172,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.pin_ranks = c.get_bool("run.pin_ranks");
   s.zero_stage = c.get_int("zero.stage");
   s.optimizer_offloaded = c.get_string("zero.offload_optimizer.device") != "none";
-  // The delayed update's keys are read by the stage 1, 2 and 3 plugins (inactive under stage 0).
+  // The host declares the delayed update's keys for the stage 1, 2 and 3 plugins (inactive under stage 0).
   if (c.active("zero.offload_optimizer.delayed_update") && c.get_bool("zero.offload_optimizer.delayed_update"))
     s.delayed_update_from = c.get_int("zero.offload_optimizer.delayed_update_start_step");
   s.params_offloaded = c.get_string("zero.offload_param.device") != "none";

@@ -165,6 +165,7 @@ const LoadedPlugin* StorageSwaps::find_storage(const std::string& name) {
 std::map<std::string, ConfigValue> StorageSwaps::config_for(const LoadedPlugin& plugin) const {
   config::Schema schema = job_.schema;
   add_plugin_keys(schema, plugin);
+  add_read_keys(schema, plugin, job_.discovery.plugins);
   const config::ResolvedConfig config =
       config::validate(config::Document::parse(job_.config->to_toml(), "the job's config"), schema);
   return plugin_config_values(config, plugin);

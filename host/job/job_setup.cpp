@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 #include "host/config/host_rules.hpp"
 #include "host/config/host_schema.hpp"
@@ -171,35 +172,78 @@ std::map<std::string, ConfigValue> JobSetup::plugin_config(const LoadedPlugin& p
 
 std::map<std::string, ConfigValue> plugin_config_values(const config::ResolvedConfig& config,
                                                         const LoadedPlugin& plugin) {
+  std::vector<std::string> keys;
+  for (const auto& key : plugin.info.config_keys) keys.push_back(key.key);
+  for (const auto& key : plugin.info.reads_keys)
+    if (config.active(key)) keys.push_back(key);  // always, in the config of a job the plugin is in (add_read_keys)
   std::map<std::string, ConfigValue> values;
-  for (const auto& key : plugin.info.config_keys) {
-    const auto& value = config.get(key.key);
+  for (const auto& key : keys) {
+    const auto& value = config.get(key);
     if (!value) continue;
     std::visit(
         [&](const auto& v) {
           using T = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, int64_t> || std::is_same_v<T, double> ||
                         std::is_same_v<T, std::string>)
-            values[key.key] = v;
+            values[key] = v;
         },
         *value);
   }
   return values;
 }
 
+namespace {
+
+void add_plugin_key(config::Schema& schema, const LoadedPlugin& plugin, const ConfigKeyInfo& key, bool relax_required) {
+  config::KeySpec spec;
+  spec.path = key.key;
+  spec.type = to_value_type(key.type);
+  spec.default_toml = key.default_literal;
+  spec.optional = relax_required && !key.default_literal;
+  spec.doc = key.doc;
+  spec.min = key.min_value;
+  spec.max = key.max_value;
+  spec.choices = key.choices;
+  spec.owner = plugin.info.name;
+  schema.add(std::move(spec));
+}
+
+}  // namespace
+
 void add_plugin_keys(config::Schema& schema, const LoadedPlugin& plugin, bool relax_required) {
-  for (const auto& key : plugin.info.config_keys) {
-    config::KeySpec spec;
-    spec.path = key.key;
-    spec.type = to_value_type(key.type);
-    spec.default_toml = key.default_literal;
-    spec.optional = relax_required && !key.default_literal;
-    spec.doc = key.doc;
-    spec.min = key.min_value;
-    spec.max = key.max_value;
-    spec.choices = key.choices;
-    spec.owner = plugin.info.name;
-    schema.add(std::move(spec));
+  for (const auto& key : plugin.info.config_keys) add_plugin_key(schema, plugin, key, relax_required);
+}
+
+// Note [Each key declared once]: a config key has one declaration - its type, default, range and doc line -
+// in the host's schema (host/config/host_schema.cpp) or in one plugin's descriptor. A plugin that reads a key
+// declared elsewhere (stage2 reads stage0's zero.reduce_bucket_size; the stages read the host's
+// zero.offload_optimizer.delayed_update) names it in its descriptor's reads_keys, and config_get answers it
+// as one of its own. A job's schema then holds the declaration of every key its plugins read, taken from the
+// plugin found that declares it even when that plugin serves nothing in this job; a third-party plugin reads
+// the same way. A key the host declares for plugins to read is, like a plugin's own key, refused when set in a
+// config none of whose plugins reads it (prepare_job). tests/cli/keys_once_test.cpp holds the host and zhost's own
+// plugins to this.
+void add_read_keys(config::Schema& schema, const LoadedPlugin& plugin, const std::vector<LoadedPlugin>& found) {
+  for (const auto& key : plugin.info.reads_keys) {
+    if (schema.contains(key)) {
+      schema.add_reader(key, plugin.info.name);
+      continue;
+    }
+    const LoadedPlugin* owner = nullptr;
+    const ConfigKeyInfo* declaration = nullptr;
+    for (const auto& other : found)
+      for (const auto& declared : other.info.config_keys)
+        if (!owner && declared.key == key) {
+          owner = &other;
+          declaration = &declared;
+        }
+    if (!owner)
+      fail_usage(
+          "plugin '{}' ({}) reads config key '{}', which neither the host nor any plugin found declares; put the "
+          "plugin that declares it on the search path (`zhost plugins` lists what is found)",
+          plugin.info.name, plugin.path.string(), key);
+    add_plugin_key(schema, *owner, *declaration, /*relax_required=*/false);
+    schema.add_reader(key, plugin.info.name);
   }
 }
 
@@ -251,6 +295,22 @@ JobSetup prepare_job(const JobSetupOptions& options) {
     for (const auto& key : target->info.config_keys) inactive.erase(key.key);
   }
   for (const auto* plugin : keyed) add_plugin_keys(job.schema, *plugin);
+  std::set<std::string> read_here;
+  for (const auto* plugin : keyed) {
+    add_read_keys(job.schema, *plugin, job.discovery.plugins);
+    read_here.insert(plugin->info.reads_keys.begin(), plugin->info.reads_keys.end());
+  }
+  for (const auto& key : read_here) inactive.erase(key);
+  // A host key that plugins read (the delayed update's, ZeRO++'s) is this config's only when one of its plugins
+  // reads it, as a plugin's own key is: set otherwise, it is refused (noted in a DeepSpeed JSON) with the reason.
+  for (const auto& plugin : job.discovery.plugins) {
+    if (std::find(keyed.begin(), keyed.end(), &plugin) != keyed.end()) continue;
+    for (const auto& key : plugin.info.reads_keys)
+      if (!read_here.count(key) && !inactive.count(key) && job.schema.contains(key) &&
+          job.schema.find(key)->owner == config::kHostOwner)
+        inactive[key] = fmt::format("it is read by plugin '{}' ({}), which this config does not use", plugin.info.name,
+                                    text::join(plugin.info.provides, ", "));
+  }
   job.config = std::make_unique<config::ResolvedConfig>(config::validate(document, job.schema, inactive));
   job.notes = document.notes();
   job.notes.insert(job.notes.end(), job.config->notes().begin(), job.config->notes().end());

@@ -36,7 +36,7 @@ struct JobSetup {
   std::map<std::string, ConfigValue> plugin_config(const LoadedPlugin& plugin) const;
 };
 
-// The values `config` holds for the keys `plugin` declared, for its host context.
+// The values `config` holds for the keys `plugin` declared or reads, for its host context.
 std::map<std::string, ConfigValue> plugin_config_values(const config::ResolvedConfig& config,
                                                         const LoadedPlugin& plugin);
 
@@ -51,6 +51,10 @@ struct JobSetupOptions {
 // default becomes optional, for the first pass, where plugins the config will not use must not demand
 // their required keys.
 void add_plugin_keys(config::Schema& schema, const LoadedPlugin& plugin, bool relax_required = false);
+
+// Declares in `schema` the keys `plugin` reads (reads_keys) that it lacks, each as the plugin in `found` that
+// declares it does; a key no one declares is a usage error (Note [Each key declared once]).
+void add_read_keys(config::Schema& schema, const LoadedPlugin& plugin, const std::vector<LoadedPlugin>& found);
 
 // The config file with its companion and overrides applied, before validation.
 config::Document load_job_document(const JobSetupOptions& options);

@@ -108,6 +108,14 @@ class DescriptorReader {
     if (d->num_config_keys && !d->config_keys) malformed("num_config_keys > 0 but config_keys is NULL");
     for (size_t i = 0; i < d->num_config_keys; ++i) info.config_keys.push_back(read_key(info.name, d->config_keys[i]));
     info.flags = d->flags;
+    if (ZHOST_HAS_FIELD(d, zhost_plugin_descriptor, reads_keys)) info.reads_keys = string_list(d->reads_keys);
+    for (const auto& key : info.reads_keys) {
+      if (key.empty()) malformed(fmt::format("plugin '{}' reads a config key without a name", info.name));
+      for (const auto& declared : info.config_keys)
+        if (declared.key == key)
+          malformed(
+              fmt::format("plugin '{}' both declares and reads config key '{}'; keep the declaration", info.name, key));
+    }
     return info;
   }
 

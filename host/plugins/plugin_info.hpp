@@ -32,6 +32,7 @@ struct PluginInfo {
   std::vector<std::string> conflicts;
   std::vector<ConfigKeyInfo> config_keys;
   uint64_t flags = 0;
+  std::vector<std::string> reads_keys;  // declared by the host or another plugin (Note [Each key declared once])
 };
 
 struct LoadedPlugin {

@@ -645,13 +645,9 @@ const zhost_plugin_descriptor* describe() {
                   "with zero.offload_optimizer.storage: elements of a group's states loaded from the storage tier at "
                   "a time (host staging: 12 bytes each)",
                   1, 1e12)
-      // With a storage tier (Note [Storage pipeline]); the host declares them too, to check them.
-      .config_int("zero.offload_optimizer.buffer_count", 4,
-                  "with a storage tier: staging areas of storage_chunk_elements each (chunks in flight)", 1, 1024)
-      .config_bool("zero.offload_optimizer.pipeline_read", false,
-                   "with a storage tier: read the next chunks while one steps (needs buffer_count >= 2)")
-      .config_bool("zero.offload_optimizer.pipeline_write", false,
-                   "with a storage tier: write a stepped chunk back while the next one steps");
+      // With a storage tier (Note [Storage pipeline]); the host declares them, as its rules check them.
+      .reads_keys({"zero.offload_optimizer.buffer_count", "zero.offload_optimizer.pipeline_read",
+                   "zero.offload_optimizer.pipeline_write"});
   return builder.build();
 }
 

@@ -291,7 +291,7 @@ const zhost_plugin_descriptor* describe() {
       // Its folders, checked at config check (Note [NVMe config check]).
       .config_string("zero.offload_optimizer.nvme_path", "", "folder on the NVMe disk for the optimizer's states")
       .config_string("zero.offload_param.nvme_path", "", "folder on the NVMe disk for stage 3's parameter shards")
-      .config_bool("zero.offload_optimizer.pin_memory", false, "page-locked host buffers (faster device copies)")
+      .reads_keys({"zero.offload_optimizer.pin_memory"})  // offload_cpu's
       .config_bool("zero.offload_param.pin_memory", false,
                    "the parameter shards' instance: page-locked staging slots (DeepSpeed's offload_param.pin_memory)")
       // DeepSpeed's aio table, with DeepSpeed's defaults.

@@ -150,12 +150,10 @@ const zhost_plugin_descriptor* describe() {
           "ZeRO++: stage 3's parameter gathers as int8 (qwZ), re-gathers within the node (hpZ), gradient "
           "reduce-scatters as int4/int8 (qgZ)")
       .provides({"collective:qwz", "collective:qgz", "collective:hpz", "collective:loco"})
-      .config_bool("zero.zero_quantized_weights", false, "ZeRO++ qwZ: all-gather weights as int8")
-      .config_bool("zero.zero_quantized_gradients", false, "ZeRO++ qgZ: reduce gradients as int4")
-      .config_int("zero.zero_hpz_partition_size", 1, "ZeRO++ hpZ: ranks per secondary partition; 1 = off", 1, 1e9)
-      .config_bool("zero.zeropp_loco_param.enabled", false, "ZeRO++ LoCo: qgZ's error fed back")
-      .config_float("zero.zeropp_loco_param.err_beta", 0.8, "ZeRO++ LoCo: share of the old error kept", 0, 1)
-      .config_int("zero.zeropp_loco_param.reset_T", 1024, "ZeRO++ LoCo: reductions before an error restarts", 1, 1e9)
+      // The host declares the switches and LoCo's settings: the switches select this plugin.
+      .reads_keys({"zero.zero_quantized_weights", "zero.zero_quantized_gradients", "zero.zero_hpz_partition_size",
+                   "zero.zeropp_loco_param.enabled", "zero.zeropp_loco_param.err_beta",
+                   "zero.zeropp_loco_param.reset_T"})
       .config_int("zero.zeropp.weight_block_size", kDefaultBlockSize,
                   "zhost: elements per quantization block (one fp32 scale each) of qwZ's int8 weights", 1, 1 << 24)
       .config_string("zero.zeropp.gradient_bits", "int4", "zhost: qgZ's gradient payload: \"int4\" or \"int8\"",

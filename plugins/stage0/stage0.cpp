@@ -174,7 +174,8 @@ const zhost_plugin_descriptor* describe() {
           "data parallelism (the host's own): whole model states on every rank, gradients reduce-scattered and "
           "gathered from one flat buffer by the reducer of stages 1-3")
       .provides({"partition:stage0"})
-      .config_int("zero.reduce_bucket_size", 500000000, "elements per gradient reduction bucket", 1, 1e15)
+      // Every stage's reduction bucket: the stages 1-3 read it (Note [Each key declared once]).
+      .config_int("zero.reduce_bucket_size", 500000000, "gradient elements reducing at once (a bucket)", 1, 1e15)
       .config_bool("debug.reduce_each_micro_batch", false,
                    "zhost: reduce every micro-batch's gradients (the order of stages 2 and 3) instead of once at the "
                    "accumulation boundary, for bitwise comparisons with accumulation");

@@ -79,7 +79,6 @@ const zhost_plugin_descriptor* describe() {
         .config_int("zero.sub_group_size", 1000000000,
                     "elements per optimizer sub-group (stepped one at a time); 0 = each unit its own, as DeepSpeed", 0,
                     1e15)
-        .config_bool("zero.contiguous_gradients", true, "keep reduced gradients contiguous (zhost always does)")
         .config_int("zero.offload_param.buffer_count", 5,
                     "staging buffers for parameter shards fetched from the tier (gathers in flight at once)", 1, 1e6)
         .config_int("zero.offload_param.buffer_size", 100000000,
@@ -96,8 +95,9 @@ const zhost_plugin_descriptor* describe() {
                        "once per micro-batch (no host wait before collectives; divergence found at the end of "
                        "backward, if the collectives of different sizes did not fail first)",
                        {"each_collective", "each_micro_batch"});
-    zero::declare_gradient_keys(*builder, "reduce gradients while backward runs");
-    zero::declare_delayed_update_keys(*builder);
+    zero::read_gradient_keys(*builder);
+    builder->reads_keys({"zero.contiguous_gradients"});  // stage 2's
+    zero::read_delayed_update_keys(*builder);
     return builder->build();
   }();
   return descriptor;

@@ -8,19 +8,23 @@
 namespace zhost::zero {
 namespace {
 
-// DeepSpeed's keys with DeepSpeed's meaning and defaults. Keys that only mean something in stage 2
-// (contiguous_gradients) are declared by stage 2 alone, so that the host rejects them in a stage 1 config.
+// DeepSpeed's keys with DeepSpeed's meaning and defaults, each declared once (Note [Each key declared once],
+// host/job/job_setup.cpp): stage 1 declares the keys both stages take and stage 2 reads them. Keys that only
+// mean something in stage 2 (contiguous_gradients) are declared by stage 2 alone, so that the host rejects them
+// in a stage 1 config.
 void declare_keys(sdk::DescriptorBuilder& builder, int stage) {
-  declare_gradient_keys(
-      builder, stage == 1
-                   ? "reduce boundary gradients while backward runs (up to reduce_bucket_size elements in flight)"
-                   : "reduce gradients while backward runs (up to reduce_bucket_size elements in flight)");
-  builder
-      .config_int("zero.allgather_bucket_size", 500000000,
-                  "elements per all-gather of updated parameters (all ranks together)", 1, 1e15)
-      .config_bool("zero.round_robin_gradients", false,
-                   "DeepSpeed: interleave gradient partitions for CPU offload; no effect without it");
-  declare_delayed_update_keys(builder);
+  if (stage == 1) {
+    declare_gradient_keys(builder);
+    builder
+        .config_int("zero.allgather_bucket_size", 500000000,
+                    "elements per all-gather of updated parameters (all ranks together)", 1, 1e15)
+        .config_bool("zero.round_robin_gradients", false,
+                     "DeepSpeed: interleave gradient partitions for CPU offload; no effect without it");
+  } else {
+    read_gradient_keys(builder);
+    builder.reads_keys({"zero.allgather_bucket_size", "zero.round_robin_gradients"});
+  }
+  read_delayed_update_keys(builder);
   if (stage == 2)
     builder.config_bool("zero.contiguous_gradients", true,
                         "keep reduced gradients in one contiguous partition (zhost always does)");

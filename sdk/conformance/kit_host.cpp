@@ -53,9 +53,18 @@ KitHost::KitHost(const zhost_plugin_descriptor* descriptor, std::map<std::string
     const zhost_config_key& k = descriptor->config_keys[i];
     config_[k.key] = Key{k.type, k.default_value ? k.default_value : ""};
   }
+  // Keys the plugin reads but another declares (the host, another plugin): the kit knows neither their type nor
+  // their default, so each takes its value from --set, in the type the plugin asks for.
+  if (ZHOST_HAS_FIELD(descriptor, zhost_plugin_descriptor, reads_keys) && descriptor->reads_keys)
+    for (const char* const* key = descriptor->reads_keys; *key; ++key) config_.emplace(*key, Key{kReadKey, ""});
   for (auto& [key, value] : overrides) {
     auto it = config_.find(key);
-    if (it == config_.end()) throw std::runtime_error("--set " + key + ": the plugin declares no such config key");
+    if (it == config_.end())
+      throw std::runtime_error("--set " + key + ": the plugin declares no such config key, nor reads one");
+    if (it->second.type == kReadKey) {
+      it->second.literal = value;
+      continue;
+    }
     // A bare word for a string key is its value; quotes are optional.
     it->second.literal = it->second.type == ZHOST_CONFIG_STRING && value.front() != '"' ? "\"" + value + "\"" : value;
   }
@@ -120,7 +129,14 @@ const std::string* KitHost::config_literal(const char* key, zhost_config_type ty
     *error = make_status(ZHOST_ERR_CONFIG, std::string("config key '") + (key ? key : "(null)") + "' is not declared");
     return nullptr;
   }
-  if (it->second.type != type) {
+  if (it->second.type == kReadKey && it->second.literal.empty()) {
+    *error = make_status(ZHOST_ERR_CONFIG, std::string("config key '") + key +
+                                               "' is read by the plugin but declared by the host or another plugin, "
+                                               "so the kit has no default for it: pass --set " +
+                                               key + "=...");
+    return nullptr;
+  }
+  if (it->second.type != type && it->second.type != kReadKey) {
     *error = make_status(ZHOST_ERR_CONFIG, std::string("config key '") + key + "' asked for with the wrong type");
     return nullptr;
   }

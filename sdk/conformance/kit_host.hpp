@@ -47,11 +47,12 @@ class KitHost {
   static zhost_status* tier_for(zhost_host_context* ctx, zhost_tier_ref* out);
 
   struct Key {
-    zhost_config_type type;
+    zhost_config_type type;  // kReadKey: a key the plugin reads (reads_keys), typed by the getter it calls
     std::string literal;
   };
+  static constexpr zhost_config_type kReadKey = static_cast<zhost_config_type>(0);
   std::map<std::string, Key> config_;
-  mutable std::map<std::string, std::string> strings_;  // config_get_string results, valid until destruction
+  mutable std::map<std::string, std::string> strings_;  // config_get string results, valid until destruction
   struct Buffer {
     void* data;
     uint64_t bytes;

@@ -230,8 +230,8 @@ TEST(DeepSpeedJson, ZeroppLocoTableTurnsLocoOnWithItsValues) {
 })");
   CliResult r = run_zhost(dir.path(), "config check ds.json" + kPlugins);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* expected : {"[zero.zeropp_loco_param]\nenabled = true  # ds.json:4 (host, quant_zeropp)\n"
-                               "err_beta = 0.5  # ds.json:4 (host, quant_zeropp)\nreset_T = 64  # ds.json:4"}) {
+  for (const char* expected : {"[zero.zeropp_loco_param]\nenabled = true  # ds.json:4 (host; read by quant_zeropp)\n"
+                               "err_beta = 0.5  # ds.json:4 (host; read by quant_zeropp)\nreset_T = 64  # ds.json:4"}) {
     EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
   }
   dir.write("typo.json", R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true,

@@ -115,7 +115,8 @@ static const zhost_plugin_descriptor k_descriptor = {
     NULL,
     k_keys,
     2,
-    ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE | ZHOST_PLUGIN_FLAG_TIER_STORES};
+    ZHOST_PLUGIN_FLAG_HOT_SWAPPABLE | ZHOST_PLUGIN_FLAG_TIER_STORES,
+    NULL};
 
 static zhost_status* negotiate(zhost_negotiation* io) {
   (void)&k_descriptor; /* referenced by every variant, used by most */

@@ -50,22 +50,9 @@ void look_ahead(const at::Tensor& prediction, const at::Tensor& gradients, const
 
 }  // namespace
 
-void declare_delayed_update_keys(sdk::DescriptorBuilder& builder) {
-  builder.config_bool("zero.offload_optimizer.delayed_update", false,
-                      "zhost: ZeRO-Offload's delayed parameter update: the tier's optimizer step overlaps the next "
-                      "step's forward and backward, which run on weights one step stale (needs an optimizer tier)");
-  builder.config_int("zero.offload_optimizer.delayed_update_start_step", kDefaultDelayedUpdateStart,
-                     "zhost: with delayed_update, the first delayed step; the steps before it step synchronously "
-                     "(1 = delayed from the first step)",
-                     1, 1e15);
-  builder.config_float("experimental.delayed_update_extrapolation", 0.0,
-                       "zhost: with delayed_update, k: delayed steps run on the last weights extrapolated along "
-                       "their last update, W + k (W - W_before); 0 = the stale weights themselves",
-                       0, 8);
-  builder.config_float("experimental.delayed_update_lookahead", 0.0,
-                       "zhost: with delayed_update, c: delayed steps also run a step of c lr ahead along the "
-                       "gradients of the step in flight, scaled to unit root mean square (Adam and AdamW); 0 = none",
-                       0, 1);
+void read_delayed_update_keys(sdk::DescriptorBuilder& builder) {
+  builder.reads_keys({"zero.offload_optimizer.delayed_update", "zero.offload_optimizer.delayed_update_start_step",
+                      "experimental.delayed_update_extrapolation", "experimental.delayed_update_lookahead"});
 }
 
 DelayedUpdateOptions read_delayed_update_options(const sdk::Host& host) {

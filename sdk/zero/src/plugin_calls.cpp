@@ -146,9 +146,11 @@ void StagedStep::finish() {
   for (Slot& slot : slots_) slot.copy.wait();
 }
 
-void declare_gradient_keys(sdk::DescriptorBuilder& builder, const char* overlap_comm_description) {
-  builder.config_int("zero.reduce_bucket_size", 500000000, "gradient elements reducing at once (a bucket)", 1, 1e15)
-      .config_bool("zero.overlap_comm", false, overlap_comm_description)
+void declare_gradient_keys(sdk::DescriptorBuilder& builder) {
+  builder.reads_keys({"zero.reduce_bucket_size"})
+      .config_bool("zero.overlap_comm", false,
+                   "reduce gradients while backward runs, up to zero.reduce_bucket_size elements in flight (stage 1: "
+                   "on the boundary micro-batch)")
       .config_bool("zero.reduce_scatter", true,
                    "DeepSpeed: false all-reduces gradient buckets; zhost always reduce-scatters (the same sums)")
       .config_bool("zero.ignore_unused_parameters", true,
@@ -157,6 +159,11 @@ void declare_gradient_keys(sdk::DescriptorBuilder& builder, const char* overlap_
                   "elements the offloaded optimizer steps at a time on a device job; each chunk's updated weights "
                   "are copied to the device while the next chunk steps",
                   1, 1e15);
+}
+
+void read_gradient_keys(sdk::DescriptorBuilder& builder) {
+  builder.reads_keys({"zero.reduce_bucket_size", "zero.overlap_comm", "zero.reduce_scatter",
+                      "zero.ignore_unused_parameters", "zero.offload_optimizer.step_chunk_size"});
 }
 
 void note_reduce_scatter_key(const sdk::Host& host) {

@@ -217,6 +217,8 @@ class DescriptorBuilder {
   DescriptorBuilder& provides(std::initializer_list<const char*> caps) { return names(provides_, caps); }
   DescriptorBuilder& requires_caps(std::initializer_list<const char*> caps) { return names(requires_, caps); }
   DescriptorBuilder& conflicts(std::initializer_list<const char*> caps) { return names(conflicts_, caps); }
+  // Keys declared by the host or another plugin that this plugin reads (zhost_plugin_descriptor::reads_keys).
+  DescriptorBuilder& reads_keys(std::initializer_list<const char*> keys) { return names(reads_, keys); }
   DescriptorBuilder& flags(uint64_t value) {
     descriptor_.flags = value;
     return *this;
@@ -253,6 +255,7 @@ class DescriptorBuilder {
     descriptor_.provides = terminated(provides_);
     descriptor_.requires_caps = requires_.empty() ? nullptr : terminated(requires_);
     descriptor_.conflicts = conflicts_.empty() ? nullptr : terminated(conflicts_);
+    descriptor_.reads_keys = reads_.empty() ? nullptr : terminated(reads_);
     for (auto [key_index, list_index] : pending_choices_) keys_[key_index].choices = choice_lists_[list_index].data();
     descriptor_.config_keys = keys_.empty() ? nullptr : keys_.data();
     descriptor_.num_config_keys = keys_.size();
@@ -294,7 +297,7 @@ class DescriptorBuilder {
 
   zhost_plugin_descriptor descriptor_{};
   std::deque<std::string> strings_;  // deque: c_str() pointers stay valid as it grows
-  std::vector<const char*> provides_, requires_, conflicts_;
+  std::vector<const char*> provides_, requires_, conflicts_, reads_;
   std::vector<zhost_config_key> keys_;
   std::deque<std::vector<const char*>> choice_lists_;
   std::vector<std::pair<size_t, size_t>> pending_choices_;

@@ -80,20 +80,18 @@
 
 namespace zhost::zero {
 
-// zero.offload_optimizer.delayed_update_start_step's default: the first delayed step (the ZeRO-Offload paper
-// delays after its first 40 iterations). The host's schema declares the same default.
-constexpr int64_t kDefaultDelayedUpdateStart = 41;
-
-// The delayed update's keys as a stage reads them.
+// The delayed update's keys as a stage reads them; the host declares them, with their defaults
+// (host/config/host_schema.cpp), as its rules check them.
 struct DelayedUpdateOptions {
-  bool enabled = false;                             // zero.offload_optimizer.delayed_update
-  int64_t start_step = kDefaultDelayedUpdateStart;  // zero.offload_optimizer.delayed_update_start_step (S)
-  double extrapolation = 0;                         // experimental.delayed_update_extrapolation (k)
-  double lookahead = 0;                             // experimental.delayed_update_lookahead (c)
+  bool enabled = false;      // zero.offload_optimizer.delayed_update
+  int64_t start_step = 1;    // zero.offload_optimizer.delayed_update_start_step (S)
+  double extrapolation = 0;  // experimental.delayed_update_extrapolation (k)
+  double lookahead = 0;      // experimental.delayed_update_lookahead (c)
   bool predicts() const { return extrapolation != 0 || lookahead != 0; }  // a boundary applies E or P, not W
 };
-// Declares the four keys (every stage that can delay declares them alike) and reads them.
-void declare_delayed_update_keys(sdk::DescriptorBuilder& builder);
+// Names the four keys among the stage's read keys (Note [Each key declared once], host/job/job_setup.cpp), and
+// reads them.
+void read_delayed_update_keys(sdk::DescriptorBuilder& builder);
 DelayedUpdateOptions read_delayed_update_options(const sdk::Host& host);
 // Throws ZHOST_ERR_CONFIG, saying what to set, when the delayed update is on and no tier runs the optimizer, and
 // when the lookahead is set for an optimizer other than Adam or AdamW (its step size is Adam's).

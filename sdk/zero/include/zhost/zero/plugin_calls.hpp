@@ -34,10 +34,11 @@ void abandon(const sdk::Host& host, zhost_work*& work) noexcept;
 
 // zero.offload_optimizer.step_chunk_size: the offloaded step's piece size.
 constexpr int64_t kDefaultStepChunk = int64_t{1} << 22;
-// The keys every stage declares alike (DeepSpeed's meaning and defaults): reduce_bucket_size,
-// overlap_comm (described by the stage), reduce_scatter, ignore_unused_parameters and
-// offload_optimizer.step_chunk_size.
-void declare_gradient_keys(sdk::DescriptorBuilder& builder, const char* overlap_comm_description);
+// The gradient keys every stage reads alike (DeepSpeed's meaning and defaults): overlap_comm, reduce_scatter,
+// ignore_unused_parameters and offload_optimizer.step_chunk_size, which stage 1 declares and the other stages
+// read, and reduce_bucket_size, which stage 0 declares (Note [Each key declared once], host/job/job_setup.cpp).
+void declare_gradient_keys(sdk::DescriptorBuilder& builder);  // stage 1
+void read_gradient_keys(sdk::DescriptorBuilder& builder);     // stages 2 and 3
 // Warns that zero.reduce_scatter = false changes nothing here (gradients are always reduce-scattered).
 void note_reduce_scatter_key(const sdk::Host& host);
 
