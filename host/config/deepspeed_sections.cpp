@@ -16,11 +16,14 @@ constexpr const char* kMonitor = "monitoring only; zhost writes its metrics to R
 constexpr const char* kNvmeKnob =
     "a knob of NVMe offload, and this config offloads nothing to NVMe: it changes nothing";
 
-// Whether `table` (an offload_optimizer or offload_param object) names device "nvme"; a device set on the
-// command line (`device_override`) decides instead.
-bool names_nvme(const json* table, const std::optional<std::string>& device_override) {
-  if (device_override) return *device_override == "nvme";
-  return table && table->is_object() && table->contains("device") && (*table)["device"] == "nvme";
+// Whether `table` (an offload_optimizer or offload_param object) names a storing device: DeepSpeed's devices are
+// none, cpu and its NVMe, so any name but the first two (a storing tier's, Note [Storing tiers by their
+// descriptors]); a device set on the command line (`device_override`) decides instead.
+bool names_storing_device(const json* table, const std::optional<std::string>& device_override) {
+  std::optional<std::string> device = device_override;
+  if (!device && table && table->is_object() && table->contains("device") && (*table)["device"].is_string())
+    device = (*table)["device"].get<std::string>();
+  return device && *device != "none" && *device != "cpu";
 }
 
 // Whether the config offloads anything to NVMe (then aio and the NVMe knobs mean something).
@@ -30,8 +33,8 @@ bool offloads_to_nvme(const json* root, const ImportOverrides& overrides) {
   const auto table = [zero](const char* name) {
     return zero && zero->is_object() && zero->contains(name) ? &(*zero)[name] : nullptr;
   };
-  return names_nvme(table("offload_optimizer"), overrides.optimizer_device) ||
-         names_nvme(table("offload_param"), overrides.param_device);
+  return names_storing_device(table("offload_optimizer"), overrides.optimizer_device) ||
+         names_storing_device(table("offload_param"), overrides.param_device);
 }
 
 }  // namespace
@@ -189,7 +192,7 @@ void import_zero(Importer& importer, Section& root) {
   Section optimizer = zero.sub("offload_optimizer");
   optimizer.map("device", "zero.offload_optimizer.device");
   optimizer.map("pin_memory", "zero.offload_optimizer.pin_memory");
-  const bool optimizer_on_nvme = names_nvme(optimizer.object(), importer.overrides().optimizer_device);
+  const bool optimizer_on_nvme = names_storing_device(optimizer.object(), importer.overrides().optimizer_device);
   for (const char* key : {"nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "fast_init"}) {
     if (optimizer_on_nvme)
       optimizer.map(key, std::string("zero.offload_optimizer.") + key);
@@ -223,7 +226,7 @@ void import_zero(Importer& importer, Section& root) {
     param.map("device", "zero.offload_param.device");
     param.map("buffer_count", "zero.offload_param.buffer_count");
     param.map("buffer_size", "zero.offload_param.buffer_size");
-    if (names_nvme(param.object(), importer.overrides().param_device)) {
+    if (names_storing_device(param.object(), importer.overrides().param_device)) {
       param.map("nvme_path", "zero.offload_param.nvme_path");
       param.map("pin_memory", "zero.offload_param.pin_memory");
     } else {

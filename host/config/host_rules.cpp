@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <utility>
 
 #include "host/config/host_schema.hpp"
@@ -307,7 +308,7 @@ void add_zero_rules(Schema& schema) {
 
 // The offload tiers' host keys (docs/config.md "NVMe offload"; the NVMe tier checks its own folders, Note
 // [Plugin config checks]): what zhost's tiers do not do is refused with the reason.
-void add_nvme_rules(Schema& schema) {
+void add_offload_rules(Schema& schema) {
   // Note [Delayed parameter update] (zhost/zero/delayed_update.hpp): the tier's step is what is delayed.
   rule(schema,
        {"zero.offload_optimizer.delayed_update", "zero.offload_optimizer.device", "zero.stage",
@@ -457,7 +458,7 @@ void add_nvme_rules(Schema& schema) {
         "zero.offload_optimizer.pipeline_write", "zero.offload_optimizer.device", "zero.offload_optimizer.storage",
         "zero.offload_optimizer.swap_schedule"},
        [](const ResolvedConfig& config) -> Problem {
-         const bool stored = config.get_string("zero.offload_optimizer.device") == "nvme" ||
+         const bool stored = config.tiers().device_stores.count(config.get_string("zero.offload_optimizer.device")) ||
                              config.get_string("zero.offload_optimizer.storage") != "none" ||
                              !config.get_string_list("zero.offload_optimizer.swap_schedule").empty();
          const bool read = config.get_bool("zero.offload_optimizer.pipeline_read");
@@ -550,14 +551,16 @@ void add_activation_checkpointing_rules(Schema& schema) {
        });
 }
 
-bool optimizer_states_on_nvme(const ResolvedConfig& config) {
-  return config.get_string("zero.offload_optimizer.device") == "nvme" ||
-         config.get_string("zero.offload_optimizer.storage") == "nvme";
+bool optimizer_states_outside_host_memory(const ResolvedConfig& config) {
+  const std::set<std::string>& outside = config.tiers().outside_host_memory;
+  return outside.count(config.get_string("zero.offload_optimizer.device")) ||
+         outside.count(config.get_string("zero.offload_optimizer.storage"));
 }
 
 std::string initial_swap_storage(const ResolvedConfig& config, const std::string& key) {
   if (key == "zero.offload_param.swap_schedule") return config.get_string("zero.offload_param.device");
-  if (config.get_string("zero.offload_optimizer.device") == "nvme") return "nvme";
+  const std::string& device = config.get_string("zero.offload_optimizer.device");
+  if (config.tiers().device_stores.count(device)) return device;
   const std::string& storage = config.get_string("zero.offload_optimizer.storage");
   return storage == "none" ? "cpu" : storage;
 }
@@ -589,7 +592,9 @@ std::vector<StorageSwapPoint> storage_swap_schedule(const ResolvedConfig& config
   return schedule;
 }
 
-bool params_on_nvme(const ResolvedConfig& config) { return config.get_string("zero.offload_param.device") == "nvme"; }
+bool params_outside_host_memory(const ResolvedConfig& config) {
+  return config.tiers().outside_host_memory.count(config.get_string("zero.offload_param.device"));
+}
 
 void add_host_rules(Schema& schema) {
   add_precision_rules(schema);
@@ -598,7 +603,7 @@ void add_host_rules(Schema& schema) {
   add_model_rules(schema);
   add_data_rules(schema);
   add_zero_rules(schema);
-  add_nvme_rules(schema);
+  add_offload_rules(schema);
   add_activation_checkpointing_rules(schema);
   add_run_rules(schema);
 }

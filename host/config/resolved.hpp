@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "host/config/schema.hpp"
 #include "host/config/value.hpp"
 
 namespace zhost::config {
@@ -59,6 +60,8 @@ class ResolvedConfig {
   std::string location(const std::string& path) const;
   // The config file's name as errors show it; empty without one.
   const std::string& source_name() const { return source_name_; }
+  // What the storing tiers found declare (the schema's TierFacts).
+  const TierFacts& tiers() const { return tiers_; }
   // Who declared the key ("host", plugin names).
   const std::vector<std::string>& owners(const std::string& path) const;
   // Active keys, sorted.
@@ -89,6 +92,7 @@ class ResolvedConfig {
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> inactive_;  // dotted path -> why it is not in this config
   std::string source_name_;                      // the config file, empty without one
+  TierFacts tiers_;
   std::vector<std::string> notes_;
   std::vector<std::string> warnings_;
 };

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,17 @@ struct ConfigRule {
   bool warning = false;
 };
 
+// What the storing tiers found say about themselves in their descriptors, by the name a config gives a tier
+// ("offload:NAME" serves device = "NAME"), for the rules that depend on it (Note [Storing tiers by their
+// descriptors], host/plugins/resolver.cpp). The host knows no tier by name: without tiers found, both are empty.
+struct TierFacts {
+  // Named as zero.offload_optimizer.device, the tier keeps the states and the CPU tier steps them
+  // (ZHOST_PLUGIN_FLAG_TIER_DEVICE_STORES: DeepSpeed's NVMe device).
+  std::set<std::string> device_stores;
+  // The tier keeps what it stores outside host memory (ZHOST_PLUGIN_FLAG_TIER_OUTSIDE_HOST_MEMORY).
+  std::set<std::string> outside_host_memory;
+};
+
 class Schema {
  public:
   // Declares a key. A key has one declaration (Note [Each key declared once], host/job/job_setup.cpp); a
@@ -55,6 +67,9 @@ class Schema {
   // Unknown keys under `old_prefix` (a DeepSpeed table name such as "zero_optimization") are pointed to
   // `new_prefix` ("zero") in the error message.
   void add_rename_hint(std::string old_prefix, std::string new_prefix);
+  // The storing tiers' facts that rules read through ResolvedConfig::tiers().
+  void set_tier_facts(TierFacts facts) { tier_facts_ = std::move(facts); }
+  const TierFacts& tier_facts() const { return tier_facts_; }
 
   const KeySpec* find(const std::string& path) const;  // nullptr when not declared
   bool contains(const std::string& path) const { return find(path) != nullptr; }
@@ -87,6 +102,7 @@ class Schema {
   std::map<std::string, std::string> table_first_key_;  // table path -> a key declared beneath it
   std::vector<ConfigRule> rules_;
   std::vector<std::pair<std::string, std::string>> rename_hints_;
+  TierFacts tier_facts_;
 };
 
 // "the host" or "plugin 'stage2'", for messages.

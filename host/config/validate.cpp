@@ -108,6 +108,7 @@ class ResolvedConfigBuilder {
     }
     result_.source_name_ = data_.source_name;
     result_.inactive_ = inactive_;
+    result_.tiers_ = schema_.tier_facts();
   }
 
   ResolvedConfig build() {

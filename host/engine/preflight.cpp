@@ -114,10 +114,11 @@ double host_model_state_bytes(const TrainSettings& settings, int world_size, int
   resident.optimizer_offloaded = resident.params_offloaded = false;
   const ModelStateBytes all = zero_formula(resident);
   double per_rank = all.total();
-  // What the NVMe tier keeps in files takes no host memory (its staging buffers are not model states).
-  if (settings.optimizer_states_on_nvme) per_rank -= all.master + all.optimizer;
+  // What a tier keeps outside host memory (the NVMe tier's files) takes none (its staging buffers are not model
+  // states).
+  if (settings.optimizer_states_outside_host_memory) per_rank -= all.master + all.optimizer;
   // Parameter shards on NVMe: all but the first max_in_cpu elements of each rank's (Note [max_in_cpu]).
-  if (settings.params_on_nvme && settings.zero_stage >= 3) {
+  if (settings.params_outside_host_memory && settings.zero_stage >= 3) {
     const double per_rank_params = std::ceil(static_cast<double>(shape.num_params) / world_size);
     const double in_files = std::max(0.0, per_rank_params - static_cast<double>(settings.params_max_in_cpu));
     if (per_rank_params > 0) per_rank -= all.params * in_files / per_rank_params;

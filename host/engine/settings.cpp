@@ -176,10 +176,10 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   if (c.active("zero.offload_optimizer.delayed_update") && c.get_bool("zero.offload_optimizer.delayed_update"))
     s.delayed_update_from = c.get_int("zero.offload_optimizer.delayed_update_start_step");
   s.params_offloaded = c.get_string("zero.offload_param.device") != "none";
-  s.optimizer_states_on_nvme = config::optimizer_states_on_nvme(c);
-  s.params_on_nvme = config::params_on_nvme(c);
+  s.optimizer_states_outside_host_memory = config::optimizer_states_outside_host_memory(c);
+  s.params_outside_host_memory = config::params_outside_host_memory(c);
   // Declared by stage 3 (plugins/stage3/param_offload_staging.hpp, Note [max_in_cpu]).
-  if (s.params_on_nvme && c.active("zero.offload_param.max_in_cpu"))
+  if (s.params_outside_host_memory && c.active("zero.offload_param.max_in_cpu"))
     s.params_max_in_cpu = c.get_int("zero.offload_param.max_in_cpu");
   return s;
 }

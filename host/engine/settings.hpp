@@ -68,11 +68,12 @@ struct TrainSettings {
   std::string run_dir;
   std::string run_name;
   int64_t zero_stage = 0;
-  bool optimizer_offloaded = false;       // zero.offload_optimizer.device names a tier
-  bool params_offloaded = false;          // zero.offload_param.device names a tier (stage 3)
-  bool optimizer_states_on_nvme = false;  // the fp32 master and optimizer states live in files (NVMe tier)
-  bool params_on_nvme = false;            // the parameter shards live in files (NVMe tier, stage 3)
-  int64_t params_max_in_cpu = 0;          // of those, elements per rank kept in host memory (Note [max_in_cpu])
+  bool optimizer_offloaded = false;  // zero.offload_optimizer.device names a tier
+  bool params_offloaded = false;     // zero.offload_param.device names a tier (stage 3)
+  // the fp32 master and optimizer states live outside host memory (in a storing tier's files, e.g. on NVMe)
+  bool optimizer_states_outside_host_memory = false;
+  bool params_outside_host_memory = false;  // the parameter shards live outside host memory (stage 3)
+  int64_t params_max_in_cpu = 0;            // of those, elements per rank kept in host memory (Note [max_in_cpu])
   // zero.offload_optimizer.delayed_update_start_step with delayed_update on, else 0: from this step on the
   // tier's step (and its storing tier's transfers) runs past the step boundary (Note [Delayed parameter update])
   int64_t delayed_update_from = 0;

@@ -54,7 +54,7 @@ class StorageSwaps {
   StorageSwaps(const StorageSwaps&) = delete;
   StorageSwaps& operator=(const StorageSwaps&) = delete;
 
-  // Where the optimizer's states are now ("cpu", "nvme", a tier's name); "" without a computing tier.
+  // Where the optimizer's states are now ("cpu" or a storing tier's name); "" without a computing tier.
   const std::string& optimizer_storage() const { return optimizer_.storage; }
   // Where stage 3's parameter shards are now; "" without parameter offload.
   const std::string& param_storage() const { return params_.storage; }

@@ -2,7 +2,7 @@
 //
 // Note [Control channel]: RUN_DIR/control/ holds
 //   job.json          {"pid", "host"} of the job's rank 0 while the job runs (removed when it ends);
-//   NNNNNNNN.request  one command, {"command": "swap", "optimizer": "nvme"}: a client writes it under a
+//   NNNNNNNN.request  one command, {"command": "swap", "optimizer": "STORAGE"}: a client writes it under a
 //                     temporary name and links it to the next free number, so two racing clients get two
 //                     numbers and the job serves them one after the other, in number order;
 //   NNNNNNNN.ack      the job's answer at the next step boundary: {"after_step": N} (it will act after step N)

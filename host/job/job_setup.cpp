@@ -37,10 +37,33 @@ config::ValueType to_value_type(zhost_config_type type) {
   return config::ValueType::String;
 }
 
+// The flags of the first tier found that provides "offload:NAME", for each NAME (the tier resolution picks).
+std::map<std::string, uint64_t> tier_flags_by_name(const std::vector<LoadedPlugin>& found) {
+  std::map<std::string, uint64_t> flags;
+  for (const auto& plugin : found)
+    for (const auto& capability : plugin.info.provides)
+      if (capability_area(capability) == "offload")
+        flags.emplace(capability.substr(capability.find(':') + 1), tier_flags(plugin));
+  return flags;
+}
+
+// What the tiers found declare, for the config rules (Note [Storing tiers by their descriptors]).
+config::TierFacts tier_facts(const std::vector<LoadedPlugin>& found) {
+  config::TierFacts facts;
+  for (const auto& [name, flags] : tier_flags_by_name(found)) {
+    if ((flags & ZHOST_PLUGIN_FLAG_TIER_STORES) && (flags & ZHOST_PLUGIN_FLAG_TIER_DEVICE_STORES))
+      facts.device_stores.insert(name);
+    if ((flags & ZHOST_PLUGIN_FLAG_TIER_STORES) && (flags & ZHOST_PLUGIN_FLAG_TIER_OUTSIDE_HOST_MEMORY))
+      facts.outside_host_memory.insert(name);
+  }
+  return facts;
+}
+
 ZeroSelection zero_selection(const config::ResolvedConfig& config) {
   ZeroSelection zero;
   zero.stage = config.get_int("zero.stage");
   zero.offload_optimizer = config.get_string("zero.offload_optimizer.device");
+  zero.optimizer_device_stores = config.tiers().device_stores.count(zero.offload_optimizer) != 0;
   zero.offload_optimizer_storage = config.get_string("zero.offload_optimizer.storage");
   zero.offload_param = config.get_string("zero.offload_param.device");
   zero.quantized_weights = config.get_bool("zero.zero_quantized_weights");
@@ -57,16 +80,23 @@ struct PlannedCapability {
   const char* capability;
   const char* what;
   const char* instead;
-  bool (*asks)(const config::ResolvedConfig& config, const char* key);
+  bool (*asks)(const config::ResolvedConfig& config, const PlannedCapability& planned);
 };
-bool asks_nvme(const config::ResolvedConfig& config, const char* key) { return config.get_string(key) == "nvme"; }
-bool asks_flag(const config::ResolvedConfig& config, const char* key) { return config.get_bool(key); }
-bool asks_above_one(const config::ResolvedConfig& config, const char* key) { return config.get_int(key) > 1; }
+// An offload device that names the capability's tier ("offload:NAME" is served by device = "NAME").
+bool asks_tier(const config::ResolvedConfig& config, const PlannedCapability& planned) {
+  return "offload:" + config.get_string(planned.key) == planned.capability;
+}
+bool asks_flag(const config::ResolvedConfig& config, const PlannedCapability& planned) {
+  return config.get_bool(planned.key);
+}
+bool asks_above_one(const config::ResolvedConfig& config, const PlannedCapability& planned) {
+  return config.get_int(planned.key) > 1;
+}
 const PlannedCapability kPlannedCapabilities[] = {
     {"zero.offload_optimizer.device", "offload:nvme", "the NVMe offload tier (ZeRO-Infinity)",
-     "offload to host memory with \"cpu\", or write \"none\"", asks_nvme},
+     "offload to host memory with \"cpu\", or write \"none\"", asks_tier},
     {"zero.offload_param.device", "offload:nvme", "the NVMe offload tier (ZeRO-Infinity)",
-     "offload to host memory with \"cpu\", or write \"none\"", asks_nvme},
+     "offload to host memory with \"cpu\", or write \"none\"", asks_tier},
     {"zero.zero_quantized_weights", "collective:qwz", "ZeRO++ quantized weight all-gather (qwZ)", "set it to false",
      asks_flag},
     {"zero.zero_quantized_gradients", "collective:qgz", "ZeRO++ quantized gradient reduction (qgZ)", "set it to false",
@@ -78,7 +108,7 @@ const PlannedCapability kPlannedCapabilities[] = {
 void refuse_planned_capabilities(const config::ResolvedConfig& config, const std::vector<LoadedPlugin>& found) {
   std::vector<std::string> errors;
   for (const auto& planned : kPlannedCapabilities) {
-    if (!planned.asks(config, planned.key)) continue;
+    if (!planned.asks(config, planned)) continue;
     bool provided = false;
     for (const auto& plugin : found)
       for (const auto& capability : plugin.info.provides) provided = provided || capability == planned.capability;
@@ -276,6 +306,7 @@ JobSetup prepare_job(const JobSetupOptions& options) {
   // Pass 1: host keys + every found plugin's keys.
   config::Schema everything;
   config::add_host_keys(everything);
+  everything.set_tier_facts(tier_facts(job.discovery.plugins));
   for (const auto& plugin : job.discovery.plugins) add_plugin_keys(everything, plugin, /*relax_required=*/true);
   config::ResolvedConfig first = config::validate(document, everything);
 
@@ -288,6 +319,7 @@ JobSetup prepare_job(const JobSetupOptions& options) {
 
   // Pass 2: host keys + the chosen plugins' keys; keys of unused plugins are rejected with the reason.
   config::add_host_keys(job.schema);
+  job.schema.set_tier_facts(everything.tier_facts());
   std::map<std::string, std::string> inactive = inactive_plugin_keys(job.resolution, job.discovery.plugins);
   std::vector<const LoadedPlugin*> keyed = job.resolution.plugins;
   for (const auto* target : swappable_storages(job.resolution, job.discovery.plugins)) {

@@ -25,8 +25,9 @@ const char* tier_role_name(zhost_tier_role role) {
 }
 
 uint64_t tier_flags(const LoadedPlugin& plugin) {
-  constexpr uint64_t kTierBits =
-      ZHOST_PLUGIN_FLAG_TIER_STORES | ZHOST_PLUGIN_FLAG_TIER_COMPUTES | ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE;
+  constexpr uint64_t kTierBits = ZHOST_PLUGIN_FLAG_TIER_STORES | ZHOST_PLUGIN_FLAG_TIER_COMPUTES |
+                                 ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE | ZHOST_PLUGIN_FLAG_TIER_DEVICE_STORES |
+                                 ZHOST_PLUGIN_FLAG_TIER_OUTSIDE_HOST_MEMORY;
   if (plugin.info.kind != ZHOST_KIND_OFFLOAD) return 0;
   return plugin.info.flags & kTierBits;  // the loader checked that the tables match (check_api)
 }
@@ -50,14 +51,21 @@ std::vector<Need> needs_for(const ZeroSelection& zero) {
         "zero.offload_optimizer.storage = \"{}\" keeps the optimizer's states in a storage tier, but no tier "
         "runs the optimizer; set zero.offload_optimizer.device = \"cpu\"",
         zero.offload_optimizer_storage);
-  if (zero.offload_optimizer == "nvme") {
-    // DeepSpeed's meaning: the states live on NVMe and the CPU tier steps them (docs/abi.md "Tier composition").
+  // Note [Storing tiers by their descriptors]: DeepSpeed's NVMe device for offload_optimizer means states that
+  // live on NVMe while the CPU steps them. The host does not know that tier by name: a storing tier declares in
+  // its descriptor that, named as the optimizer's device, it keeps the states (ZHOST_PLUGIN_FLAG_TIER_DEVICE_STORES:
+  // the CPU tier then steps them, docs/abi.md "Tier composition"), and that it keeps them outside host memory
+  // (ZHOST_PLUGIN_FLAG_TIER_OUTSIDE_HOST_MEMORY: the host's memory check leaves them out). Its own keys and checks
+  // (its folders, their room) are its descriptor's keys and its check_config. job_setup.cpp turns the flags of
+  // the tiers found into ZeroSelection::optimizer_device_stores and the config rules' TierFacts, so a
+  // third-party tier that declares the same gets the same treatment.
+  if (zero.optimizer_device_stores) {
     if (storage_named)
       fail_usage(
-          "zero.offload_optimizer.device = \"nvme\" keeps the states on NVMe already; remove "
+          "zero.offload_optimizer.device = \"{}\" keeps the states in that storing tier already; remove "
           "zero.offload_optimizer.storage = \"{}\"",
-          zero.offload_optimizer_storage);
-    needs.push_back({"offload:nvme", device_reason, ZHOST_TIER_FOR_OPTIMIZER_STORAGE});
+          zero.offload_optimizer, zero.offload_optimizer_storage);
+    needs.push_back({"offload:" + zero.offload_optimizer, device_reason, ZHOST_TIER_FOR_OPTIMIZER_STORAGE});
     needs.push_back({"offload:cpu", device_reason + " (the CPU tier steps the states)", ZHOST_TIER_FOR_OPTIMIZER});
   } else if (zero.offload_optimizer != "none") {
     needs.push_back({"offload:" + zero.offload_optimizer, device_reason, ZHOST_TIER_FOR_OPTIMIZER});

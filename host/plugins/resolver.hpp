@@ -12,8 +12,8 @@
 // use them (storage before compute before the rest), so they are created before and destroyed after them.
 //
 // Note [One instance per storing role]: a tier plugin chosen for both storing roles (optimizer-storage and
-// params, e.g. both offload devices "nvme") gets one instance per role, each told its role at create
-// (zhost_plugin_create_args.tier_role): the two never share buffer keys, folders or queues. Any
+// params, e.g. both offload devices naming the NVMe tier) gets one instance per role, each told its role at
+// create (zhost_plugin_create_args.tier_role): the two never share buffer keys, folders or queues. Any
 // other plugin gets one instance, with tier_role 0 (it serves every role it was given: the CPU tier that
 // runs the optimizer and stores parameters keeps them in its two key namespaces).
 #pragma once
@@ -28,8 +28,8 @@
 namespace zhost {
 
 struct Need {
-  std::string capability;                              // e.g. "offload:nvme"
-  std::string reason;                                  // e.g. "zero.offload_optimizer.device = \"nvme\""
+  std::string capability;                              // e.g. "offload:cpu"
+  std::string reason;                                  // e.g. "zero.offload_optimizer.device = \"cpu\""
   std::optional<zhost_tier_role> role = std::nullopt;  // for a tier: the role it must serve
 };
 
@@ -46,6 +46,9 @@ struct ZeroSelection {
   std::string offload_optimizer = "none";
   std::string offload_optimizer_storage = "none";
   std::string offload_param = "none";
+  // The tier of offload_optimizer declares ZHOST_PLUGIN_FLAG_TIER_DEVICE_STORES: it keeps the states and the
+  // CPU tier steps them (Note [Storing tiers by their descriptors]).
+  bool optimizer_device_stores = false;
   bool quantized_weights = false;
   bool quantized_gradients = false;
   int64_t hpz_partition_size = 1;

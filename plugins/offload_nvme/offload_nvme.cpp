@@ -98,7 +98,8 @@ std::string nvme_path(const Host& host) {
 
 class NvmeTier : public sdk::TierDefaults {
  public:
-  static constexpr uint64_t kTierFlags = ZHOST_PLUGIN_FLAG_TIER_STORES;
+  static constexpr uint64_t kTierFlags =
+      ZHOST_PLUGIN_FLAG_TIER_STORES | ZHOST_PLUGIN_FLAG_TIER_DEVICE_STORES | ZHOST_PLUGIN_FLAG_TIER_OUTSIDE_HOST_MEMORY;
 
   explicit NvmeTier(const Host& host)
       : host_(host),

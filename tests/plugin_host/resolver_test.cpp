@@ -60,13 +60,15 @@ TEST(Needs, DerivedFromZeroSelectors) {
   EXPECT_EQ(needs_for(zero)[0].capability, "partition:stage0");
   zero.stage = 3;
   zero.offload_optimizer = "nvme";
+  zero.optimizer_device_stores = true;  // as the tier found declares (ZHOST_PLUGIN_FLAG_TIER_DEVICE_STORES)
   zero.offload_param = "cpu";
   zero.quantized_weights = true;
   auto needs = needs_for(zero);
   ASSERT_EQ(needs.size(), 5u);
   EXPECT_EQ(needs[0].capability, "partition:stage3");
   EXPECT_EQ(needs[0].reason, "zero.stage = 3");
-  // DeepSpeed's device = "nvme": the states are stored on NVMe, the CPU tier steps them.
+  // DeepSpeed's device = "nvme", a tier that keeps the states as the device: it stores them, the CPU tier steps
+  // them.
   EXPECT_EQ(needs[1].capability, "offload:nvme");
   EXPECT_EQ(needs[1].role, ZHOST_TIER_FOR_OPTIMIZER_STORAGE);
   EXPECT_EQ(needs[2].capability, "offload:cpu");
@@ -95,6 +97,7 @@ TEST(TierRoles, TiersComeFirstStorageBeforeCompute) {
   ZeroSelection zero;
   zero.stage = 3;
   zero.offload_optimizer = "nvme";
+  zero.optimizer_device_stores = true;
   Resolution r = resolve_plugins(needs_for(zero), found);
   EXPECT_EQ(names(r), (std::vector<std::string>{"offload_nvme", "offload_cpu", "stage3"}));
   EXPECT_EQ(r.tiers.at(ZHOST_TIER_FOR_OPTIMIZER)->info.name, "offload_cpu");

@@ -75,6 +75,13 @@ ZHOST_ASSERT_STRUCT_COMPLETE(zhost_config_key, ZHOST_CONFIG_KEY_SIZE);
 /* computing: can keep its groups' master weights and optimizer states in a storage tier
  * (tier_for(ZHOST_TIER_FOR_OPTIMIZER_STORAGE)), loading them for each step */
 #define ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE (1u << 7)
+/* storing, named as zero.offload_optimizer.device: it keeps the optimizer's states while the CPU tier
+ * ("offload:cpu") steps them, DeepSpeed's meaning of its device = "nvme" (Note [Storing tiers by their
+ * descriptors], host/plugins/resolver.cpp). Without it such a tier is refused as the optimizer's device. */
+#define ZHOST_PLUGIN_FLAG_TIER_DEVICE_STORES (1u << 8)
+/* storing: keeps what it stores outside host memory (files on a disk), so the host's memory check leaves it out
+ * (the tier's check_config weighs its disk) */
+#define ZHOST_PLUGIN_FLAG_TIER_OUTSIDE_HOST_MEMORY (1u << 9)
 
 typedef struct zhost_plugin_descriptor {
   size_t struct_size;
