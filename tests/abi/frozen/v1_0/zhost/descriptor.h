@@ -33,8 +33,10 @@ typedef enum zhost_config_type {
 } zhost_config_type;
 
 /* One configuration key a plugin accepts. Keys are dotted paths relative to the root of the TOML file,
- * e.g. "zero.reduce_bucket_size" or "zero.offload_optimizer.pin_memory". Several plugins may declare the
- * same key (stage1 and stage2 both take zero.reduce_bucket_size): they must agree on type and default. */
+ * e.g. "zero.reduce_bucket_size" or "zero.offload_optimizer.pin_memory". A key is declared in one place:
+ * a plugin that reads a key the host or another plugin declares lists it in reads_keys instead (stage2
+ * reads stage0's zero.reduce_bucket_size). The host accepts a key declared twice when type and default
+ * agree, but then two doc lines describe it. */
 /* An element of the descriptor's config_keys array: it never grows (docs/abi.md, "Versioning rule"). */
 typedef struct zhost_config_key {
   size_t struct_size;
@@ -73,6 +75,13 @@ ZHOST_ASSERT_STRUCT_COMPLETE(zhost_config_key, ZHOST_CONFIG_KEY_SIZE);
 /* computing: can keep its groups' master weights and optimizer states in a storage tier
  * (tier_for(ZHOST_TIER_FOR_OPTIMIZER_STORAGE)), loading them for each step */
 #define ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE (1u << 7)
+/* storing, named as zero.offload_optimizer.device: it keeps the optimizer's states while the CPU tier
+ * ("offload:cpu") steps them, DeepSpeed's meaning of its device = "nvme" (Note [Storing tiers by their
+ * descriptors], host/plugins/resolver.cpp). Without it such a tier is refused as the optimizer's device. */
+#define ZHOST_PLUGIN_FLAG_TIER_DEVICE_STORES (1u << 8)
+/* storing: keeps what it stores outside host memory (files on a disk), so the host's memory check leaves it out
+ * (the tier's check_config weighs its disk) */
+#define ZHOST_PLUGIN_FLAG_TIER_OUTSIDE_HOST_MEMORY (1u << 9)
 
 typedef struct zhost_plugin_descriptor {
   size_t struct_size;
@@ -87,8 +96,12 @@ typedef struct zhost_plugin_descriptor {
   const zhost_config_key* config_keys; /* array of num_config_keys entries; may be NULL when 0 */
   size_t num_config_keys;
   uint64_t flags; /* ZHOST_PLUGIN_FLAG_* */
+  /* Keys this plugin reads but does not declare: each is declared once, by the host or by one other plugin,
+   * which gives its type, default, range and doc (Note [Each key declared once], host/job/job_setup.cpp).
+   * config_get answers them as it answers the plugin's own keys. NULL-terminated; may be NULL. */
+  const char* const* reads_keys;
 } zhost_plugin_descriptor;
-#define ZHOST_PLUGIN_DESCRIPTOR_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_descriptor, flags)
+#define ZHOST_PLUGIN_DESCRIPTOR_SIZE ZHOST_STRUCT_SIZE(zhost_plugin_descriptor, reads_keys)
 #define ZHOST_PLUGIN_DESCRIPTOR_MIN_SIZE ZHOST_PLUGIN_DESCRIPTOR_SIZE /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_plugin_descriptor, ZHOST_PLUGIN_DESCRIPTOR_SIZE);
 
