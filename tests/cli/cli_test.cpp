@@ -62,7 +62,7 @@ TEST_F(Cli, PluginsJsonDescribesEachPlugin) {
   const auto& stage2 = json["plugins"][1];
   EXPECT_EQ(stage2["name"], "tp_stage2");
   EXPECT_EQ(stage2["kind"], "partition");
-  EXPECT_EQ(stage2["abi"], "0." + std::to_string(ZHOST_ABI_MINOR));
+  EXPECT_EQ(stage2["abi"], std::to_string(ZHOST_ABI_MAJOR) + "." + std::to_string(ZHOST_ABI_MINOR));
   EXPECT_EQ(stage2["provides"], nlohmann::json::array({"partition:stage2"}));
   ASSERT_EQ(stage2["config_keys"].size(), 2u);
   EXPECT_EQ(stage2["config_keys"][0]["key"], "zero.reduce_bucket_size");
