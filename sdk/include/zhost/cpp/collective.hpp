@@ -40,11 +40,7 @@ struct CollectiveTableOf {
 // The lifecycle table of a transform plugin whose instance is a T; `check` is its config check, or nullptr.
 template <typename T>
 constexpr zhost_plugin_api collective_api(zhost_status* (*check)(zhost_config_check_args*) = nullptr) {
-  zhost_plugin_api api{};
-  api.struct_size = sizeof(zhost_plugin_api);
-  api.check_config = check;
-  api.create = InstanceOf<T>::create;
-  api.destroy = InstanceOf<T>::destroy;
+  zhost_plugin_api api = lifecycle_api<T>(check);
   api.collective = &CollectiveTableOf<T>::table;
   return api;
 }

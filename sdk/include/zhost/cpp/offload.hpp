@@ -173,11 +173,7 @@ struct OptimizerTableOf {
 // or nullptr.
 template <typename T>
 constexpr zhost_plugin_api tier_api(zhost_status* (*check)(zhost_config_check_args*) = nullptr) {
-  zhost_plugin_api api{};
-  api.struct_size = sizeof(zhost_plugin_api);
-  api.check_config = check;
-  api.create = InstanceOf<T>::create;
-  api.destroy = InstanceOf<T>::destroy;
+  zhost_plugin_api api = lifecycle_api<T>(check);
   if constexpr ((T::kTierFlags & ZHOST_PLUGIN_FLAG_TIER_STORES) != 0) api.storage = &StorageTableOf<T>::table;
   if constexpr ((T::kTierFlags & ZHOST_PLUGIN_FLAG_TIER_COMPUTES) != 0) api.optimizer = &OptimizerTableOf<T>::table;
   return api;

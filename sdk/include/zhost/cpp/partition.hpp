@@ -86,11 +86,7 @@ struct PartitionTableOf {
 // The lifecycle table of a partition plugin whose instance is a T; `check` is its config check, or nullptr.
 template <typename T>
 constexpr zhost_plugin_api partition_api(zhost_status* (*check)(zhost_config_check_args*) = nullptr) {
-  zhost_plugin_api api{};
-  api.struct_size = sizeof(zhost_plugin_api);
-  api.check_config = check;
-  api.create = InstanceOf<T>::create;
-  api.destroy = InstanceOf<T>::destroy;
+  zhost_plugin_api api = lifecycle_api<T>(check);
   api.partition = &PartitionTableOf<T>::table;
   return api;
 }

@@ -357,6 +357,18 @@ struct InstanceOf {
   static T& self(zhost_plugin_instance* instance) { return *reinterpret_cast<T*>(instance); }
 };
 
+// The lifecycle table of a plugin whose instance is a T, without its capability tables: partition_api,
+// tier_api and collective_api add their kind's. `check` is its config check (ConfigCheck), or nullptr.
+template <typename T>
+constexpr zhost_plugin_api lifecycle_api(zhost_status* (*check)(zhost_config_check_args*)) {
+  zhost_plugin_api api{};
+  api.struct_size = sizeof(zhost_plugin_api);
+  api.check_config = check;
+  api.create = InstanceOf<T>::create;
+  api.destroy = InstanceOf<T>::destroy;
+  return api;
+}
+
 }  // namespace zhost::sdk
 
 // Defines the exported entry for ABI major 1. `describe` is an expression yielding the descriptor
