@@ -225,7 +225,17 @@ void import_zero(Importer& importer, Section& root) {
     Section param = zero.sub("offload_param");
     param.map("device", "zero.offload_param.device");
     param.map("buffer_count", "zero.offload_param.buffer_count");
-    param.map("buffer_size", "zero.offload_param.buffer_size");
+    if (param.has("buffer_size") && is_auto(&param.object()->at("buffer_size"))) {
+      param.take("buffer_size");
+      // Filled by the launcher that wrote it (sglang's, from the model); like the bucket sizes above, a buffer
+      // size changes no value, and stage 3 refuses one smaller than the largest shard.
+      importer.record(ImportRecord::Kind::Noted, param.path("buffer_size"), param.at("buffer_size"), "",
+                      fmt::format("{} = \"auto\": its launcher sizes it from the model; zhost's default (1e8 "
+                                  "elements, DeepSpeed's) is used",
+                                  param.path("buffer_size")));
+    } else {
+      param.map("buffer_size", "zero.offload_param.buffer_size");
+    }
     if (names_storing_device(param.object(), importer.overrides().param_device)) {
       param.map("nvme_path", "zero.offload_param.nvme_path");
       param.map("pin_memory", "zero.offload_param.pin_memory");

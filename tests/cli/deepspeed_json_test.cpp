@@ -100,6 +100,24 @@ TEST(DeepSpeedJson, KeysThatChangeNothingHereAreAcceptedWithANote) {
   EXPECT_NE(r.out.find("layers = 1  # ds.json:8 (host)"), std::string::npos) << r.out;
 }
 
+// sglang's offload configs leave offload_param.buffer_size = "auto" for their launcher: a size that changes no
+// value, so zhost's default stands (and stage 3 still checks it against the largest shard).
+TEST(DeepSpeedJson, AutoParamBufferSizeTakesTheDefaultWithANote) {
+  ScratchDir dir;
+  dir.write("ds.json", R"({
+  "train_batch_size": 2,
+  "zero_optimization": {"stage": 3,
+                        "offload_param": {"device": "cpu", "pin_memory": true, "buffer_size": "auto"}},
+  "zhost": {"steps": 2, "model": {"layers": 1, "width": 32, "heads": 2, "seq_len": 8}}
+})");
+  CliResult r = run_zhost(dir.path(), "config check ds.json" + kPlugins);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("note: zero_optimization.offload_param.buffer_size = \"auto\": its launcher sizes it"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("buffer_size = 100000000"), std::string::npos) << r.out;
+}
+
 TEST(DeepSpeedJson, ImportRoundTripsToTheSameResolvedConfig) {
   ScratchDir dir;
   dir.write("ds.json", R"({
