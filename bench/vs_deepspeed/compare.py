@@ -68,6 +68,11 @@ def variant(stage, dtype="fp32", offload=False, gas=1, clip=0.0, scheduler=None,
     elif scheduler == "WarmupDecayLR":
         c["scheduler"] = {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
                                                               "warmup_num_steps": 10, "total_num_steps": 50}}
+    elif scheduler == "OneCycle":  # cycle_momentum unwritten: on, as DeepSpeed's default (betas change every step)
+        c["scheduler"] = {"type": "OneCycle", "params": {
+            "cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_first_step_size": 5, "cycle_second_step_size": 5,
+            "decay_step_size": 5, "decay_lr_rate": 0.1, "cycle_min_mom": 0.85, "cycle_max_mom": 0.95,
+            "decay_mom_rate": 0.001}}
     c["optimizer"]["type"] = optimizer
     if adam_w_mode is not None:
         c["optimizer"]["params"]["adam_w_mode"] = adam_w_mode
@@ -90,6 +95,8 @@ CONFIGS["s2-warmupdecaylr"] = variant(2, scheduler="WarmupDecayLR")
 CONFIGS["s1-adam"] = variant(1, optimizer="Adam")
 CONFIGS["s2-adam-l2"] = variant(2, optimizer="Adam", adam_w_mode=False)
 CONFIGS["s2-offload-adam-l2"] = variant(2, offload=True, optimizer="Adam", adam_w_mode=False)
+CONFIGS["s0-onecycle"] = variant(0, scheduler="OneCycle")
+CONFIGS["s2-offload-onecycle"] = variant(2, offload=True, scheduler="OneCycle")
 
 
 def venv_python():
@@ -344,6 +351,8 @@ CHECKS = {  # name: (max |loss diff| at any step, max |weight diff| but the key 
     "s1-gas2": (5e-5, 1e-3, 1e-9),
     "s2-warmupdecaylr": (5e-5, 1e-3, 1e-9),
     "s2-offload-adam-l2": (5e-5, 1e-3, 1e-9),
+    "s0-onecycle": (5e-5, 1e-3, 1e-9),  # OneCycle's momentum: stage 0's per-step betas
+    "s2-offload-onecycle": (5e-5, 1e-3, 1e-9),  # the CPU tier's
     "s3-bf16": (2e-2, 5e-2, 1e-9),
 }
 # The PyTorch peers of TORCH_PEERS checked the same way (HF's sdpa attention, as `speed` runs them; the slow

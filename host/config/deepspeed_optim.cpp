@@ -22,6 +22,7 @@ std::string zhost_optimizer(const std::string& name) {
   if (l == "adam") return "Adam";
   if (l == "adamw") return "AdamW";
   if (l == "lion") return "Lion";
+  if (l == "lamb") return "Lamb";
   if (name == "SGD") return "SGD";
   return "";
 }
@@ -46,7 +47,7 @@ void import_optimizer(Importer& importer, Section& root) {
     name = zhost_optimizer(type->get<std::string>());
     if (name.empty()) {
       optimizer.refuse("type",
-                       "zhost has the optimizers AdamW, Adam, SGD and Lion, not this one; choose one of them "
+                       "zhost has the optimizers AdamW, Adam, SGD, Lion and Lamb, not this one; choose one of them "
                        "(the updates would differ), or train with DeepSpeed");
       params.note_rest("part of a refused optimizer");
       return;
@@ -59,7 +60,7 @@ void import_optimizer(Importer& importer, Section& root) {
     // DeepSpeed without a type builds no optimizer (the client's own is used); zhost always builds one.
     importer.record(ImportRecord::Kind::Refused, optimizer.ds_path(), optimizer.at("type"), "",
                     "optimizer has no \"type\"; zhost builds the optimizer from the config: write its type "
-                    "(AdamW, Adam, SGD or Lion)");
+                    "(AdamW, Adam, SGD, Lion or Lamb)");
   }
   params.map("lr", "optimizer.lr", "the learning rate (HF Trainer's --learning_rate, default 5e-5)",
              {"--learning_rate", "5e-5"});
@@ -78,6 +79,16 @@ void import_optimizer(Importer& importer, Section& root) {
     params.map("betas", "optimizer.betas",
                "[beta1, beta2] (HF Trainer's --adam_beta1/--adam_beta2, default [0.9, 0.999])",
                {"--adam_beta1/--adam_beta2", "[0.9, 0.999]"});
+  }
+  if (name == "Lamb") {  // DeepSpeed's FusedLamb (Note [Lamb steps whole parameters])
+    params.map("eps", "optimizer.eps");
+    params.map("bias_correction", "optimizer.bias_correction");
+    params.map("max_coeff", "optimizer.max_coeff");
+    params.map("min_coeff", "optimizer.min_coeff");
+    params.inert("eps_inside_sqrt", false,
+                 "Lamb with eps inside the square root is not supported by zhost (it changes the updates); set it to "
+                 "false or train with DeepSpeed");
+    params.inert("amsgrad", false, "FusedLamb has no AMSGrad variant (DeepSpeed raises on it); set it to false");
   }
   if (name == "Adam" || name == "AdamW") {
     params.map("eps", "optimizer.eps", "HF Trainer's --adam_epsilon (default 1e-8)", {"--adam_epsilon", "1e-8"});
@@ -172,20 +183,18 @@ void import_scheduler(Importer& importer, Section& root) {
           "cycle_second_stair_count", "decay_step_size", "decay_lr_rate"}) {
       params.map(key, std::string("scheduler.") + key);
     }
-    // DeepSpeed's OneCycle cycles the momentum unless told not to; zhost's does not.
-    const json* momentum = params.take("cycle_momentum");
+    // Note [OneCycle's momentum]: on unless written false, as in DeepSpeed.
+    const json* momentum = params.has("cycle_momentum") ? &params.object()->at("cycle_momentum") : nullptr;
     if (momentum && momentum->is_boolean() && !momentum->get<bool>()) {
-      params.note("cycle_momentum", "off, as in zhost's OneCycle");
+      params.map("cycle_momentum", "scheduler.cycle_momentum");
       for (const char* key : {"cycle_min_mom", "cycle_max_mom", "decay_mom_rate"}) {
         params.note(key, "momentum cycling is off, so it changes nothing");
       }
     } else {
-      importer.record(ImportRecord::Kind::Refused, params.path("cycle_momentum"),
-                      momentum ? params.at("cycle_momentum") : scheduler.at("type"), "",
-                      "OneCycle cycles the momentum in DeepSpeed (cycle_momentum defaults to true), which zhost's "
-                      "OneCycle does not support; write \"cycle_momentum\": false to accept that, or train with "
-                      "DeepSpeed");
-      for (const char* key : {"cycle_min_mom", "cycle_max_mom", "decay_mom_rate"}) params.take(key);
+      params.map("cycle_momentum", "scheduler.cycle_momentum");
+      for (const char* key : {"cycle_min_mom", "cycle_max_mom", "decay_mom_rate"}) {
+        params.map(key, std::string("scheduler.") + key);
+      }
     }
   }
   params.finish();

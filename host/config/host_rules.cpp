@@ -107,8 +107,24 @@ void add_optimizer_rules(Schema& schema) {
         "betas = [0.9, 0.999]",
         count, count == 1 ? "" : "s");
   });
-  read_only_when(schema, "optimizer.type", {"\"AdamW\"", "\"Adam\"", "\"Lion\""}, {"optimizer.betas"});
-  read_only_when(schema, "optimizer.type", {"\"AdamW\"", "\"Adam\""}, {"optimizer.eps", "optimizer.bias_correction"});
+  read_only_when(schema, "optimizer.type", {"\"AdamW\"", "\"Adam\"", "\"Lion\"", "\"Lamb\""}, {"optimizer.betas"});
+  read_only_when(schema, "optimizer.type", {"\"AdamW\"", "\"Adam\"", "\"Lamb\""},
+                 {"optimizer.eps", "optimizer.bias_correction"});
+  read_only_when(schema, "optimizer.type", {"\"Lamb\""}, {"optimizer.max_coeff", "optimizer.min_coeff"});
+  rule(schema, {"optimizer.min_coeff", "optimizer.max_coeff"}, [](const ResolvedConfig& config) -> Problem {
+    const double low = config.get_float("optimizer.min_coeff"), high = config.get_float("optimizer.max_coeff");
+    if (low <= high) return std::nullopt;
+    return fmt::format("optimizer.min_coeff ({}) is above optimizer.max_coeff ({}); swap them", low, high);
+  });
+  // Note [Lamb steps whole parameters] (sdk/kit/src/optimizer.cpp).
+  rule(schema, {"optimizer.type", "zero.stage"}, [](const ResolvedConfig& config) -> Problem {
+    if (config.get_string("optimizer.type") != "Lamb" || config.get_int("zero.stage") == 0) return std::nullopt;
+    return fmt::format(
+        "optimizer.type = \"Lamb\" needs zero.stage = 0: its trust ratio is a norm over each whole parameter, "
+        "and zero.stage = {} steps flat partitions of them (DeepSpeed refuses Lamb under ZeRO too, unless told "
+        "to step it untested); set zero.stage = 0, or choose AdamW",
+        config.get_int("zero.stage"));
+  });
   read_only_when(schema, "optimizer.type", {"\"Adam\""}, {"optimizer.adam_w_mode"});
   read_only_when(schema, "optimizer.type", {"\"SGD\""}, {"optimizer.momentum"});
 }
@@ -120,10 +136,37 @@ void add_scheduler_rules(Schema& schema) {
                  {"scheduler.warmup_num_steps", "scheduler.warmup_type"});
   read_only_when(schema, "scheduler.type", {kDecay, kCosine}, {"scheduler.total_num_steps"});
   read_only_when(schema, "scheduler.type", {kCosine}, {"scheduler.warmup_min_ratio", "scheduler.cos_min_ratio"});
-  read_only_when(schema, "scheduler.type", {"\"OneCycle\""},
-                 {"scheduler.cycle_min_lr", "scheduler.cycle_max_lr", "scheduler.cycle_first_step_size",
-                  "scheduler.cycle_second_step_size", "scheduler.cycle_first_stair_count",
-                  "scheduler.cycle_second_stair_count", "scheduler.decay_step_size", "scheduler.decay_lr_rate"});
+  read_only_when(
+      schema, "scheduler.type", {"\"OneCycle\""},
+      {"scheduler.cycle_min_lr", "scheduler.cycle_max_lr", "scheduler.cycle_first_step_size",
+       "scheduler.cycle_second_step_size", "scheduler.cycle_first_stair_count", "scheduler.cycle_second_stair_count",
+       "scheduler.decay_step_size", "scheduler.decay_lr_rate", "scheduler.cycle_momentum"});
+  read_only_when(schema, "scheduler.cycle_momentum", {"true"},
+                 {"scheduler.cycle_min_mom", "scheduler.cycle_max_mom", "scheduler.decay_mom_rate"});
+  // Note [OneCycle's momentum]: after the cycle beta1 grows by decay_mom_rate per decay step, without bound.
+  rule(schema,
+       {"scheduler.decay_mom_rate", "scheduler.cycle_max_mom", "scheduler.decay_step_size", "scheduler.cycle_momentum",
+        "scheduler.type", "scheduler.cycle_first_step_size", "scheduler.cycle_second_step_size", "steps"},
+       [](const ResolvedConfig& config) -> Problem {
+         const double rate = config.get_float("scheduler.decay_mom_rate");
+         const int64_t decay_step = config.get_int("scheduler.decay_step_size");
+         if (config.get_string("scheduler.type") != "OneCycle" || !config.get_bool("scheduler.cycle_momentum") ||
+             rate == 0 || decay_step == 0)
+           return std::nullopt;
+         const int64_t first = config.get_int("scheduler.cycle_first_step_size");
+         const int64_t second = config.get_int("scheduler.cycle_second_step_size");
+         const int64_t cycle = first + (second > 0 ? second : first);
+         // The last step uses the betas of iteration steps - 2 (Note [OneCycle's momentum]).
+         const int64_t after = config.get_int("steps") - 2 - cycle + 1;
+         if (after <= 0) return std::nullopt;
+         const double peak = config.get_float("scheduler.cycle_max_mom") *
+                             (1.0 + rate * static_cast<double>(after) / static_cast<double>(decay_step));
+         if (peak < 1) return std::nullopt;
+         return fmt::format(
+             "scheduler.decay_mom_rate = {} raises OneCycle's beta1 to {:.4g} by the last of {} steps, and a beta1 of "
+             "1 or more makes the optimizer diverge; lower it, or set 0 to keep cycle_max_mom after the cycle",
+             rate, peak, config.get_int("steps"));
+       });
   read_only_when(schema, "scheduler.type", {"\"LRRangeTest\""},
                  {"scheduler.lr_range_test_min_lr", "scheduler.lr_range_test_step_size",
                   "scheduler.lr_range_test_step_rate", "scheduler.lr_range_test_staircase"});

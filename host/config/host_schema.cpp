@@ -149,14 +149,18 @@ void add_data_keys(HostKeys& keys) {
 }
 
 void add_optimizer_keys(HostKeys& keys) {
-  keys.choice("optimizer.type", "AdamW", {"AdamW", "Adam", "SGD", "Lion"}, "optimizer");
+  keys.choice("optimizer.type", "AdamW", {"AdamW", "Adam", "SGD", "Lion", "Lamb"}, "optimizer");
   keys.number("optimizer.lr", 1e-3, "learning rate (the scheduler's base)", learning_rate());
   keys.number_list("optimizer.betas", {0.9, 0.999},
-                   "Adam/AdamW/Lion coefficients [beta1, beta2]; when unset, Lion uses its own [0.9, 0.99]",
+                   "Adam/AdamW/Lion/Lamb coefficients [beta1, beta2]; when unset, Lion uses its own [0.9, 0.99]",
                    from_below(0, 1));
-  keys.number("optimizer.eps", 1e-8, "Adam/AdamW denominator epsilon", at_least(0));
+  keys.number("optimizer.eps", 1e-8, "Adam/AdamW/Lamb denominator epsilon", at_least(0));
   keys.flag("optimizer.bias_correction", true,
-            "Adam/AdamW: divide the moments by 1 - beta^step (DeepSpeed's bias_correction); false = the raw moments");
+            "Adam/AdamW/Lamb: divide the moments by 1 - beta^step (DeepSpeed's bias_correction); false = the raw "
+            "moments");
+  keys.number("optimizer.max_coeff", 10.0, "Lamb: upper bound of the trust ratio |w| / |update| (DeepSpeed's 10)",
+              at_least(0));
+  keys.number("optimizer.min_coeff", 0.01, "Lamb: lower bound of the trust ratio (DeepSpeed's 0.01)", at_least(0));
   keys.number("optimizer.weight_decay", 0.0, "weight decay (decoupled for AdamW and Lion); DeepSpeed's default 0",
               at_least(0));
   keys.number("optimizer.momentum", 0.0, "SGD momentum", between(0, 1));
@@ -191,6 +195,11 @@ void add_scheduler_keys(HostKeys& keys) {
                at_least(0));
   keys.number("scheduler.decay_lr_rate", 0.0, "OneCycle: learning-rate decay per decay step after the cycle",
               at_least(0));
+  keys.flag("scheduler.cycle_momentum", true,
+            "OneCycle: cycle the betas against the lr, as DeepSpeed does by default (optimizers with betas; not SGD)");
+  keys.number("scheduler.cycle_min_mom", 0.8, "OneCycle: beta1 at the lr's peak", from_below(0, 1));
+  keys.number("scheduler.cycle_max_mom", 0.9, "OneCycle: beta1 at the cycle's ends", from_below(0, 1));
+  keys.number("scheduler.decay_mom_rate", 0.0, "OneCycle: beta1 growth per decay step after the cycle", at_least(0));
   keys.number("scheduler.lr_range_test_min_lr", 1e-3, "LRRangeTest: the learning rate the test starts from",
               learning_rate());
   keys.integer("scheduler.lr_range_test_step_size", 2000, "LRRangeTest: steps per unit of increase", at_least(1));

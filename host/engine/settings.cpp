@@ -56,6 +56,12 @@ optim::ScheduleSpec read_schedule(const config::ResolvedConfig& c, int64_t steps
     cycle->cycle_second_stair_count = c.get_int("scheduler.cycle_second_stair_count");
     cycle->decay_step_size = c.get_int("scheduler.decay_step_size");
     cycle->decay_lr_rate = c.get_float("scheduler.decay_lr_rate");
+    // DeepSpeed cycles only optimizers with betas (Note [OneCycle's momentum]).
+    if (c.get_bool("scheduler.cycle_momentum") && c.get_string("optimizer.type") != "SGD") {
+      cycle->momentum =
+          optim::OneCycleMomentum{c.get_float("scheduler.cycle_min_mom"), c.get_float("scheduler.cycle_max_mom"),
+                                  c.get_float("scheduler.decay_mom_rate")};
+    }
   } else if (auto* range = std::get_if<optim::LrRangeTestSpec>(&spec)) {
     range->lr_range_test_min_lr = c.get_float("scheduler.lr_range_test_min_lr");
     range->lr_range_test_step_size = c.get_int("scheduler.lr_range_test_step_size");
@@ -134,6 +140,8 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.optimizer.bias_correction = c.get_bool("optimizer.bias_correction");
   s.optimizer.weight_decay = c.get_float("optimizer.weight_decay");
   s.optimizer.momentum = c.get_float("optimizer.momentum");
+  s.optimizer.max_coeff = c.get_float("optimizer.max_coeff");
+  s.optimizer.min_coeff = c.get_float("optimizer.min_coeff");
   optim::check_optimizer_spec(s.optimizer);
   s.schedule = read_schedule(c, s.steps);
 

@@ -619,6 +619,9 @@ struct Trainer::Impl {
     args.step = step;
     args.applied_steps = applied;
     args.lr = schedule->lr_for_step(applied + 1);
+    const auto betas = schedule->betas_for_step(applied + 1);  // a momentum schedule's, else the optimizer's
+    args.beta1 = betas ? betas->beta1 : settings.optimizer.beta1;
+    args.beta2 = betas ? betas->beta2 : settings.optimizer.beta2;
     args.loss_scale = scaler.scale() / settings.gradient_predivide;  // what the gradients carry
     args.clip_norm = settings.gradient_clipping;
     // The plugin completes deferred work on the last step and before a storage swap (docs/abi.md 8).

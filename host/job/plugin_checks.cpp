@@ -55,10 +55,34 @@ std::string refusal_location(const config::ResolvedConfig& config, const char* k
   return (config.source_name().empty() ? std::string("config") : config.source_name()) + ":";
 }
 
+// What of this config a partition or computing tier built against ABI 1.0 would not know, and so silently
+// compute otherwise: Lamb (a kind 1.0 lacks) and betas that change by the step (read from the step args since
+// 1.1, Note [OneCycle's momentum]). Empty when nothing.
+std::string needs_abi_1_1(const config::ResolvedConfig& config) {
+  if (config.get_string("optimizer.type") == "Lamb") return "optimizer.type = \"Lamb\"";
+  if (config.get_string("scheduler.type") == "OneCycle" && config.get_bool("scheduler.cycle_momentum") &&
+      config.get_string("optimizer.type") != "SGD")
+    return "OneCycle's momentum cycling (scheduler.cycle_momentum = true)";
+  return "";
+}
+
 }  // namespace
 
 void check_plugin_configs(const JobSetup& job, const ConfigCheckFacts& facts) {
   const config::ResolvedConfig& config = *job.config;
+  if (const std::string needs = needs_abi_1_1(config); !needs.empty()) {
+    std::vector<std::string> old;
+    for (const LoadedPlugin* plugin : job.resolution.plugins) {
+      const bool steps = plugin->api && (plugin->api->partition || plugin->api->optimizer);
+      if (steps && plugin->abi_major == 1 && plugin->abi_minor < 1)
+        old.push_back(
+            fmt::format("{} {} needs zhost ABI 1.1, and plugin '{}' ({}) was built against 1.{}; rebuild "
+                        "it against the zhost SDK 1.1 or later, or train without it",
+                        refusal_location(config, "optimizer.type", ""), needs, plugin->info.name, plugin->path.string(),
+                        plugin->abi_minor));
+    }
+    if (!old.empty()) throw config::ConfigErrors(std::move(old));
+  }
   // Each plugin to ask, with the storing roles it serves (bits) and why it is in the job.
   std::map<const LoadedPlugin*, std::pair<uint32_t, std::vector<std::string>>> asked;
   std::vector<const LoadedPlugin*> order;

@@ -20,7 +20,8 @@ kit::OptimizerKind parse_optimizer_kind(std::string_view deepspeed_type, bool ad
   if (lowered == "adamw") return kit::OptimizerKind::kAdamW;
   if (lowered == "sgd") return kit::OptimizerKind::kSgd;
   if (lowered == "lion") return kit::OptimizerKind::kLion;
-  const std::vector<std::string> known = {"Adam", "AdamW", "SGD", "Lion"};
+  if (lowered == "lamb") return kit::OptimizerKind::kLamb;
+  const std::vector<std::string> known = {"Adam", "AdamW", "SGD", "Lion", "Lamb"};
   fail_usage("optimizer type '{}' is not supported; zhost has {}{}", deepspeed_type, text::join(known),
              text::did_you_mean(deepspeed_type, known));
 }

@@ -46,6 +46,11 @@ double LrSchedule::lr_for_step(int64_t applied_step) const {
   return lr_at(applied_step - 2);
 }
 
+std::optional<LrSchedule::Betas> LrSchedule::betas_for_step(int64_t applied_step) const {
+  if (applied_step < 1) fail("{}: optimizer steps count from 1, got {}", name(), applied_step);
+  return betas_at(applied_step - 2);
+}
+
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;  // Python's math.pi
@@ -182,7 +187,8 @@ class OneCycle final : public LrSchedule {
         first_stair_count_(spec.cycle_first_stair_count),
         second_stair_count_(spec.cycle_second_stair_count.value_or(spec.cycle_first_stair_count)),
         decay_step_size_(spec.decay_step_size),
-        decay_lr_rate_(spec.decay_lr_rate) {}
+        decay_lr_rate_(spec.decay_lr_rate),
+        momentum_(spec.momentum) {}
   std::string_view name() const override { return "OneCycle"; }
 
  protected:
@@ -195,6 +201,25 @@ class OneCycle final : public LrSchedule {
     const double decay_iteration = static_cast<double>(iteration) - total_size_ + 1.0;
     const double decay_interval = decay_iteration / static_cast<double>(decay_step_size_);
     return min_lr_ / (1.0 + decay_lr_rate_ * decay_interval);
+  }
+  // Note [OneCycle's momentum]: DeepSpeed's OneCycle with cycle_momentum (its default) writes the betas
+  // (momentum, 0.99) into the optimizer with each lr, beta2 included whatever the optimizer was given:
+  // cycle_min_mom at construction; in the cycle, cycle_max_mom - (cycle_max_mom - cycle_min_mom) * scale (the
+  // lr's scale, so momentum falls as the lr rises); after it, cycle_max_mom, times 1 + decay_mom_rate * j /
+  // decay_step_size when both are non-zero (j as for the lr). DeepSpeed leaves optimizers without betas (SGD)
+  // alone, with a warning; so does zhost's DeepSpeed import. The partition and tier get the betas of each step in
+  // zhost_step_args / zhost_tier_step_args (ABI 1.1).
+  std::optional<Betas> betas_at(int64_t iteration) const override {
+    if (!momentum_) return std::nullopt;
+    constexpr double kBeta2 = 0.99;
+    const OneCycleMomentum& m = *momentum_;
+    if (iteration < 0) return Betas{m.cycle_min_mom, kBeta2};
+    if (static_cast<double>(iteration) < total_size_)
+      return Betas{m.cycle_max_mom - (m.cycle_max_mom - m.cycle_min_mom) * scale_factor(iteration), kBeta2};
+    if (decay_step_size_ == 0 || m.decay_mom_rate == 0) return Betas{m.cycle_max_mom, kBeta2};
+    const double decay_iteration = static_cast<double>(iteration) - total_size_ + 1.0;
+    return Betas{m.cycle_max_mom * (1.0 + m.decay_mom_rate * decay_iteration / static_cast<double>(decay_step_size_)),
+                 kBeta2};
   }
 
  private:
@@ -225,6 +250,7 @@ class OneCycle final : public LrSchedule {
   int64_t second_stair_count_;
   int64_t decay_step_size_;
   double decay_lr_rate_;
+  std::optional<OneCycleMomentum> momentum_;
 };
 
 class LrRangeTest final : public LrSchedule {
@@ -294,6 +320,13 @@ std::unique_ptr<LrSchedule> build(const OneCycleSpec& spec, double) {
     require_non_negative(kName, "cycle_second_stair_count", *spec.cycle_second_stair_count);
   }
   require_non_negative(kName, "decay_step_size", spec.decay_step_size);
+  if (spec.momentum) {
+    for (const auto& [key, value] : {std::pair{"cycle_min_mom", spec.momentum->cycle_min_mom},
+                                     std::pair{"cycle_max_mom", spec.momentum->cycle_max_mom}}) {
+      if (!(value >= 0 && value < 1)) fail_usage("OneCycle {} must be in [0, 1) (a beta1), got {}", key, value);
+    }
+    require_finite(kName, "decay_mom_rate", spec.momentum->decay_mom_rate);
+  }
   return std::make_unique<OneCycle>(min_lr, max_lr, spec);
 }
 

@@ -67,8 +67,12 @@ struct WarmupCosineLrSpec {
 // over cycle_second_step_size, then decays as cycle_min_lr / (1 + decay_lr_rate * j / decay_step_size)
 // (j = iterations after the cycle, continuous) unless decay_step_size or decay_lr_rate is 0 (then flat at
 // cycle_min_lr). A stair count > 0 holds the lr flat in that many stairs over its half cycle (upstream;
-// 0.14 ignored the stair counts). DeepSpeed's momentum cycling (cycle_momentum, cycle_min_mom,
-// cycle_max_mom, decay_mom_rate) is not implemented: the optimizer's betas/momentum stay fixed.
+// 0.14 ignored the stair counts). With `momentum` the betas cycle too (Note [OneCycle's momentum]).
+struct OneCycleMomentum {
+  double cycle_min_mom = 0.8;  // DeepSpeed's defaults
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0.0;
+};
 struct OneCycleSpec {
   std::optional<double> cycle_min_lr;  // required
   std::optional<double> cycle_max_lr;  // required
@@ -78,6 +82,7 @@ struct OneCycleSpec {
   int64_t cycle_first_stair_count = 0;
   std::optional<int64_t> cycle_second_stair_count;  // default: cycle_first_stair_count
   int64_t decay_step_size = 0;
+  std::optional<OneCycleMomentum> momentum;  // cycle_momentum (DeepSpeed's default: on, for optimizers with betas)
 };
 
 // LRRangeTest: lr = min_lr * (1 + step_rate * x), x = (i+1)/step_size, floored when staircase.
@@ -102,9 +107,16 @@ class LrSchedule {
   double lr_at(int64_t last_batch_iteration) const;
   // The lr of the k-th applied optimizer step, k >= 1: lr_at(k - 2).
   double lr_for_step(int64_t applied_step) const;
+  // The betas of the k-th applied step when the schedule sets them (OneCycle's momentum), by the same index
+  // convention; none: the optimizer's own.
+  struct Betas {
+    double beta1, beta2;
+  };
+  std::optional<Betas> betas_for_step(int64_t applied_step) const;
   virtual std::string_view name() const = 0;
 
  protected:
+  virtual std::optional<Betas> betas_at(int64_t /*last_batch_iteration*/) const { return std::nullopt; }
   virtual double initial_lr() const = 0;                 // lr_at(-1)
   virtual double lr_after(int64_t iteration) const = 0;  // lr_at(i), i >= 0
 };

@@ -415,6 +415,9 @@ class CpuTier : public zhost::sdk::TierDefaults {
       out_element = element_bytes(t);
     }
     const zhost_optimizer_desc& o = g.optimizer;
+    // This step's betas: a momentum schedule's (ABI 1.1), else the group's own.
+    const bool scheduled = args.struct_size >= ZHOST_STRUCT_SIZE(zhost_tier_step_args, beta2);
+    const double beta1 = scheduled ? args.beta1 : o.beta1, beta2 = scheduled ? args.beta2 : o.beta2;
     g.states->visit(offset, offset + count, GroupStates::kAll, GroupStates::kAll,
                     [&](float* const* states, int64_t begin, int64_t n) {
                       float* master = states[GroupStates::kMaster];
@@ -422,13 +425,13 @@ class CpuTier : public zhost::sdk::TierDefaults {
                       float* grad = g.grad.floats() + begin;
                       void* piece_out = out ? out + static_cast<size_t>(begin - offset) * out_element : nullptr;
                       if (o.kind == ZHOST_OPTIMIZER_LION) {
-                        cpu_optim::LionHyper h{args.lr, o.beta1, o.beta2, o.weight_decay, args.grad_scale};
+                        cpu_optim::LionHyper h{args.lr, beta1, beta2, o.weight_decay, args.grad_scale};
                         cpu_optim::lion_step(h, master, grad, cpu_optim::GradType::kF32, states[GroupStates::kExpAvg],
                                              piece_out, copy, n, kernel_);
                       } else {
                         cpu_optim::AdamHyper h{args.lr,
-                                               o.beta1,
-                                               o.beta2,
+                                               beta1,
+                                               beta2,
                                                o.eps,
                                                o.weight_decay,
                                                o.kind == ZHOST_OPTIMIZER_ADAMW,

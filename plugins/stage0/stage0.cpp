@@ -103,12 +103,12 @@ class DataParallel : public sdk::PartitionHooks {
       // One rank: its split is the whole flat space, and gathering it would only copy it.
       if (world_size_ > 1) gather_reduced_gradients();
       const at::Tensor& reduced = world_size_ > 1 ? grads_ : mine_;
+      const kit::StepScalars scalars = zero::step_scalars(args, decision, optimizer_->spec());
       for (size_t id = 0; id < params_.size(); ++id) {
         Param& p = params_[id];
         at::Tensor grad = reduced.narrow(0, layout_.param_offset(static_cast<uint32_t>(id)), p.model.numel());
         if (grad.scalar_type() != at::kFloat) grad = grad.to(at::kFloat);
-        optimizer_->step(p.master, grad.view(p.master.sizes()), p.state, args.applied_steps + 1, args.lr,
-                         decision.grad_scale);
+        optimizer_->step(p.master, grad.view(p.master.sizes()), p.state, scalars);
         if (!p.master.is_same(p.model)) kit::copy_master_to_model(p.model, p.master);
       }
     }

@@ -56,7 +56,7 @@ void Stage3Partition::setup(const zhost_partition_setup& setup) {
 
   // One sub-group at a time: with the optimizer (and the shards) in tiers, each sub-group's master (and
   // shards) go there before the next is built, so start-up holds one sub-group of them, not the whole model's.
-  if (!offloaded) optimizer_.make_optimizer(setup.optimizer);
+  optimizer_.set_optimizer(setup.optimizer, /*steps_here=*/!offloaded);
   if (offload_.active()) {
     offload_.check_buffer_size();
     offload_.keep_within_max_in_cpu();

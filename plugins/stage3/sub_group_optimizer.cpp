@@ -25,8 +25,10 @@ void SubGroupOptimizer::stage_through(const zero::HostCopies& copies) {
   if (staged_) staged_step_ = zero::StagedStep(tier_, copies, context_.options.step_chunk, context_.compute_dtype);
 }
 
-void SubGroupOptimizer::make_optimizer(const zhost_optimizer_desc& optimizer) {
-  optimizer_ = kit::make_optimizer(kit::optimizer_spec_from_abi(optimizer));
+void SubGroupOptimizer::set_optimizer(const zhost_optimizer_desc& optimizer, bool steps_here) {
+  optimizer_spec_ = kit::optimizer_spec_from_abi(optimizer);
+  kit::require_elementwise(optimizer_spec_, "zero.stage = 3");
+  if (steps_here) optimizer_ = kit::make_optimizer(optimizer_spec_);
 }
 
 // Sub-group buffers; each unit's shard, master and gradient are views into its sub-group's. In fp32 runs the
@@ -144,17 +146,16 @@ bool SubGroupOptimizer::step(zhost_step_args& args) {
     for (const SubGroupState& g : sub_groups_) grads.push_back(g.grad);
     decision = zero::step_prologue(context_.host, grads, context_.world_size, context_.on_device.device(), args);
   }
+  const kit::StepScalars scalars = zero::step_scalars(args, decision, optimizer_spec_);
   if (delayed_)
-    return delayed_->step(args, decision,
-                          [this](int64_t step, double lr, double grad_scale) { step_offloaded(grad_scale, step, lr); });
-  const int64_t step = args.applied_steps + 1;
+    return delayed_->step(args, decision, scalars, [this](const kit::StepScalars& now) { step_offloaded(now); });
   if (!decision.overflow) {
     if (tier_.active()) {
-      step_offloaded(decision.grad_scale, step, args.lr);
+      step_offloaded(scalars);
     } else {
       for (SubGroupState& g : sub_groups_) {  // one sub-group at a time: at most one fp32 copy of 16-bit gradients
         const at::Tensor grad = g.grad.scalar_type() == at::kFloat ? g.grad : g.grad.to(at::kFloat);
-        optimizer_->step(g.master, grad, g.state, step, args.lr, decision.grad_scale);
+        optimizer_->step(g.master, grad, g.state, scalars);
         if (g.shard.defined()) kit::copy_master_to_model(g.shard, g.master);
       }
       store_shards_from_masters();
@@ -177,15 +178,15 @@ bool SubGroupOptimizer::step(zhost_step_args& args) {
 // and writes the updated shard: into the device shard directly when training in host memory; staged, into
 // pinned host memory, chunk by chunk (zero.offload_optimizer.step_chunk_size), each chunk's copy to the
 // device running while the next chunk steps; with parameter offload, back into the parameter tier.
-void SubGroupOptimizer::step_offloaded(double grad_scale, int64_t step, double lr) {
+void SubGroupOptimizer::step_offloaded(const kit::StepScalars& scalars) {
   for (size_t i = 0; i < sub_groups_.size(); ++i) {
     SubGroupState& g = sub_groups_[i];
     if (offload_.active()) {
-      step_into_parameter_tier(i, grad_scale, step, lr);
+      step_into_parameter_tier(i, scalars);
     } else if (staged_) {  // chunk by chunk, each copied while the next steps
-      staged_step_.step(i, step, lr, grad_scale, g.shard);
+      staged_step_.step(i, scalars, g.shard);
     } else {
-      tier_.step(i, step, lr, grad_scale, g.shard);
+      tier_.step(i, scalars, g.shard);
     }
   }
   staged_step_.finish();
@@ -194,11 +195,11 @@ void SubGroupOptimizer::step_offloaded(double grad_scale, int64_t step, double l
 // Parameter offload: the updated shards go back to the parameter tier, unit by unit through one host
 // buffer of a shard's size (kept in the staging pool between steps); a tier that steps whole groups only
 // writes the whole sub-group first.
-void SubGroupOptimizer::step_into_parameter_tier(size_t sub_group, double grad_scale, int64_t step, double lr) {
+void SubGroupOptimizer::step_into_parameter_tier(size_t sub_group, const kit::StepScalars& scalars) {
   const SubGroup& group = context_.layout.sub_groups()[sub_group];
   if (!tier_.steps_ranges()) {
     at::Tensor buffer = pool_.take(group.numel);
-    tier_.step(sub_group, step, lr, grad_scale, buffer.narrow(0, 0, group.numel));
+    tier_.step(sub_group, scalars, buffer.narrow(0, 0, group.numel));
     for (int unit : group.units) {
       const FetchUnit& layout = context_.unit(unit);
       offload_.store(unit, buffer.narrow(0, layout.sub_group_offset, layout.shard));
@@ -210,7 +211,7 @@ void SubGroupOptimizer::step_into_parameter_tier(size_t sub_group, double grad_s
     const FetchUnit& layout = context_.unit(unit);
     at::Tensor buffer = pool_.take(layout.shard);
     const at::Tensor shard = buffer.narrow(0, 0, layout.shard);
-    tier_.step_range(sub_group, layout.sub_group_offset, step, lr, grad_scale, shard);
+    tier_.step_range(sub_group, layout.sub_group_offset, scalars, shard);
     offload_.store(unit, shard);
     pool_.give(std::move(buffer));
   }

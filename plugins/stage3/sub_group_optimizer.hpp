@@ -33,10 +33,10 @@ class SubGroupOptimizer {
   bool find_tier(const zhost_optimizer_desc& optimizer);  // returns whether a tier runs the optimizer
   bool offloaded() const { return tier_.active(); }
   const zero::OptimizerTier& tier() const { return tier_; }
-  // with a tier, the copies that reach its memory (a staged step when they are separate); the optimizer when
-  // no tier runs it;
+  // with a tier, the copies that reach its memory (a staged step when they are separate); the job's optimizer,
+  // built here when no tier runs it (`steps_here`);
   void stage_through(const zero::HostCopies& copies);
-  void make_optimizer(const zhost_optimizer_desc& optimizer);
+  void set_optimizer(const zhost_optimizer_desc& optimizer, bool steps_here);
   // then each sub-group: its buffers; each unit's shard filled (shard_of) and its master taken from it
   // (master_from_shard); then its master and states handed to the tier, the device shards dropped with
   // parameter offload (finish_sub_group).
@@ -82,12 +82,12 @@ class SubGroupOptimizer {
   const SubGroupState& group_of(int unit) const {
     return sub_groups_[static_cast<size_t>(context_.unit(unit).sub_group)];
   }
-  void step_offloaded(double grad_scale, int64_t step, double lr);
+  void step_offloaded(const kit::StepScalars& scalars);
   // The delayed update's weights (one [G] host tensor per sub-group) into the shards the gathers read.
   void write_shards(const std::vector<at::Tensor>& weights);
   // This rank's part of Note [Exact gradient norm] step 2, reading the tier's accumulators piece by piece.
   kit::SquareSumLimbs tier_grad_limbs(float global_max) const;
-  void step_into_parameter_tier(size_t sub_group, double grad_scale, int64_t step, double lr);
+  void step_into_parameter_tier(size_t sub_group, const kit::StepScalars& scalars);
   void copy_states(const zhost_state_io& io, bool save);
   void refresh_shards_from_tier();
   // Parameter offload without a tier running the optimizer: every unit's shard from its master into the params
@@ -98,6 +98,7 @@ class SubGroupOptimizer {
   HostStagingPool& pool_;
   ParamOffloadStaging& offload_;
   std::vector<SubGroupState> sub_groups_;
+  kit::OptimizerSpec optimizer_spec_;          // the job's, whoever steps it
   std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
   std::vector<std::string> state_names_;       // what a checkpoint holds: "master" and the optimizer's states
   zero::OptimizerTier tier_;                   // zero.offload_optimizer's tier (inactive without one)

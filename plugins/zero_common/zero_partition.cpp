@@ -49,7 +49,9 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   // This rank's fp32 master partition, from the (identically initialised) parameters; padding stays 0. With
   // a tier it only passes through here on its way to host memory: it is built there.
   tier_ = OptimizerTier::find(host_);
-  state_names_ = kit::checkpoint_state_names(kit::optimizer_spec_from_abi(setup.optimizer));
+  optimizer_spec_ = kit::optimizer_spec_from_abi(setup.optimizer);
+  kit::require_elementwise(optimizer_spec_, kit::format("zero.stage = {}", options_.stage));
+  state_names_ = kit::checkpoint_state_names(optimizer_spec_);
   master_ = at::zeros({partition}, (tier_.active() ? at::TensorOptions() : on_device).dtype(at::kFloat));
   const int64_t begin = rank_ * partition;
   for (const Segment& s : layout_.segments(begin, begin + partition))
@@ -71,7 +73,7 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
       grad_partition_ = delayed_->accumulator(0);
     }
   } else {
-    optimizer_ = kit::make_optimizer(kit::optimizer_spec_from_abi(setup.optimizer));
+    optimizer_ = kit::make_optimizer(optimizer_spec_);
     optimizer_->allocate_state(state_, master_);
     if (options_.stage == 2) ensure_grad_partition();
   }
@@ -139,30 +141,31 @@ void ZeroPartition::step(zhost_step_args& args) {
   // Note [Delayed parameter update]: the update in flight is applied at this boundary even when this step
   // overflows.
   if (delayed_) {
-    delayed_->step(args, decision,
-                   [this](int64_t step, double lr, double grad_scale) { step_tier(step, lr, grad_scale); });
+    delayed_->step(args, decision, zero::step_scalars(args, decision, optimizer_spec_),
+                   [this](const kit::StepScalars& scalars) { step_tier(scalars); });
     return;
   }
   if (decision.overflow) {  // skipped alike on every rank; the gradients are dropped
     release_gradients();
     return;
   }
-  if (tier_.active()) return step_tier(args.applied_steps + 1, args.lr, decision.grad_scale);
+  const kit::StepScalars scalars = zero::step_scalars(args, decision, optimizer_spec_);
+  if (tier_.active()) return step_tier(scalars);
   const at::Tensor grad =
       grad_partition_.scalar_type() == at::kFloat ? grad_partition_ : grad_partition_.to(at::kFloat);
-  optimizer_->step(master_, grad, state_, args.applied_steps + 1, args.lr, decision.grad_scale);
+  optimizer_->step(master_, grad, state_, scalars);
   gather_updated_partitions(master_);
   release_gradients();
 }
 
 // The tier's optimizer step, synchronously: it applies the factor in its one pass, zeroes its accumulator and
 // writes the updated partition, which is all-gathered at once.
-void ZeroPartition::step_tier(int64_t step, double lr, double grad_scale) {
+void ZeroPartition::step_tier(const kit::StepScalars& scalars) {
   if (staged()) {  // chunk by chunk, each chunk's copy to the device running while the next steps
-    staged_step_.step(0, step, lr, grad_scale, updated_);
+    staged_step_.step(0, scalars, updated_);
     staged_step_.finish();
   } else {
-    tier_.step(0, step, lr, grad_scale, updated_);
+    tier_.step(0, scalars, updated_);
   }
   gather_updated_partitions(updated_);
 }

@@ -80,7 +80,7 @@ class ZeroPartition : public sdk::PartitionHooks {
   void gather_updated_partitions(const at::Tensor& updated);
   at::Tensor ensure_grad_partition();
   void release_gradients();
-  void step_tier(int64_t step, double lr, double grad_scale);
+  void step_tier(const kit::StepScalars& scalars);
   void apply_weights(const at::Tensor& weights);
 
   sdk::Host host_;
@@ -89,6 +89,7 @@ class ZeroPartition : public sdk::PartitionHooks {
   FlatLayout layout_;
   std::vector<Param> params_;
   at::ScalarType compute_dtype_ = at::kFloat;
+  kit::OptimizerSpec optimizer_spec_;          // the job's, whoever steps it
   std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
   at::Tensor master_;                          // [S] fp32: this rank's partition of the parameters
   kit::OptimizerState state_;

@@ -2,6 +2,7 @@
 #include "reference_optimizer.hpp"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace zhost::conformance {
 namespace {
@@ -88,6 +89,8 @@ void reference_step(ReferenceGroup& group, const std::vector<float>& grad, int64
     case ZHOST_OPTIMIZER_SGD:
       sgd(group, grad, begin, end, lr, grad_scale);
       break;
+    case ZHOST_OPTIMIZER_LAMB:  // not elementwise: no tier steps it (Note [Lamb steps whole parameters])
+      throw std::logic_error("the conformance reference has no Lamb: tiers step flat groups");
   }
 }
 

@@ -315,6 +315,8 @@ class OptimizerRun {
       args.step = step;
       args.lr = lr;
       args.grad_scale = grad_scale;
+      args.beta1 = ref_.optimizer.beta1;  // constant betas: what every 1.x tier computes alike
+      args.beta2 = ref_.optimizer.beta2;
       args.params_out = &out_view;
       if (piece > 0) {
         args.offset = offset;
@@ -458,6 +460,8 @@ void check_computing(const CheckRun& run, uint64_t flags) {
     args.step = 1;
     args.lr = 1e-2;
     args.grad_scale = 1;
+    args.beta1 = 0.9;
+    args.beta2 = 0.999;
     tier.refused(api.step(tier.self(), &args), ZHOST_ERR_INVALID_ARGUMENT, "a step of an unknown group");
     std::vector<float> small(10);
     int64_t shape = 0;

@@ -144,5 +144,7 @@ TEST_P(FrozenPlugins, LoadNegotiateCreateRunAndDestroy) {
   EXPECT_EQ(host.live_buffer_bytes(ZHOST_MEMORY_HOST), 0u);  // released by the plugin's destroy()
 }
 
-INSTANTIATE_TEST_SUITE_P(Releases, FrozenPlugins, ::testing::Values(FrozenTier{1, 0, ZHOST_STORAGE_API_SIZE}),
+INSTANTIATE_TEST_SUITE_P(Releases, FrozenPlugins,
+                         ::testing::Values(FrozenTier{1, 0, ZHOST_STORAGE_API_SIZE},
+                                           FrozenTier{1, 1, ZHOST_STORAGE_API_SIZE}),
                          [](const ::testing::TestParamInfo<FrozenTier>& tier) { return tier.param.folder(); });

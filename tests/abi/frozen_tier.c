@@ -11,6 +11,8 @@
 
 #if ZHOST_ABI_MAJOR == 1 && ZHOST_ABI_MINOR == 0
 #define TIER_NAME "frozen_tier_v1_0"
+#elif ZHOST_ABI_MAJOR == 1 && ZHOST_ABI_MINOR == 1
+#define TIER_NAME "frozen_tier_v1_1"
 #else
 #error "built against headers of an unexpected release"
 #endif

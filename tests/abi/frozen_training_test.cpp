@@ -56,7 +56,24 @@ TEST(FrozenPartitionCheckpoint, AJobThatSavesIsRefusedAtStartNamingTheRebuild) {
   EXPECT_TRUE(r.losses.empty());  // refused before the first step
 }
 
-INSTANTIATE_TEST_SUITE_P(Releases, FrozenPartition, ::testing::Values("v1_0"),
+// Per-step betas (OneCycle's momentum) came with 1.1: a 1.0 partition would step with its setup's betas and
+// change the math silently, so the job is refused at start, naming the plugin and the rebuild.
+TEST(FrozenPartitionAbi, A1_0PartitionIsRefusedForPerStepBetas) {
+  ScratchDir dir;
+  RunOutput r = run_zhost(
+      dir.path(), small_job_config(), "old",
+      std::string(" --nproc 2 --set zero.stage=1 --set scheduler.type=OneCycle --set scheduler.cycle_min_lr=1e-4 "
+                  "--set scheduler.cycle_max_lr=1e-3 --plugin-path ") +
+          ZHOST_FROZEN_PARTITION_DIR + "/v1_0");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("OneCycle's momentum cycling (scheduler.cycle_momentum = true) needs zhost ABI 1.1, and plugin "
+                       "'frozen_dp_v1_0'"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.losses.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Releases, FrozenPartition, ::testing::Values("v1_0", "v1_1"),
                          [](const ::testing::TestParamInfo<std::string>& release) { return release.param; });
 
 }  // namespace

@@ -124,6 +124,20 @@ std::vector<RuleCase> rule_cases() {
        "train.toml:3: data.path: token file 'empty.bin' is empty"},
       {"TokenIdAboveVocab", "[model]\nvocab = 256\nseq_len = 8\n[data]\ntype = \"tokens\"\npath = \"tokens.bin\"\n",
        "train.toml:6: data.path: 'tokens.bin' holds token id 300 at token 5, but model.vocab is 256"},
+      // Lamb needs whole parameters (Note [Lamb steps whole parameters]); OneCycle's momentum must stay below 1.
+      {"LambUnderZero", "[optimizer]\ntype = \"Lamb\"\n[zero]\nstage = 2\n",
+       "train.toml:2: optimizer.type = \"Lamb\" needs zero.stage = 0: its trust ratio is a norm over each whole "
+       "parameter"},
+      {"LambBoundsSwapped", "[optimizer]\ntype = \"Lamb\"\nmin_coeff = 2.0\nmax_coeff = 1.0\n",
+       "train.toml:3: optimizer.min_coeff (2) is above optimizer.max_coeff (1); swap them"},
+      {"OneCycleMomentumPastOne",
+       "steps = 100\n[scheduler]\ntype = \"OneCycle\"\ncycle_min_lr = 1e-4\ncycle_max_lr = 1e-3\n"
+       "cycle_first_step_size = 5\ndecay_step_size = 5\ndecay_mom_rate = 0.1\n",
+       "train.toml:8: scheduler.decay_mom_rate = 0.1 raises OneCycle's beta1 to"},
+      {"MomentumKeysWithCyclingOff",
+       "[scheduler]\ntype = \"OneCycle\"\ncycle_min_lr = 1e-4\ncycle_max_lr = 1e-3\ncycle_momentum = false\n"
+       "cycle_max_mom = 0.95\n",
+       "train.toml:6: scheduler.cycle_max_mom is set, but only scheduler.cycle_momentum = true reads it"},
       // The file itself.
       // A JSON file is DeepSpeed's config, read with DeepSpeed's names (deepspeed_json_test.cpp).
       {"DeepSpeedJsonKeyChangingTheMath", "{\"train_batch_size\": 8, \"gradient_allreduce_op\": \"sum\"}\n",
@@ -178,6 +192,9 @@ TEST(ConfigRuleNeighbours, AreAccepted) {
       "[scheduler]\ntype = \"WarmupCosineLR\"\ncos_min_ratio = 0.1\n",
       "[optimizer]\ntype = \"Lion\"\nbetas = [0.9, 0.99]\n",
       "[optimizer]\ntype = \"Adam\"\nadam_w_mode = false\n",
+      "[optimizer]\ntype = \"Lamb\"\nmax_coeff = 0.3\nbias_correction = false\n",
+      "steps = 20\n[scheduler]\ntype = \"OneCycle\"\ncycle_min_lr = 1e-4\ncycle_max_lr = 1e-3\n"
+      "cycle_first_step_size = 5\ndecay_step_size = 5\ndecay_mom_rate = 0.01\n",
       "[fp16]\nenabled = true\nloss_scale = 128.0\n[run]\ndevice = \"cuda\"\n",
       "[model]\ntype = \"mlp\"\nwidth = 33\n",
       "[model]\nvocab = 256\n[data]\ntype = \"text\"\npath = \"corpus.txt\"\n",

@@ -158,7 +158,7 @@ constexpr Reason kDeepSpeedRefuses[] = {
 };
 
 // The overall share reached (Note [Corpus share]); raise it when a fix lets more files through.
-constexpr double kShareFloor = 0.82;
+constexpr double kShareFloor = 0.83;
 
 const Reason* find_reason(const std::vector<std::string>& errors, const Reason* begin, const Reason* end) {
   for (const std::string& error : errors) {

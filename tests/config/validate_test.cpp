@@ -118,9 +118,10 @@ TEST(Validate, OutOfRangeGivesTheRange) {
 }
 
 TEST(Validate, BadChoiceListsTheChoices) {
-  EXPECT_EQ(error_of("[optimizer]\ntype = \"adamw\"\n"),
-            "train.toml:2: optimizer.type = \"adamw\" is not a valid choice; choose one of: AdamW, Adam, SGD, Lion "
-            "(did you mean 'AdamW'?)");
+  EXPECT_EQ(
+      error_of("[optimizer]\ntype = \"adamw\"\n"),
+      "train.toml:2: optimizer.type = \"adamw\" is not a valid choice; choose one of: AdamW, Adam, SGD, Lion, Lamb "
+      "(did you mean 'AdamW'?)");
   EXPECT_EQ(error_of("[model]\ntype = \"lama\"\n"),
             "train.toml:2: model.type = \"lama\" is not a valid choice; choose one of: mlp, gpt, llama, hf (did you "
             "mean 'llama'?)");
@@ -205,7 +206,7 @@ TEST(Validate, CollectsAllErrorsInFileOrderThenOverrides) {
   } catch (const ConfigErrors& errors) {
     std::vector<std::string> expected = {
         "train.toml:3: zero.stage = 9 is out of range; use a value between 0 and 3",
-        "train.toml:6: optimizer.type = \"Adamw\" is not a valid choice; choose one of: AdamW, Adam, SGD, Lion "
+        "train.toml:6: optimizer.type = \"Adamw\" is not a valid choice; choose one of: AdamW, Adam, SGD, Lion, Lamb "
         "(did you mean 'AdamW'?)",
         "train.toml:7: optimizer.lr must be a number, got string \"fast\"; write e.g. lr = 0.001",
         "train.toml:9: unknown key 'model.layres'; did you mean 'model.layers'? (or remove it)",

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -136,8 +137,39 @@ inline void reference_step(const OptimizerSpec& spec, std::vector<double>& param
         m = spec.beta2 * m + (1.0 - spec.beta2) * grad[i];
         break;
       }
+      case OptimizerKind::kLamb:  // not elementwise: reference_lamb_step
+        throw std::logic_error("reference_step: use reference_lamb_step for Lamb");
     }
   }
+}
+
+// One Lamb step in float64, from DeepSpeed 0.19.8's FusedLamb kernel (csrc/lamb): Adam's moments without bias
+// correction inside the update u = m / (sqrt(v) + eps) + wd * p, the trust ratio |p| / |u| clamped to [min_coeff,
+// max_coeff] (1 when a norm is 0), and the bias correction in the step size lr * sqrt(bc2) / bc1.
+inline void reference_lamb_step(const OptimizerSpec& spec, std::vector<double>& param, const std::vector<double>& grad,
+                                ReferenceState& state, int64_t step, double lr) {
+  const size_t n = param.size();
+  if (state.first.empty()) {
+    state.first.assign(n, 0.0);
+    state.second.assign(n, 0.0);
+  }
+  std::vector<double> update(n);
+  double param_square = 0, update_square = 0;
+  for (size_t i = 0; i < n; ++i) {
+    state.first[i] = spec.beta1 * state.first[i] + (1.0 - spec.beta1) * grad[i];
+    state.second[i] = spec.beta2 * state.second[i] + (1.0 - spec.beta2) * grad[i] * grad[i];
+    update[i] = state.first[i] / (std::sqrt(state.second[i]) + spec.eps) + spec.weight_decay * param[i];
+    param_square += param[i] * param[i];
+    update_square += update[i] * update[i];
+  }
+  double ratio = 1.0;
+  if (param_square > 0 && update_square > 0)
+    ratio = std::min(spec.max_coeff, std::max(spec.min_coeff, std::sqrt(param_square) / std::sqrt(update_square)));
+  const double steps = static_cast<double>(step);
+  const double step_size = spec.bias_correction
+                               ? lr * std::sqrt(1.0 - std::pow(spec.beta2, steps)) / (1.0 - std::pow(spec.beta1, steps))
+                               : lr;
+  for (size_t i = 0; i < n; ++i) param[i] -= step_size * ratio * update[i];
 }
 
 // The lr of step k in the tests: varies per step so that a step using a stale lr is caught.

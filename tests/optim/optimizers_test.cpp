@@ -276,6 +276,87 @@ void expect_config_error(const OptimizerSpec& spec, const std::string& setting) 
   EXPECT_THROW(check_optimizer_spec(spec), UsageError);
 }
 
+// Lamb (Note [Lamb steps whole parameters]) against the float64 transcription of DeepSpeed 0.19.8's FusedLamb:
+// the ratio inside the bounds, clamped at each bound, without bias correction, and a zero parameter (ratio 1).
+TEST(Lamb, MatchesFloat64ReferenceOfDeepSpeedsFusedLamb) {
+  struct Case {
+    const char* name;
+    double max_coeff, min_coeff, weight_decay;
+    bool bias_correction;
+    float scale;  // of the initial parameter: 0 gives the zero-norm case
+  };
+  for (const Case& c :
+       {Case{"inside the bounds", 10.0, 0.01, 0.01, true, 1.0f},
+        Case{"clamped above (BERT's 0.3)", 0.3, 0.01, 0.01, false, 1.0f},
+        Case{"clamped below", 100.0, 50.0, 0.0, true, 1.0f}, Case{"zero parameter", 10.0, 0.01, 0.0, true, 0.0f}}) {
+    OptimizerSpec spec = OptimizerSpec::defaults(OptimizerKind::kLamb);
+    spec.lr = 1e-3;
+    spec.max_coeff = c.max_coeff;
+    spec.min_coeff = c.min_coeff;
+    spec.weight_decay = c.weight_decay;
+    spec.bias_correction = c.bias_correction;
+    const auto optimizer = make_optimizer(spec);
+    const int64_t n = 1001;
+    const std::vector<float> initial = testing::random_normal(n, 77, c.scale);
+    at::Tensor param = testing::to_tensor(initial);
+    std::vector<double> reference = testing::widen(initial);
+    OptimizerState state;
+    ReferenceState reference_state;
+    for (int64_t step = 1; step <= kSteps; ++step) {
+      const std::vector<float> grad = testing::random_normal(n, static_cast<uint32_t>(31 * step), 0.1f);
+      const double lr = testing::test_lr(spec.lr, step);
+      optimizer->step(param, testing::to_tensor(grad), state, step, lr);
+      testing::reference_lamb_step(spec, reference, testing::widen(grad), reference_state, step, lr);
+    }
+    testing::expect_close(testing::to_doubles(param), reference, 1e-6, c.name);
+    testing::expect_close(testing::to_doubles(state.get("exp_avg_sq")), reference_state.second, 1e-6, c.name);
+  }
+}
+
+// Flat shards of partitioned parameters cannot be stepped by Lamb: the partitions refuse it by name.
+TEST(Lamb, PartitionsThatStepFlatShardsRefuseIt) {
+  EXPECT_NO_THROW(require_elementwise(OptimizerSpec::defaults(OptimizerKind::kAdamW), "zero.stage = 2"));
+  try {
+    require_elementwise(OptimizerSpec::defaults(OptimizerKind::kLamb), "zero.stage = 2");
+    ADD_FAILURE() << "Lamb accepted for flat shards";
+  } catch (const sdk::PluginError& e) {
+    EXPECT_EQ(e.code(), ZHOST_ERR_CONFIG);
+    EXPECT_NE(std::string(e.what()).find("zero.stage = 2 steps flat shards"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(make_optimizer(OptimizerSpec::defaults(OptimizerKind::kLamb))->elementwise());
+}
+
+// A momentum schedule (OneCycle) hands each step its betas: the CPU's fused kernels and the ATen path use them,
+// not the spec's.
+TEST(StepScalars, EachStepUsesItsOwnBetas) {
+  for (const OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kLion, OptimizerKind::kLamb}) {
+    OptimizerSpec spec = OptimizerSpec::defaults(kind);
+    spec.lr = 1e-3;
+    spec.weight_decay = 0.01;
+    const auto optimizer = make_optimizer(spec);
+    const std::vector<float> initial = testing::random_normal(513, 5);
+    at::Tensor param = testing::to_tensor(initial);
+    std::vector<double> reference = testing::widen(initial);
+    OptimizerState state;
+    ReferenceState reference_state;
+    for (int64_t step = 1; step <= kSteps; ++step) {
+      const std::vector<float> grad = testing::random_normal(513, static_cast<uint32_t>(step), 0.1f);
+      StepScalars scalars = optimizer->scalars(step, spec.lr);
+      scalars.beta1 = 0.8 + 0.01 * static_cast<double>(step);  // OneCycle-like: a new beta1 every step
+      scalars.beta2 = 0.99;
+      optimizer->step(param, testing::to_tensor(grad), state, scalars);
+      OptimizerSpec at_step = spec;
+      at_step.beta1 = scalars.beta1;
+      at_step.beta2 = scalars.beta2;
+      if (kind == OptimizerKind::kLamb)
+        testing::reference_lamb_step(at_step, reference, testing::widen(grad), reference_state, step, spec.lr);
+      else
+        testing::reference_step(at_step, reference, testing::widen(grad), reference_state, step, spec.lr);
+    }
+    testing::expect_close(testing::to_doubles(param), reference, 1e-6, std::string(optimizer_kind_name(kind)));
+  }
+}
+
 TEST(MakeOptimizer, RejectsOutOfRangeSettings) {
   OptimizerSpec spec = OptimizerSpec::defaults(OptimizerKind::kAdamW);
   spec.beta2 = 1.0;
@@ -287,6 +368,10 @@ TEST(MakeOptimizer, RejectsOutOfRangeSettings) {
   spec.momentum = -0.5;
   expect_config_error(spec, "momentum");
   EXPECT_NO_THROW(check_optimizer_spec(OptimizerSpec::defaults(OptimizerKind::kLion)));
+  spec = OptimizerSpec::defaults(OptimizerKind::kLamb);
+  spec.min_coeff = 2;
+  spec.max_coeff = 1;
+  expect_config_error(spec, "max_coeff");
 }
 
 TEST(OptimizerStep, RejectsBadArguments) {

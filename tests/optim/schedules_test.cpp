@@ -149,6 +149,35 @@ TEST(OneCycle, RisesFallsThenDecays) {
   expect_lr(*schedule, 59, 0.01 / (1 + 0.5 * 30.0 / 10.0));
 }
 
+// Note [OneCycle's momentum]: beta1 moves against the lr over the same cycle; beta2 is 0.99 throughout.
+TEST(OneCycle, MomentumCyclesAgainstTheLr) {
+  OneCycleSpec spec;
+  spec.cycle_min_lr = 0.01;
+  spec.cycle_max_lr = 0.1;
+  spec.cycle_first_step_size = 10;
+  spec.cycle_second_step_size = 20;
+  spec.decay_step_size = 10;
+  spec.momentum = OneCycleMomentum{0.8, 0.9, 0.05};
+  const auto schedule = make_schedule(spec, 1.0);
+  auto expect_beta1 = [&](int64_t applied_step, double expected) {
+    const auto betas = schedule->betas_for_step(applied_step);
+    ASSERT_TRUE(betas.has_value());
+    EXPECT_NEAR(betas->beta1, expected, 1e-12) << "step " << applied_step;
+    EXPECT_EQ(betas->beta2, 0.99) << "step " << applied_step;
+  };
+  expect_beta1(1, 0.8);                             // at construction: cycle_min_mom
+  expect_beta1(6, 0.9 - 0.1 * 0.5);                 // iteration 4: halfway up the lr, halfway down the momentum
+  expect_beta1(11, 0.8);                            // iteration 9: the lr's peak, the momentum's low
+  expect_beta1(21, 0.9 - 0.1 * 0.5);                // iteration 19: halfway down the second half
+  expect_beta1(31, 0.9);                            // iteration 29: the cycle's end
+  expect_beta1(32, 0.9 * (1 + 0.05 * 1.0 / 10.0));  // iteration 30: decay grows it
+  expect_beta1(61, 0.9 * (1 + 0.05 * 30.0 / 10.0));
+  spec.momentum.reset();
+  EXPECT_FALSE(make_schedule(spec, 1.0)->betas_for_step(5).has_value());  // cycle_momentum off: the optimizer's
+  spec.momentum = OneCycleMomentum{0.8, 1.0, 0.0};
+  EXPECT_THROW(make_schedule(spec, 1.0), UsageError);
+}
+
 TEST(OneCycle, NoDecayStaysAtMin) {
   OneCycleSpec spec;
   spec.cycle_min_lr = 0.01;

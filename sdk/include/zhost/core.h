@@ -33,7 +33,7 @@ extern "C" {
  * 1). The history of every version is docs/abi.md's "Version history", which a test checks against these
  * numbers. */
 #define ZHOST_ABI_MAJOR 1
-#define ZHOST_ABI_MINOR 0
+#define ZHOST_ABI_MINOR 1
 
 /* The exported entry symbol for a major version. Hosts probe the newest major they know first. */
 #define ZHOST_ENTRY_SYMBOL_V1 "zhost_plugin_v1"

@@ -24,7 +24,10 @@ typedef enum zhost_optimizer_kind {
   ZHOST_OPTIMIZER_ADAMW = 1, /* decoupled weight decay (torch.optim.AdamW) */
   ZHOST_OPTIMIZER_ADAM = 2,  /* L2 weight decay (torch.optim.Adam) */
   ZHOST_OPTIMIZER_SGD = 3,   /* momentum SGD, L2 weight decay */
-  ZHOST_OPTIMIZER_LION = 4   /* sign update, decoupled weight decay */
+  ZHOST_OPTIMIZER_LION = 4,  /* sign update, decoupled weight decay */
+  ZHOST_OPTIMIZER_LAMB = 5   /* since 1.1: Adam's update scaled per parameter by a trust ratio (DeepSpeed's
+                                FusedLamb); it needs each parameter whole, so only a partition that steps whole
+                                parameters (stage 0) may accept it */
 } zhost_optimizer_kind;
 
 typedef struct zhost_optimizer_desc {
@@ -36,10 +39,12 @@ typedef struct zhost_optimizer_desc {
   double eps;
   double weight_decay;
   double momentum;         /* SGD */
-  int32_t bias_correction; /* Adam kinds */
+  int32_t bias_correction; /* Adam kinds and Lamb */
+  double max_coeff;        /* since 1.1, Lamb: the trust ratio's upper bound (DeepSpeed's default 10) */
+  double min_coeff;        /* since 1.1, Lamb: its lower bound (DeepSpeed's default 0.01) */
 } zhost_optimizer_desc;
-#define ZHOST_OPTIMIZER_DESC_SIZE ZHOST_STRUCT_SIZE(zhost_optimizer_desc, bias_correction)
-#define ZHOST_OPTIMIZER_DESC_MIN_SIZE ZHOST_OPTIMIZER_DESC_SIZE /* since 1.0 */
+#define ZHOST_OPTIMIZER_DESC_SIZE ZHOST_STRUCT_SIZE(zhost_optimizer_desc, min_coeff)
+#define ZHOST_OPTIMIZER_DESC_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_optimizer_desc, bias_correction) /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_optimizer_desc, ZHOST_OPTIMIZER_DESC_SIZE);
 
 typedef struct zhost_tier_optimizer_setup {
@@ -64,9 +69,11 @@ typedef struct zhost_tier_step_args {
                            to a device): receives the updated values; borrowed for the call. NULL: not
                            needed */
   int64_t offset;       /* step_range only: the range's first element in the group */
+  double beta1;         /* since 1.1: this step's betas, which a momentum schedule (DeepSpeed's OneCycle) may */
+  double beta2;         /* change every step; absent (1.0 caller): the optimizer_desc's */
 } zhost_tier_step_args;
-#define ZHOST_TIER_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_tier_step_args, offset)
-#define ZHOST_TIER_STEP_ARGS_MIN_SIZE ZHOST_TIER_STEP_ARGS_SIZE /* since 1.0 */
+#define ZHOST_TIER_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_tier_step_args, beta2)
+#define ZHOST_TIER_STEP_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_tier_step_args, offset) /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_tier_step_args, ZHOST_TIER_STEP_ARGS_SIZE);
 
 typedef struct zhost_tier_grad_args {

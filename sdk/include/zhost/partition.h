@@ -98,9 +98,11 @@ typedef struct zhost_step_args {
   double clip_norm;      /* global-norm clipping threshold, 0 = off */
   double grad_norm;      /* out: global gradient norm before clipping (unscaled); inf/nan on overflow */
   int32_t overflow;      /* out: 1 when a gradient was inf/nan on any rank; the step was not taken */
+  double beta1;          /* since 1.1: this step's betas (Adam kinds, Lion, Lamb): the optimizer's, or a momentum */
+  double beta2;          /* schedule's (DeepSpeed's OneCycle cycle_momentum); the host always fills them */
 } zhost_step_args;
-#define ZHOST_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_step_args, overflow)
-#define ZHOST_STEP_ARGS_MIN_SIZE ZHOST_STEP_ARGS_SIZE /* since 1.0 */
+#define ZHOST_STEP_ARGS_SIZE ZHOST_STRUCT_SIZE(zhost_step_args, beta2)
+#define ZHOST_STEP_ARGS_MIN_SIZE ZHOST_STRUCT_SIZE(zhost_step_args, overflow) /* since 1.0 */
 ZHOST_ASSERT_STRUCT_COMPLETE(zhost_step_args, ZHOST_STEP_ARGS_SIZE);
 
 /* Extension type 1 (docs/abi.md 8), on the step args of the job's last step: after this step() returns the

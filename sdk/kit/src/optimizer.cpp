@@ -1,9 +1,9 @@
-// sdk/kit/src/optimizer.cpp: AdamW, Adam, SGD and Lion steps of fp32 tensors: on the CPU through the fused
-// CPU optimizer (Note [One optimizer arithmetic], zhost/kit/cpu_optimizer.hpp), elsewhere (CUDA) as
-// in-place ATen updates with the same formulas.
+// sdk/kit/src/optimizer.cpp: AdamW, Adam, SGD, Lion and Lamb steps of fp32 tensors: on the CPU through the
+// fused CPU optimizer (Note [One optimizer arithmetic], zhost/kit/cpu_optimizer.hpp), elsewhere (CUDA) as
+// in-place ATen updates with the same formulas; Lamb as ATen updates everywhere.
 //
-// Every update is elementwise, so stepping a flat buffer in slices gives the same bits as stepping it
-// whole. Scalars (lr, betas, bias corrections) are computed on the host in double.
+// Every update but Lamb's is elementwise, so stepping a flat buffer in slices gives the same bits as stepping
+// it whole. Scalars (lr, betas, bias corrections) are computed on the host in double.
 #include "zhost/kit/optimizer.hpp"
 
 #include <ATen/Parallel.h>
@@ -40,6 +40,8 @@ std::string_view optimizer_kind_name(OptimizerKind kind) {
       return "SGD";
     case OptimizerKind::kLion:
       return "Lion";
+    case OptimizerKind::kLamb:
+      return "Lamb";
   }
   return "unknown";
 }
@@ -113,8 +115,10 @@ at::Tensor Optimizer::state_tensor(OptimizerState& state, std::string_view name,
   return tensor;
 }
 
-void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step, double lr,
-                                     double grad_scale) {
+void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& grad, const StepScalars& scalars) {
+  const int64_t step = scalars.step;
+  const double lr = scalars.lr;
+  const double grad_scale = scalars.grad_scale;
   if (!param.defined() || !grad.defined())
     detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step needs a parameter and its gradient");
   if (param.scalar_type() != at::kFloat || grad.scalar_type() != at::kFloat || param.sizes() != grad.sizes() ||
@@ -129,6 +133,10 @@ void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& 
     detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step: learning rate must be finite and >= 0, got {}", lr);
   if (!std::isfinite(grad_scale))
     detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step: gradient scale must be finite, got {}", grad_scale);
+  for (const double beta : {scalars.beta1, scalars.beta2}) {
+    if (!(beta >= 0 && beta < 1))
+      detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step: betas must be in [0, 1), got {}", beta);
+  }
 }
 
 namespace {
@@ -185,18 +193,20 @@ namespace {
 class Adam final : public Optimizer {
  public:
   using Optimizer::Optimizer;
-  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step, double lr,
-            double grad_scale) const override {
-    check_step_arguments(param, grad, step, lr, grad_scale);
+  using Optimizer::step;
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state,
+            const StepScalars& scalars) const override {
+    check_step_arguments(param, grad, scalars);
     at::NoGradGuard no_grad;
     const OptimizerSpec& hyper = spec();
+    const auto [step, lr, grad_scale, beta1, beta2] = scalars;
     const at::Tensor exp_avg = state_tensor(state, "exp_avg", param);
     const at::Tensor exp_avg_sq = state_tensor(state, "exp_avg_sq", param);
     if (fused({&param, &grad, &exp_avg, &exp_avg_sq})) {
       cpu_optim::AdamHyper fused_hyper;
       fused_hyper.lr = lr;
-      fused_hyper.beta1 = hyper.beta1;
-      fused_hyper.beta2 = hyper.beta2;
+      fused_hyper.beta1 = beta1;
+      fused_hyper.beta2 = beta2;
       fused_hyper.eps = hyper.eps;
       fused_hyper.weight_decay = hyper.weight_decay;
       fused_hyper.decoupled = kind() == OptimizerKind::kAdamW;
@@ -219,10 +229,10 @@ class Adam final : public Optimizer {
       }
     }
     const double steps = static_cast<double>(step);
-    const double bias_correction1 = hyper.bias_correction ? 1.0 - std::pow(hyper.beta1, steps) : 1.0;
-    const double bias_correction2 = hyper.bias_correction ? 1.0 - std::pow(hyper.beta2, steps) : 1.0;
-    exp_avg.mul_(hyper.beta1).add_(effective_grad, 1.0 - hyper.beta1);
-    exp_avg_sq.mul_(hyper.beta2).addcmul_(effective_grad, effective_grad, 1.0 - hyper.beta2);
+    const double bias_correction1 = hyper.bias_correction ? 1.0 - std::pow(beta1, steps) : 1.0;
+    const double bias_correction2 = hyper.bias_correction ? 1.0 - std::pow(beta2, steps) : 1.0;
+    exp_avg.mul_(beta1).add_(effective_grad, 1.0 - beta1);
+    exp_avg_sq.mul_(beta2).addcmul_(effective_grad, effective_grad, 1.0 - beta2);
     at::Tensor denom = exp_avg_sq.sqrt();
     denom.mul_(1.0 / std::sqrt(bias_correction2)).add_(hyper.eps);
     param.addcdiv_(exp_avg, denom, -lr / bias_correction1);
@@ -235,10 +245,12 @@ class Adam final : public Optimizer {
 class Sgd final : public Optimizer {
  public:
   using Optimizer::Optimizer;
-  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step, double lr,
-            double grad_scale) const override {
-    check_step_arguments(param, grad, step, lr, grad_scale);
+  using Optimizer::step;
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state,
+            const StepScalars& scalars) const override {
+    check_step_arguments(param, grad, scalars);
     at::NoGradGuard no_grad;
+    const double lr = scalars.lr, grad_scale = scalars.grad_scale;
     const bool momentum = spec().momentum != 0;
     const at::Tensor momentum_buffer = momentum ? state_tensor(state, "momentum_buffer", param) : at::Tensor();
     if (fused({&param, &grad}) && (!momentum || fused({&momentum_buffer}))) {
@@ -272,16 +284,18 @@ class Sgd final : public Optimizer {
 class Lion final : public Optimizer {
  public:
   using Optimizer::Optimizer;
-  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step, double lr,
-            double grad_scale) const override {
-    check_step_arguments(param, grad, step, lr, grad_scale);
+  using Optimizer::step;
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state,
+            const StepScalars& scalars) const override {
+    check_step_arguments(param, grad, scalars);
     at::NoGradGuard no_grad;
+    const double lr = scalars.lr, grad_scale = scalars.grad_scale, beta1 = scalars.beta1, beta2 = scalars.beta2;
     const at::Tensor exp_avg = state_tensor(state, "exp_avg", param);
     if (fused({&param, &grad, &exp_avg})) {
       cpu_optim::LionHyper fused_hyper;
       fused_hyper.lr = lr;
-      fused_hyper.beta1 = spec().beta1;
-      fused_hyper.beta2 = spec().beta2;
+      fused_hyper.beta1 = beta1;
+      fused_hyper.beta2 = beta2;
       fused_hyper.weight_decay = spec().weight_decay;
       fused_hyper.grad_scale = grad_scale;
       run_fused([&] {
@@ -293,12 +307,53 @@ class Lion final : public Optimizer {
     }
     const at::Tensor g = grad_scale == 1.0 ? grad : grad.mul(grad_scale);
     if (spec().weight_decay != 0) param.mul_(1.0 - lr * spec().weight_decay);
-    at::Tensor update = exp_avg.mul(spec().beta1);
-    update.add_(g, 1.0 - spec().beta1).sign_();
+    at::Tensor update = exp_avg.mul(beta1);
+    update.add_(g, 1.0 - beta1).sign_();
     param.add_(update, -lr);
-    exp_avg.mul_(spec().beta2).add_(g, 1.0 - spec().beta2);
+    exp_avg.mul_(beta2).add_(g, 1.0 - beta2);
   }
   std::vector<std::string> state_names() const override { return {"exp_avg"}; }
+};
+
+// Note [Lamb steps whole parameters]: DeepSpeed's FusedLamb (0.19.8, csrc/lamb), per parameter:
+//   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g^2;  u = m / (sqrt(v) + eps) + wd*p
+//   ratio = |p| / |u|, clamped to [min_coeff, max_coeff]; 1 when either norm is 0 (|.|: L2 norm, p before the step)
+//   p -= lr * sqrt(bc2) / bc1 * ratio * u  with bc_i = 1 - beta_i^step (lr alone without bias correction).
+// The ratio is a norm over the whole parameter, so Lamb cannot step a flat shard of a partitioned group or a
+// slice of one: only a partition that steps whole parameters may take it (stage 0; the host refuses Lamb at
+// zero.stage 1-3, as DeepSpeed refuses it under ZeRO unless zero_allow_untested_optimizer, which then steps
+// flat partitions with a different meaning). DeepSpeed after 0.19.8 bias-corrects m and v inside u instead;
+// without bias correction (bias_correction = false, what BERT's Lamb configs write) the two agree.
+class Lamb final : public Optimizer {
+ public:
+  using Optimizer::Optimizer;
+  using Optimizer::step;
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state,
+            const StepScalars& scalars) const override {
+    check_step_arguments(param, grad, scalars);
+    at::NoGradGuard no_grad;
+    const OptimizerSpec& hyper = spec();
+    const at::Tensor exp_avg = state_tensor(state, "exp_avg", param);
+    const at::Tensor exp_avg_sq = state_tensor(state, "exp_avg_sq", param);
+    const at::Tensor g = scalars.grad_scale == 1.0 ? grad : grad.mul(scalars.grad_scale);
+    exp_avg.mul_(scalars.beta1).add_(g, 1.0 - scalars.beta1);
+    exp_avg_sq.mul_(scalars.beta2).addcmul_(g, g, 1.0 - scalars.beta2);
+    at::Tensor update = exp_avg_sq.sqrt().add_(hyper.eps);
+    update = exp_avg.div(update);
+    if (hyper.weight_decay != 0) update.add_(param, hyper.weight_decay);
+    const double weight_norm = param.norm().item<double>();
+    const double update_norm = update.norm().item<double>();
+    double ratio = 1.0;
+    if (weight_norm != 0 && update_norm != 0)
+      ratio = std::clamp(weight_norm / update_norm, hyper.min_coeff, hyper.max_coeff);
+    double step_size = scalars.lr;
+    if (hyper.bias_correction) {
+      const double steps = static_cast<double>(scalars.step);
+      step_size *= std::sqrt(1.0 - std::pow(scalars.beta2, steps)) / (1.0 - std::pow(scalars.beta1, steps));
+    }
+    param.add_(update, -step_size * ratio);
+  }
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 };
 
 void check_in_range(std::string_view name, double value, double low, double high, bool high_inclusive) {
@@ -320,9 +375,21 @@ void validate(const OptimizerSpec& spec) {
   check_in_range("betas[0]", spec.beta1, 0.0, 1.0, false);
   check_in_range("betas[1]", spec.beta2, 0.0, 1.0, false);
   if (spec.kind != OptimizerKind::kLion) check_in_range("eps", spec.eps, 0.0, unbounded, true);
+  if (spec.kind == OptimizerKind::kLamb) {
+    check_in_range("min_coeff", spec.min_coeff, 0.0, unbounded, true);
+    check_in_range("max_coeff", spec.max_coeff, spec.min_coeff, unbounded, true);
+  }
 }
 
 }  // namespace
+
+void require_elementwise(const OptimizerSpec& spec, const std::string& where) {
+  if (spec.kind != OptimizerKind::kLamb) return;
+  detail::fail(ZHOST_ERR_CONFIG,
+               "{} steps flat shards of parameters, and Lamb's trust ratio needs each parameter whole; use zero.stage "
+               "= 0 for Lamb, or another optimizer",
+               where);
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec) {
   validate(spec);
@@ -334,6 +401,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec) {
       return std::make_unique<Sgd>(spec);
     case OptimizerKind::kLion:
       return std::make_unique<Lion>(spec);
+    case OptimizerKind::kLamb:
+      return std::make_unique<Lamb>(spec);
   }
   detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "unknown optimizer kind {}", static_cast<int>(spec.kind));
 }

@@ -19,6 +19,9 @@ OptimizerSpec optimizer_spec_from_abi(const zhost_optimizer_desc& desc) {
     case ZHOST_OPTIMIZER_LION:
       spec.kind = OptimizerKind::kLion;
       break;
+    case ZHOST_OPTIMIZER_LAMB:
+      spec.kind = OptimizerKind::kLamb;
+      break;
     default:
       detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "unknown optimizer kind {} in zhost_optimizer_desc",
                    static_cast<int>(desc.kind));
@@ -29,6 +32,10 @@ OptimizerSpec optimizer_spec_from_abi(const zhost_optimizer_desc& desc) {
   spec.weight_decay = desc.weight_decay;
   spec.momentum = desc.momentum;
   spec.bias_correction = desc.bias_correction != 0;
+  if (desc.struct_size >= ZHOST_STRUCT_SIZE(zhost_optimizer_desc, min_coeff)) {
+    spec.max_coeff = desc.max_coeff;
+    spec.min_coeff = desc.min_coeff;
+  }
   return spec;
 }
 
@@ -48,6 +55,9 @@ zhost_optimizer_desc optimizer_desc_to_abi(const OptimizerSpec& spec) {
     case OptimizerKind::kLion:
       desc.kind = ZHOST_OPTIMIZER_LION;
       break;
+    case OptimizerKind::kLamb:
+      desc.kind = ZHOST_OPTIMIZER_LAMB;
+      break;
   }
   desc.beta1 = spec.beta1;
   desc.beta2 = spec.beta2;
@@ -55,6 +65,8 @@ zhost_optimizer_desc optimizer_desc_to_abi(const OptimizerSpec& spec) {
   desc.weight_decay = spec.weight_decay;
   desc.momentum = spec.momentum;
   desc.bias_correction = spec.bias_correction ? 1 : 0;
+  desc.max_coeff = spec.max_coeff;
+  desc.min_coeff = spec.min_coeff;
   return desc;
 }
 

@@ -154,7 +154,8 @@ DelayedTierStep::DelayedTierStep(const OptimizerTier& tier, const HostCopies& co
 // starts in the background. On the job's last step and on one before a storage swap (docs/abi.md 8) the
 // optimizer's own weights are applied before returning, also when the step overflowed (the boundary may have
 // applied extrapolated ones).
-bool DelayedTierStep::step(const zhost_step_args& args, const StepDecision& decision, const StepNow& step_now) {
+bool DelayedTierStep::step(const zhost_step_args& args, const StepDecision& decision, const kit::StepScalars& scalars,
+                           const StepNow& step_now) {
   bool written = apply(Weights::kBoundary, lookahead_factor(args, decision));
   if (decision.overflow) {  // dropped, as without the delay; nothing starts
     for (const at::Tensor& a : accumulators_) a.zero_();
@@ -165,11 +166,11 @@ bool DelayedTierStep::step(const zhost_step_args& args, const StepDecision& deci
     }
     if (args.step < options_.start_step) {  // not delayed yet: as without the delay
       master_before_current_ = false;
-      step_now(args.applied_steps + 1, args.lr, decision.grad_scale);
+      step_now(scalars);
       tier_bytes_ = tier_.bytes();
       written = true;
     } else {
-      start(args.applied_steps + 1, args.lr, decision.grad_scale);
+      start(scalars);
     }
   }
   if (zhost_ext_find(args.ext, ZHOST_EXT_LAST_STEP) || zhost_ext_find(args.ext, ZHOST_EXT_DRAIN))
@@ -188,11 +189,11 @@ double DelayedTierStep::lookahead_factor(const zhost_step_args& args, const Step
 // W_{t-1}), computed in fp32, into extrapolated_ (with the lookahead: in fp32, fp32_prediction, which the
 // boundary completes). W_{t-1} is kept from the step before (master_before_); W_t is the step's own output in
 // fp32 jobs, else read from the tier.
-void DelayedTierStep::start(int64_t step, double lr, double grad_scale) {
-  thread_.start([this, step, lr, grad_scale] {
+void DelayedTierStep::start(const kit::StepScalars& scalars) {
+  thread_.start([this, scalars] {
     for (size_t g = 0; g < outputs_.size(); ++g) {
       if (options_.predicts() && !master_before_current_) tier_.read_state(g, kit::kMasterState, 0, master_before_[g]);
-      tier_.step(g, step, lr, grad_scale, outputs_[g]);
+      tier_.step(g, scalars, outputs_[g]);
       if (!options_.predicts()) continue;
       at::Tensor master = outputs_[g];  // W_t
       if (compute_dtype_ != at::kFloat) {

@@ -74,18 +74,20 @@ at::Tensor OptimizerTier::add_group(uint64_t key, const zhost_optimizer_desc& op
   return kit::tensor_view(grad.grad);
 }
 
-zhost_tier_step_args OptimizerTier::step_args(uint64_t key, int64_t step, double lr, double grad_scale) const {
+zhost_tier_step_args OptimizerTier::step_args(uint64_t key, const kit::StepScalars& scalars) const {
   zhost_tier_step_args args{};
   args.struct_size = sizeof(args);
   args.key = key;
-  args.step = step;
-  args.lr = lr;
-  args.grad_scale = grad_scale;
+  args.step = scalars.step;
+  args.lr = scalars.lr;
+  args.grad_scale = scalars.grad_scale;
+  args.beta1 = scalars.beta1;
+  args.beta2 = scalars.beta2;
   return args;
 }
 
-void OptimizerTier::step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& params_out) const {
-  zhost_tier_step_args args = step_args(key, step, lr, grad_scale);
+void OptimizerTier::step(uint64_t key, const kit::StepScalars& scalars, const at::Tensor& params_out) const {
+  zhost_tier_step_args args = step_args(key, scalars);
   DLTensor out = dl_view(params_out);
   args.params_out = &out;
   const ScopedSpan span(host_, "tier_step");
@@ -94,9 +96,9 @@ void OptimizerTier::step(uint64_t key, int64_t step, double lr, double grad_scal
 
 bool OptimizerTier::steps_ranges() const { return ref_.optimizer->step_range != nullptr; }
 
-void OptimizerTier::step_range(uint64_t key, int64_t offset, int64_t step, double lr, double grad_scale,
+void OptimizerTier::step_range(uint64_t key, int64_t offset, const kit::StepScalars& scalars,
                                const at::Tensor& params_out) const {
-  zhost_tier_step_args args = step_args(key, step, lr, grad_scale);
+  zhost_tier_step_args args = step_args(key, scalars);
   DLTensor out = dl_view(params_out);
   args.params_out = &out;
   args.offset = offset;
@@ -124,7 +126,7 @@ void OptimizerTier::grad_zero(uint64_t key) const {
   host_.check(ref_.optimizer->grad_zero(ref_.instance, &args));
 }
 
-void StagedStep::step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& device) {
+void StagedStep::step(uint64_t key, const kit::StepScalars& scalars, const at::Tensor& device) {
   const int64_t numel = device.numel();
   const int64_t chunk = tier_.steps_ranges() ? chunk_ : numel;
   for (int64_t offset = 0; offset < numel; offset += chunk) {
@@ -135,9 +137,9 @@ void StagedStep::step(uint64_t key, int64_t step, double lr, double grad_scale, 
     if (!slot.buffer.defined() || slot.buffer.numel() < count) slot.buffer = copies_.host_empty(count, dtype_);
     const at::Tensor piece = slot.buffer.narrow(0, 0, count);
     if (count == numel)
-      tier_.step(key, step, lr, grad_scale, piece);
+      tier_.step(key, scalars, piece);
     else
-      tier_.step_range(key, offset, step, lr, grad_scale, piece);
+      tier_.step_range(key, offset, scalars, piece);
     slot.copy = copies_.start(piece, device.narrow(0, offset, count));
   }
 }

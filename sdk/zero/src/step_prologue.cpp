@@ -53,4 +53,14 @@ StepDecision step_prologue(const sdk::Host& host, float local_max_abs,
   return decision;
 }
 
+kit::StepScalars step_scalars(const zhost_step_args& args, const StepDecision& decision,
+                              const kit::OptimizerSpec& spec) {
+  kit::StepScalars scalars{args.applied_steps + 1, args.lr, decision.grad_scale, spec.beta1, spec.beta2};
+  if (args.struct_size >= ZHOST_STRUCT_SIZE(zhost_step_args, beta2)) {
+    scalars.beta1 = args.beta1;
+    scalars.beta2 = args.beta2;
+  }
+  return scalars;
+}
+
 }  // namespace zhost::zero

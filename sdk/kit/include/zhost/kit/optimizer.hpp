@@ -1,5 +1,6 @@
-// zhost/kit/optimizer.hpp: the optimizers that step fp32 master weights (AdamW, Adam, SGD, Lion), for the
-// host's stage 0 and every plugin that steps an optimizer on flat fp32 shards.
+// zhost/kit/optimizer.hpp: the optimizers that step fp32 master weights (AdamW, Adam, SGD, Lion, Lamb), for the
+// host's stage 0 and every plugin that steps an optimizer on flat fp32 shards (Lamb: whole parameters only,
+// Note [Lamb steps whole parameters]).
 //
 // One Optimizer steps one fp32 tensor at a time: a model parameter, or a flat 1-D shard of a flattened
 // parameter group (ZeRO stage 1/2 partitions, stage 3 shards, offload sub-groups). Its moments live in an
@@ -36,6 +37,7 @@ enum class OptimizerKind {
   kAdam,   // torch.optim.Adam: L2 weight decay, g += wd*p
   kSgd,    // torch.optim.SGD with momentum (dampening 0, no Nesterov), L2 weight decay
   kLion,   // Lion (DeepSpeed's FusedLion): sign update, decoupled weight decay
+  kLamb,   // Lamb (DeepSpeed's FusedLamb): Adam's update scaled by a per-parameter trust ratio
 };
 
 std::string_view optimizer_kind_name(OptimizerKind kind);
@@ -48,7 +50,9 @@ struct OptimizerSpec {
   double eps = 1e-8;            // Adam*
   double weight_decay = 0.0;    // DeepSpeed's FusedAdam/FusedLion default 0 (torch's AdamW says 0.01)
   double momentum = 0.0;        // SGD; 0 keeps no state
-  bool bias_correction = true;  // Adam*: DeepSpeed's FusedAdam bias_correction
+  bool bias_correction = true;  // Adam*, Lamb: DeepSpeed's FusedAdam/FusedLamb bias_correction
+  double max_coeff = 10.0;      // Lamb: trust ratio clamped to [min_coeff, max_coeff] (DeepSpeed's defaults)
+  double min_coeff = 0.01;
 
   // DeepSpeed's defaults for `kind` (Lion: betas 0.9, 0.99).
   static OptimizerSpec defaults(OptimizerKind kind);
@@ -58,6 +62,17 @@ struct OptimizerSpec {
 // ZHOST_ERR_INVALID_ARGUMENT for a kind this kit does not know.
 OptimizerSpec optimizer_spec_from_abi(const zhost_optimizer_desc& desc);
 zhost_optimizer_desc optimizer_desc_to_abi(const OptimizerSpec& spec);
+
+// The scalars of one step: `step` >= 1 counts applied steps (bias correction), `lr` is this step's lr, the
+// gradient used is grad * grad_scale, and beta1/beta2 are this step's betas (Adam kinds, Lion, Lamb): the
+// spec's, unless a momentum schedule (DeepSpeed's OneCycle) changes them; Optimizer::scalars gives the spec's.
+struct StepScalars {
+  int64_t step = 1;
+  double lr = 0.0;
+  double grad_scale = 1.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+};
 
 // The state tensors of one stepped tensor, by name. Names follow torch.optim's state dicts so that
 // checkpoints read the same: AdamW/Adam: exp_avg, exp_avg_sq; SGD: momentum_buffer; Lion: exp_avg.
@@ -94,16 +109,27 @@ class Optimizer {
   OptimizerKind kind() const { return spec_.kind; }
 
   // One optimizer step on `param` in place (shape S, fp32, any device; a view into a flat buffer is
-  // fine). `grad`: shape S, fp32, same device; the step uses grad * grad_scale (see the top of this
-  // file). `state`: this param's state, empty before its first step. `step` >= 1 counts applied steps;
-  // `lr` is this step's lr.
-  virtual void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step, double lr,
-                    double grad_scale = 1.0) const = 0;
+  // fine, except for Lamb). `grad`: shape S, fp32, same device; the step uses grad * grad_scale (see the top
+  // of this file). `state`: this param's state, empty before its first step. `scalars`: this step's.
+  virtual void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state,
+                    const StepScalars& scalars) const = 0;
+  // The same with the spec's betas: step >= 1 counts applied steps; lr is this step's.
+  void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state, int64_t step, double lr,
+            double grad_scale = 1.0) const {
+    this->step(param, grad, state, scalars(step, lr, grad_scale));
+  }
+  // The scalars of a step with the spec's betas.
+  StepScalars scalars(int64_t step, double lr, double grad_scale = 1.0) const {
+    return StepScalars{step, lr, grad_scale, spec_.beta1, spec_.beta2};
+  }
+  // Whether a flat buffer may be stepped in slices (every kind but Lamb, whose trust ratio is a norm over
+  // the whole parameter: Note [Lamb steps whole parameters]).
+  bool elementwise() const { return spec_.kind != OptimizerKind::kLamb; }
 
   // The names of the state tensors this optimizer keeps per stepped tensor (may be none: plain SGD).
   virtual std::vector<std::string> state_names() const = 0;
 
-  // Bytes of optimizer state per fp32 parameter, for ZeRO's memory accounting: Adam*: 8, SGD with
+  // Bytes of optimizer state per fp32 parameter, for ZeRO's memory accounting: Adam*, Lamb: 8, SGD with
   // momentum: 4 (without: 0), Lion: 4.
   int64_t state_bytes_per_param() const;
 
@@ -120,13 +146,16 @@ class Optimizer {
   // checked against param after.
   static at::Tensor state_tensor(OptimizerState& state, std::string_view name, const at::Tensor& param);
   // Throws unless param and grad are defined fp32 tensors of one shape on one device, step >= 1, lr
-  // is finite and >= 0 and grad_scale finite.
-  static void check_step_arguments(const at::Tensor& param, const at::Tensor& grad, int64_t step, double lr,
-                                   double grad_scale);
+  // is finite and >= 0, grad_scale finite and the betas in [0, 1).
+  static void check_step_arguments(const at::Tensor& param, const at::Tensor& grad, const StepScalars& scalars);
 
  private:
   OptimizerSpec spec_;
 };
+
+// For a partition that steps flat shards of parameters: throws ZHOST_ERR_CONFIG, naming `where` (its setting,
+// "zero.stage = 2"), when `spec` needs whole parameters (Lamb: Note [Lamb steps whole parameters]).
+void require_elementwise(const OptimizerSpec& spec, const std::string& where);
 
 // Validates the spec (ZHOST_ERR_CONFIG naming the bad setting) and builds the optimizer.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);

@@ -127,7 +127,7 @@ class DelayedTierStep {
   // (stages 1/2: the all-gather; stage 3: its shards); on the hook thread.
   using WriteWeights = std::function<void(const std::vector<at::Tensor>& weights)>;
   // Steps the tier now, as without the delay (before the start step): its accumulators hold the gradients.
-  using StepNow = std::function<void(int64_t step, double lr, double grad_scale)>;
+  using StepNow = std::function<void(const kit::StepScalars& scalars)>;
 
   // `tier` runs the optimizer; `model_numel`: the parameters of the whole model (N of the lookahead);
   // `tier_accumulators[g]`: group g's, as add_group answered; `outputs[g]`: where the step in flight writes group
@@ -141,8 +141,10 @@ class DelayedTierStep {
   // [numel] fp32 host memory, zeros after each step: group g's gradients wait here for the step.
   const at::Tensor& accumulator(size_t g) const { return accumulators_[g]; }
   // The boundary of step args.step, after the step prologue on the accumulators decided `decision` (and filled
-  // args.grad_norm). Returns whether weights were written into the parameters (applied, or stepped now).
-  bool step(const zhost_step_args& args, const StepDecision& decision, const StepNow& step_now);
+  // args.grad_norm); `scalars`: the step's (step_scalars). Returns whether weights were written into the
+  // parameters (applied, or stepped now).
+  bool step(const zhost_step_args& args, const StepDecision& decision, const kit::StepScalars& scalars,
+            const StepNow& step_now);
   // Waits for the step in flight and applies the optimizer's own weights. Returns whether it wrote any.
   bool drain() { return apply(Weights::kExact, 0); }
   // The tier's states changed under it (a load): extrapolation reads its master again.
@@ -158,7 +160,7 @@ class DelayedTierStep {
   // also when the parameters still hold a prediction.
   enum class Weights { kBoundary, kExact };
   bool apply(Weights how, double lookahead);
-  void start(int64_t step, double lr, double grad_scale);
+  void start(const kit::StepScalars& scalars);
   // The lookahead's factor on the accumulators at this boundary: c lr sqrt(N) / ||g||; 0 without one.
   double lookahead_factor(const zhost_step_args& args, const StepDecision& decision) const;
   // Where the background step leaves group g's E in fp32: the extrapolated weights themselves in fp32 jobs, else

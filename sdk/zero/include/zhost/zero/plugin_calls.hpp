@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "zhost/cpp/plugin.hpp"
+#include "zhost/kit/optimizer.hpp"
 #include "zhost/zhost.h"
 
 namespace zhost::zero {
@@ -121,7 +122,7 @@ class OptimizerTier {
   // One optimizer step of group `key` on accumulator * grad_scale (averaging, unscaling and clipping
   // folded in); writes the updated values, in `params_out`'s dtype, and zeroes the accumulator. Timed as
   // the "tier_step" span.
-  void step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& params_out) const;
+  void step(uint64_t key, const kit::StepScalars& scalars, const at::Tensor& params_out) const;
   // Bytes the tier holds (host memory and storage) for all its groups.
   uint64_t bytes() const;
   // Checkpoints (docs/checkpoints.md): elements [offset, offset + numel(data)) of group `key`'s state ("master",
@@ -146,15 +147,14 @@ class OptimizerTier {
   // Whether the tier steps ranges of a group (offload table 0.3), and one such step: elements [offset,
   // offset + numel(params_out)) of group `key`.
   bool steps_ranges() const;
-  void step_range(uint64_t key, int64_t offset, int64_t step, double lr, double grad_scale,
-                  const at::Tensor& params_out) const;
+  void step_range(uint64_t key, int64_t offset, const kit::StepScalars& scalars, const at::Tensor& params_out) const;
 
  private:
   explicit OptimizerTier(const sdk::Host& host) : host_(host) {}
   void check_checkpointable(const char* action) const;
   void copy_state(uint64_t key, const std::string& state, int64_t offset, const at::Tensor& data,
                   bool into_group) const;
-  zhost_tier_step_args step_args(uint64_t key, int64_t step, double lr, double grad_scale) const;
+  zhost_tier_step_args step_args(uint64_t key, const kit::StepScalars& scalars) const;
   sdk::Host host_{nullptr, nullptr};
   zhost_tier_ref ref_{};
 };
@@ -169,7 +169,7 @@ class StagedStep {
   StagedStep(const OptimizerTier& tier, const HostCopies& copies, int64_t chunk, at::ScalarType dtype)
       : tier_(tier), copies_(copies), chunk_(std::max<int64_t>(chunk, 1)), dtype_(dtype) {}
   // Steps group `key` into `device` (the group's length) chunk by chunk; the last copies may still run.
-  void step(uint64_t key, int64_t step, double lr, double grad_scale, const at::Tensor& device);
+  void step(uint64_t key, const kit::StepScalars& scalars, const at::Tensor& device);
   // Waits for the copies still running: the weights on the device are then current.
   void finish();
 

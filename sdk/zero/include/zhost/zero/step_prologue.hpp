@@ -22,6 +22,7 @@
 
 #include "zhost/cpp/plugin.hpp"
 #include "zhost/kit/grad_numerics.hpp"
+#include "zhost/kit/optimizer.hpp"
 #include "zhost/partition.h"
 
 namespace zhost::zero {
@@ -42,5 +43,10 @@ StepDecision step_prologue(const sdk::Host& host, at::TensorList reduced, int wo
 StepDecision step_prologue(const sdk::Host& host, float local_max_abs,
                            const std::function<kit::SquareSumLimbs(float global_max)>& local_limbs, int world_size,
                            const at::Device& device, zhost_step_args& args);
+
+// The optimizer's scalars for this step: applied_steps + 1, args.lr, decision.grad_scale and the step's betas
+// (args.beta1/beta2 since ABI 1.1, which a momentum schedule may change every step; from a 1.0 host, `spec`'s).
+kit::StepScalars step_scalars(const zhost_step_args& args, const StepDecision& decision,
+                              const kit::OptimizerSpec& spec);
 
 }  // namespace zhost::zero
