@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "host/engine/trace.hpp"
+#include "host/telemetry/trace.hpp"
 
 namespace {
 

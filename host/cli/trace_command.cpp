@@ -1,5 +1,5 @@
 // host/cli/trace_command.cpp: `zhost trace merge RUN_DIR`: the ranks' traces (Note [Trace file] in
-// host/engine/trace.hpp) as one Chrome trace, RUN_DIR/trace.json. The per-rank files hold one event per
+// host/telemetry/trace.hpp) as one Chrome trace, RUN_DIR/trace.json. The per-rank files hold one event per
 // line, so merging streams them line by line (memory does not grow with the run); a rank's file cut short
 // (the rank died) contributes its complete lines.
 #include <filesystem>

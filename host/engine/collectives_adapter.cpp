@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "host/core/error.hpp"
-#include "host/engine/comm_observer.hpp"
 #include "host/services/host_services.hpp"
 #include "host/services/plugin_struct.hpp"
+#include "host/telemetry/comm_observer.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
 struct zhost_work {

@@ -11,9 +11,9 @@
 
 #include "host/core/error.hpp"
 #include "host/engine/service_call.hpp"
-#include "host/engine/trace.hpp"
 #include "host/services/host_services.hpp"
 #include "host/services/plugin_struct.hpp"
+#include "host/telemetry/trace.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
 #if ZHOST_WITH_CUDA

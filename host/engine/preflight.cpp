@@ -20,8 +20,8 @@
 #include "host/data/data.hpp"
 #include "host/engine/cpu_threads.hpp"
 #include "host/engine/device.hpp"
-#include "host/engine/model_states.hpp"
 #include "host/model/model.hpp"
+#include "host/telemetry/model_states.hpp"
 
 namespace zhost::engine {
 namespace {

@@ -37,7 +37,7 @@ void check_precision(const config::ResolvedConfig& config);
 int64_t parameter_count(const TrainSettings& settings);
 
 // Host memory the job's model states take on this machine: `local_ranks` ranks of `world_size` at the
-// ZeRO formula's bytes per rank (host/engine/model_states.hpp). On a CPU job that is every model state; on
+// ZeRO formula's bytes per rank (host/telemetry/model_states.hpp). On a CPU job that is every model state; on
 // a device job, what the offload tiers hold. Minus what the NVMe tier keeps in files.
 double host_model_state_bytes(const TrainSettings& settings, int world_size, int local_ranks);
 

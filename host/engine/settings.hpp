@@ -10,11 +10,11 @@
 #include "host/config/resolved.hpp"
 #include "host/data/data.hpp"
 #include "host/engine/activation_checkpoints.hpp"
-#include "host/engine/flops_profiler.hpp"
-#include "host/engine/model_states.hpp"
 #include "host/model/model.hpp"
 #include "host/optim/loss_scaler.hpp"
 #include "host/optim/schedule.hpp"
+#include "host/telemetry/flops_profiler.hpp"
+#include "host/telemetry/model_states.hpp"
 #include "zhost/kit/optimizer.hpp"
 
 namespace zhost::engine {

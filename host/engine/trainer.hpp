@@ -9,8 +9,8 @@
 
 #include "host/comm/comm.hpp"
 #include "host/engine/settings.hpp"
-#include "host/engine/telemetry.hpp"
 #include "host/plugins/instances.hpp"
+#include "host/telemetry/telemetry.hpp"
 
 namespace zhost::engine {
 

@@ -1,13 +1,13 @@
-// host/engine/comm_observer.cpp: trace events and comms_logger figures of collectives (Note [Collective
+// host/telemetry/comm_observer.cpp: trace events and comms_logger figures of collectives (Note [Collective
 // figures]).
-#include "host/engine/comm_observer.hpp"
+#include "host/telemetry/comm_observer.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
 
-#include "host/engine/trace.hpp"
+#include "host/telemetry/trace.hpp"
 
 namespace zhost::engine {
 

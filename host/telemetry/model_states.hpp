@@ -1,4 +1,4 @@
-// host/engine/model_states.hpp: ZeRO's model-state accounting for one rank. The partitioner reports the
+// host/telemetry/model_states.hpp: ZeRO's model-state accounting for one rank. The partitioner reports the
 // bytes it allocated (zhost_model_state_bytes), the host adds what it holds, and the total is compared with
 // the ZeRO paper's formula for the stage: with Ψ parameters, N ranks, c bytes per compute-dtype value and K
 // bytes of optimizer state per parameter (Adam: 8),

@@ -1,5 +1,5 @@
-// host/engine/peak_flops.cpp: one rank's measured matmul rate (Note [Model FLOPs utilization]).
-#include "host/engine/peak_flops.hpp"
+// host/telemetry/peak_flops.cpp: one rank's measured matmul rate (Note [Model FLOPs utilization]).
+#include "host/telemetry/peak_flops.hpp"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>

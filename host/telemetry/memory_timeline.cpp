@@ -1,5 +1,5 @@
-// host/engine/memory_timeline.cpp: memory by category (Note [Memory categories]) and see_memory_usage lines.
-#include "host/engine/memory_timeline.hpp"
+// host/telemetry/memory_timeline.cpp: memory by category (Note [Memory categories]) and see_memory_usage lines.
+#include "host/telemetry/memory_timeline.hpp"
 
 #include <fmt/format.h>
 #include <malloc.h>
@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "host/engine/telemetry.hpp"
+#include "host/telemetry/telemetry.hpp"
 
 #if ZHOST_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

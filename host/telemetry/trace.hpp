@@ -1,4 +1,4 @@
-// host/engine/trace.hpp: the per-rank Chrome trace (Note [Trace file]).
+// host/telemetry/trace.hpp: the per-rank Chrome trace (Note [Trace file]).
 //
 // Note [Trace file]
 // With run.trace = true every rank streams RUN_DIR/trace.rankN.json, a Chrome trace-event file laid out as

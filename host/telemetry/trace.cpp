@@ -1,5 +1,5 @@
-// host/engine/trace.cpp: streaming writer of the per-rank Chrome trace (Note [Trace file]).
-#include "host/engine/trace.hpp"
+// host/telemetry/trace.cpp: streaming writer of the per-rank Chrome trace (Note [Trace file]).
+#include "host/telemetry/trace.hpp"
 
 #include <fmt/format.h>
 #include <time.h>

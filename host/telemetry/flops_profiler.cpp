@@ -1,5 +1,5 @@
-// host/engine/flops_profiler.cpp: DeepSpeed's flops profiler summary and per-block profile (see the header).
-#include "host/engine/flops_profiler.hpp"
+// host/telemetry/flops_profiler.cpp: DeepSpeed's flops profiler summary and per-block profile (see the header).
+#include "host/telemetry/flops_profiler.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-// host/engine/peak_flops.hpp: the job's peak FLOP/s, against which each step's model FLOP/s becomes MFU.
+// host/telemetry/peak_flops.hpp: the job's peak FLOP/s, against which each step's model FLOP/s becomes MFU.
 //
 // Note [Model FLOPs utilization]: MFU = the model's FLOP/s (flops_per_token x tokens/s, all ranks together:
 // StepRecord::tflops) / the job's peak. The peak is run.peak_tflops when set (a datasheet figure, say), else

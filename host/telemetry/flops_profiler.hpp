@@ -1,4 +1,4 @@
-// host/engine/flops_profiler.hpp: DeepSpeed's flops profiler (flops_profiler.* keys, docs/profiling.md "Flops
+// host/telemetry/flops_profiler.hpp: DeepSpeed's flops profiler (flops_profiler.* keys, docs/profiling.md "Flops
 // profiler"): at one step (profile_step) every rank times each block's forward and backward; rank 0 prints a
 // summary under DeepSpeed's names (params, MACs, fwd/bwd latency, FLOPS) and a per-block profile, and writes
 // RUN_DIR/flops_profile.json.

@@ -1,4 +1,4 @@
-// host/engine/comm_observer.hpp: what the job sees of the collectives plugins issue through the ABI
+// host/telemetry/comm_observer.hpp: what the job sees of the collectives plugins issue through the ABI
 // (collectives_adapter.cpp): a trace event per collective (Note [Trace file]) and DeepSpeed's comms_logger
 // figures.
 //

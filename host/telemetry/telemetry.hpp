@@ -1,4 +1,4 @@
-// host/engine/telemetry.hpp: what a run reports. Every step rank 0 appends a record to RUN_DIR/metrics.jsonl
+// host/telemetry/telemetry.hpp: what a run reports. Every step rank 0 appends a record to RUN_DIR/metrics.jsonl
 // (schema: docs/profiling.md "metrics.jsonl") and every rank its memory by category to
 // RUN_DIR/steps.rankN.jsonl (Note [Memory categories]); every steps_per_print steps rank 0 prints one line
 // (step, loss, lr, loss scale, gradient norm, samples/s, tokens/s, model TFLOP/s, memory, and with
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "host/engine/memory_timeline.hpp"
+#include "host/telemetry/memory_timeline.hpp"
 
 namespace zhost::engine {
 

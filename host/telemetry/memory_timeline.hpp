@@ -1,4 +1,4 @@
-// host/engine/memory_timeline.hpp: memory by category for one rank at one moment (Note [Memory categories]),
+// host/telemetry/memory_timeline.hpp: memory by category for one rank at one moment (Note [Memory categories]),
 // and DeepSpeed's see_memory_usage lines (config key memory_breakdown).
 //
 // Note [Memory categories]
@@ -33,7 +33,7 @@
 #include <utility>
 #include <vector>
 
-#include "host/engine/model_states.hpp"
+#include "host/telemetry/model_states.hpp"
 
 namespace zhost::engine {
 

@@ -1,5 +1,5 @@
-// host/engine/model_states.cpp: ZeRO's model-state formulas and their report (see the header).
-#include "host/engine/model_states.hpp"
+// host/telemetry/model_states.cpp: ZeRO's model-state formulas and their report (see the header).
+#include "host/telemetry/model_states.hpp"
 
 #include <fmt/format.h>
 

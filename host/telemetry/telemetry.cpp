@@ -1,5 +1,5 @@
-// host/engine/telemetry.cpp: run directory, metrics.jsonl records, console lines, memory readings.
-#include "host/engine/telemetry.hpp"
+// host/telemetry/telemetry.cpp: run directory, metrics.jsonl records, console lines, memory readings.
+#include "host/telemetry/telemetry.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
