@@ -31,7 +31,7 @@ driver_only='^(libcuda\.so|libnvidia)'
 items=(
   bin/zhost
   tests/zeropp/quant_cuda_check                   # ZeRO++ CUDA kernels bit for bit against the CPU ones
-  tests/engine/test_engine                        # copy services, pinned buffers
+  tests/services/test_job_services                # copy services, pinned buffers
   tests/optim/test_optim                          # optimizers, gradient norm, clipping on CUDA
   tests/model/zhost_model_tests                   # the models on CUDA against the CPU
   tests/comm/test_comm                            # CUDA tensors over Gloo, NCCL

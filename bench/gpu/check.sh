@@ -224,7 +224,7 @@ unit_tests_fast() {
     200) record SKIP "unit: zeropp quant CUDA" "$(why $rc "$step_log")" ;;
     *) record FAIL "unit: zeropp quant CUDA" "$(why $rc "$step_log"); $last" ;;
   esac
-  gtest "unit: device copies" 120 tests/engine/test_engine 'DeviceCopies.*'
+  gtest "unit: device copies" 120 tests/services/test_job_services 'DeviceCopies.*'
   gtest "unit: optimizers, norms (CUDA)" 120 tests/optim/test_optim '*_cuda:*/cuda:TensorNumerics.*'
   gtest "unit: models on CUDA" 120 tests/model/zhost_model_tests '*OnCuda*'
   gtest "unit: comm CUDA, NCCL" 180 tests/comm/test_comm 'GlooCudaTest.*:NcclTest.*'

@@ -340,7 +340,7 @@ void add_debug_keys(HostKeys& keys) {
             "blocks on every rank)");
   keys.flag("debug.deferred_device_copies", false,
             "tests only, CPU jobs: the host claims separate device memory and runs each host-device copy as late "
-            "as its ordering allows, so that plugins take their GPU staging path (host/engine/device_copies.hpp)");
+            "as its ordering allows, so that plugins take their GPU staging path (host/services/device_copies.hpp)");
   keys.flag("debug.share_cuda_device", false,
             "tests only: let a node run more ranks than it has GPUs (rank r on device r mod GPUs), with collectives "
             "of CUDA tensors over Gloo through host memory; slow, for equality tests on one GPU");

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "host/core/error.hpp"
-#include "host/engine/page_allocator.hpp"
 #include "host/model/model.hpp"
 #include "host/services/host_services.hpp"
+#include "host/services/page_allocator.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
 namespace zhost::engine {

@@ -1,6 +1,6 @@
-// host/engine/page_allocator.cpp: host memory straight from mmap, back to the kernel on free (see the
+// host/services/page_allocator.cpp: host memory straight from mmap, back to the kernel on free (see the
 // header).
-#include "host/engine/page_allocator.hpp"
+#include "host/services/page_allocator.hpp"
 
 #include <sys/mman.h>
 
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <new>
 
-namespace zhost::engine {
+namespace zhost {
 namespace {
 
 struct Mapping {
@@ -45,4 +45,4 @@ c10::Allocator* page_allocator() {
   return &instance;
 }
 
-}  // namespace zhost::engine
+}  // namespace zhost

@@ -1,10 +1,10 @@
-// tests/engine/device_copies_test.cpp: the host's copy services (zhost_copy_services) on a CPU job: copies
+// tests/services/device_copies_test.cpp: the host's copy services (zhost_copy_services) on a CPU job: copies
 // complete at once when training in host memory; under debug.deferred_device_copies they run no earlier
 // than order_compute_after() or wait(), which is what lets the training tests catch a plugin that reads
 // too early; bad copies are refused with what is wrong. (On CUDA the same table runs copy streams; see
 // device_copies_cuda.cpp and the syntax check beside this test.) Also: pinned buffers come from the
 // allocator a CUDA job installs.
-#include "host/engine/device_copies.hpp"
+#include "host/services/device_copies.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@
 #include "host/services/host_services.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
-namespace zhost::engine {
+namespace zhost {
 namespace {
 
 // The copy services' calls with their args structs (zhost/host.h), as the tests use them.
@@ -184,4 +184,4 @@ TEST(DeviceCopies, DeferredCopiesAreRefusedOnCuda) {
 }
 
 }  // namespace
-}  // namespace zhost::engine
+}  // namespace zhost

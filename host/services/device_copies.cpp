@@ -1,5 +1,5 @@
-// host/engine/device_copies.cpp: zhost_copy_services for the training job (see the header).
-#include "host/engine/device_copies.hpp"
+// host/services/device_copies.cpp: zhost_copy_services for the training job (see the header).
+#include "host/services/device_copies.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -10,17 +10,17 @@
 #include <utility>
 
 #include "host/core/error.hpp"
-#include "host/engine/service_call.hpp"
 #include "host/services/host_services.hpp"
 #include "host/services/plugin_struct.hpp"
+#include "host/services/service_call.hpp"
 #include "host/telemetry/trace.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
 #if ZHOST_WITH_CUDA
-#include "host/engine/device_copies_cuda.hpp"
+#include "host/services/device_copies_cuda.hpp"
 #endif
 
-namespace zhost::engine {
+namespace zhost {
 
 enum class CopyMode { kImmediate, kDeferred, kCuda };
 
@@ -29,21 +29,21 @@ struct DeviceCopies::State {
   at::Device device = at::kCPU;
   std::atomic<int64_t> pending{0};  // started and not yet waited for
   zhost_copy_services table{};
-  TraceWriter* trace = nullptr;  // set_trace: copies become "copy" events (Note [Trace file])
+  engine::TraceWriter* trace = nullptr;  // set_trace: copies become "copy" events (Note [Trace file])
 };
 
-}  // namespace zhost::engine
+}  // namespace zhost
 
 struct zhost_copy {
   at::Tensor src, dst;  // borrowed views
   bool done = false;
   uint64_t started_ns = 0;  // traced CUDA copies: start() to wait()
 #if ZHOST_WITH_CUDA
-  zhost::engine::cuda::TransferPtr transfer;
+  zhost::cuda_copies::TransferPtr transfer;
 #endif
 };
 
-namespace zhost::engine {
+namespace zhost {
 namespace {
 
 template <typename Body>
@@ -61,13 +61,13 @@ const char* copy_name(const zhost_copy& copy) {
 
 void trace_copy(const DeviceCopies::State& s, const zhost_copy& copy, uint64_t begin_ns) {
   if (!s.trace) return;
-  s.trace->complete("copy", copy_name(copy), begin_ns, TraceWriter::now_ns(),
+  s.trace->complete("copy", copy_name(copy), begin_ns, engine::TraceWriter::now_ns(),
                     fmt::format(R"({{"bytes": {}}})", copy.src.nbytes()));
 }
 
 void run_on_host(const DeviceCopies::State& s, zhost_copy& copy) {
   if (copy.done) return;
-  const uint64_t begin = s.trace ? TraceWriter::now_ns() : 0;
+  const uint64_t begin = s.trace ? engine::TraceWriter::now_ns() : 0;
   copy.dst.copy_(copy.src);
   copy.done = true;
   trace_copy(s, copy, begin);
@@ -116,8 +116,8 @@ zhost_status* start(zhost_host_context* ctx, zhost_copy_start_args* args) {
           run_on_host(s, *copy);
           return nullptr;
         }
-        if (s.trace) copy->started_ns = TraceWriter::now_ns();
-        copy->transfer = cuda::start(copy->src, copy->dst);
+        if (s.trace) copy->started_ns = engine::TraceWriter::now_ns();
+        copy->transfer = cuda_copies::start(copy->src, copy->dst);
 #endif
         break;
     }
@@ -133,7 +133,7 @@ zhost_status* order_compute_after(zhost_host_context* ctx, zhost_copy_args* args
     if (!copy) return service_error(ZHOST_ERR_INVALID_ARGUMENT, "copies->order_compute_after: no copy");
 #if ZHOST_WITH_CUDA
     if (copy->transfer) {
-      cuda::order_compute_after(*copy->transfer);
+      cuda_copies::order_compute_after(*copy->transfer);
       return nullptr;
     }
 #endif
@@ -150,7 +150,7 @@ zhost_status* wait(zhost_host_context* ctx, zhost_copy_args* args) {
     --s.pending;
 #if ZHOST_WITH_CUDA
     if (owned->transfer) {
-      cuda::wait(*owned->transfer);
+      cuda_copies::wait(*owned->transfer);
       trace_copy(s, *owned, owned->started_ns);
       return nullptr;
     }
@@ -188,7 +188,7 @@ DeviceCopies::DeviceCopies(const at::Device& device, HostServices& services, boo
   services_.set_job_state(JobService::kCopies, state_.get());
   services_.set_copy_services(&state_->table);
 #if ZHOST_WITH_CUDA
-  if (state_->mode == CopyMode::kCuda) services_.set_pinned_allocator(cuda::pinned_allocate);
+  if (state_->mode == CopyMode::kCuda) services_.set_pinned_allocator(cuda_copies::pinned_allocate);
 #endif
   if (state_->mode == CopyMode::kDeferred)
     spdlog::warn(
@@ -196,7 +196,7 @@ DeviceCopies::DeviceCopies(const at::Device& device, HostServices& services, boo
         "mode: slower, same results)");
 }
 
-void DeviceCopies::set_trace(TraceWriter* trace) { state_->trace = trace; }
+void DeviceCopies::set_trace(engine::TraceWriter* trace) { state_->trace = trace; }
 
 DeviceCopies::~DeviceCopies() {
   if (state_->pending > 0)
@@ -207,4 +207,4 @@ DeviceCopies::~DeviceCopies() {
   services_.set_job_state(JobService::kCopies, nullptr);
 }
 
-}  // namespace zhost::engine
+}  // namespace zhost

@@ -1,6 +1,6 @@
-// host/engine/param_store.cpp: parameter groups over shared, releasable storage
+// host/services/param_store.cpp: parameter groups over shared, releasable storage
 // (see the header).
-#include "host/engine/param_store.hpp"
+#include "host/services/param_store.hpp"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "host/engine/page_allocator.hpp"
-#include "host/engine/service_call.hpp"
 #include "host/model/model.hpp"
 #include "host/services/host_services.hpp"
+#include "host/services/page_allocator.hpp"
 #include "host/services/plugin_struct.hpp"
+#include "host/services/service_call.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
 struct zhost_param_group {
@@ -29,7 +29,7 @@ struct zhost_param_group {
   bool live = false;
 };
 
-namespace zhost::engine {
+namespace zhost {
 
 struct ParamStore::State {
   model::Model* model = nullptr;
@@ -200,4 +200,4 @@ bool ParamStore::has_storage(size_t id) const {
 uint64_t ParamStore::live_bytes() const { return state_->live; }
 uint64_t ParamStore::peak_bytes() const { return state_->peak; }
 
-}  // namespace zhost::engine
+}  // namespace zhost

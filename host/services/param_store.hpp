@@ -1,4 +1,4 @@
-// host/engine/param_store.hpp: the host side of zhost_param_services
+// host/services/param_store.hpp: the host side of zhost_param_services
 // (zhost/host.h): parameter storage that a partition plugin which partitions
 // parameters (ZeRO stage 3) materialises and releases.
 //
@@ -15,14 +15,13 @@
 
 #include "zhost/host.h"
 
-namespace zhost {
-class HostServices;
-}
 namespace zhost::model {
 class Model;
 }
 
-namespace zhost::engine {
+namespace zhost {
+
+class HostServices;
 
 class ParamStore {
  public:
@@ -45,4 +44,4 @@ class ParamStore {
   HostServices& services_;
 };
 
-}  // namespace zhost::engine
+}  // namespace zhost

@@ -1,7 +1,7 @@
-// host/engine/device_copies_cuda.cpp: copies between host memory and a CUDA device on copy streams, and
+// host/services/device_copies_cuda.cpp: copies between host memory and a CUDA device on copy streams, and
 // pinned host memory (see device_copies_cuda.hpp). Uses LibTorch's CUDA API only (streams, events, the
 // pinned allocator), which is the same in LibTorch 1.13 and 2.x.
-#include "host/engine/device_copies_cuda.hpp"
+#include "host/services/device_copies_cuda.hpp"
 
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/PinnedMemoryAllocator.h>
@@ -12,7 +12,7 @@
 #include <mutex>
 #include <utility>
 
-namespace zhost::engine::cuda {
+namespace zhost::cuda_copies {
 
 struct Transfer {
   c10::DeviceIndex device = 0;
@@ -66,4 +66,4 @@ std::shared_ptr<void> pinned_allocate(size_t bytes) {
   return std::shared_ptr<void>(pointer, [data](void*) mutable { data.reset(); });
 }
 
-}  // namespace zhost::engine::cuda
+}  // namespace zhost::cuda_copies

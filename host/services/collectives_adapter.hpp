@@ -1,4 +1,4 @@
-// host/engine/collectives_adapter.hpp: serves the ABI's zhost_collectives table (host.h) from the job's
+// host/services/collectives_adapter.hpp: serves the ABI's zhost_collectives table (host.h) from the job's
 // comm::Comm, so plugins (and the host's own stage 0) run collectives on DLPack views. Errors become
 // statuses: ZHOST_ERR_TIMEOUT / ZHOST_ERR_COMM carrying comm's one-line message.
 //
@@ -17,11 +17,13 @@
 #include "zhost/collective.h"
 #include "zhost/host.h"
 
-namespace zhost {
-class HostServices;
+namespace zhost::engine {
+class CommObserver;
 }
 
-namespace zhost::engine {
+namespace zhost {
+
+class HostServices;
 
 class CollectivesAdapter {
  public:
@@ -33,7 +35,7 @@ class CollectivesAdapter {
   CollectivesAdapter& operator=(const CollectivesAdapter&) = delete;
   // Reports every collective from now on to `observer` (trace, comms_logger), or stops with nullptr; the
   // observer outlives the adapter's use of it.
-  void set_observer(class CommObserver* observer);
+  void set_observer(engine::CommObserver* observer);
   // Offers every collective from now on to `instance` through `api` (the job's collective transform), or
   // stops with nullptr. The instance outlives the adapter's use of it: call set_transform(nullptr, nullptr)
   // before destroying it.
@@ -48,4 +50,4 @@ class CollectivesAdapter {
   HostServices& services_;
 };
 
-}  // namespace zhost::engine
+}  // namespace zhost

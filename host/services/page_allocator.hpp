@@ -1,4 +1,4 @@
-// host/engine/page_allocator.hpp: a c10::Allocator for host memory that is mapped from the kernel on
+// host/services/page_allocator.hpp: a c10::Allocator for host memory that is mapped from the kernel on
 // allocation and unmapped on free, whatever malloc the process runs with.
 //
 // Stage 3 materialises a block's parameters for its gathers and releases them after use, every
@@ -12,9 +12,9 @@
 
 #include <c10/core/Allocator.h>
 
-namespace zhost::engine {
+namespace zhost {
 
 // The process-wide instance (stateless; every mapping carries its own length).
 c10::Allocator* page_allocator();
 
-}  // namespace zhost::engine
+}  // namespace zhost

@@ -1,4 +1,4 @@
-// host/engine/device_copies.hpp: the host side of zhost_copy_services (zhost/host.h): copies between host
+// host/services/device_copies.hpp: the host side of zhost_copy_services (zhost/host.h): copies between host
 // memory and the training device's memory, for offload tiers and partition plugins, and page-locked host
 // buffers that such copies can overlap from.
 //
@@ -21,11 +21,13 @@
 
 #include "zhost/host.h"
 
-namespace zhost {
-class HostServices;
+namespace zhost::engine {
+class TraceWriter;
 }
 
-namespace zhost::engine {
+namespace zhost {
+
+class HostServices;
 
 class DeviceCopies {
  public:
@@ -36,7 +38,7 @@ class DeviceCopies {
   DeviceCopies(const DeviceCopies&) = delete;
   DeviceCopies& operator=(const DeviceCopies&) = delete;
   // Records every copy from now on in `trace` (Note [Trace file]), or stops with nullptr.
-  void set_trace(class TraceWriter* trace);
+  void set_trace(engine::TraceWriter* trace);
 
   struct State;
 
@@ -45,4 +47,4 @@ class DeviceCopies {
   HostServices& services_;
 };
 
-}  // namespace zhost::engine
+}  // namespace zhost

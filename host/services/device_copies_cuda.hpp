@@ -1,4 +1,4 @@
-// host/engine/device_copies_cuda.hpp: the CUDA half of device_copies (compiled with ZHOST_WITH_CUDA only):
+// host/services/device_copies_cuda.hpp: the CUDA half of device_copies (compiled with ZHOST_WITH_CUDA only):
 // copies on per-direction copy streams ordered by events against the compute stream, and pinned host
 // memory from LibTorch's allocator. Kept apart so that CPU builds never see a CUDA header; a syntax check
 // in the test suite compiles it against the CUDA headers on machines without a CUDA LibTorch.
@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <memory>
 
-namespace zhost::engine::cuda {
+namespace zhost::cuda_copies {
 
 // A copy in flight on a copy stream.
 struct Transfer;
@@ -29,4 +29,4 @@ void wait(Transfer& transfer);
 // `bytes` of page-locked host memory (page-aligned), owned by the returned pointer.
 std::shared_ptr<void> pinned_allocate(size_t bytes);
 
-}  // namespace zhost::engine::cuda
+}  // namespace zhost::cuda_copies

@@ -1,5 +1,5 @@
-// host/engine/collectives_adapter.cpp: the zhost_collectives callbacks over comm::Comm.
-#include "host/engine/collectives_adapter.hpp"
+// host/services/collectives_adapter.cpp: the zhost_collectives callbacks over comm::Comm.
+#include "host/services/collectives_adapter.hpp"
 
 #include <ATen/core/Tensor.h>
 
@@ -20,13 +20,13 @@ struct zhost_work {
   zhost::engine::CollectiveRecord record;
 };
 
-namespace zhost::engine {
+namespace zhost {
 
 struct CollectivesAdapter::State {
   comm::Comm* world = nullptr;
   std::mutex mutex;
   std::vector<std::unique_ptr<comm::Comm>> groups;  // sub-groups live until the job ends
-  CommObserver* observer = nullptr;
+  engine::CommObserver* observer = nullptr;
   zhost_plugin_instance* transform = nullptr;  // Note [Collective transforms]
   const zhost_collective_api* transform_api = nullptr;
   std::vector<int32_t> node_of_rank;  // zhost_topology's, by job-wide rank
@@ -100,7 +100,7 @@ std::vector<uint64_t> chunk_bytes(const int64_t* counts, const DLTensor* view, i
   return chunks;
 }
 
-CollectiveRecord observe_start(CommObserver& observer, const Shape& s, comm::Comm& g) {
+engine::CollectiveRecord observe_start(engine::CommObserver& observer, const Shape& s, comm::Comm& g) {
   const int n = g.world_size(), me = g.rank();
   uint64_t message = 0;
   comm::Traffic traffic;
@@ -184,8 +184,8 @@ zhost_status* run(const char* call, zhost_host_context* ctx, zhost_collective_ar
     zhost_status* transformed = nullptr;
     if (offered_to_transform(state_of(ctx), shape.kind, args, &transformed)) return transformed;
     comm::Comm& group = group_of(ctx, args->group);
-    CommObserver* observer = state_of(ctx).observer;
-    CollectiveRecord record;
+    engine::CommObserver* observer = state_of(ctx).observer;
+    engine::CollectiveRecord record;
     if (observer) record = observe_start(*observer, shape, group);
     comm::Work work = start(group);
     if (args->flags & ZHOST_COLLECTIVE_ASYNC) {
@@ -332,7 +332,7 @@ CollectivesAdapter::CollectivesAdapter(comm::Comm& world, HostServices& services
   services_.set_collectives(&kTable);
 }
 
-void CollectivesAdapter::set_observer(CommObserver* observer) { state_->observer = observer; }
+void CollectivesAdapter::set_observer(engine::CommObserver* observer) { state_->observer = observer; }
 
 void CollectivesAdapter::set_topology(std::vector<int32_t> node_of_rank) {
   ZHOST_ASSERT(node_of_rank.size() == state_->node_of_rank.size());
@@ -350,4 +350,4 @@ CollectivesAdapter::~CollectivesAdapter() {
   services_.set_job_state(JobService::kCollectives, nullptr);
 }
 
-}  // namespace zhost::engine
+}  // namespace zhost

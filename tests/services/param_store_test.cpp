@@ -1,7 +1,7 @@
-// tests/engine/param_store_test.cpp: the host side of partitioned parameters (zhost_param_services): a model
+// tests/services/param_store_test.cpp: the host side of partitioned parameters (zhost_param_services): a model
 // built without storage, parameters bound to one flat storage that is materialised and released, initial
 // values computed for any element range, and autograd's saved views following the storage.
-#include "host/engine/param_store.hpp"
+#include "host/services/param_store.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include "host/services/host_services.hpp"
 #include "zhost/kit/dlpack_views.hpp"
 
-namespace zhost::engine {
+namespace zhost {
 namespace {
 
 // The parameter services' calls with their args structs (zhost/host.h), in positional form for the tests.
@@ -206,4 +206,4 @@ TEST(ParamStore, AutogradSavedViewsFollowTheStorage) {
 }
 
 }  // namespace
-}  // namespace zhost::engine
+}  // namespace zhost

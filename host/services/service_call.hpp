@@ -1,4 +1,4 @@
-// host/engine/service_call.hpp: how the C callbacks of a job's host services (parameter storage, copies)
+// host/services/service_call.hpp: how the C callbacks of a job's host services (parameter storage, copies)
 // run their C++ bodies: with the state of the job the caller's context belongs to (HostServices::job_state,
 // never a process global), refused while that job serves none, and every exception turned into a status
 // that names the service and the call ("copies->start: ..."), so that nothing throws across the C ABI. A
@@ -14,7 +14,7 @@
 
 #include "host/services/host_services.hpp"
 
-namespace zhost::engine {
+namespace zhost {
 
 inline zhost_status* service_error(zhost_status_code code, const std::string& message) {
   return HostServices::make_status(code, message);
@@ -40,4 +40,4 @@ zhost_status* serve_call(zhost_host_context* ctx, JobService slot, const char* s
   }
 }
 
-}  // namespace zhost::engine
+}  // namespace zhost
