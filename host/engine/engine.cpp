@@ -21,6 +21,7 @@
 #include "host/model/model.hpp"
 #include "host/plugins/loader.hpp"
 #include "host/services/collectives_adapter.hpp"
+#include "host/services/comm_kv_store.hpp"
 #include "host/services/device_copies.hpp"
 #include "host/telemetry/comm_observer.hpp"
 #include "host/telemetry/model_states.hpp"
@@ -50,19 +51,6 @@ std::string runtime_description() {
 }
 
 namespace {
-
-// The host-services key-value store backed by the job's rendezvous store, so plugins agree across ranks.
-class CommKvStore final : public KvStore {
- public:
-  explicit CommKvStore(comm::Comm& world) : world_(world) {}
-  void set(const std::string& key, const std::vector<uint8_t>& value) override { world_.store_set(key, value); }
-  std::optional<std::vector<uint8_t>> get(const std::string& key, std::chrono::milliseconds timeout) override {
-    return world_.store_get(key, static_cast<double>(timeout.count()) / 1000.0);
-  }
-
- private:
-  comm::Comm& world_;
-};
 
 int run_job(JobSetup& job, const launch::RankEnv& env);
 
