@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""tests/layout/docs_links.py: README.md fits one screen and no relative link of README.md or docs/*.md is broken.
+"""tests/layout/docs_links.py: README.md fits one screen, no relative link or named path of README.md or docs/*.md is
+broken, and both layout descriptions name every folder of host/.
 
 Usage: docs_links.py SOURCE_DIR. A link is [text](target) with a target that is not a URL: its file (relative to the
 linking file) must exist, and its #anchor, when it names a Markdown file, must be the slug of one of that file's
-headings as GitHub makes it (lower case; spaces to '-'; punctuation but '-' and '_' dropped).
+headings as GitHub makes it (lower case; spaces to '-'; punctuation but '-' and '_' dropped). A named path is
+`text` in backquotes that starts with one of the repository's top folders (`host/engine/trainer.cpp`,
+`host/services/device_copies*.cpp`): it must exist (relative to SOURCE_DIR; * as in a shell), unless a part of it
+is a placeholder in capitals (`tests/abi/frozen/vMAJOR_MINOR/`). Every folder host/NAME/ has a row `host/NAME/` in
+the layout table of docs/architecture.md, and README.md names it as `NAME/` or `host/NAME/`.
 """
+import glob
 import pathlib
 import re
 import sys
@@ -12,6 +18,9 @@ import sys
 README_MAX_LINES = 80
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$")
+NAMED = re.compile(r"`([^`\s]+)`")
+TOP_FOLDERS = ("bench/", "cmake/", "docs/", "examples/", "host/", "plugins/", "scripts/", "sdk/", "tests/")
+PLACEHOLDER = re.compile(r"(^|[/_v])[A-Z]+(_[A-Z]+)*(/|$)")
 
 
 def slug(heading: str) -> str:
@@ -44,6 +53,11 @@ def problems(root: pathlib.Path) -> list:
                 continue
             if in_code:
                 continue
+            for named in NAMED.findall(line):
+                path = named.rstrip(".,;:")
+                if path.startswith(TOP_FOLDERS) and not PLACEHOLDER.search(path):
+                    if not glob.glob(str(root / path)):
+                        found.append(f"{page.relative_to(root)}:{number}: names {path}: no such file or folder")
             for target in LINK.findall(line):
                 if re.match(r"^[a-z]+:", target):
                     continue  # a URL
@@ -54,6 +68,20 @@ def problems(root: pathlib.Path) -> list:
                     found.append(f"{where}: link to {target}: no such file")
                 elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
                     found.append(f"{where}: link to {target}: no heading with that anchor in {linked.name}")
+    found += unnamed_host_folders(root)
+    return found
+
+
+def unnamed_host_folders(root: pathlib.Path) -> list:
+    folders = sorted(path.name for path in (root / "host").iterdir() if path.is_dir())
+    architecture = (root / "docs" / "architecture.md").read_text(encoding="utf-8")
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    found = []
+    for name in folders:
+        if not re.search(rf"^\| `host/{name}/` \|", architecture, re.MULTILINE):
+            found.append(f"docs/architecture.md: the layout table has no row for `host/{name}/`")
+        if f"`{name}/`" not in readme and f"`host/{name}/`" not in readme:
+            found.append(f"README.md: its layout does not name host/{name}/ (as `{name}/` or `host/{name}/`)")
     return found
 
 
