@@ -88,7 +88,7 @@ class Work {
   // True once wait() would return without blocking on the network.
   bool is_completed() const;
 
-  struct State;  // defined in comm.cpp; only Comm makes one
+  struct State;  // defined in comm_internal.hpp; only Comm makes one
   explicit Work(std::unique_ptr<State> state);
 
  private:
@@ -173,7 +173,7 @@ class Comm {
   CommCounters job_counters() const;       // every group's of the job together, since creation
   CommCounters job_step_counters() const;  // every group's of the job together, since the last begin_step()
 
-  struct Group;  // defined in comm.cpp
+  struct Group;  // defined in comm_internal.hpp
 
  private:
   explicit Comm(std::shared_ptr<Group> group);
