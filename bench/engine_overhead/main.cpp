@@ -17,7 +17,7 @@
 #include "bench/engine_overhead/hook_microbench.hpp"
 #include "bench/engine_overhead/reference_loop.hpp"
 #include "bench/engine_overhead/report.hpp"
-#include "host/config/validate.hpp"
+#include "host/config/schema/validate.hpp"
 #include "host/core/error.hpp"
 #include "host/core/log.hpp"
 #include "host/engine/engine.hpp"

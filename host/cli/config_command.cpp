@@ -7,9 +7,9 @@
 #include <iostream>
 
 #include "host/cli/commands.hpp"
-#include "host/config/batch.hpp"
-#include "host/config/import_toml.hpp"
-#include "host/config/validate.hpp"
+#include "host/config/document/import_toml.hpp"
+#include "host/config/schema/batch.hpp"
+#include "host/config/schema/validate.hpp"
 #include "host/core/error.hpp"
 #include "host/core/text.hpp"
 #include "host/job/plugin_checks.hpp"

@@ -7,7 +7,7 @@
 #include <iostream>
 
 #include "host/cli/commands.hpp"
-#include "host/config/validate.hpp"
+#include "host/config/schema/validate.hpp"
 #include "host/core/error.hpp"
 #include "host/core/fast_exit.hpp"
 #include "host/core/log.hpp"

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "host/cli/commands.hpp"
-#include "host/config/validate.hpp"
+#include "host/config/schema/validate.hpp"
 #include "host/core/error.hpp"
 
 namespace zhost::cli {

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "host/config/resolved.hpp"
+#include "host/config/schema/resolved.hpp"
 #include "host/engine/settings.hpp"
 #include "host/job/plugin_checks.hpp"
 

@@ -1,7 +1,7 @@
 // host/engine/settings.cpp: config keys -> TrainSettings.
 #include "host/engine/settings.hpp"
 
-#include "host/config/host_rules.hpp"
+#include "host/config/schema/host_rules.hpp"
 #include "host/optim/optimizer_type.hpp"
 
 namespace zhost::engine {
@@ -130,7 +130,7 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
       optim::parse_optimizer_kind(c.get_string("optimizer.type"), c.get_bool("optimizer.adam_w_mode")));
   s.optimizer.lr = c.get_float("optimizer.lr");
   // Unset betas keep the optimizer's own defaults (Lion: 0.9, 0.99; Adam kinds: 0.9, 0.999). Validation
-  // (host/config/host_rules.cpp) checked that there are two, and that only the optimizers that read them get them.
+  // (host/config/schema/host_rules.cpp) checked there are two, and that only the optimizers reading them get them.
   if (c.has("optimizer.betas")) {
     const auto& betas = c.get_float_list("optimizer.betas");
     s.optimizer.beta1 = betas[0];

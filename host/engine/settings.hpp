@@ -6,8 +6,8 @@
 #include <string>
 
 #include "host/comm/comm.hpp"
-#include "host/config/batch.hpp"
-#include "host/config/resolved.hpp"
+#include "host/config/schema/batch.hpp"
+#include "host/config/schema/resolved.hpp"
 #include "host/data/data.hpp"
 #include "host/engine/activation_checkpoints.hpp"
 #include "host/model/model.hpp"

@@ -8,8 +8,8 @@
 #include <chrono>
 #include <fstream>
 
-#include "host/config/document.hpp"
-#include "host/config/validate.hpp"
+#include "host/config/document/document.hpp"
+#include "host/config/schema/validate.hpp"
 #include "host/core/error.hpp"
 #include "host/engine/rank_agreement.hpp"
 #include "zhost/partition.h"

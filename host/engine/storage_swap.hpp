@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "host/comm/comm.hpp"
-#include "host/config/host_rules.hpp"
+#include "host/config/schema/host_rules.hpp"
 #include "host/job/control_channel.hpp"
 #include "host/job/job_setup.hpp"
 

@@ -14,9 +14,9 @@
 #include <algorithm>
 #include <set>
 
-#include "host/config/host_rules.hpp"
-#include "host/config/host_schema.hpp"
-#include "host/config/validate.hpp"
+#include "host/config/schema/host_rules.hpp"
+#include "host/config/schema/host_schema.hpp"
+#include "host/config/schema/validate.hpp"
 #include "host/core/error.hpp"
 #include "host/core/text.hpp"
 
@@ -245,7 +245,7 @@ void add_plugin_keys(config::Schema& schema, const LoadedPlugin& plugin, bool re
 }
 
 // Note [Each key declared once]: a config key has one declaration - its type, default, range and doc line -
-// in the host's schema (host/config/host_schema.cpp) or in one plugin's descriptor. A plugin that reads a key
+// in the host's schema (host/config/schema/host_schema.cpp) or in one plugin's descriptor. A plugin that reads a key
 // declared elsewhere (stage2 reads stage0's zero.reduce_bucket_size; the stages read the host's
 // zero.offload_optimizer.delayed_update) names it in its descriptor's reads_keys, and config_get answers it
 // as one of its own. A job's schema then holds the declaration of every key its plugins read, taken from the

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "host/config/document.hpp"
-#include "host/config/resolved.hpp"
-#include "host/config/schema.hpp"
+#include "host/config/document/document.hpp"
+#include "host/config/schema/resolved.hpp"
+#include "host/config/schema/schema.hpp"
 #include "host/plugins/discovery.hpp"
 #include "host/plugins/instances.hpp"
 #include "host/plugins/resolver.hpp"

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "host/config/host_rules.hpp"
-#include "host/config/validate.hpp"
+#include "host/config/schema/host_rules.hpp"
+#include "host/config/schema/validate.hpp"
 #include "host/core/text.hpp"
 #include "zhost/plugin.h"
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "host/config/validate.hpp"
+#include "host/config/schema/validate.hpp"
 #include "host/core/error.hpp"
 #include "host/engine/engine.hpp"
 #include "host/engine/preflight.hpp"

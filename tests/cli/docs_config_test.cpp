@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "host/config/document.hpp"
-#include "host/config/host_schema.hpp"
+#include "host/config/document/document.hpp"
+#include "host/config/schema/host_schema.hpp"
 #include "tests/cli/cli_support.hpp"
 #include "tests/support/scratch_dir.hpp"
 

@@ -1,5 +1,5 @@
 // tests/config/batch_test.cpp: DeepSpeed's batch arithmetic and its error messages.
-#include "host/config/batch.hpp"
+#include "host/config/schema/batch.hpp"
 
 #include "config_test_support.hpp"
 

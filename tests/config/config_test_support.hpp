@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "host/config/host_schema.hpp"
-#include "host/config/validate.hpp"
+#include "host/config/schema/host_schema.hpp"
+#include "host/config/schema/validate.hpp"
 
 namespace zhost::config::test_support {
 

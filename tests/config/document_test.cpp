@@ -1,5 +1,5 @@
 // tests/config/document_test.cpp: loading TOML files and applying --set overrides.
-#include "host/config/document.hpp"
+#include "host/config/document/document.hpp"
 
 #include <cstdio>
 #include <filesystem>

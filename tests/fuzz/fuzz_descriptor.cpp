@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "host/config/host_schema.hpp"
-#include "host/config/validate.hpp"
+#include "host/config/schema/host_schema.hpp"
+#include "host/config/schema/validate.hpp"
 #include "host/job/job_setup.hpp"
 #include "host/plugins/loader.hpp"
 #include "tests/fuzz/fuzz_support.hpp"

@@ -7,9 +7,9 @@
 #include <string>
 #include <string_view>
 
-#include "host/config/document.hpp"
-#include "host/config/import_toml.hpp"
-#include "host/config/validate.hpp"
+#include "host/config/document/document.hpp"
+#include "host/config/document/import_toml.hpp"
+#include "host/config/schema/validate.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 #include <string_view>
 
-#include "host/config/document.hpp"
-#include "host/config/validate.hpp"
+#include "host/config/document/document.hpp"
+#include "host/config/schema/validate.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

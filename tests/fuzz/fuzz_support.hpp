@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <exception>
 
-#include "host/config/host_schema.hpp"
+#include "host/config/schema/host_schema.hpp"
 #include "host/core/error.hpp"
 
 namespace zhost::fuzz {

@@ -81,7 +81,7 @@
 namespace zhost::zero {
 
 // The delayed update's keys as a stage reads them; the host declares them, with their defaults
-// (host/config/host_schema.cpp), as its rules check them.
+// (host/config/schema/host_schema.cpp), as its rules check them.
 struct DelayedUpdateOptions {
   bool enabled = false;      // zero.offload_optimizer.delayed_update
   int64_t start_step = 1;    // zero.offload_optimizer.delayed_update_start_step (S)
