@@ -349,10 +349,23 @@ void add_zero_rules(Schema& schema) {
        });
 }
 
-// The offload tiers' host keys (docs/config.md "NVMe offload"; the NVMe tier checks its own folders, Note
-// [Plugin config checks]): what zhost's tiers do not do is refused with the reason.
-void add_offload_rules(Schema& schema) {
-  // Note [Delayed parameter update] (zhost/zero/delayed_update.hpp): the tier's step is what is delayed.
+// The gradients' division before their reduction (Note [Gradient pre-division], host/engine/trainer.cpp).
+void add_gradient_rules(Schema& schema) {
+  // As in DeepSpeed, prescale_gradients divides by the world size and the factor is not used.
+  warning_rule(
+      schema, {"gradient_predivide_factor", "prescale_gradients"}, [](const ResolvedConfig& config) -> Problem {
+        if (!config.get_bool("prescale_gradients") || config.get_float("gradient_predivide_factor") == 1.0)
+          return std::nullopt;
+        return fmt::format(
+            "gradient_predivide_factor = {:g} has no effect: prescale_gradients = true divides by the world size "
+            "instead, as in DeepSpeed; set one of them",
+            config.get_float("gradient_predivide_factor"));
+      });
+}
+
+// ZeRO-Offload's delayed parameter update (Note [Delayed parameter update], zhost/zero/delayed_update.hpp): the
+// offload tier's step is what is delayed; its start step and its two weight predictions come with it.
+void add_delayed_update_rules(Schema& schema) {
   rule(schema,
        {"zero.offload_optimizer.delayed_update", "zero.offload_optimizer.device", "zero.stage",
         "zero.offload_param.device"},
@@ -377,17 +390,6 @@ void add_offload_rules(Schema& schema) {
                config.get_string("zero.offload_param.device"));
          return std::nullopt;
        });
-  // Note [Gradient pre-division] (host/engine/trainer.cpp): as in DeepSpeed, prescale_gradients divides by the
-  // world size and the factor is not used.
-  warning_rule(
-      schema, {"gradient_predivide_factor", "prescale_gradients"}, [](const ResolvedConfig& config) -> Problem {
-        if (!config.get_bool("prescale_gradients") || config.get_float("gradient_predivide_factor") == 1.0)
-          return std::nullopt;
-        return fmt::format(
-            "gradient_predivide_factor = {:g} has no effect: prescale_gradients = true divides by the world size "
-            "instead, as in DeepSpeed; set one of them",
-            config.get_float("gradient_predivide_factor"));
-      });
   // The start step is a step number of the whole job (a resumed job counts on), so a run shorter than it is a
   // warning: its continuation may reach it.
   warning_rule(schema,
@@ -435,6 +437,11 @@ void add_offload_rules(Schema& schema) {
              "is \"{}\"; set it to 0, or use Adam or AdamW",
              c, type);
        });
+}
+
+// The offload tiers' host keys (docs/config.md "NVMe offload"; the NVMe tier checks its own folders, Note
+// [Plugin config checks]): what zhost's tiers do not do is refused with the reason.
+void add_offload_rules(Schema& schema) {
   // Note [Storage swap] (host/engine/storage_swap.hpp): swaps happen between steps, with nothing of the tiers in
   // flight (a delayed update drains first), in step order.
   auto check_schedule = [](const ResolvedConfig& config, const std::string& key) -> Problem {
@@ -561,8 +568,6 @@ void add_run_rules(Schema& schema) {
   });
 }
 
-}  // namespace
-
 // DeepSpeed's activation-checkpointing refinements. partition_activations is refused with the reason, never
 // accepted with a changed meaning (its default, which changes nothing, is accepted). cpu_checkpointing,
 // contiguous_memory_optimization and number_checkpoints (host/engine/activation_checkpoints.hpp) refine
@@ -593,6 +598,8 @@ void add_activation_checkpointing_rules(Schema& schema) {
              *count, layers, layers);
        });
 }
+
+}  // namespace
 
 bool optimizer_states_outside_host_memory(const ResolvedConfig& config) {
   const std::set<std::string>& outside = config.tiers().outside_host_memory;
@@ -646,6 +653,8 @@ void add_host_rules(Schema& schema) {
   add_model_rules(schema);
   add_data_rules(schema);
   add_zero_rules(schema);
+  add_gradient_rules(schema);  // before the delayed update's: the warnings keep their order
+  add_delayed_update_rules(schema);
   add_offload_rules(schema);
   add_activation_checkpointing_rules(schema);
   add_run_rules(schema);
