@@ -1,6 +1,7 @@
 // host/engine/trainer.hpp: the training loop of one rank. It runs the model block by block and drives
 // the partition contract (zhost/partition.h) through whichever partition instance the config chose: the
-// host's own stage 0 or a ZeRO plugin. See docs/architecture.md for the step flow.
+// host's own stage 0 or a ZeRO plugin. See docs/architecture.md for the step flow; what a run does around its
+// steps (metrics, checkpoints, stops, swaps) is its observers' (Note [Step observers], observers/).
 #pragma once
 
 #include <memory>
