@@ -8,6 +8,7 @@
 //   clearly when there is no job, the command is malformed, or two commands race (Note [Control channel]);
 // - with the delayed parameter update, a swap (scheduled or by `zhost control`) drains the step in flight first,
 //   exactly where a checkpoint save would (the jobs equal bit for bit).
+// - at a step boundary the checkpoint comes first, then the step's line, then the swap (Note [Step observers]).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -138,6 +139,34 @@ TEST_P(SwapSchedule, CpuNvmeHelloCpuEqualsTheJobWithoutSwapsBitForBit) {
   EXPECT_NE(page.find("<tr><td>nvme</td><td>5</td>"), std::string::npos);
   EXPECT_NE(page.find("<tr><td>hello</td><td>5</td>"), std::string::npos);
   EXPECT_NE(page.find("<td>15</td><td>hello</td><td>cpu</td><td>schedule</td>"), std::string::npos);
+}
+
+// The order of a step boundary (Note [Step observers], host/engine/observers/step_observer.hpp), as rank 0's
+// run.log shows it: after step 2 the checkpoint is saved, then the step's line is logged, then the storage swaps;
+// the swap after step 3 (no line) comes before step 4's checkpoint and line.
+TEST(StepBoundary, TheCheckpointThenTheStepLineThenTheSwap) {
+  ScratchDir dir;
+  const RunOutput run =
+      run_zhost(dir.path(), small_job_config(), "ordered",
+                "--nproc 1 --set steps=4 --set steps_per_print=2 --set model.type=llama --set zero.stage=1 "
+                "--set zero.offload_optimizer.device=cpu --set offload_cpu.threads=1 --set checkpoint.interval=2 "
+                "--set checkpoint.dir=ckpt --set 'zero.offload_optimizer.swap_schedule=[\"2:hello\",\"3:cpu\"]' "
+                "--plugin-path " HELLO_TIER_DIR);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string log = read_text_file(run.run_dir / "run.log");
+  const std::vector<std::string> in_order = {"checkpoint of step 2 saved",
+                                             "step 2/4 loss",
+                                             "optimizer states moved from 'cpu' to 'hello' after step 2",
+                                             "optimizer states moved from 'hello' to 'cpu' after step 3",
+                                             "checkpoint of step 4 saved",
+                                             "step 4/4 loss"};
+  size_t previous = 0;
+  for (const std::string& text : in_order) {
+    const size_t at = log.find(text);
+    ASSERT_NE(at, std::string::npos) << "no '" << text << "' in run.log:\n" << log;
+    EXPECT_GT(at, previous) << "'" << text << "' is out of order in run.log:\n" << log;
+    previous = at;
+  }
 }
 
 // Stage 3's parameter shards, offloaded to the CPU tier, move cpu -> nvme -> hello_tier -> cpu (the partition's
