@@ -58,28 +58,35 @@ std::string refusal_location(const config::ResolvedConfig& config, const char* k
 // What of this config a partition or computing tier built against ABI 1.0 would not know, and so silently
 // compute otherwise: Lamb (a kind 1.0 lacks) and betas that change by the step (read from the step args since
 // 1.1, Note [OneCycle's momentum]). Empty when nothing.
-std::string needs_abi_1_1(const config::ResolvedConfig& config) {
-  if (config.get_string("optimizer.type") == "Lamb") return "optimizer.type = \"Lamb\"";
+struct Abi11Need {
+  const char* key = nullptr;  // where the refusal points
+  std::string what;           // empty: the job needs nothing of 1.1
+  std::string instead;        // the other way out than a rebuild
+};
+Abi11Need needs_abi_1_1(const config::ResolvedConfig& config) {
+  if (config.get_string("optimizer.type") == "Lamb")
+    return {"optimizer.type", "optimizer.type = \"Lamb\"", "choose another optimizer"};
   if (config.get_string("scheduler.type") == "OneCycle" && config.get_bool("scheduler.cycle_momentum") &&
       config.get_string("optimizer.type") != "SGD")
-    return "OneCycle's momentum cycling (scheduler.cycle_momentum = true)";
-  return "";
+    return {"scheduler.cycle_momentum", "OneCycle's momentum cycling (scheduler.cycle_momentum = true)",
+            "set scheduler.cycle_momentum = false"};
+  return {};
 }
 
 }  // namespace
 
 void check_plugin_configs(const JobSetup& job, const ConfigCheckFacts& facts) {
   const config::ResolvedConfig& config = *job.config;
-  if (const std::string needs = needs_abi_1_1(config); !needs.empty()) {
+  if (const Abi11Need needs = needs_abi_1_1(config); !needs.what.empty()) {
     std::vector<std::string> old;
     for (const LoadedPlugin* plugin : job.resolution.plugins) {
       const bool steps = plugin->api && (plugin->api->partition || plugin->api->optimizer);
       if (steps && plugin->abi_major == 1 && plugin->abi_minor < 1)
         old.push_back(
             fmt::format("{} {} needs zhost ABI 1.1, and plugin '{}' ({}) was built against 1.{}; rebuild "
-                        "it against the zhost SDK 1.1 or later, or train without it",
-                        refusal_location(config, "optimizer.type", ""), needs, plugin->info.name, plugin->path.string(),
-                        plugin->abi_minor));
+                        "it against the zhost SDK 1.1 or later, or {}",
+                        refusal_location(config, needs.key, ""), needs.what, plugin->info.name, plugin->path.string(),
+                        plugin->abi_minor, needs.instead));
     }
     if (!old.empty()) throw config::ConfigErrors(std::move(old));
   }
