@@ -132,6 +132,9 @@ TEST(DeepSpeedCorpus, EachRealConfigGivesItsExpectedOutcome) {
 // written); otherwise in scope: a gap of zhost's, which counts against the share. The share is accepted /
 // (accepted + in scope), per project (a file's first folder) and overall; the test fails when the overall
 // share falls below kShareFloor, the figure the corpus reached (SOURCES.md gives it with the reasons left).
+// The test prints each refused file's class ("SCOPE\t<class> (<reason>)\t<file>");
+// Peer.CorpusRefusalsDeepSpeedMakesToo reads those lines and checks every "DeepSpeed refuses it too" against
+// DeepSpeed 0.19.8 itself, by the reason's text (tests/peer/corpus_refusals.py).
 struct Reason {
   const char* text;  // part of an error line
   const char* what;  // the class's reason, for the log
@@ -155,10 +158,11 @@ constexpr Reason kDeepSpeedRefuses[] = {
     {"not valid JSON", "a template that a script fills in"},
     {"is not a DeepSpeed key in fp16", "DeepSpeed's fp16 table forbids other keys"},
     {"clipping inside the optimizer", "DeepSpeed raises on optimizer.params.max_grad_norm"},
+    {"DeepSpeed 0.19.8 refuses it too", "a feature DeepSpeed removed"},  // Note [Features DeepSpeed removed]
 };
 
 // The overall share reached (Note [Corpus share]); raise it when a fix lets more files through.
-constexpr double kShareFloor = 0.83;
+constexpr double kShareFloor = 0.95;
 
 const Reason* find_reason(const std::vector<std::string>& errors, const Reason* begin, const Reason* end) {
   for (const std::string& error : errors) {

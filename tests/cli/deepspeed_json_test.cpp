@@ -712,4 +712,36 @@ TEST(DeepSpeedJson, GatherOnSaveAutoTakesAcceleratesDefault) {
       << filled.out;
 }
 
+// Note [Features DeepSpeed removed]: an enabled table of a feature DeepSpeed 0.19.8 removed is refused with
+// that said; the same table switched off changes nothing and is noted; a feature DeepSpeed still has keeps
+// the plain refusal.
+TEST(DeepSpeedJson, FeaturesDeepSpeedRemovedAreRefusedSayingSo) {
+  ScratchDir dir;
+  dir.write("on.json", R"({"train_micro_batch_size_per_gpu": 2,
+  "compression_training": {"weight_quantization": {"shared_parameters": {"enabled": true}}},
+  "progressive_layer_drop": {"enabled": true, "theta": 0.5, "gamma": 0.001}})");
+  CliResult on = run_zhost(dir.path(), "config check on.json" + kPlugins);
+  EXPECT_EQ(on.exit_code, 2);
+  for (const char* table : {"compression training", "progressive layer dropping"}) {
+    EXPECT_NE(on.err.find(std::string(table) +
+                          " is a feature zhost lacks, and DeepSpeed 0.19.8 refuses it too (DeepSpeed removed it: "
+                          "deepspeedai/DeepSpeed#8489)"),
+              std::string::npos)
+        << on.err;
+  }
+  dir.write("off.json", R"({"train_micro_batch_size_per_gpu": 2,
+  "progressive_layer_drop": {"enabled": false, "theta": 0.5}})");
+  CliResult off = run_zhost(dir.path(), "config check off.json" + kPlugins);
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_NE(off.out.find("progressive_layer_drop.enabled = false: off"), std::string::npos) << off.out;
+  dir.write("kept.json", R"({"train_micro_batch_size_per_gpu": 2,
+  "data_efficiency": {"enabled": true}})");
+  CliResult kept = run_zhost(dir.path(), "config check kept.json" + kPlugins);
+  EXPECT_EQ(kept.exit_code, 2);
+  EXPECT_NE(kept.err.find("DeepSpeed's data efficiency library is a feature zhost lacks; set it to false, or train "
+                          "with DeepSpeed"),
+            std::string::npos)
+      << kept.err;
+}
+
 }  // namespace

@@ -184,8 +184,13 @@ void import_zero(Importer& importer, Section& root) {
   } else {
     zero.take("zeropp_loco_param");
   }
-  zero.inert("mics_shard_size", -1, "MiCS sharding is a feature zhost lacks; set it to -1");
-  zero.inert("mics_hierarchical_params_gather", false, "MiCS is a feature zhost lacks; set it to false");
+  // Note [Features DeepSpeed removed]: MiCS too.
+  zero.inert("mics_shard_size", -1,
+             "MiCS sharding is a feature zhost lacks, and DeepSpeed 0.19.8 refuses it too (DeepSpeed removed it: "
+             "deepspeedai/DeepSpeed#8489); set it to -1");
+  zero.inert("mics_hierarchical_params_gather", false,
+             "MiCS is a feature zhost lacks, and DeepSpeed 0.19.8 refuses it too (DeepSpeed removed it: "
+             "deepspeedai/DeepSpeed#8489); set it to false");
   zero.inert("zenflow", nullptr, "ZenFlow is a feature zhost lacks; remove the table");
 
   // Offload: current tables, and the deprecated booleans mapped onto them.
@@ -337,30 +342,42 @@ void import_features(Importer& importer, Section& root) {
     Section section = root.sub(noted.table);
     section.note_rest(noted.reason);
   }
-  // Features zhost lacks: refused when enabled, noted when off.
+  // Features zhost lacks: refused when enabled, noted when off. Note [Features DeepSpeed removed]: DeepSpeed
+  // 0.19.8, the version zhost reads configs as, refuses some of these tables itself, whatever they hold
+  // (deepspeedai/DeepSpeed#8489 removed the features); zhost's refusal says so, since no current DeepSpeed
+  // trains such a file either, and it still notes a table whose feature is off. Peer.CorpusRefusalsDeepSpeedMakesToo
+  // checks the claim against DeepSpeed itself.
   struct Feature {
     const char* table;
     const char* what;
+    bool removed_by_deepspeed;
+  };
+  const auto lacked = [](const Feature& feature, const char* remedy) {
+    return feature.removed_by_deepspeed
+               ? fmt::format(
+                     "{} is a feature zhost lacks, and DeepSpeed 0.19.8 refuses it too (DeepSpeed removed it: "
+                     "deepspeedai/DeepSpeed#8489); {}",
+                     feature.what, remedy)
+               : fmt::format("{} is a feature zhost lacks; {}, or train with DeepSpeed", feature.what, remedy);
   };
   for (const Feature& feature : {
-           Feature{"amp", "NVIDIA Apex AMP"},
-           Feature{"torch_autocast", "torch.autocast mixed precision"},
-           Feature{"elasticity", "elastic batch sizes"},
-           Feature{"eigenvalue", "eigenvalue computation"},
-           Feature{"progressive_layer_drop", "progressive layer dropping"},
-           Feature{"curriculum_learning", "curriculum learning"},
-           Feature{"data_efficiency", "DeepSpeed's data efficiency library"},
-           Feature{"hybrid_engine", "the hybrid (RLHF) engine"},
-           Feature{"quantize_training", "quantization-aware training"},
-           Feature{"compile", "torch.compile / DeepCompile"},
+           Feature{"amp", "NVIDIA Apex AMP", true},
+           Feature{"torch_autocast", "torch.autocast mixed precision", false},
+           Feature{"elasticity", "elastic batch sizes", true},
+           Feature{"eigenvalue", "eigenvalue computation", true},
+           Feature{"progressive_layer_drop", "progressive layer dropping", true},
+           Feature{"curriculum_learning", "curriculum learning", true},
+           Feature{"data_efficiency", "DeepSpeed's data efficiency library", false},
+           Feature{"hybrid_engine", "the hybrid (RLHF) engine", false},
+           Feature{"quantize_training", "quantization-aware training", true},
+           Feature{"compile", "torch.compile / DeepCompile", false},
        }) {
     Section section = root.sub(feature.table);
     const json* enabled = section.take(std::string(feature.table) == "compile" ? "deepcompile" : "enabled");
     const bool on = enabled && !(enabled->is_boolean() && !enabled->get<bool>()) && !enabled->is_null();
     if (on) {
-      section.refuse(
-          std::string(feature.table) == "compile" ? "deepcompile" : "enabled",
-          fmt::format("{} is a feature zhost lacks; set it to false, or train with DeepSpeed", feature.what));
+      section.refuse(std::string(feature.table) == "compile" ? "deepcompile" : "enabled",
+                     lacked(feature, "set it to false"));
     } else if (enabled) {
       section.note(std::string(feature.table) == "compile" ? "deepcompile" : "enabled", "off");
     }
@@ -368,11 +385,11 @@ void import_features(Importer& importer, Section& root) {
   }
   // Tables that exist only to switch on a feature zhost lacks.
   for (const Feature& feature : {
-           Feature{"sparse_attention", "sparse attention"},
-           Feature{"compression_training", "compression training"},
-           Feature{"weight_quantization", "weight quantization"},
-           Feature{"tensor_parallel", "tensor parallelism (AutoTP)"},
-           Feature{"expert_parallel", "expert parallelism"},
+           Feature{"sparse_attention", "sparse attention", true},
+           Feature{"compression_training", "compression training", true},
+           Feature{"weight_quantization", "weight quantization", false},
+           Feature{"tensor_parallel", "tensor parallelism (AutoTP)", false},
+           Feature{"expert_parallel", "expert parallelism", false},
        }) {
     if (!root.has(feature.table)) {
       root.take(feature.table);
@@ -388,8 +405,7 @@ void import_features(Importer& importer, Section& root) {
     if (empty || tp_off) {
       root.note(feature.table, "empty or off, so it changes nothing");
     } else {
-      root.refuse(feature.table,
-                  fmt::format("{} is a feature zhost lacks; remove the table, or train with DeepSpeed", feature.what));
+      root.refuse(feature.table, lacked(feature, "remove the table"));
     }
   }
 }
