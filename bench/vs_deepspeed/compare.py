@@ -105,11 +105,14 @@ def venv_python():
     return os.path.join(venv, "bin")
 
 
-def make(work, kind):
+def make(work, kind, overrides=None):
+    """WORK/model, a seeded HF folder of SIZES[kind] (OVERRIDES, a dict, replaces entries: a bigger model for
+    memory), and WORK/tokens.bin, the license texts as byte tokens."""
     model = os.path.join(work, "model")
     os.makedirs(model, exist_ok=True)
     subprocess.run([os.path.join(venv_python(), "python"), os.path.join(ROOT, "tests/hf/hf_models.py"), "make",
-                    kind, model, "--seed", "1", "--config", json.dumps(SIZES[kind])], check=True)
+                    kind, model, "--seed", "1", "--config", json.dumps({**SIZES[kind], **(overrides or {})})],
+                   check=True)
     licenses = "/usr/share/common-licenses"
     data = b"".join(open(os.path.join(licenses, f), "rb").read() for f in sorted(os.listdir(licenses))
                     if os.path.isfile(os.path.join(licenses, f)))
@@ -406,6 +409,8 @@ def main():
                    help="one: the side set against zhost")
     p.add_argument("--set", action="append", default=[], dest="extra_set")
     p.add_argument("--zhost", default=os.path.join(ROOT, "build/bin/zhost"))
+    p.add_argument("--model-config", default="{}",
+                   help="make: JSON entries that replace SIZES[kind]'s, e.g. '{\"n_layer\": 12, \"n_embd\": 768}'")
     a = p.parse_args()
     if a.what == "check":
         sys.exit(check(os.path.abspath(a.args[0]), a.zhost, a.threads))
@@ -418,7 +423,7 @@ def main():
                 out.write(text + "\n")
         return
     if a.what == "make":
-        make(os.path.abspath(a.args[0]), a.kind)
+        make(os.path.abspath(a.args[0]), a.kind, json.loads(a.model_config))
     elif a.what == "one":
         config, work = a.args[0], os.path.abspath(a.args[1])
         one(config, work, a.name or os.path.splitext(os.path.basename(config))[0], a.steps, a.zhost, a.threads,
