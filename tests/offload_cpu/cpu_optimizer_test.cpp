@@ -676,6 +676,118 @@ TEST(CpuOptimizerCopies, ReferenceConversionsKnownValues) {
   EXPECT_EQ(decode_f16(0x3555), 0.333251953125);  // (1024 + 0x155) * 2^(13 - 25)
 }
 
+// ---- bf16 master weights and moments (Note [bf16 master weights]) ----
+
+// adam_step_typed on bf16 masters (fp32 or bf16 moments) is, step after step, the fp32 step of the widened values
+// rounded to nearest even (the test's own rounding), on every path: the arithmetic is unchanged, only the loads
+// widen and the stores round. The bf16 copy is the master's bits. With kF32AsBf16 the gradient used is its bf16
+// rounding.
+TEST(CpuOptimizerBf16Master, IsTheFp32StepRoundedOnEveryPath) {
+  constexpr int64_t n = 1001;  // a masked or scalar tail on every path
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> initial(n);
+  for (float& x : initial) x = 0.1f * normal(rng);
+  std::vector<std::vector<float>> grads(kSteps, std::vector<float>(n));
+  for (auto& g : grads)
+    for (float& x : g) x = normal(rng);
+  AdamHyper hyper;
+  hyper.lr = 1e-2;
+  hyper.weight_decay = 0.01;
+  hyper.grad_scale = 0.5;
+  for (const Isa isa : supported_isas()) {
+    for (const StateType states : {StateType::kF32, StateType::kBf16}) {
+      for (const GradType grad_type : {GradType::kF32, GradType::kF32AsBf16}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + (states == StateType::kBf16 ? ", bf16 moments" : ", fp32 moments") +
+                     (grad_type == GradType::kF32AsBf16 ? ", grads as bf16" : ", fp32 grads"));
+        StepOptions options;
+        options.isa = isa;
+        std::vector<uint16_t> master(n), m16(n, 0), v16(n, 0), copy(n);
+        for (int64_t i = 0; i < n; ++i) master[i] = round_to_bf16(initial[i]);
+        std::vector<float> m32(n, 0.0f), v32(n, 0.0f);
+        std::vector<float> ref_p(n), ref_m(n, 0.0f), ref_v(n, 0.0f);
+        for (int64_t i = 0; i < n; ++i) ref_p[i] = static_cast<float>(decode_bf16(master[i]));
+        for (int step = 1; step <= kSteps; ++step) {
+          hyper.step = step;
+          const std::vector<float>& g = grads[step - 1];
+          void* m = states == StateType::kBf16 ? static_cast<void*>(m16.data()) : m32.data();
+          void* v = states == StateType::kBf16 ? static_cast<void*>(v16.data()) : v32.data();
+          adam_step_typed(hyper, master.data(), StateType::kBf16, g.data(), grad_type, m, v, states, copy.data(),
+                          Copy16::kBf16, n, options);
+          // The reference: the plain fp32 step, then everything kept in bf16 rounded.
+          std::vector<float> used = g;
+          if (grad_type == GradType::kF32AsBf16)
+            for (float& x : used) x = static_cast<float>(decode_bf16(round_to_bf16(x)));
+          adam_step(hyper, ref_p.data(), used.data(), GradType::kF32, ref_m.data(), ref_v.data(), nullptr,
+                    Copy16::kNone, n, options);
+          int64_t off = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const uint16_t p = round_to_bf16(ref_p[i]);
+            ref_p[i] = static_cast<float>(decode_bf16(p));
+            bool same = master[i] == p && copy[i] == p;
+            if (states == StateType::kBf16) {
+              const uint16_t rm = round_to_bf16(ref_m[i]), rv = round_to_bf16(ref_v[i]);
+              ref_m[i] = static_cast<float>(decode_bf16(rm));
+              ref_v[i] = static_cast<float>(decode_bf16(rv));
+              same = same && m16[i] == rm && v16[i] == rv;
+            } else {
+              same = same && bits_of(m32[i]) == bits_of(ref_m[i]) && bits_of(v32[i]) == bits_of(ref_v[i]);
+            }
+            if (!same && ++off <= 3)
+              ADD_FAILURE() << "step " << step << ", element " << i << ": master 0x" << std::hex << master[i]
+                            << ", reference 0x" << p << std::dec;
+          }
+          ASSERT_EQ(off, 0) << "step " << step;
+        }
+      }
+    }
+  }
+}
+
+// Rounding a master to bf16 loses what fp32 keeps: an update below half a bf16 ulp leaves the bf16 master as
+// it is, where the fp32 master moves (the test fails if a "bf16" master were kept in fp32 and rounded only
+// in the copy).
+TEST(CpuOptimizerBf16Master, SmallUpdatesVanishInBf16) {
+  AdamHyper hyper;
+  hyper.lr = 1e-4;  // |update| ~ lr, far below 1/256 (half a bf16 ulp at 1.0)
+  std::vector<uint16_t> master(64, round_to_bf16(1.0f)), copy(64);
+  std::vector<float> grad(64, 1.0f), m(64, 0.0f), v(64, 0.0f);
+  for (int step = 1; step <= 3; ++step) {
+    hyper.step = step;
+    adam_step_typed(hyper, master.data(), StateType::kBf16, grad.data(), GradType::kF32, m.data(), v.data(),
+                    StateType::kF32, copy.data(), Copy16::kBf16, 64);
+  }
+  for (const uint16_t p : master) EXPECT_EQ(p, round_to_bf16(1.0f));
+  EXPECT_GT(m[0], 0.0f);  // the moments moved
+}
+
+TEST(CpuOptimizerBf16Master, ConversionsRoundToNearestEven) {
+  const std::vector<float> values = special_values();
+  std::vector<uint16_t> halves(values.size());
+  bf16_from_floats(values.data(), halves.data(), static_cast<int64_t>(values.size()));
+  std::vector<float> back(values.size());
+  floats_from_bf16(halves.data(), back.data(), static_cast<int64_t>(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(halves[i], round_to_bf16(values[i])) << "element " << i;
+    if (!std::isnan(back[i])) {
+      EXPECT_EQ(static_cast<double>(back[i]), decode_bf16(halves[i])) << "element " << i;
+    }
+  }
+}
+
+TEST(CpuOptimizerBf16Master, RefusesWhatItDoesNotBuild) {
+  uint16_t p = 0, m16 = 0;
+  float g = 0, m = 0, v = 0;
+  EXPECT_THROW(adam_step_typed(AdamHyper{}, &m, StateType::kF32, &g, GradType::kF32, &m16, &m16, StateType::kBf16,
+                               nullptr, Copy16::kNone, 1),
+               std::invalid_argument);  // bf16 moments, fp32 master
+  EXPECT_THROW(adam_step_typed(AdamHyper{}, &p, StateType::kBf16, &m16, GradType::kBf16, &m, &v, StateType::kF32,
+                               nullptr, Copy16::kNone, 1),
+               std::invalid_argument);  // a bf16 gradient buffer
+  EXPECT_THROW(lion_step(LionHyper{}, &m, &g, GradType::kF32AsBf16, &v, nullptr, Copy16::kNone, 1),
+               std::invalid_argument);
+}
+
 // ---- ISA selection and arguments ----
 
 TEST(CpuOptimizerIsa, EnvironmentVariablePicksThePath) {

@@ -145,13 +145,15 @@ void run_tiles(const StepOptions& options, int64_t n, const TilePool::Body& body
   pool().run(static_cast<int>(workers - 1), n, options.tile, body);
 }
 
-void check_common(const float* param, const void* grad, GradType grad_type, const float* exp_avg, const void* copy16,
-                  Copy16 copy16_type, int64_t n, const StepOptions& options) {
+void check_common(const void* param, const void* grad, GradType grad_type, const void* exp_avg, const void* copy16,
+                  Copy16 copy16_type, int64_t n, const StepOptions& options, bool adam = false) {
   auto invalid = [](const std::string& what) { throw std::invalid_argument("cpu optimizer: " + what); };
   if (n < 0) invalid("element count " + std::to_string(n) + " is negative");
   if (options.tile < 1) invalid("tile " + std::to_string(options.tile) + " must be at least 1");
   if (options.threads < 0) invalid("threads " + std::to_string(options.threads) + " must be >= 0");
-  if (grad_type != GradType::kF32 && grad_type != GradType::kBf16 && grad_type != GradType::kF16) {
+  if (grad_type == GradType::kF32AsBf16 && !adam) invalid("an fp32 gradient used as bf16 is for Adam only");
+  if (grad_type != GradType::kF32 && grad_type != GradType::kBf16 && grad_type != GradType::kF16 &&
+      grad_type != GradType::kF32AsBf16) {
     invalid("unknown gradient type " + std::to_string(static_cast<int>(grad_type)));
   }
   if (copy16_type != Copy16::kNone && copy16_type != Copy16::kBf16 && copy16_type != Copy16::kF16) {
@@ -167,7 +169,21 @@ void check_common(const float* param, const void* grad, GradType grad_type, cons
 
 void adam_step(const AdamHyper& hyper, float* param, const void* grad, GradType grad_type, float* exp_avg,
                float* exp_avg_sq, void* copy16, Copy16 copy16_type, int64_t n, const StepOptions& options) {
-  check_common(param, grad, grad_type, exp_avg, copy16, copy16_type, n, options);
+  adam_step_typed(hyper, param, StateType::kF32, grad, grad_type, exp_avg, exp_avg_sq, StateType::kF32, copy16,
+                  copy16_type, n, options);
+}
+
+void adam_step_typed(const AdamHyper& hyper, void* param, StateType param_type, const void* grad, GradType grad_type,
+                     void* exp_avg, void* exp_avg_sq, StateType state_type, void* copy16, Copy16 copy16_type, int64_t n,
+                     const StepOptions& options) {
+  check_common(param, grad, grad_type, exp_avg, copy16, copy16_type, n, options, /*adam=*/true);
+  auto known = [](StateType t) { return t == StateType::kF32 || t == StateType::kBf16; };
+  if (!known(param_type) || !known(state_type))
+    throw std::invalid_argument("cpu optimizer: unknown parameter or state type");
+  if (state_type == StateType::kBf16 && param_type != StateType::kBf16)
+    throw std::invalid_argument("cpu optimizer: bf16 optimizer states need bf16 parameters (master weights)");
+  if (param_type == StateType::kBf16 && grad_type != GradType::kF32 && grad_type != GradType::kF32AsBf16)
+    throw std::invalid_argument("cpu optimizer: bf16 parameters take an fp32 gradient buffer (kF32 or kF32AsBf16)");
   if (n > 0 && exp_avg_sq == nullptr) throw std::invalid_argument("cpu optimizer: null exp_avg_sq buffer");
   if (hyper.step < 1) {
     throw std::invalid_argument("cpu optimizer: Adam step count must start at 1, got " + std::to_string(hyper.step));
@@ -191,8 +207,17 @@ void adam_step(const AdamHyper& hyper, float* param, const void* grad, GradType 
   consts.eps = static_cast<float>(hyper.eps);
   consts.step_size = static_cast<float>(-hyper.lr / bias_correction1);
 
-  const detail::Buffers buffers{param, grad, grad_type, exp_avg, exp_avg_sq, copy16, copy16_type};
+  const detail::Buffers buffers{param,  grad,        grad_type,  exp_avg,   exp_avg_sq,
+                                copy16, copy16_type, param_type, state_type};
   run_tiles(options, n, [&](int64_t begin, int64_t end) { range(consts, buffers, begin, end); });
+}
+
+void floats_from_bf16(const uint16_t* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = simd::float_from_bf16(in[i]);
+}
+
+void bf16_from_floats(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = simd::bf16_from_float(in[i]);
 }
 
 void lion_step(const LionHyper& hyper, float* param, const void* grad, GradType grad_type, float* exp_avg, void* copy16,

@@ -46,15 +46,19 @@ struct SgdConsts {
   float step_size = 0;  // -lr
 };
 
-// The buffers of one call; exp_avg_sq is unused by Lion, and SGD keeps its momentum buffer in exp_avg.
+// The buffers of one call; exp_avg_sq is unused by Lion, and SGD keeps its momentum buffer in exp_avg. The
+// parameter and the moments are fp32 but for Adam, whose param_type/state_type may be bf16 (Note [bf16 master
+// weights]).
 struct Buffers {
-  float* param = nullptr;
+  void* param = nullptr;
   const void* grad = nullptr;
   GradType grad_type = GradType::kF32;
-  float* exp_avg = nullptr;
-  float* exp_avg_sq = nullptr;
+  void* exp_avg = nullptr;
+  void* exp_avg_sq = nullptr;
   void* copy16 = nullptr;
   Copy16 copy16_type = Copy16::kNone;
+  StateType param_type = StateType::kF32;
+  StateType state_type = StateType::kF32;
 };
 
 // Steps elements [begin, end) of the buffers.
@@ -83,10 +87,41 @@ constexpr simd::Elem elem_of(GradType type) {
   return type == GradType::kBf16 ? simd::Elem::kBf16 : (type == GradType::kF16 ? simd::Elem::kF16 : simd::Elem::kF32);
 }
 
+// x rounded to bf16 (nearest even) and widened back: through a bf16 block in memory, with the stores and loads
+// every Ops already has (the same rounding as a bf16 store).
+template <class Ops, class Lanes>
+inline typename Ops::F round_to_bf16(typename Ops::F x, Lanes lanes) {
+  alignas(64) uint16_t halves[Ops::kWidth > 1 ? Ops::kWidth : 1];
+  Ops::template store_elems<simd::Elem::kBf16>(halves, 0, x, lanes);
+  return Ops::template load_elems<simd::Elem::kBf16>(halves, 0, lanes);
+}
+
 // The gradient's element i, as an fp32.
 template <class Ops, GradType G, class Lanes>
 inline typename Ops::F load_grad(const void* grad, int64_t i, Lanes lanes) {
-  return Ops::template load_elems<elem_of(G)>(grad, i, lanes);
+  if constexpr (G == GradType::kF32AsBf16) {
+    return round_to_bf16<Ops>(Ops::template load_elems<simd::Elem::kF32>(grad, i, lanes), lanes);
+  } else {
+    return Ops::template load_elems<elem_of(G)>(grad, i, lanes);
+  }
+}
+
+// Element i of a parameter or moment buffer of type T, as an fp32; and stored back (bf16: nearest even).
+template <class Ops, StateType T, class Lanes>
+inline typename Ops::F load_state(const void* data, int64_t i, Lanes lanes) {
+  if constexpr (T == StateType::kBf16) {
+    return Ops::template load_elems<simd::Elem::kBf16>(data, i, lanes);
+  } else {
+    return Ops::load(static_cast<const float*>(data) + i, lanes);
+  }
+}
+template <class Ops, StateType T, class Lanes>
+inline void store_state(void* data, int64_t i, typename Ops::F x, Lanes lanes) {
+  if constexpr (T == StateType::kBf16) {
+    Ops::template store_elems<simd::Elem::kBf16>(data, i, x, lanes);
+  } else {
+    Ops::store(static_cast<float*>(data) + i, x, lanes);
+  }
 }
 
 // The 16-bit copy's element i = x rounded (nothing for Copy16::kNone).
@@ -174,54 +209,58 @@ inline void sgd_update(const SgdLanes<F>& k, F& p, F g, F& buf) {
 
 // ---- Blocks of Ops::kWidth elements (or a masked tail), and ranges ----
 
-template <class Ops, GradType G, Copy16 C, bool kL2, class Lanes>
+template <class Ops, GradType G, Copy16 C, bool kL2, StateType P, StateType S, class Lanes>
 inline void adam_block(const AdamLanes<typename Ops::F>& k, const Buffers& b, int64_t i, Lanes lanes) {
   using F = typename Ops::F;
-  F p = Ops::load(b.param + i, lanes);
-  F m = Ops::load(b.exp_avg + i, lanes);
-  F v = Ops::load(b.exp_avg_sq + i, lanes);
+  F p = load_state<Ops, P>(b.param, i, lanes);
+  F m = load_state<Ops, S>(b.exp_avg, i, lanes);
+  F v = load_state<Ops, S>(b.exp_avg_sq, i, lanes);
   adam_update<kL2>(k, p, load_grad<Ops, G>(b.grad, i, lanes), m, v);
-  Ops::store(b.param + i, p, lanes);
-  Ops::store(b.exp_avg + i, m, lanes);
-  Ops::store(b.exp_avg_sq + i, v, lanes);
+  store_state<Ops, P>(b.param, i, p, lanes);
+  store_state<Ops, S>(b.exp_avg, i, m, lanes);
+  store_state<Ops, S>(b.exp_avg_sq, i, v, lanes);
   store_copy<Ops, C>(b.copy16, i, p, lanes);
 }
 
 template <class Ops, GradType G, Copy16 C, class Lanes>
 inline void lion_block(const LionLanes<typename Ops::F>& k, const Buffers& b, int64_t i, Lanes lanes) {
   using F = typename Ops::F;
-  F p = Ops::load(b.param + i, lanes);
-  F m = Ops::load(b.exp_avg + i, lanes);
+  auto* const param = static_cast<float*>(b.param);
+  auto* const exp_avg = static_cast<float*>(b.exp_avg);
+  F p = Ops::load(param + i, lanes);
+  F m = Ops::load(exp_avg + i, lanes);
   lion_update(k, p, load_grad<Ops, G>(b.grad, i, lanes), m);
-  Ops::store(b.param + i, p, lanes);
-  Ops::store(b.exp_avg + i, m, lanes);
+  Ops::store(param + i, p, lanes);
+  Ops::store(exp_avg + i, m, lanes);
   store_copy<Ops, C>(b.copy16, i, p, lanes);
 }
 
 template <class Ops, GradType G, Copy16 C, bool kL2, bool kMomentum, class Lanes>
 inline void sgd_block(const SgdLanes<typename Ops::F>& k, const Buffers& b, int64_t i, Lanes lanes) {
   using F = typename Ops::F;
-  F p = Ops::load(b.param + i, lanes);
-  F buf = kMomentum ? Ops::load(b.exp_avg + i, lanes) : Ops::splat(0.0f);
+  auto* const param = static_cast<float*>(b.param);
+  auto* const exp_avg = static_cast<float*>(b.exp_avg);
+  F p = Ops::load(param + i, lanes);
+  F buf = kMomentum ? Ops::load(exp_avg + i, lanes) : Ops::splat(0.0f);
   sgd_update<kL2, kMomentum>(k, p, load_grad<Ops, G>(b.grad, i, lanes), buf);
-  Ops::store(b.param + i, p, lanes);
-  if constexpr (kMomentum) Ops::store(b.exp_avg + i, buf, lanes);
+  Ops::store(param + i, p, lanes);
+  if constexpr (kMomentum) Ops::store(exp_avg + i, buf, lanes);
   store_copy<Ops, C>(b.copy16, i, p, lanes);
 }
 
-template <class Ops, GradType G, Copy16 C, bool kL2>
+template <class Ops, GradType G, Copy16 C, bool kL2, StateType P, StateType S>
 void adam_span(const AdamConsts& c, const Buffers& buffers, int64_t begin, int64_t end) {
   const Buffers b = buffers;  // a local copy: the stores cannot alias it, so its pointers stay in registers
   const AdamLanes<typename Ops::F> k = splat<Ops>(c);
   int64_t i = begin;
   for (; i + Ops::kWidth <= end; i += Ops::kWidth) {
-    adam_block<Ops, G, C, kL2>(k, b, i, typename Ops::All{});
+    adam_block<Ops, G, C, kL2, P, S>(k, b, i, typename Ops::All{});
   }
   if (i == end) return;
   if constexpr (Ops::kMaskedTail) {
-    adam_block<Ops, G, C, kL2>(k, b, i, Ops::tail_lanes(end - i));
+    adam_block<Ops, G, C, kL2, P, S>(k, b, i, Ops::tail_lanes(end - i));
   } else if constexpr (Ops::kWidth > 1) {
-    adam_span<ScalarOps, G, C, kL2>(c, b, i, end);
+    adam_span<ScalarOps, G, C, kL2, P, S>(c, b, i, end);
   }
 }
 
@@ -256,17 +295,31 @@ void sgd_span(const SgdConsts& c, const Buffers& buffers, int64_t begin, int64_t
 // ---- From the run-time gradient and copy types to a compiled span ----
 
 struct AdamKernel {
+  static constexpr bool kTakesBf16Grads = true;  // GradType::kF32AsBf16
+  template <class Ops, GradType G, Copy16 C, StateType P, StateType S>
+  static void run_types(const AdamConsts& c, const Buffers& b, int64_t begin, int64_t end) {
+    if (c.l2) {
+      adam_span<Ops, G, C, true, P, S>(c, b, begin, end);
+    } else {
+      adam_span<Ops, G, C, false, P, S>(c, b, begin, end);
+    }
+  }
+  // bf16 parameters (and moments) take fp32 gradients only (adam_step_typed checks it): fewer copies compiled.
   template <class Ops, GradType G, Copy16 C>
   static void run(const AdamConsts& c, const Buffers& b, int64_t begin, int64_t end) {
-    if (c.l2) {
-      adam_span<Ops, G, C, true>(c, b, begin, end);
-    } else {
-      adam_span<Ops, G, C, false>(c, b, begin, end);
+    if constexpr (G == GradType::kF32 || G == GradType::kF32AsBf16) {
+      if (b.param_type == StateType::kBf16) {
+        if (b.state_type == StateType::kBf16)
+          return run_types<Ops, G, C, StateType::kBf16, StateType::kBf16>(c, b, begin, end);
+        return run_types<Ops, G, C, StateType::kBf16, StateType::kF32>(c, b, begin, end);
+      }
     }
+    run_types<Ops, G, C, StateType::kF32, StateType::kF32>(c, b, begin, end);
   }
 };
 
 struct LionKernel {
+  static constexpr bool kTakesBf16Grads = false;
   template <class Ops, GradType G, Copy16 C>
   static void run(const LionConsts& c, const Buffers& b, int64_t begin, int64_t end) {
     lion_span<Ops, G, C>(c, b, begin, end);
@@ -274,6 +327,7 @@ struct LionKernel {
 };
 
 struct SgdKernel {
+  static constexpr bool kTakesBf16Grads = false;
   template <class Ops, GradType G, Copy16 C>
   static void run(const SgdConsts& c, const Buffers& b, int64_t begin, int64_t end) {
     if (c.l2) {
@@ -306,6 +360,9 @@ void dispatch_types(const Consts& c, const Buffers& b, int64_t begin, int64_t en
       return dispatch_copy<Kernel, Ops, GradType::kBf16>(c, b, begin, end);
     case GradType::kF16:
       return dispatch_copy<Kernel, Ops, GradType::kF16>(c, b, begin, end);
+    case GradType::kF32AsBf16:
+      if constexpr (Kernel::kTakesBf16Grads) return dispatch_copy<Kernel, Ops, GradType::kF32AsBf16>(c, b, begin, end);
+      return;  // refused by the front (cpu_optimizer.cpp)
   }
 }
 

@@ -27,8 +27,11 @@
 
 namespace zhost::cpu_optim {
 
-enum class GradType { kF32, kBf16, kF16 };  // element type of the gradient buffer
-enum class Copy16 { kNone, kBf16, kF16 };   // 16-bit copy of the updated parameter to write, if any
+// Element type of the gradient buffer. kF32AsBf16: an fp32 buffer whose values are used rounded to bf16 (nearest
+// even), as a bf16 gradient buffer would hold them (Note [bf16 master weights]); Adam only.
+enum class GradType { kF32, kBf16, kF16, kF32AsBf16 };
+enum class Copy16 { kNone, kBf16, kF16 };  // 16-bit copy of the updated parameter to write, if any
+enum class StateType { kF32, kBf16 };      // element type in memory of master weights or of optimizer moments
 
 struct AdamHyper {
   double lr = 1e-3;
@@ -73,6 +76,23 @@ struct StepOptions {
 // this CPU lacks.
 void adam_step(const AdamHyper& hyper, float* param, const void* grad, GradType grad_type, float* exp_avg,
                float* exp_avg_sq, void* copy16, Copy16 copy16_type, int64_t n, const StepOptions& options = {});
+
+// Note [bf16 master weights]: DeepSpeed's bf16_master_weights_and_grads keeps the optimizer's master weights (and
+// the gradients it steps on) in bf16, and bf16_optimizer_states its Adam moments too; its CPU Adam loads each
+// element into fp32, updates it there and stores it back rounded to nearest even (its simd.h). adam_step_typed
+// does the same: the arithmetic above, unchanged, between a load that widens (exact) and a store that rounds to
+// nearest even (NaN kept, made quiet), on every ISA path alike. The 16-bit copy is then the same bits as a bf16
+// master. param_type kBf16 takes state_type kF32 or kBf16, and grad_type kF32 or kF32AsBf16; state_type kBf16
+// needs param_type kBf16 (DeepSpeed's rule); kF32/kF32 is adam_step. Other combinations throw
+// std::invalid_argument.
+void adam_step_typed(const AdamHyper& hyper, void* param, StateType param_type, const void* grad, GradType grad_type,
+                     void* exp_avg, void* exp_avg_sq, StateType state_type, void* copy16, Copy16 copy16_type, int64_t n,
+                     const StepOptions& options = {});
+
+// Widens n bf16 values to fp32 (exact), and rounds n fp32 values to bf16 (nearest even; NaN kept, made quiet):
+// the conversions of adam_step_typed, for a caller that reads or writes a bf16 state as fp32 (checkpoints).
+void floats_from_bf16(const uint16_t* in, float* out, int64_t n);
+void bf16_from_floats(const float* in, uint16_t* out, int64_t n);
 
 // One Lion step over n elements, in place on param and exp_avg:
 //   p *= 1 - lr*wd;  p -= lr * sign(beta1*m + (1-beta1)*g);  m = beta2*m + (1-beta2)*g
