@@ -146,6 +146,9 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   s.schedule = read_schedule(c, s.steps);
 
   if (c.get_bool("bf16.enabled")) s.precision = Precision::kBf16;
+  // Read by the CPU tier (active only with it; its rules refuse them elsewhere).
+  s.bf16_master = c.active("bf16.master_weights_and_grads") && c.get_bool("bf16.master_weights_and_grads");
+  s.bf16_states = c.active("bf16.optimizer_states") && c.get_bool("bf16.optimizer_states");
   if (c.get_bool("fp16.enabled")) {
     s.precision = Precision::kFp16;
     s.loss_scale.loss_scale = c.get_float("fp16.loss_scale");
@@ -198,6 +201,8 @@ ModelStateShape model_state_shape(const TrainSettings& settings, int world_size,
   shape.world_size = world_size;
   shape.num_params = num_params;
   shape.compute_bytes = settings.precision == Precision::kFp32 ? 4 : 2;
+  shape.master_bytes = settings.bf16_master ? 2 : 4;
+  if (settings.bf16_states) shape.optimizer_bytes_per_param /= 2;  // Adam's two moments, 2 bytes each
   shape.optimizer_bytes_per_param = static_cast<int>(kit::make_optimizer(settings.optimizer)->state_bytes_per_param());
   shape.optimizer_offloaded = settings.optimizer_offloaded;
   shape.params_offloaded = settings.params_offloaded;

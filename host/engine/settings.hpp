@@ -58,6 +58,10 @@ struct TrainSettings {
   kit::OptimizerSpec optimizer;
   optim::ScheduleSpec schedule;
   Precision precision = Precision::kFp32;
+  // bf16.master_weights_and_grads, bf16.optimizer_states: the CPU tier keeps 2-byte masters, and moments
+  // (Note [bf16 master weights]).
+  bool bf16_master = false;
+  bool bf16_states = false;
   optim::LossScaleSpec loss_scale;  // fp16 only
   comm::Backend backend = comm::Backend::kAuto;
   double comm_timeout_s = 300;

@@ -18,7 +18,7 @@ ModelStateBytes zero_formula(const ModelStateShape& s) {
     b.master = s.stage == 0 ? (s.compute_bytes == 4 ? 0 : 4 * psi) : 0;
     b.optimizer = s.stage == 0 ? k * psi : k * psi / n;
   } else {
-    b.master = 4 * psi / n;
+    b.master = s.master_bytes * psi / n;
     b.optimizer = k * psi / n;
   }
   if (s.optimizer_offloaded) {
@@ -43,11 +43,11 @@ std::string formula_text(const ModelStateShape& s) {
     case 0:
       return fmt::format("{}Ψ", 2 * c + (c == 4 ? 0 : 4) + k);
     case 1:
-      return fmt::format("{}Ψ+{}Ψ/N", 2 * c, 4 + k);
+      return fmt::format("{}Ψ+{}Ψ/N", 2 * c, s.master_bytes + k);
     case 2:
-      return fmt::format("{}Ψ+{}Ψ/N", c, c + 4 + k);
+      return fmt::format("{}Ψ+{}Ψ/N", c, c + s.master_bytes + k);
     default:
-      return fmt::format("{}Ψ/N", 2 * c + (c == 4 ? 0 : 4) + k);
+      return fmt::format("{}Ψ/N", 2 * c + (c == 4 ? 0 : s.master_bytes) + k);
   }
 }
 

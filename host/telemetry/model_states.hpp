@@ -37,6 +37,7 @@ struct ModelStateShape {
   int64_t num_params = 0;             // Ψ
   int compute_bytes = 4;              // c
   int optimizer_bytes_per_param = 8;  // K
+  int master_bytes = 4;               // of a separate master: 2 with bf16.master_weights_and_grads
   bool optimizer_offloaded = false;
   bool params_offloaded = false;  // stage 3 with zero.offload_param: the parameter shards are in the tier too
 };

@@ -44,15 +44,20 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
 }
 
 GroupStates::GroupStates(const sdk::Host& host, uint64_t group_key, uint32_t generation, int64_t numel, int num_states,
-                         bool pinned, StateStorage* storage, HostBuffer::Fill fill)
+                         bool pinned, StateStorage* storage, HostBuffer::Fill fill, ElementBytes bytes)
     : host_(host),
       key_(group_key),
       generation_(generation & 3u),
       numel_(numel),
       num_states_(num_states),
+      bytes_(bytes),
       storage_(storage && storage->tier.active() ? storage : nullptr),
       pinned_(pinned) {
   if (storage_) {
+    if (!all_fp32())
+      throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                        "offload_cpu: bf16 master weights or states stay in host memory; a storage tier under the CPU "
+                        "tier is not built for them (remove zero.offload_optimizer.storage, or use fp32 masters)");
     const int64_t chunks = (numel + storage_->chunk - 1) / storage_->chunk;
     grad_finished_.assign(static_cast<size_t>(chunks), 0);
     grad_stored_.assign(static_cast<size_t>(chunks), 0);
@@ -71,7 +76,8 @@ GroupStates::GroupStates(const sdk::Host& host, uint64_t group_key, uint32_t gen
   }
   const char* labels[3] = {"offload_cpu master", "offload_cpu exp_avg", "offload_cpu exp_avg_sq"};
   for (int s = 0; s < num_states_; ++s)
-    resident_[s] = HostBuffer(host_, static_cast<uint64_t>(numel) * 4, pinned, labels[s], fill);
+    resident_[s] = HostBuffer(host_, static_cast<uint64_t>(numel) * static_cast<uint64_t>(element_bytes(s)), pinned,
+                              labels[s], fill);
 }
 
 GroupStates::GroupStates(GroupStates&& other) noexcept
@@ -80,6 +86,7 @@ GroupStates::GroupStates(GroupStates&& other) noexcept
       generation_(other.generation_),
       numel_(other.numel_),
       num_states_(other.num_states_),
+      bytes_(other.bytes_),
       storage_(std::exchange(other.storage_, nullptr)),
       pinned_(other.pinned_),
       grad_finished_(std::move(other.grad_finished_)),

@@ -58,6 +58,13 @@ struct StateStorage {
   HostBuffer staging;         // areas * 3 * chunk floats, allocated on first use
 };
 
+// Bytes per element of a group's master and of its moments: 4 (fp32), or 2 (bf16, Note [bf16 master weights] in
+// zhost/kit/cpu_optimizer.hpp; resident groups only).
+struct ElementBytes {
+  int master = 4;
+  int moments = 4;
+};
+
 // Note [Storage pipeline]: a step over a stored group visits its chunks in order, each in staging area
 // (chunk % areas). With pipeline_read the loads of the next areas - 1 chunks are started before chunk i
 // steps, so reading i+1 overlaps with stepping i; with pipeline_write chunk i's stores are waited for only
@@ -76,7 +83,8 @@ class GroupStates {
   // succeeded); the storage outlives the group.
   // `fill`: resident states start as zeros, or (kUninitialized) as whatever the caller writes into all of them.
   GroupStates(const sdk::Host& host, uint64_t group_key, uint32_t generation, int64_t numel, int num_states,
-              bool pinned, StateStorage* storage, HostBuffer::Fill fill = HostBuffer::Fill::kZeros);
+              bool pinned, StateStorage* storage, HostBuffer::Fill fill = HostBuffer::Fill::kZeros,
+              ElementBytes bytes = ElementBytes());
   ~GroupStates();  // drops the group's buffers from the storage tier
   GroupStates(GroupStates&& other) noexcept;
   GroupStates(const GroupStates&) = delete;
@@ -86,19 +94,24 @@ class GroupStates {
   int64_t numel() const { return numel_; }
   int num_states() const { return num_states_; }
   bool stored() const { return storage_ != nullptr; }
-  // A resident group's state `s` (numel floats); nullptr for a stored group.
+  // Bytes per element of state `s` (4 in a stored group).
+  int element_bytes(int s) const { return s == kMaster ? bytes_.master : bytes_.moments; }
+  bool all_fp32() const { return bytes_.master == 4 && bytes_.moments == 4; }
+  // A resident fp32 group's state `s` (numel floats); nullptr for a stored group.
   float* resident(int s) const { return storage_ ? nullptr : resident_[s].floats(); }
   uint64_t host_bytes() const;
   uint64_t storage_bytes() const;
 
-  // Calls fn(float* const* states, int64_t begin, int64_t count) over [begin, end) in pieces, states[s]
-  // pointing at element `begin` of state s. States in `load` are read from the storage tier first, states in
-  // `store` written back after (a stored group keeps no copy); a resident group ignores both masks.
+  // Calls fn(void* const* states, int64_t begin, int64_t count) over [begin, end) in pieces, states[s]
+  // pointing at element `begin` of state s (element_bytes(s) each). States in `load` are read from the storage
+  // tier first, states in `store` written back after (a stored group keeps no copy); a resident group ignores
+  // both masks.
   template <typename Fn>
   void visit(int64_t begin, int64_t end, uint32_t load, uint32_t store, Fn&& fn) {
     if (!storage_) {
-      float* states[3] = {resident_[0].floats() + begin, resident_[1].floats() + begin,
-                          num_states_ > 2 ? resident_[2].floats() + begin : nullptr};
+      void* states[3] = {nullptr, nullptr, nullptr};
+      for (int s = 0; s < num_states_; ++s)
+        states[s] = static_cast<char*>(resident_[s].data()) + begin * element_bytes(s);
       fn(states, begin, end - begin);
       return;
     }
@@ -110,8 +123,8 @@ class GroupStates {
       float* piece[3];
       pipeline.ready(c, last, piece);
       const int64_t lo = std::max(begin, chunk_begin), hi = std::min(end, chunk_end);
-      float* states[3] = {piece[0] + (lo - chunk_begin), piece[1] + (lo - chunk_begin),
-                          num_states_ > 2 ? piece[2] + (lo - chunk_begin) : nullptr};
+      void* states[3] = {piece[0] + (lo - chunk_begin), piece[1] + (lo - chunk_begin),
+                         num_states_ > 2 ? piece[2] + (lo - chunk_begin) : nullptr};
       fn(states, lo, hi - lo);
       pipeline.stepped(c);
     }
@@ -209,6 +222,7 @@ class GroupStates {
   uint32_t generation_;
   int64_t numel_;
   int num_states_;
+  ElementBytes bytes_;
   StateStorage* storage_;  // null: resident
   HostBuffer resident_[3];
   bool pinned_ = false;

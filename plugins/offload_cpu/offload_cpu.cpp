@@ -1,5 +1,6 @@
 // plugins/offload_cpu/offload_cpu.cpp: the host-memory offload tier ("offload:cpu"), ZeRO-Offload's CPU
-// side. It keeps, per optimizer group handed to it by a partition plugin, the fp32 master weights, the
+// side. It keeps, per optimizer group handed to it by a partition plugin, the master weights (fp32, or bf16 with
+// bf16.master_weights_and_grads: Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp), the
 // optimizer states and an fp32 gradient accumulator in host memory (pinned with
 // zero.offload_optimizer.pin_memory), and steps them with the fused SIMD optimizer of cpu_optimizer.hpp:
 // one pass that also writes the updated weights in the compute dtype for the all-gather. It also stores
@@ -37,6 +38,7 @@ struct zhost_tier_event {
 
 namespace {
 
+using zhost::cpu_tier::ElementBytes;
 using zhost::cpu_tier::GroupStates;
 using zhost::cpu_tier::HostBuffer;
 using zhost::cpu_tier::StateStorage;
@@ -80,6 +82,23 @@ bool is_bf16(const DLTensor& t) { return t.dtype.code == kDLBfloat && t.dtype.bi
 
 size_t element_bytes(const DLTensor& t) { return (t.dtype.bits * t.dtype.lanes + 7) / 8; }
 
+// n elements of a group's state kept with `bytes` per element (4: fp32, 2: bf16) read as fp32 (exact), and written
+// from fp32 (bf16: rounded to nearest even, as the optimizer stores them): the ABI's state ranges, checkpoints and
+// the hot-swap stream are fp32 whatever the tier keeps, so each side of them resumes the other.
+void read_as_floats(const void* state, int bytes, float* out, int64_t n) {
+  if (bytes == 4)
+    std::memcpy(out, state, static_cast<size_t>(n) * 4);
+  else
+    cpu_optim::floats_from_bf16(static_cast<const uint16_t*>(state), out, n);
+}
+void write_from_floats(const float* in, void* state, int bytes, int64_t n) {
+  if (bytes == 4)
+    std::memcpy(state, in, static_cast<size_t>(n) * 4);
+  else
+    cpu_optim::bf16_from_floats(in, static_cast<uint16_t*>(state), n);
+}
+constexpr int64_t kConvertPiece = 16384;  // elements converted at a time through an fp32 piece
+
 // The optimizer's threads: offload_cpu.threads, or else this machine's hardware threads shared among the
 // ranks on it (LOCAL_WORLD_SIZE, set by zhost's launcher and torchrun), so that ranks do not oversubscribe.
 int optimizer_threads(int64_t configured) {
@@ -105,6 +124,8 @@ class CpuTier : public zhost::sdk::TierDefaults {
       ZHOST_PLUGIN_FLAG_TIER_STORES | ZHOST_PLUGIN_FLAG_TIER_COMPUTES | ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE;
 
   explicit CpuTier(const Host& host) : host_(host), pinned_(host.config_bool("zero.offload_optimizer.pin_memory")) {
+    if (host.config_bool("bf16.master_weights_and_grads")) bytes_.master = 2;
+    if (host.config_bool("bf16.optimizer_states")) bytes_.moments = 2;
     kernel_.isa = optimizer_isa();
     kernel_.threads = optimizer_threads(host.config_int("offload_cpu.threads"));
     storage_ = std::make_unique<StateStorage>();
@@ -113,7 +134,8 @@ class CpuTier : public zhost::sdk::TierDefaults {
     storage_->read_ahead = host.config_bool("zero.offload_optimizer.pipeline_read");
     storage_->write_behind = host.config_bool("zero.offload_optimizer.pipeline_write");
     host_.info(std::string("host-memory tier ready; optimizer kernel ") + cpu_optim::isa_name(*kernel_.isa) + ", " +
-               std::to_string(kernel_.threads) + " thread(s)" + (pinned_ ? ", pinned buffers" : ""));
+               std::to_string(kernel_.threads) + " thread(s)" + (pinned_ ? ", pinned buffers" : "") +
+               (bytes_.master == 2 ? ", bf16 master weights" : "") + (bytes_.moments == 2 ? " and states" : ""));
   }
   ~CpuTier() {  // groups before their storages: they drop their buffers from the storage tier
     pending_.clear();
@@ -208,15 +230,21 @@ class CpuTier : public zhost::sdk::TierDefaults {
       throw PluginError(ZHOST_ERR_CONFIG,
                         "offload_cpu runs AdamW, Adam and Lion; use one of them with "
                         "zero.offload_optimizer, or train SGD without offload");
+    if (bytes_.master != 4 && opt.kind == ZHOST_OPTIMIZER_LION)
+      throw PluginError(ZHOST_ERR_CONFIG,
+                        "offload_cpu: bf16 master weights (bf16.master_weights_and_grads) are built for Adam and "
+                        "AdamW, as DeepSpeed's CPU Adam; use one of them, or fp32 masters");
     if (!is_float(*setup.initial_master, 32))
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: the initial master weights must be fp32");
     const int64_t n = numel(*setup.initial_master);
     const float* initial = reinterpret_cast<const float*>(host_data(*setup.initial_master, "the initial master"));
     groups_.erase(setup.key);
     Group& g = add_group(groups_, generation_, setup.key, opt, n);
-    g.states->visit(0, n, 0, GroupStates::kAll, [&](float* const* states, int64_t begin, int64_t count) {
-      std::memcpy(states[GroupStates::kMaster], initial + begin, static_cast<size_t>(count) * 4);
-      for (int s = 1; s < g.states->num_states(); ++s) std::memset(states[s], 0, static_cast<size_t>(count) * 4);
+    g.states->visit(0, n, 0, GroupStates::kAll, [&](void* const* states, int64_t begin, int64_t count) {
+      write_from_floats(initial + begin, states[GroupStates::kMaster], g.states->element_bytes(GroupStates::kMaster),
+                        count);
+      for (int s = 1; s < g.states->num_states(); ++s)
+        std::memset(states[s], 0, static_cast<size_t>(count) * static_cast<size_t>(g.states->element_bytes(s)));
     });
   }
 
@@ -266,8 +294,8 @@ class CpuTier : public zhost::sdk::TierDefaults {
 
   // ---- hot swap: the whole state as a byte stream ----
   // "ZHCPU001", u64 groups, per group: u64 key, zhost_optimizer_desc fields, i64 n, master, exp_avg,
-  // exp_avg_sq (n floats each; none of exp_avg_sq for Lion); u64 buffers, per buffer: u64 key, u64 bytes,
-  // bytes. The same stream whether the states are resident or in a storage tier.
+  // exp_avg_sq (n floats each, fp32 whatever the tier keeps; none of exp_avg_sq for Lion); u64 buffers, per
+  // buffer: u64 key, u64 bytes, bytes. The same stream whether the states are resident or in a storage tier.
   void export_state(zhost_state_writer write, void* user) {
     Writer w{write, user};
     w.bytes(kMagic, sizeof(kMagic));
@@ -277,8 +305,8 @@ class CpuTier : public zhost::sdk::TierDefaults {
       w.desc(g.optimizer);
       w.u64(static_cast<uint64_t>(g.numel));
       for (int s = 0; s < g.states->num_states(); ++s)
-        g.states->visit(0, g.numel, 1u << s, 0, [&](float* const* states, int64_t, int64_t count) {
-          w.bytes(states[s], static_cast<size_t>(count) * 4);
+        g.states->visit(0, g.numel, 1u << s, 0, [&](void* const* states, int64_t, int64_t count) {
+          w.floats(states[s], g.states->element_bytes(s), count);
         });
     }
     w.u64(buffers_.size());
@@ -306,8 +334,8 @@ class CpuTier : public zhost::sdk::TierDefaults {
       const auto n = static_cast<int64_t>(r.u64());
       Group& g = add_group(groups, generation, key, desc, n);
       for (int s = 0; s < g.states->num_states(); ++s)
-        g.states->visit(0, n, 0, 1u << s, [&](float* const* states, int64_t, int64_t piece) {
-          r.bytes(states[s], static_cast<size_t>(piece) * 4);
+        g.states->visit(0, n, 0, 1u << s, [&](void* const* states, int64_t, int64_t piece) {
+          r.floats(states[s], g.states->element_bytes(s), piece);
         });
     }
     for (uint64_t i = 0, count = r.u64(); i < count; ++i) {
@@ -347,11 +375,11 @@ class CpuTier : public zhost::sdk::TierDefaults {
 
   struct Group {
     Group(const Host& host, uint64_t key, uint32_t generation, const zhost_optimizer_desc& desc, int64_t n, bool pinned,
-          StateStorage* storage)
+          StateStorage* storage, ElementBytes bytes)
         : optimizer(desc),
           numel(n),
           states(std::make_unique<GroupStates>(host, key, generation, n, desc.kind == ZHOST_OPTIMIZER_LION ? 2 : 3,
-                                               pinned, storage)),
+                                               pinned, storage, HostBuffer::Fill::kZeros, bytes)),
           grad(host, static_cast<uint64_t>(n) * 4, pinned, "offload_cpu gradients",
                states->moves_grads() ? HostBuffer::Fill::kUninitialized : HostBuffer::Fill::kZeros) {
       optimizer.ext = nullptr;
@@ -377,7 +405,7 @@ class CpuTier : public zhost::sdk::TierDefaults {
     }
     return into
         .emplace(std::piecewise_construct, std::forward_as_tuple(key),
-                 std::forward_as_tuple(host_, key, generation, desc, n, pinned_, storage_.get()))
+                 std::forward_as_tuple(host_, key, generation, desc, n, pinned_, storage_.get(), bytes_))
         .first->second;
   }
 
@@ -418,34 +446,39 @@ class CpuTier : public zhost::sdk::TierDefaults {
     // This step's betas: a momentum schedule's (ABI 1.1), else the group's own.
     const bool scheduled = args.struct_size >= ZHOST_STRUCT_SIZE(zhost_tier_step_args, beta2);
     const double beta1 = scheduled ? args.beta1 : o.beta1, beta2 = scheduled ? args.beta2 : o.beta2;
-    g.states->visit(offset, offset + count, GroupStates::kAll, GroupStates::kAll,
-                    [&](float* const* states, int64_t begin, int64_t n) {
-                      float* master = states[GroupStates::kMaster];
-                      g.states->grad_before_step(g.grad.floats(), begin, n);
-                      float* grad = g.grad.floats() + begin;
-                      void* piece_out = out ? out + static_cast<size_t>(begin - offset) * out_element : nullptr;
-                      if (o.kind == ZHOST_OPTIMIZER_LION) {
-                        cpu_optim::LionHyper h{args.lr, beta1, beta2, o.weight_decay, args.grad_scale};
-                        cpu_optim::lion_step(h, master, grad, cpu_optim::GradType::kF32, states[GroupStates::kExpAvg],
-                                             piece_out, copy, n, kernel_);
-                      } else {
-                        cpu_optim::AdamHyper h{args.lr,
-                                               beta1,
-                                               beta2,
-                                               o.eps,
-                                               o.weight_decay,
-                                               o.kind == ZHOST_OPTIMIZER_ADAMW,
-                                               o.bias_correction != 0,
-                                               args.step,
-                                               args.grad_scale};
-                        cpu_optim::adam_step(h, master, grad, cpu_optim::GradType::kF32, states[GroupStates::kExpAvg],
-                                             states[GroupStates::kExpAvgSq], piece_out, copy, n, kernel_);
-                      }
-                      if (piece_out && copy == cpu_optim::Copy16::kNone)
-                        std::memcpy(piece_out, master, static_cast<size_t>(n) * 4);
-                      std::memset(grad, 0, static_cast<size_t>(n) * 4);
-                      g.states->grad_after_step(g.grad.floats(), begin, n);
-                    });
+    g.states->visit(
+        offset, offset + count, GroupStates::kAll, GroupStates::kAll,
+        [&](void* const* states, int64_t begin, int64_t n) {
+          void* master = states[GroupStates::kMaster];
+          g.states->grad_before_step(g.grad.floats(), begin, n);
+          float* grad = g.grad.floats() + begin;
+          void* piece_out = out ? out + static_cast<size_t>(begin - offset) * out_element : nullptr;
+          if (o.kind == ZHOST_OPTIMIZER_LION) {
+            cpu_optim::LionHyper h{args.lr, beta1, beta2, o.weight_decay, args.grad_scale};
+            cpu_optim::lion_step(h, static_cast<float*>(master), grad, cpu_optim::GradType::kF32,
+                                 static_cast<float*>(states[GroupStates::kExpAvg]), piece_out, copy, n, kernel_);
+          } else {
+            cpu_optim::AdamHyper h{args.lr,
+                                   beta1,
+                                   beta2,
+                                   o.eps,
+                                   o.weight_decay,
+                                   o.kind == ZHOST_OPTIMIZER_ADAMW,
+                                   o.bias_correction != 0,
+                                   args.step,
+                                   args.grad_scale};
+            // bf16 masters step on the gradients' bf16 rounding, as DeepSpeed's bf16 gradient buffer
+            // holds them (the ABI's accumulator stays fp32).
+            cpu_optim::adam_step_typed(h, master, state_type(GroupStates::kMaster), grad,
+                                       bytes_.master == 2 ? cpu_optim::GradType::kF32AsBf16 : cpu_optim::GradType::kF32,
+                                       states[GroupStates::kExpAvg], states[GroupStates::kExpAvgSq],
+                                       state_type(GroupStates::kExpAvg), piece_out, copy, n, kernel_);
+          }
+          if (piece_out && copy == cpu_optim::Copy16::kNone)
+            read_as_floats(master, g.states->element_bytes(GroupStates::kMaster), static_cast<float*>(piece_out), n);
+          std::memset(grad, 0, static_cast<size_t>(n) * 4);
+          g.states->grad_after_step(g.grad.floats(), begin, n);
+        });
   }
 
   struct Writer {
@@ -456,6 +489,16 @@ class CpuTier : public zhost::sdk::TierDefaults {
         throw PluginError(ZHOST_ERR_IO, "offload_cpu: export stopped by the writer");
     }
     void u64(uint64_t v) const { bytes(&v, sizeof(v)); }
+    // n elements of a state kept with `element` bytes each, written as fp32.
+    void floats(const void* state, int element, int64_t n) const {
+      if (element == 4) return bytes(state, static_cast<size_t>(n) * 4);
+      std::vector<float> piece(static_cast<size_t>(std::min(n, kConvertPiece)));
+      for (int64_t at = 0; at < n; at += kConvertPiece) {
+        const int64_t count = std::min(kConvertPiece, n - at);
+        read_as_floats(static_cast<const char*>(state) + at * element, element, piece.data(), count);
+        bytes(piece.data(), static_cast<size_t>(count) * 4);
+      }
+    }
     void desc(const zhost_optimizer_desc& d) const {
       const double values[] = {
           static_cast<double>(d.kind),           d.beta1, d.beta2, d.eps, d.weight_decay, d.momentum,
@@ -479,6 +522,16 @@ class CpuTier : public zhost::sdk::TierDefaults {
       uint64_t v = 0;
       bytes(&v, sizeof(v));
       return v;
+    }
+    // n fp32 elements into a state kept with `element` bytes each.
+    void floats(void* state, int element, int64_t n) const {
+      if (element == 4) return bytes(state, static_cast<size_t>(n) * 4);
+      std::vector<float> piece(static_cast<size_t>(std::min(n, kConvertPiece)));
+      for (int64_t at = 0; at < n; at += kConvertPiece) {
+        const int64_t count = std::min(kConvertPiece, n - at);
+        bytes(piece.data(), static_cast<size_t>(count) * 4);
+        write_from_floats(piece.data(), static_cast<char*>(state) + at * element, element, count);
+      }
     }
     zhost_optimizer_desc desc() const {
       double values[7];
@@ -528,12 +581,12 @@ class CpuTier : public zhost::sdk::TierDefaults {
                                                         std::to_string(args.key));
     const uint32_t mask = 1u << static_cast<uint32_t>(s);
     g.states->visit(args.offset, args.offset + count, mask, into_group ? mask : 0,
-                    [&](float* const* states, int64_t begin, int64_t n) {
+                    [&](void* const* states, int64_t begin, int64_t n) {
                       float* at = data + (begin - args.offset);
                       if (into_group)
-                        std::memcpy(states[s], at, static_cast<size_t>(n) * 4);
+                        write_from_floats(at, states[s], g.states->element_bytes(s), n);
                       else
-                        std::memcpy(at, states[s], static_cast<size_t>(n) * 4);
+                        read_as_floats(states[s], g.states->element_bytes(s), at, n);
                     });
   }
 
@@ -543,6 +596,10 @@ class CpuTier : public zhost::sdk::TierDefaults {
   // source's staging. Host memory holds at most the new storage's staging beyond the steady state, and for a
   // resident target the copies themselves: never a stored state twice.
   uint64_t copy_to_storage(const zhost_tier_ref* target) {
+    if (bytes_.master != 4 || bytes_.moments != 4)
+      throw PluginError(ZHOST_ERR_UNSUPPORTED,
+                        "offload_cpu: bf16 master weights or states stay in host memory; moving them into a storage "
+                        "tier is not built (remove zero.offload_optimizer.swap_schedule, or use fp32 masters)");
     pending_.clear();
     pending_storage_ = std::make_unique<StateStorage>();
     pending_storage_->chunk = storage_->chunk;
@@ -575,9 +632,9 @@ class CpuTier : public zhost::sdk::TierDefaults {
           } else {
             // Storage to storage, chunk by chunk through the source's staging; both share the chunk size, so each
             // piece is a whole chunk of the target (or the group's tail), stored without loading it first.
-            g.states->visit(0, g.numel, mask, 0, [&](float* const* from, int64_t begin, int64_t count) {
-              to.visit(begin, begin + count, 0, mask, [&](float* const* into, int64_t at, int64_t n) {
-                std::memcpy(into[s], from[s] + (at - begin), static_cast<size_t>(n) * 4);
+            g.states->visit(0, g.numel, mask, 0, [&](void* const* from, int64_t begin, int64_t count) {
+              to.visit(begin, begin + count, 0, mask, [&](void* const* into, int64_t at, int64_t n) {
+                std::memcpy(into[s], static_cast<float*>(from[s]) + (at - begin), static_cast<size_t>(n) * 4);
               });
             });
           }
@@ -619,8 +676,15 @@ class CpuTier : public zhost::sdk::TierDefaults {
     return it->second;
   }
 
+  cpu_optim::StateType state_type(int s) const {
+    return (s == GroupStates::kMaster ? bytes_.master : bytes_.moments) == 2 ? cpu_optim::StateType::kBf16
+                                                                             : cpu_optim::StateType::kF32;
+  }
+
   Host host_;
   bool pinned_;
+  // Of every group: bf16.master_weights_and_grads, bf16.optimizer_states (Note [bf16 master weights]).
+  ElementBytes bytes_;
   cpu_optim::StepOptions kernel_;  // the instruction set and threads, fixed at creation
   // The storage tier under this one (inactive: resident), on the heap: groups point at it, and a storage
   // swap replaces it (Note [Storage swap]).
@@ -650,7 +714,7 @@ const zhost_plugin_descriptor* describe() {
                   1, 1e12)
       // With a storage tier (Note [Storage pipeline]); the host declares them, as its rules check them.
       .reads_keys({"zero.offload_optimizer.buffer_count", "zero.offload_optimizer.pipeline_read",
-                   "zero.offload_optimizer.pipeline_write"});
+                   "zero.offload_optimizer.pipeline_write", "bf16.master_weights_and_grads", "bf16.optimizer_states"});
   return builder.build();
 }
 

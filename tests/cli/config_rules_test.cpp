@@ -138,6 +138,38 @@ std::vector<RuleCase> rule_cases() {
        "[scheduler]\ntype = \"OneCycle\"\ncycle_min_lr = 1e-4\ncycle_max_lr = 1e-3\ncycle_momentum = false\n"
        "cycle_max_mom = 0.95\n",
        "train.toml:6: scheduler.cycle_max_mom is set, but only scheduler.cycle_momentum = true reads it"},
+      // bf16 master weights (Note [bf16 master weights]): DeepSpeed's asserts, then what zhost does not build.
+      {"Bf16MasterAtStage0", "[bf16]\nenabled = true\nmaster_weights_and_grads = true\n",
+       "train.toml:3: bf16.master_weights_and_grads = true needs zero.stage 1, 2 or 3 (DeepSpeed: bf16 master "
+       "weights and gradients are only supported with ZeRO stages 1-3)"},
+      {"Bf16MasterWithoutOffload", "[bf16]\nenabled = true\nmaster_weights_and_grads = true\n[zero]\nstage = 2\n",
+       "train.toml:3: bf16.master_weights_and_grads = true needs ZeRO-Offload with DeepSpeed's CPU Adam, as in "
+       "DeepSpeed (zero.offload_optimizer.device = \"cpu\" and optimizer.type Adam or AdamW; this config has "
+       "\"none\" and AdamW)"},
+      {"Bf16MasterWithLion",
+       "[bf16]\nenabled = true\nmaster_weights_and_grads = true\n[optimizer]\ntype = \"Lion\"\n[zero]\nstage = 1\n"
+       "[zero.offload_optimizer]\ndevice = \"cpu\"\n",
+       "train.toml:3: bf16.master_weights_and_grads = true needs ZeRO-Offload with DeepSpeed's CPU Adam"},
+      {"Bf16MasterOnNvme",
+       "[bf16]\nenabled = true\nmaster_weights_and_grads = true\n[zero]\nstage = 3\n"
+       "[zero.offload_optimizer]\ndevice = \"nvme\"\nnvme_path = \"/tmp\"\n",
+       "train.toml:3: bf16.master_weights_and_grads = true with zero.offload_optimizer.device = \"nvme\" is not "
+       "built"},
+      {"Bf16MasterInFp32Training",
+       "[bf16]\nmaster_weights_and_grads = true\n[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"cpu\"\n",
+       "train.toml:2: bf16.master_weights_and_grads = true is built for bf16 training, and bf16.enabled is false"},
+      {"Bf16MasterWithSwapSchedule",
+       "steps = 4\n[bf16]\nenabled = true\nmaster_weights_and_grads = true\n[zero]\nstage = 2\n"
+       "[zero.offload_optimizer]\ndevice = \"cpu\"\nswap_schedule = [\"2:cpu\"]\n",
+       "train.toml:4: bf16.master_weights_and_grads = true keeps the masters in host memory: "
+       "zero.offload_optimizer.swap_schedule is not built for them"},
+      {"Bf16StatesWithoutMasters",
+       "[bf16]\nenabled = true\noptimizer_states = true\n[zero]\nstage = 2\n[zero.offload_optimizer]\n"
+       "device = \"cpu\"\n",
+       "train.toml:3: bf16.optimizer_states = true needs bf16.master_weights_and_grads = true, as in DeepSpeed"},
+      {"Bf16StatesWithoutOffload",
+       "[bf16]\nenabled = true\nmaster_weights_and_grads = true\noptimizer_states = true\n[zero]\nstage = 1\n",
+       "train.toml:4: bf16.optimizer_states = true without ZeRO-Offload is not built yet"},
       // The file itself.
       // A JSON file is DeepSpeed's config, read with DeepSpeed's names (deepspeed_json_test.cpp).
       {"DeepSpeedJsonKeyChangingTheMath", "{\"train_batch_size\": 8, \"gradient_allreduce_op\": \"sum\"}\n",
@@ -200,6 +232,10 @@ TEST(ConfigRuleNeighbours, AreAccepted) {
       "[model]\nvocab = 256\n[data]\ntype = \"text\"\npath = \"corpus.txt\"\n",
       "[run]\nname = \"exp-1.b\"\n",
       "[zero]\nstage = 2\n[zero.offload_optimizer]\ndevice = \"cpu\"\n",
+      "[bf16]\nenabled = true\nmaster_weights_and_grads = true\n[optimizer]\ntype = \"Adam\"\n[zero]\nstage = 3\n"
+      "[zero.offload_optimizer]\ndevice = \"cpu\"\n",
+      "[bf16]\nenabled = true\nmaster_weights_and_grads = true\noptimizer_states = true\n[zero]\nstage = 1\n"
+      "[zero.offload_optimizer]\ndevice = \"cpu\"\n",
       "[optimizer]\nlr = 10\n[model]\nlayer_drop = 0.99\n",
       "[activation_checkpointing]\nenabled = true\ncpu_checkpointing = true\ncontiguous_memory_optimization = "
       "true\nnumber_checkpoints = 2\n",

@@ -657,6 +657,37 @@ TEST(DeepSpeedJson, Fp16InsideZeroOptimizationPointsToTheTopLevelTable) {
       << nested.err;
 }
 
+// bf16_master_weights_and_grads maps to zhost's key; DeepSpeed's asserts refuse it without ZeRO-Offload's CPU Adam,
+// and so do both commands, and torch_adam (which replaces the CPU Adam) is refused with it.
+TEST(DeepSpeedJson, Bf16MasterWeightsMapWithDeepSpeedsRules) {
+  ScratchDir dir;
+  const std::string offload = R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true,
+  "bf16_master_weights_and_grads": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})";
+  dir.write("offload.json", offload);
+  CliResult ok = run_zhost(dir.path(), "config check offload.json" + kPlugins);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("master_weights_and_grads = true"), std::string::npos) << ok.out;
+
+  std::string plain = offload;
+  plain.replace(plain.find(R"(, "offload_optimizer": {"device": "cpu"})"), 40, "");
+  dir.write("plain.json", plain);
+  CliResult refused = run_zhost(dir.path(), "config check plain.json" + kPlugins);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("plain.json:2:3: bf16.master_weights_and_grads = true needs ZeRO-Offload with "
+                             "DeepSpeed's CPU Adam"),
+            std::string::npos)
+      << refused.err;
+
+  std::string torch_adam = offload;
+  torch_adam.replace(torch_adam.find(R"("lr": 1e-3)"), 10, R"("lr": 1e-3, "torch_adam": true)");
+  dir.write("torch_adam.json", torch_adam);
+  CliResult torch = run_zhost(dir.path(), "config check torch_adam.json" + kPlugins);
+  EXPECT_EQ(torch.exit_code, 2);
+  EXPECT_NE(torch.err.find("DeepSpeed refuses torch's Adam with bf16_master_weights_and_grads"), std::string::npos)
+      << torch.err;
+}
+
 // DeepSpeed refuses a config without any batch size; so does zhost (it would train at micro batch 1).
 TEST(DeepSpeedJson, AFileWithoutABatchSizeIsRefusedAsDeepSpeedRefusesIt) {
   ScratchDir dir;

@@ -1,10 +1,13 @@
 // tests/offload_cpu/tier_test.cpp: the offload_cpu plugin through its ABI, loaded from its shared object
 // by the host's own loader: buffers stored and loaded by key, an optimizer group stepped, and the hot-swap
 // contract: a second instance that imports the first one's exported state continues bit for bit; a group
-// stepped in ranges (as stages pipeline their copies to the device) equals one whole step.
+// stepped in ranges (as stages pipeline their copies to the device) equals one whole step. With bf16 master
+// weights (Note [bf16 master weights]): the bytes the tier holds, the bf16 rounding of what it keeps, and state
+// ranges (checkpoints) that move between an fp32 tier and a bf16 one both ways.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -48,9 +51,12 @@ void check(const HostServices& host, zhost_status* status) {
 }
 
 struct Tier {
-  Tier(HostServices& host, const Resolution& resolution) : host(host), instances(host) {
-    instances.create_all(resolution, [](const LoadedPlugin&) {
+  Tier(HostServices& host, const Resolution& resolution, bool bf16_master = false, bool bf16_states = false)
+      : host(host), instances(host) {
+    instances.create_all(resolution, [bf16_master, bf16_states](const LoadedPlugin&) {
       return std::map<std::string, ConfigValue>{{"zero.offload_optimizer.pin_memory", false},
+                                                {"bf16.master_weights_and_grads", bf16_master},
+                                                {"bf16.optimizer_states", bf16_states},
                                                 {"offload_cpu.threads", int64_t{1}},
                                                 {"offload_cpu.storage_chunk_elements", int64_t{1} << 20},
                                                 {"zero.offload_optimizer.buffer_count", int64_t{4}},
@@ -61,6 +67,42 @@ struct Tier {
     instance = live->instance;
     storage = live->plugin->api->storage;
     api = live->plugin->api->optimizer;
+  }
+  // One step on `grad`, writing the updated weights in bf16 (as a bf16 job's stage asks).
+  std::vector<uint16_t> step_bf16(const std::vector<float>& grad, int64_t step_number) {
+    add_to_accumulator(grad);
+    std::vector<uint16_t> out(kElements);
+    int64_t shape = kElements;
+    DLTensor out_view{};
+    out_view.data = out.data();
+    out_view.device = DLDevice{kDLCPU, 0};
+    out_view.ndim = 1;
+    out_view.dtype = DLDataType{kDLBfloat, 16, 1};
+    out_view.shape = &shape;
+    zhost_tier_step_args args = step_args(step_number, out_view);
+    check(host, api->step(instance, &args));
+    return out;
+  }
+  // State `name` of group 7 as fp32 (a checkpoint's read), and written from fp32 (a resume's write).
+  std::vector<float> read_state(const char* name) {
+    std::vector<float> values(kElements);
+    int64_t shape = 0;
+    DLTensor t = view(values, shape);
+    zhost_tier_state_args args{sizeof(args), nullptr, 7, name, 0, &t};
+    check(host, api->read_state(instance, &args));
+    return values;
+  }
+  void write_state(const char* name, std::vector<float> values) {
+    int64_t shape = 0;
+    DLTensor t = view(values, shape);
+    zhost_tier_state_args args{sizeof(args), nullptr, 7, name, 0, &t};
+    check(host, api->write_state(instance, &args));
+  }
+  uint64_t host_bytes() {
+    zhost_tier_memory memory{};
+    memory.struct_size = sizeof(memory);
+    check(host, api->memory(instance, &memory));
+    return memory.host_bytes;
   }
   // One step on `grad` (written into the accumulator); returns the updated fp32 values.
   std::vector<float> step(const std::vector<float>& grad, int64_t step_number) {
@@ -214,4 +256,149 @@ TEST(CpuTier, StoresStepsAndHotSwapsBitForBit) {
   ASSERT_NE(outside, nullptr);
   EXPECT_NE(std::string(host.table()->status_message(outside)).find("is outside group 7"), std::string::npos);
   host.table()->status_destroy(outside);
+}
+
+namespace {
+
+zhost_optimizer_desc adamw_desc() {
+  zhost_optimizer_desc adamw{};
+  adamw.struct_size = sizeof(adamw);
+  adamw.kind = ZHOST_OPTIMIZER_ADAMW;
+  adamw.beta1 = 0.9;
+  adamw.beta2 = 0.999;
+  adamw.eps = 1e-8;
+  adamw.weight_decay = 0.01;
+  adamw.bias_correction = 1;
+  return adamw;
+}
+
+void setup_group(Tier& tier, const zhost_optimizer_desc& desc, std::vector<float> master) {
+  int64_t shape = 0;
+  DLTensor master_view = view(master, shape);
+  zhost_tier_optimizer_setup setup{sizeof(setup), nullptr, 7, &desc, &master_view};
+  check(tier.host, tier.api->setup(tier.instance, &setup));
+}
+
+uint16_t bf16_bits(float x) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+bool is_bf16_value(float x) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, 4);
+  return (u & 0xFFFFu) == 0;
+}
+
+}  // namespace
+
+TEST(CpuTierBf16Master, HoldsTwoByteMastersRoundedAndResumesAcrossPrecisions) {
+  HostServices host;
+  std::vector<LoadedPlugin> found{
+      PluginLoader(host).load(std::string(ZHOST_PLUGIN_BUILD_DIR) + "/zhost_offload_cpu.so")};
+  Resolution resolution = resolve_plugins({{"offload:cpu", "test"}}, found);
+  Tier fp32(host, resolution), bf16(host, resolution, /*bf16_master=*/true);
+  const zhost_optimizer_desc adamw = adamw_desc();
+  const std::vector<float> initial = random_values(2, 0.1f);
+  setup_group(fp32, adamw, initial);
+  setup_group(bf16, adamw, initial);
+
+  // The bytes it holds: a 2-byte master, fp32 moments and accumulator (14 per element against 16).
+  EXPECT_EQ(fp32.host_bytes(), uint64_t{16} * kElements);
+  EXPECT_EQ(bf16.host_bytes(), uint64_t{14} * kElements);
+
+  // The master it keeps is the initial fp32 rounded to nearest even, and stays bf16 after each step; the bf16
+  // weights it writes are the master's bits.
+  std::vector<float> master = bf16.read_state("master");
+  for (int64_t i = 0; i < kElements; ++i) {
+    ASSERT_TRUE(is_bf16_value(master[i])) << i;
+    EXPECT_LE(std::fabs(initial[i] - master[i]), std::fabs(initial[i]) * (1.0f / 256)) << i;  // half a bf16 ulp
+  }
+  for (int64_t s = 1; s <= 3; ++s) {
+    const std::vector<uint16_t> weights = bf16.step_bf16(random_values(10 + s, 1.0f), s);
+    master = bf16.read_state("master");
+    for (int64_t i = 0; i < kElements; ++i) {
+      ASSERT_TRUE(is_bf16_value(master[i])) << "step " << s << ", element " << i;
+      ASSERT_EQ(weights[i], bf16_bits(master[i])) << "step " << s << ", element " << i;
+    }
+    fp32.step(random_values(10 + s, 1.0f), s);
+  }
+  EXPECT_NE(master, fp32.read_state("master"));  // bf16 masters round every update
+
+  // Hot swap: a second bf16 tier importing the first's state continues bit for bit.
+  Tier swapped(host, resolution, /*bf16_master=*/true);
+  std::vector<char> state;
+  zhost_tier_stream_args export_args{sizeof(export_args), nullptr, write_to_vector, nullptr, &state};
+  check(host, bf16.storage->export_state(bf16.instance, &export_args));
+  VectorReader reader{&state};
+  zhost_tier_stream_args in{sizeof(in), nullptr, nullptr, read_from_vector, &reader};
+  check(host, swapped.storage->import_state(swapped.instance, &in));
+  EXPECT_EQ(swapped.step_bf16(random_values(20, 1.0f), 4), bf16.step_bf16(random_values(20, 1.0f), 4));
+
+  // A checkpoint of the bf16 tier resumed by an fp32 one: the same values, exactly; and an fp32 checkpoint resumed
+  // by a bf16 tier: its masters rounded once, its moments as they were.
+  for (const char* name : {"master", "exp_avg", "exp_avg_sq"}) fp32.write_state(name, bf16.read_state(name));
+  EXPECT_EQ(fp32.read_state("master"), bf16.read_state("master"));
+  Tier resumed(host, resolution, /*bf16_master=*/true);
+  setup_group(resumed, adamw, std::vector<float>(kElements, 0.0f));
+  for (const char* name : {"master", "exp_avg", "exp_avg_sq"}) resumed.write_state(name, fp32.read_state(name));
+  const std::vector<float> full = fp32.read_state("master"), rounded = resumed.read_state("master");
+  for (int64_t i = 0; i < kElements; ++i) {
+    ASSERT_TRUE(is_bf16_value(rounded[i])) << i;
+    EXPECT_LE(std::fabs(full[i] - rounded[i]), std::fabs(full[i]) * (1.0f / 256)) << i;
+  }
+  EXPECT_EQ(resumed.read_state("exp_avg"), fp32.read_state("exp_avg"));
+}
+
+// DeepSpeed's bf16 masters need its CPU Adam: a Lion group is refused in one line.
+TEST(CpuTierBf16Master, RefusesLion) {
+  HostServices host;
+  std::vector<LoadedPlugin> found{
+      PluginLoader(host).load(std::string(ZHOST_PLUGIN_BUILD_DIR) + "/zhost_offload_cpu.so")};
+  Resolution resolution = resolve_plugins({{"offload:cpu", "test"}}, found);
+  Tier bf16(host, resolution, /*bf16_master=*/true);
+  zhost_optimizer_desc lion = adamw_desc();
+  lion.kind = ZHOST_OPTIMIZER_LION;
+  std::vector<float> master = random_values(2, 0.1f);
+  int64_t shape = 0;
+  DLTensor master_view = view(master, shape);
+  zhost_tier_optimizer_setup setup{sizeof(setup), nullptr, 7, &lion, &master_view};
+  zhost_status* error = bf16.api->setup(bf16.instance, &setup);
+  ASSERT_NE(error, nullptr);
+  EXPECT_NE(std::string(host.table()->status_message(error)).find("built for Adam and AdamW"), std::string::npos);
+  host.table()->status_destroy(error);
+}
+
+// bf16 optimizer states too: 10 bytes per element (2 + 2 + 2 and the fp32 accumulator), moments that stay bf16
+// values step after step, and an fp32 checkpoint's moments rounded once on resume.
+TEST(CpuTierBf16States, HoldsTwoByteMomentsRounded) {
+  HostServices host;
+  std::vector<LoadedPlugin> found{
+      PluginLoader(host).load(std::string(ZHOST_PLUGIN_BUILD_DIR) + "/zhost_offload_cpu.so")};
+  Resolution resolution = resolve_plugins({{"offload:cpu", "test"}}, found);
+  Tier fp32(host, resolution), states(host, resolution, /*bf16_master=*/true, /*bf16_states=*/true);
+  const zhost_optimizer_desc adamw = adamw_desc();
+  const std::vector<float> initial = random_values(2, 0.1f);
+  setup_group(fp32, adamw, initial);
+  setup_group(states, adamw, initial);
+  EXPECT_EQ(states.host_bytes(), uint64_t{10} * kElements);
+  for (int64_t s = 1; s <= 3; ++s) {
+    const std::vector<uint16_t> weights = states.step_bf16(random_values(10 + s, 1.0f), s);
+    fp32.step(random_values(10 + s, 1.0f), s);
+    const std::vector<float> master = states.read_state("master");
+    for (const char* name : {"exp_avg", "exp_avg_sq"}) {
+      const std::vector<float> moment = states.read_state(name);
+      for (int64_t i = 0; i < kElements; ++i) ASSERT_TRUE(is_bf16_value(moment[i])) << name << " " << i;
+    }
+    for (int64_t i = 0; i < kElements; ++i) ASSERT_EQ(weights[i], bf16_bits(master[i])) << i;
+  }
+  // An fp32 checkpoint resumed: each moment rounded to nearest even, within half a bf16 ulp.
+  for (const char* name : {"master", "exp_avg", "exp_avg_sq"}) {
+    states.write_state(name, fp32.read_state(name));
+    const std::vector<float> full = fp32.read_state(name), rounded = states.read_state(name);
+    for (int64_t i = 0; i < kElements; ++i) {
+      ASSERT_TRUE(is_bf16_value(rounded[i])) << name << " " << i;
+      EXPECT_LE(std::fabs(full[i] - rounded[i]), std::fabs(full[i]) * (1.0f / 256)) << name << " " << i;
+    }
+  }
 }

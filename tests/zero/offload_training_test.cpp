@@ -117,6 +117,74 @@ TEST(Offload, Bf16StageThreeKeepsOnlyParameterShardsOnTheDevice) {
   EXPECT_NEAR(states["offloaded"].get<double>() / (16 * psi / n), 1.0, 0.05) << states.dump();
 }
 
+// DeepSpeed's bf16_master_weights_and_grads (Note [bf16 master weights]): the tier keeps 2-byte masters (14 bytes per
+// owned parameter with the fp32 accumulator and Adam's moments), the job trains differently from fp32 masters, a
+// bf16-master checkpoint resumes bit for bit, and checkpoints resume across the two (fp32 values in both).
+TEST(Offload, Bf16MasterWeightsHoldFewerBytesAndResumeAcrossPrecisions) {
+  ScratchDir dir;
+  const std::string fp32_master =
+      "--nproc 2 --set train_micro_batch_size_per_gpu=2 --set bf16.enabled=true --set zero.stage=2 "
+      "--set checkpoint.interval=10" +
+      std::string(kOffload);
+  const std::string bf16_master = fp32_master + " --set bf16.master_weights_and_grads=true";
+  RunOutput full32 = train(dir, "full32", fp32_master + " --set checkpoint.dir=ckpt32");
+  RunOutput full16 = train(dir, "full16", bf16_master + " --set checkpoint.dir=ckpt16");
+  ASSERT_EQ(full16.losses.size(), 20u);
+  EXPECT_NE(full16.err.find("bf16 master weights"), std::string::npos) << full16.err;
+  EXPECT_NE(full16.losses, full32.losses);  // bf16 masters round every update
+  EXPECT_LT(full16.losses.back(), full16.losses.front());
+
+  auto states = read_model_states(full16);
+  const double psi = states["num_params"].get<double>(), n = 2;
+  EXPECT_NEAR(states["offloaded"].get<double>() / (14 * psi / n), 1.0, 0.05) << states.dump();
+
+  // The bf16-master job resumed from its own step 10: steps 11-20 the same bits.
+  RunOutput resumed16 =
+      train(dir, "resumed16",
+            bf16_master + " --set checkpoint.dir=r16 --resume " + (dir.path() / "ckpt16" / "step-00000010").string());
+  ASSERT_EQ(resumed16.losses.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(resumed16.losses[i], full16.losses[i + 10]) << "step " << i + 11;
+  EXPECT_EQ(weights_mismatch(resumed16, full16, 0, 0), "");
+
+  // Across: an fp32-master checkpoint resumed with bf16 masters, and back.
+  RunOutput into16 =
+      train(dir, "into16",
+            bf16_master + " --set checkpoint.dir=i16 --resume " + (dir.path() / "ckpt32" / "step-00000010").string());
+  RunOutput into32 =
+      train(dir, "into32",
+            fp32_master + " --set checkpoint.dir=i32 --resume " + (dir.path() / "ckpt16" / "step-00000010").string());
+  EXPECT_EQ(into16.losses.size(), 10u);
+  EXPECT_EQ(into32.losses.size(), 10u);
+  // Step 11 runs on the same bf16 weights either way: a resume rounds the checkpoint's masters to bf16.
+  if (into16.losses.size() == 10u) EXPECT_EQ(into16.losses[0], full32.losses[10]);
+  if (into32.losses.size() == 10u) EXPECT_EQ(into32.losses[0], full16.losses[10]);
+}
+
+// bf16_optimizer_states too: Adam's moments in bf16, 10 bytes per owned parameter in the tier (2 + 2 + 2 and the fp32
+// accumulator); the job differs from bf16 masters with fp32 moments, and resumes bit for bit.
+TEST(Offload, Bf16OptimizerStatesHoldTenBytesAndResumeBitForBit) {
+  ScratchDir dir;
+  const std::string masters =
+      "--nproc 2 --set train_micro_batch_size_per_gpu=2 --set bf16.enabled=true --set zero.stage=3 "
+      "--set zero.stage3_param_persistence_threshold=0 --set bf16.master_weights_and_grads=true "
+      "--set checkpoint.interval=10" +
+      std::string(kOffload);
+  const std::string states16 = masters + " --set bf16.optimizer_states=true";
+  RunOutput moments32 = train(dir, "moments32", masters + " --set checkpoint.dir=c32");
+  RunOutput full = train(dir, "full", states16 + " --set checkpoint.dir=c16");
+  ASSERT_EQ(full.losses.size(), 20u);
+  EXPECT_NE(full.losses, moments32.losses);
+  auto states = read_model_states(full);
+  const double psi = states["num_params"].get<double>(), n = 2;
+  EXPECT_NEAR(states["offloaded"].get<double>() / (10 * psi / n), 1.0, 0.05) << states.dump();
+  RunOutput resumed =
+      train(dir, "resumed",
+            states16 + " --set checkpoint.dir=r16 --resume " + (dir.path() / "c16" / "step-00000010").string());
+  ASSERT_EQ(resumed.losses.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(resumed.losses[i], full.losses[i + 10]) << "step " << i + 11;
+  EXPECT_EQ(weights_mismatch(resumed, full, 0, 0), "");
+}
+
 // ZeRO-Infinity's CPU form: parameters and optimizer offloaded. The 16-bit (here fp32) shards live in the
 // tier and come back through one staging buffer per gather in flight (buffer_count = 1 forces every
 // prefetch to wait for the gather before it); training equals stage 3 without offload bit for bit, and

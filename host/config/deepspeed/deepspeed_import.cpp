@@ -176,6 +176,10 @@ TextPosition Importer::position(const std::string& pointer) const {
 
 bool Importer::is_set(const std::string& zhost_path) const { return out_.root.at_path(zhost_path).node() != nullptr; }
 
+bool Importer::is_true(const std::string& zhost_path) const {
+  return out_.root.at_path(zhost_path).value<bool>().value_or(false);
+}
+
 ImportRecord& Importer::record(ImportRecord::Kind kind, const std::string& ds_path, TextPosition at,
                                const std::string& zhost_path, const std::string& text) {
   out_.records.push_back(ImportRecord{kind, ds_path, at, zhost_path, text, "", ""});
@@ -332,10 +336,8 @@ void Importer::precision(Section& root) {
              "mode, not zhost's (the sums would round differently); set it to false");
   bf16.inert("check_grad_overflow", true,
              "zhost checks bf16 gradients for inf/nan as DeepSpeed's default does; set it to true");
-  bf16.inert("bf16_master_weights_and_grads", false,
-             "zhost keeps fp32 master weights and gradients (bf16 masters change the updates); set it to false");
-  bf16.inert("bf16_optimizer_states", false,
-             "zhost keeps the optimizer states in fp32 (bf16 states change the updates); set it to false");
+  bf16.map("bf16_master_weights_and_grads", "bf16.master_weights_and_grads");
+  bf16.map("bf16_optimizer_states", "bf16.optimizer_states");
   bf16.finish();
 }
 

@@ -96,7 +96,14 @@ void import_optimizer(Importer& importer, Section& root) {
     params.inert("amsgrad", false,
                  "AMSGrad is not supported by zhost (it changes the updates); set it to false or "
                  "train with DeepSpeed");
-    params.note("torch_adam", "torch's Adam/AdamW compute the same updates as zhost's; no value changes");
+    // DeepSpeed's bf16 master weights assert that the optimizer is its CPU Adam, which torch_adam replaces.
+    if (params.has("torch_adam") && params.object()->at("torch_adam") == json(true) &&
+        importer.is_true("bf16.master_weights_and_grads"))
+      params.refuse("torch_adam",
+                    "DeepSpeed refuses torch's Adam with bf16_master_weights_and_grads (bf16 master weights need its "
+                    "CPU Adam under ZeRO-Offload); remove torch_adam, or the bf16 masters");
+    else
+      params.note("torch_adam", "torch's Adam/AdamW compute the same updates as zhost's; no value changes");
     params.note("fused", "a torch kernel choice; no value changes");
     params.note("foreach", "a torch kernel choice; no value changes");
     params.note("set_grad_none", "how DeepSpeed clears gradients; no value changes");

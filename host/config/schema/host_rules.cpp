@@ -82,6 +82,69 @@ void read_only_when(Schema& schema, const std::string& selector, const std::vect
   });
 }
 
+// bf16 master weights (Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp): DeepSpeed's own asserts first
+// (runtime/config.py, base_optimizer.py _configure_master_weights), with their reasons, then what zhost does not
+// build.
+void add_bf16_master_rules(Schema& schema) {
+  rule(
+      schema,
+      {"bf16.master_weights_and_grads", "zero.stage", "zero.offload_optimizer.device", "optimizer.type", "bf16.enabled",
+       "zero.offload_optimizer.storage", "zero.offload_optimizer.swap_schedule", "bf16.optimizer_states"},
+      [](const ResolvedConfig& config) -> Problem {
+        if (!config.get_bool("bf16.master_weights_and_grads")) return std::nullopt;
+        if (config.get_int("zero.stage") == 0)
+          return std::string(
+              "bf16.master_weights_and_grads = true needs zero.stage 1, 2 or 3 (DeepSpeed: bf16 master weights and "
+              "gradients are only supported with ZeRO stages 1-3); set zero.stage, or remove it");
+        const std::string& device = config.get_string("zero.offload_optimizer.device");
+        const std::string& type = config.get_string("optimizer.type");
+        if (device == "nvme")  // DeepSpeed's stage 3 takes it; zhost keeps bf16 masters in host memory only
+          return std::string(
+              "bf16.master_weights_and_grads = true with zero.offload_optimizer.device = \"nvme\" is not built "
+              "(zhost keeps bf16 master weights in host memory); use \"cpu\", or remove it");
+        // DeepSpeed keeps bf16 masters with bf16 states on the GPU without offload: the rule below says not yet.
+        if (device == "none" && config.get_bool("bf16.optimizer_states")) return std::nullopt;
+        if (device != "cpu" || (type != "Adam" && type != "AdamW"))
+          return fmt::format(
+              "bf16.master_weights_and_grads = true needs ZeRO-Offload with DeepSpeed's CPU Adam, as in DeepSpeed "
+              "(zero.offload_optimizer.device = \"cpu\" and optimizer.type Adam or AdamW; this config has \"{}\" "
+              "and {}); set them, or remove it",
+              text::excerpt(device), type);
+        if (!config.get_bool("bf16.enabled"))
+          return std::string(
+              "bf16.master_weights_and_grads = true is built for bf16 training, and bf16.enabled is false; set "
+              "bf16.enabled = true, or remove it");
+        if (config.get_string("zero.offload_optimizer.storage") != "none")
+          return fmt::format(
+              "bf16.master_weights_and_grads = true keeps the masters in host memory: a storage tier under the CPU "
+              "tier (zero.offload_optimizer.storage = \"{}\") is not built for them; remove one of the two",
+              text::excerpt(config.get_string("zero.offload_optimizer.storage")));
+        if (!config.get_string_list("zero.offload_optimizer.swap_schedule").empty())
+          return std::string(
+              "bf16.master_weights_and_grads = true keeps the masters in host memory: "
+              "zero.offload_optimizer.swap_schedule is not built for them; remove one of the two");
+        return std::nullopt;
+      });
+  rule(schema,
+       {"bf16.optimizer_states", "bf16.master_weights_and_grads", "zero.stage", "zero.offload_optimizer.device"},
+       [](const ResolvedConfig& config) -> Problem {
+         if (!config.get_bool("bf16.optimizer_states")) return std::nullopt;
+         if (config.get_int("zero.stage") == 0)
+           return std::string(
+               "bf16.optimizer_states = true needs zero.stage 1, 2 or 3 (DeepSpeed: bf16 optimizer states are only "
+               "supported with ZeRO stages 1-3); set zero.stage, or remove it");
+         if (!config.get_bool("bf16.master_weights_and_grads"))
+           return std::string(
+               "bf16.optimizer_states = true needs bf16.master_weights_and_grads = true, as in DeepSpeed; set it, or "
+               "remove bf16.optimizer_states");
+         if (config.get_string("zero.offload_optimizer.device") == "none")
+           return std::string(
+               "bf16.optimizer_states = true without ZeRO-Offload is not built yet (zhost keeps bf16 moments in its "
+               "CPU tier only); set zero.offload_optimizer.device = \"cpu\", or remove it");
+         return std::nullopt;
+       });
+}
+
 void add_precision_rules(Schema& schema) {
   rule(schema, {"fp16.enabled", "bf16.enabled"}, [](const ResolvedConfig& config) -> Problem {
     if (!config.get_bool("fp16.enabled") || !config.get_bool("bf16.enabled")) return std::nullopt;
@@ -95,6 +158,7 @@ void add_precision_rules(Schema& schema) {
   read_only_when(schema, "fp16.enabled", {"true"},
                  {"fp16.loss_scale", "fp16.initial_scale_power", "fp16.loss_scale_window", "fp16.hysteresis",
                   "fp16.consecutive_hysteresis", "fp16.min_loss_scale"});
+  add_bf16_master_rules(schema);
 }
 
 void add_optimizer_rules(Schema& schema) {
