@@ -52,11 +52,15 @@ BASE = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "
 
 
 def variant(stage, dtype="fp32", offload=False, gas=1, clip=0.0, scheduler=None, optimizer="AdamW",
-            adam_w_mode=None):
+            adam_w_mode=None, bf16_master=False, bf16_states=False):
     c = copy.deepcopy(BASE)
     c["zero_optimization"]["stage"] = stage
     if dtype == "bf16":
         c["bf16"] = {"enabled": True}
+        if bf16_master:
+            c["bf16"]["bf16_master_weights_and_grads"] = True
+        if bf16_states:
+            c["bf16"]["bf16_optimizer_states"] = True
     if offload:
         c["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     c["gradient_accumulation_steps"] = gas
@@ -97,6 +101,10 @@ CONFIGS["s2-adam-l2"] = variant(2, optimizer="Adam", adam_w_mode=False)
 CONFIGS["s2-offload-adam-l2"] = variant(2, offload=True, optimizer="Adam", adam_w_mode=False)
 CONFIGS["s0-onecycle"] = variant(0, scheduler="OneCycle")
 CONFIGS["s2-offload-onecycle"] = variant(2, offload=True, scheduler="OneCycle")
+for _stage in (1, 2, 3):  # DeepSpeed's bf16 master weights and gradients (ZeRO-Offload with its CPU Adam)
+    CONFIGS[f"s{_stage}-offload-bf16master"] = variant(_stage, "bf16", offload=True, bf16_master=True)
+    CONFIGS[f"s{_stage}-offload-bf16states"] = variant(_stage, "bf16", offload=True, bf16_master=True,
+                                                        bf16_states=True)
 
 
 def venv_python():
