@@ -35,6 +35,19 @@ DLTensor view(std::vector<float>& values, int64_t& shape) {
   return t;
 }
 
+// The AdamW group the tests step.
+zhost_optimizer_desc adamw_desc() {
+  zhost_optimizer_desc adamw{};
+  adamw.struct_size = sizeof(adamw);
+  adamw.kind = ZHOST_OPTIMIZER_ADAMW;
+  adamw.beta1 = 0.9;
+  adamw.beta2 = 0.999;
+  adamw.eps = 1e-8;
+  adamw.weight_decay = 0.01;
+  adamw.bias_correction = 1;
+  return adamw;
+}
+
 std::vector<float> random_values(uint32_t seed, float scale) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, scale);
@@ -192,14 +205,7 @@ TEST(CpuTier, StoresStepsAndHotSwapsBitForBit) {
   EXPECT_EQ(loaded, stored);
 
   // An AdamW group: three steps on the first instance.
-  zhost_optimizer_desc adamw{};
-  adamw.struct_size = sizeof(adamw);
-  adamw.kind = ZHOST_OPTIMIZER_ADAMW;
-  adamw.beta1 = 0.9;
-  adamw.beta2 = 0.999;
-  adamw.eps = 1e-8;
-  adamw.weight_decay = 0.01;
-  adamw.bias_correction = 1;
+  zhost_optimizer_desc adamw = adamw_desc();
   std::vector<float> master = random_values(2, 0.1f);
   int64_t master_shape = 0;
   DLTensor master_view = view(master, master_shape);
@@ -259,18 +265,6 @@ TEST(CpuTier, StoresStepsAndHotSwapsBitForBit) {
 }
 
 namespace {
-
-zhost_optimizer_desc adamw_desc() {
-  zhost_optimizer_desc adamw{};
-  adamw.struct_size = sizeof(adamw);
-  adamw.kind = ZHOST_OPTIMIZER_ADAMW;
-  adamw.beta1 = 0.9;
-  adamw.beta2 = 0.999;
-  adamw.eps = 1e-8;
-  adamw.weight_decay = 0.01;
-  adamw.bias_correction = 1;
-  return adamw;
-}
 
 void setup_group(Tier& tier, const zhost_optimizer_desc& desc, std::vector<float> master) {
   int64_t shape = 0;
