@@ -8,8 +8,9 @@
 // reduce-scattered, each rank adding its sums into its split; at the step every rank all-gathers the reduced
 // splits back into the flat buffer (a reduce-scatter and an all-gather: the bytes of a ring all-reduce) and
 // steps every parameter from it (one rank skips both collectives: it adds its gradients into its split and
-// steps from that). Communication buffers: the flat buffer (the gradients' size), the split, and one range's
-// sums. The reduction, the step prologue and the optimizer's arithmetic are those of stages 1-3 (Note [One
+// steps from that). Communication buffers: the flat buffer (the gradients' size) and the split, which receives
+// each range's sums in place (Note [Sums written in place]; a range's receive buffer only when
+// debug.reduce_each_micro_batch adds later micro-batches). The reduction, the step prologue and the optimizer's arithmetic are those of stages 1-3 (Note [One
 // summation order], Note [Step prologue], Note [One optimizer arithmetic]), which is what makes them bitwise
 // equal to stage 0.
 //
@@ -67,6 +68,7 @@ class DataParallel : public sdk::PartitionHooks {
     reducing.owner = "stage0";
     for (size_t i = 0; i < setup.num_params; ++i) reducing.param_names.emplace_back(setup.params[i].name);
     reducing.flat_staging = grads_;
+    reducing.write_first_sums = true;  // mine_ is zero until then: Note [Sums written in place]
     reducer_ = zero::GradientReducer(host_, zero::flat_ranges(layout_, rank_, bucket_elements_), rank_, world_size_,
                                      options, std::move(reducing), zero::HostCopies(), [this](int) { return mine_; });
   }
@@ -113,6 +115,7 @@ class DataParallel : public sdk::PartitionHooks {
       }
     }
     mine_.zero_();
+    reducer_.targets_cleared();
   }
 
   // Checkpoints (docs/checkpoints.md): every rank holds every state, and saves only its split of the flat

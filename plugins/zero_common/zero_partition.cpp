@@ -83,13 +83,14 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   for (const Param& p : params_) reducing.param_names.push_back(p.name);
   reducing.in_flight_elements = options_.overlap_comm ? options_.reduce_bucket_size : 0;
   reducing.ignore_unused_parameters = options_.ignore_unused_parameters;
+  // Note [Transient communication buffers]: staging given back after each reduction; this rank's partition
+  // receives its first sums in place (Note [Sums written in place]) unless a tier's accumulator takes them.
+  reducing.keep_buffers = false;
+  reducing.write_first_sums = !tier_.active();
   reducer_ = GradientReducer(host_, flat_ranges(layout_, rank_, options_.reduce_bucket_size), rank_, world_size_,
                              on_device.dtype(compute_dtype_), std::move(reducing), copies_,
                              [this](int) { return ensure_grad_partition(); });
   gather_chunk_ = std::clamp<int64_t>(options_.allgather_bucket_size / world_size_, 1, partition);
-  gather_buffer_ = at::empty({gather_chunk_ * world_size_}, on_device.dtype(compute_dtype_));
-  if (compute_dtype_ != at::kFloat && !tier_.active())  // the fp32 master is cast chunk by chunk to send
-    gather_send_ = at::empty({gather_chunk_}, on_device.dtype(compute_dtype_));
   std::string offload;
   if (tier_.active()) {
     offload = kit::format("; optimizer offloaded to tier '{}'", tier_.name());
@@ -183,18 +184,32 @@ void ZeroPartition::release_gradients() {
     grad_partition_.zero_();
   else
     grad_partition_ = at::Tensor();
+  if (!tier_.active()) reducer_.targets_cleared();
 }
 
-// Every rank's updated partition into every rank's parameters: chunk c of each partition per all-gather.
+// The all-gather's buffers while it runs: the receive chunk of every rank, and a send chunk when the partition
+// that steps is not in the compute dtype (an fp32 master in 16-bit training).
+uint64_t ZeroPartition::gather_bytes() const {
+  const uint64_t element = c10::elementSize(compute_dtype_);
+  const bool cast = !tier_.active() && compute_dtype_ != at::kFloat;
+  return element * static_cast<uint64_t>(gather_chunk_) * ((world_size_ > 1 ? world_size_ : 0) + (cast ? 1 : 0));
+}
+
+// Every rank's updated partition into every rank's parameters: chunk c of each partition per all-gather. Its
+// buffers live for the call (Note [Transient communication buffers]).
 void ZeroPartition::gather_updated_partitions(const at::Tensor& updated) {
   const int64_t partition = layout_.partition_size();
+  const at::TensorOptions options = params_.front().model.options().dtype(compute_dtype_);
+  at::Tensor gather_buffer, gather_send;  // [N * chunk], [chunk] (the fp32 master cast to a 16-bit dtype)
+  if (world_size_ > 1) gather_buffer = at::empty({gather_chunk_ * world_size_}, options);
+  if (updated.scalar_type() != compute_dtype_) gather_send = at::empty({gather_chunk_}, options);
   for (int64_t start = 0; start < partition; start += gather_chunk_) {
     const int64_t length = std::min(gather_chunk_, partition - start);
     at::Tensor send = updated.narrow(0, start, length);
-    if (send.scalar_type() != compute_dtype_) send = gather_send_.narrow(0, 0, length).copy_(send);
+    if (send.scalar_type() != compute_dtype_) send = gather_send.narrow(0, 0, length).copy_(send);
     at::Tensor recv = send;  // one rank: its partition is everything, and gathering it would only copy it
     if (world_size_ > 1) {
-      recv = gather_buffer_.narrow(0, 0, length * world_size_);
+      recv = gather_buffer.narrow(0, 0, length * world_size_);
       DLTensor send_dl = dl_view(send), recv_dl = dl_view(recv);
       zhost_collective_args args = collective_args(ZHOST_INTENT_PARAM_SYNC);
       args.send = &send_dl;
@@ -213,8 +228,8 @@ void ZeroPartition::gather_updated_partitions(const at::Tensor& updated) {
 }
 
 void ZeroPartition::memory(zhost_model_state_bytes& out) const {
-  out.buffers =
-      reducer_.buffer_bytes() + gather_buffer_.nbytes() + (gather_send_.defined() ? gather_send_.nbytes() : 0);
+  // The most held at once in a step (Note [Transient communication buffers]): the reduction's or the gather's.
+  out.buffers = std::max(reducer_.buffer_bytes(), gather_bytes());
   if (tier_.active()) {  // master, states and gradient partition are the tier's
     out.offloaded = delayed_ ? delayed_->tier_bytes() : tier_.bytes();  // a busy tier is not called
     out.buffers += updated_.nbytes() + (delayed_ ? delayed_->buffer_bytes() : 0);

@@ -22,6 +22,14 @@
 // (zero.offload_optimizer.step_chunk_size), each chunk's copy to the device running while the next chunk
 // steps, all before the all-gather.
 //
+// Note [Transient communication buffers]: stages 1 and 2 hold no communication buffer between steps. A
+// range's staging buffer is taken when its first gradient arrives and given back once the micro-batch's
+// reductions finish (ReducerOptions::keep_buffers false); without a tier the sums are received straight into
+// the gradient partition (Note [Sums written in place]); the all-gather's buffers live for the gather. So the
+// staging of the backward and the gather of the step are never held at once, and neither adds to the memory
+// between steps; the price is an allocation per reduction and per gather (pages faulted in again on the CPU).
+// memory() reports the most held at once: the larger of the two.
+//
 // With zero.offload_optimizer.delayed_update, from step zero.offload_optimizer.delayed_update_start_step on,
 // the tier's step runs in the background while the next step's forward and backward run, and its weights are
 // all-gathered at the next step boundary (Note [Delayed parameter update], delayed_update.hpp).
@@ -78,6 +86,7 @@ class ZeroPartition : public sdk::PartitionHooks {
   bool reduces_now() const { return options_.stage == 2 || boundary_; }
   void attach_optimizer_tier(const zhost_partition_setup& setup);
   void gather_updated_partitions(const at::Tensor& updated);
+  uint64_t gather_bytes() const;
   at::Tensor ensure_grad_partition();
   void release_gradients();
   void step_tier(const kit::StepScalars& scalars);
@@ -96,8 +105,6 @@ class ZeroPartition : public sdk::PartitionHooks {
   std::vector<std::string> state_names_;  // what a checkpoint holds: "master" and the optimizer's states
   at::Tensor grad_partition_;  // [S] compute dtype: this rank's reduced gradients (stage 1: boundary to step)
   GradientReducer reducer_;
-  at::Tensor gather_buffer_;  // [N * chunk] compute dtype
-  at::Tensor gather_send_;    // [chunk] compute dtype: a chunk of the fp32 master cast for sending (16-bit runs)
   OptimizerTier tier_;        // the optimizer's offload tier (inactive without one)
   at::Tensor updated_;        // [S] compute dtype: the tier's updated partition, sent by the all-gather
   HostCopies copies_;         // to and from the tier's host memory

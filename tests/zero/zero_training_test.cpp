@@ -207,24 +207,37 @@ TEST_P(ZeroFormulas, ModelStateBytesAndTrafficMatch) {
   for (const auto& m : r.metrics) EXPECT_NEAR(m.at("comm_bytes_sent") / traffic, 1.0, 0.05) << "step " << m.at("step");
 }
 
-// Communication buffers of stages 1 and 2 at the default bucket sizes (DeepSpeed's 5e8 elements, above
-// this model's Ψ), in bf16 (2 bytes): one flat range's staging (all Ψ), this rank's share of it (S = Ψ/N
-// rounded up; Note [Flat-range buckets]: no second, regrouped copy of the bucket), and the parameter
-// all-gather's receive (N*S) and send (S) chunks. Measured at every step, after the buffers are in use.
-TEST_P(ZeroFormulas, CommunicationBuffersAreOneRangeItsShareAndTheGatherChunks) {
+// Communication buffers of stages 1 and 2 (Note [Transient communication buffers]), in bf16 (2 bytes), each
+// run measured at every step. During backward: the ranges' staging (one flat range of all Ψ at DeepSpeed's
+// default of 5e8 elements; this rank's share is received straight into its gradient partition, Note [Sums
+// written in place], and no regrouped copy is made, Note [Flat-range buckets]). During the step: the parameter
+// all-gather's receive (N*chunk) and send (chunk) buffers. They are never held at once: the report is the
+// larger. A run with small gather chunks shows the staging alone (Ψ; a receive buffer would add S = Ψ/N), one
+// with small ranges the gather alone ((N+1)*S; held through backward it would add to the staging).
+TEST_P(ZeroFormulas, CommunicationBuffersAreTheRangesOrTheGatherNeverBoth) {
   const int ranks = GetParam().ranks;
-  ScratchDir dir;
-  RunOutput r =
-      train_bf16_gpt(dir, 2, " --set zero.reduce_bucket_size=500000000 --set zero.allgather_bucket_size=500000000");
-  const double psi = read_model_states(r)["num_params"].get<double>(), n = ranks;
-  const double s = std::ceil(psi / n), expected = 2 * (psi + s + n * s + s);
-  std::ifstream metrics(r.run_dir / "metrics.jsonl");
-  int steps = 0;
-  for (std::string line; std::getline(metrics, line); ++steps) {
-    const double buffers = nlohmann::json::parse(line)["memory"]["buffers"].get<double>();
-    EXPECT_NEAR(buffers / expected, 1.0, 0.001) << buffers << " bytes of buffers, expected " << expected;
-  }
-  EXPECT_EQ(steps, 2);
+  const double n = ranks;
+  auto buffers_each_step = [&](const std::string& buckets, double expected, const char* what) {
+    ScratchDir dir;
+    RunOutput r = train_bf16_gpt(dir, 2, buckets);
+    expected = expected < 0 ? 2 * read_model_states(r)["num_params"].get<double>() : expected;
+    std::ifstream metrics(r.run_dir / "metrics.jsonl");
+    int steps = 0;
+    for (std::string line; std::getline(metrics, line); ++steps) {
+      const double buffers = nlohmann::json::parse(line)["memory"]["buffers"].get<double>();
+      EXPECT_NEAR(buffers / expected, 1.0, 0.001) << what << ": " << buffers << " bytes, expected " << expected;
+    }
+    EXPECT_EQ(steps, 2) << what;
+    return read_model_states(r)["num_params"].get<double>();
+  };
+  // The staging of one range of all Ψ; gathers of 64 elements per rank.
+  const double psi = buffers_each_step(
+      " --set zero.reduce_bucket_size=500000000 --set zero.allgather_bucket_size=" + std::to_string(64 * ranks), -1,
+      "one range, small gathers");
+  // Ranges of at most 1000 elements; one gather of every partition.
+  const double s = std::ceil(psi / n);
+  buffers_each_step(" --set zero.reduce_bucket_size=1000 --set zero.allgather_bucket_size=500000000",
+                    2 * (n * s + s), "small ranges, one gather");
 }
 
 // Stages 1-3 reduce through the one GradientReducer, which also checks what arrives: with

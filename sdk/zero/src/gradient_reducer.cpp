@@ -62,6 +62,7 @@ GradientReducer::GradientReducer(const sdk::Host& host, std::vector<ReductionRan
   range_of_.assign(params, -1);
   index_in_.assign(params, 0);
   added_.assign(params, 0);
+  summed_.assign(ranges_.size(), 0);
   for (size_t r = 0; r < ranges_.size(); ++r) {
     ReductionRange& range = ranges_[r];
     counts_given_.push_back(!range.counts.empty());
@@ -169,10 +170,20 @@ void GradientReducer::launch(int r) {
   while (!in_flight_.empty() && in_flight_elements_ + range.numel > config_.in_flight_elements) complete_oldest();
   if (config_.before_launch) config_.before_launch(r);
   const int64_t mine = received_here(range);
-  if (!buffer.received.defined() || buffer.received.numel() < mine)
-    buffer.received = at::empty({std::max<int64_t>(1, mine)}, options_);
+  buffer.into_target = false;
+  if (config_.write_first_sums && !staged() && !summed_[static_cast<size_t>(r)] && mine > 0) {
+    at::Tensor target = target_(r);  // Note [Sums written in place]
+    if (target.scalar_type() == options_.dtype().toScalarType() && target.is_contiguous()) {
+      buffer.recv_view = target.narrow(0, range.target_offset, mine);
+      buffer.into_target = true;
+    }
+  }
+  if (!buffer.into_target) {
+    if (!buffer.received.defined() || buffer.received.numel() < mine)
+      buffer.received = at::empty({std::max<int64_t>(1, mine)}, options_);
+    buffer.recv_view = buffer.received.narrow(0, 0, mine);
+  }
   buffer.send_view = sent;
-  buffer.recv_view = buffer.received.narrow(0, 0, mine);
   buffer.send_dl = dl_view(buffer.send_view);
   buffer.recv_dl = dl_view(buffer.recv_view);
   zhost_collective_args args = collective_args(ZHOST_INTENT_GRAD_REDUCE, range.block);
@@ -202,7 +213,10 @@ void GradientReducer::complete_oldest() {
   const int r = buffer.range;
   in_flight_elements_ -= ranges_[static_cast<size_t>(r)].numel;
   const int64_t n = buffer.recv_view.numel();
-  if (staged() && n > 0) {
+  if (buffer.into_target) {  // the sums are in place already
+    summed_[static_cast<size_t>(r)] = 1;
+    if (boundary_ && config_.finished) config_.finished(r);
+  } else if (staged() && n > 0) {
     if (!buffer.to_host.defined() || buffer.to_host.numel() < n)
       buffer.to_host = copies_.host_empty(n, options_.dtype().toScalarType());
     buffer.to_host_range = r;
@@ -221,6 +235,7 @@ void GradientReducer::add_into_target(int r, const at::Tensor& values) {
     at::Tensor into = target_(r).narrow(0, ranges_[static_cast<size_t>(r)].target_offset, n);
     if (config_.prefault_targets && first_) kit::prefault_for_write(into);
     into.add_(values);
+    summed_[static_cast<size_t>(r)] = 1;
   }
   if (boundary_ && config_.finished) config_.finished(r);
 }
@@ -262,11 +277,16 @@ void GradientReducer::finish() {
     progress_[r] = Progress{static_cast<int>(ranges_[r].params.size()), -1, false};
   std::fill(added_.begin(), added_.end(), 0);
   next_launch_ = static_cast<int>(ranges_.size()) - 1;
+  held_at_finish_ = held_now();
   if (!config_.keep_buffers)  // device memory back; the pinned host buffers stay (costly to allocate)
     for (auto& buffer : buffers_) buffer->staging = buffer->received = at::Tensor();
 }
 
-uint64_t GradientReducer::buffer_bytes() const {
+void GradientReducer::targets_cleared() { std::fill(summed_.begin(), summed_.end(), 0); }
+
+uint64_t GradientReducer::buffer_bytes() const { return std::max(held_now(), held_at_finish_); }
+
+uint64_t GradientReducer::held_now() const {
   uint64_t bytes = 0;
   for (const auto& buffer : buffers_) {
     if (buffer->staging.defined() && !config_.flat_staging.defined()) bytes += buffer->staging.nbytes();

@@ -34,6 +34,13 @@
 // its own), cut once at setup. Flat order is owner order, so a range is reduce-scattered as it lies with
 // per-rank counts (its overlap with each rank's partition), and this rank's sums, one contiguous run, go to
 // their place in its partition: no regrouping copy, one bucket-sized buffer per range in flight.
+//
+// Note [Sums written in place]: a reduce-scatter's output is this rank's sums, which are added into the
+// target. When the target's place is known to be zero (a stage's gradient partition or split just zeroed, the
+// stage says so with write_first_sums and targets_cleared()), the first sums are received straight into it:
+// no receive buffer of the range's count and no add pass (x + 0 is x, so the bits are the same; a -0.0 sum
+// stays -0.0 where the add made it +0.0). Later micro-batches, a staged target (host memory, reached by copy)
+// or a target of another dtype go through the buffer and the add as before.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -82,6 +89,10 @@ struct ReducerOptions {
   // The targets are a tier's accumulator that may give its pages back after a step: prefaulted for writing
   // before the step's first add (kit::prefault_for_write).
   bool prefault_targets = false;
+  // Note [Sums written in place]: the stage keeps each range's place in its target at zero until the reducer's
+  // first sums go there (after construction and after each targets_cleared()), in the staging dtype: those
+  // sums are received straight into the target instead of into a buffer and added.
+  bool write_first_sums = false;
   std::function<void(int range)> before_launch;  // optional: just before a range's reduce-scatter starts
   // Optional: on the step's last micro-batch, once a range's sums are in its target.
   std::function<void(int range)> finished;
@@ -105,12 +116,17 @@ class GradientReducer {
   void begin_micro_batch(bool first, bool boundary);
   void add(uint32_t param, const at::Tensor& grad);
   void finish();
+  // With write_first_sums: the stage zeroed (or replaced) the targets; the next sums are written in place again.
+  void targets_cleared();
   const std::vector<ReductionRange>& ranges() const { return ranges_; }
   int64_t largest_range() const { return largest_range_; }
-  // Bytes of the staging buffers held now (communication buffers, not model state).
+  // Bytes of the staging and receive buffers (communication buffers, not model state): those held now, or,
+  // when more, those held at the end of the last micro-batch's reductions (the most held at once: buffers
+  // are only taken during a micro-batch, and given back at its finish() unless kept).
   uint64_t buffer_bytes() const;
 
  private:
+  uint64_t held_now() const;
   struct Buffer {
     at::Tensor staging;   // [>= its range] a range's gradients at their places; sent (a view of flat_staging)
     at::Tensor received;  // [>= its range's count here] this rank's sums of it
@@ -125,6 +141,7 @@ class GradientReducer {
     at::Tensor to_host;             // pinned host memory the copy writes
     HostCopies::Copy to_host_copy;  // in flight until drained
     int to_host_range = -1;         // whose sums it carries
+    bool into_target = false;       // the collective in flight receives straight into the target
   };
   struct Progress {   // per range, this micro-batch
     int missing = 0;  // parameters not added yet
@@ -154,11 +171,13 @@ class GradientReducer {
   std::vector<int> range_of_;   // per parameter, -1 for one no range sums
   std::vector<int> index_in_;   // per parameter: its index in its range's params
   std::vector<uint8_t> added_;  // per parameter: its gradient is in its range's buffer this micro-batch
+  std::vector<uint8_t> summed_;  // per range, with write_first_sums: sums went into its target since cleared
   int64_t largest_range_ = 0;
   std::vector<std::unique_ptr<Buffer>> buffers_;
   int next_launch_ = -1;        // fixed order: the next range to launch (they go in descending order)
   std::vector<int> in_flight_;  // buffers whose reduction is launched, oldest first
   int64_t in_flight_elements_ = 0;
+  uint64_t held_at_finish_ = 0;  // buffer bytes held when the last finish() completed its reductions
   bool first_ = true, boundary_ = true;
 };
 
