@@ -688,6 +688,53 @@ TEST(DeepSpeedJson, Bf16MasterWeightsMapWithDeepSpeedsRules) {
       << torch.err;
 }
 
+// Note [fp32_optimizer_states]: false under bf16 masters and ZeRO-Offload is DeepSpeed's CPU Adam with bf16 moments,
+// zhost's bf16.optimizer_states; without the CPU Adam, or with fp32 masters, nothing changes and it is noted.
+TEST(DeepSpeedJson, Fp32OptimizerStatesFalseIsBf16StatesUnderBf16MastersWithCpuAdam) {
+  ScratchDir dir;
+  const std::string base = R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true, MASTERS},
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "fp32_optimizer_states": VALUE}},
+  "zero_optimization": {"stage": 2OFFLOAD}})";
+  auto config = [&](const std::string& masters, const std::string& value, bool offload) {
+    std::string text = base;
+    text.replace(text.find("MASTERS"), 7, masters);
+    text.replace(text.find("VALUE"), 5, value);
+    text.replace(text.find("OFFLOAD"), 7, offload ? R"(, "offload_optimizer": {"device": "cpu"})" : "");
+    return text;
+  };
+  const std::string masters = R"("bf16_master_weights_and_grads": true)";
+  dir.write("states.json", config(masters, "false", true));
+  CliResult states = run_zhost(dir.path(), "config check states.json" + kPlugins);
+  ASSERT_EQ(states.exit_code, 0) << states.err;
+  EXPECT_NE(states.out.find("optimizer_states = true"), std::string::npos) << states.out;
+  EXPECT_NE(states.out.find("the CPU Adam keeps the moments in bf16"), std::string::npos) << states.out;
+
+  dir.write("fp32.json", config(R"("immediate_grad_update": false)", "false", true));
+  CliResult fp32 = run_zhost(dir.path(), "config check fp32.json" + kPlugins);
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  EXPECT_EQ(fp32.out.find("optimizer_states = true"), std::string::npos) << fp32.out;
+  EXPECT_NE(fp32.out.find("note: optimizer.params.fp32_optimizer_states = false: the CPU Adam keeps its moments in "
+                          "the masters' dtype, fp32"),
+            std::string::npos)
+      << fp32.out;
+
+  dir.write("gpu.json", config(R"("immediate_grad_update": false)", "false", false));
+  CliResult gpu = run_zhost(dir.path(), "config check gpu.json" + kPlugins);
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  EXPECT_NE(gpu.out.find("read only by DeepSpeed's CPU Adam"), std::string::npos) << gpu.out;
+
+  dir.write("contradiction.json", config(masters + R"(, "bf16_optimizer_states": false)", "false", true));
+  CliResult contradiction = run_zhost(dir.path(), "config check contradiction.json" + kPlugins);
+  EXPECT_EQ(contradiction.exit_code, 2);
+  EXPECT_NE(contradiction.err.find("which bf16.bf16_optimizer_states = false says they are not"), std::string::npos)
+      << contradiction.err;
+
+  dir.write("text.json", config(masters, R"("no")", true));
+  CliResult text = run_zhost(dir.path(), "config check text.json" + kPlugins);
+  EXPECT_EQ(text.exit_code, 2);
+  EXPECT_NE(text.err.find("fp32_optimizer_states = \"no\": a boolean is expected"), std::string::npos) << text.err;
+}
+
 // DeepSpeed refuses a config without any batch size; so does zhost (it would train at micro batch 1).
 TEST(DeepSpeedJson, AFileWithoutABatchSizeIsRefusedAsDeepSpeedRefusesIt) {
   ScratchDir dir;

@@ -180,9 +180,13 @@ bool Importer::is_true(const std::string& zhost_path) const {
   return out_.root.at_path(zhost_path).value<bool>().value_or(false);
 }
 
+bool Importer::is_string(const std::string& zhost_path, const std::string& value) const {
+  return out_.root.at_path(zhost_path).value<std::string>() == value;
+}
+
 ImportRecord& Importer::record(ImportRecord::Kind kind, const std::string& ds_path, TextPosition at,
                                const std::string& zhost_path, const std::string& text) {
-  out_.records.push_back(ImportRecord{kind, ds_path, at, zhost_path, text, "", ""});
+  out_.records.push_back(ImportRecord{kind, ds_path, at, zhost_path, text, "", "", ""});
   return out_.records.back();
 }
 

@@ -78,6 +78,7 @@ class Importer {
   TextPosition position(const std::string& pointer) const;
   bool is_set(const std::string& zhost_path) const;
   bool is_true(const std::string& zhost_path) const;  // set to the boolean true
+  bool is_string(const std::string& zhost_path, const std::string& value) const;  // set to this string
 
  private:
   void top_level(Section& root);

@@ -27,6 +27,49 @@ std::string zhost_optimizer(const std::string& name) {
   return "";
 }
 
+// Note [fp32_optimizer_states]: DeepSpeed pops optimizer.params.fp32_optimizer_states (default true) and hands it
+// to its CPU Adam only, under ZeRO-Offload (offload_optimizer.device "cpu"); false keeps Adam's moments in the
+// dtype of the weights the CPU Adam steps: bf16 with bf16_master_weights_and_grads (which is what
+// bf16_optimizer_states does; that key forces it false), fp32 otherwise, where nothing changes. Elsewhere
+// DeepSpeed drops it.
+void import_fp32_optimizer_states(Importer& importer, Section& params) {
+  if (!params.has("fp32_optimizer_states")) return;
+  const json& value = params.object()->at("fp32_optimizer_states");
+  if (!value.is_boolean()) {
+    params.refuse("fp32_optimizer_states", "a boolean is expected (DeepSpeed's default: true)");
+    return;
+  }
+  const bool cpu_adam = importer.is_string("zero.offload_optimizer.device", "cpu");
+  const bool bf16_masters = importer.is_true("bf16.master_weights_and_grads");
+  if (value.get<bool>()) {
+    params.note("fp32_optimizer_states",
+                importer.is_true("bf16.optimizer_states")
+                    ? "bf16_optimizer_states keeps the moments in bf16 whatever this says (DeepSpeed overrides it "
+                      "to false with a warning)"
+                    : "Adam's moments in fp32, the default; no value changes");
+  } else if (!cpu_adam) {
+    params.note("fp32_optimizer_states",
+                "read only by DeepSpeed's CPU Adam (zero_optimization.offload_optimizer.device \"cpu\"), which this "
+                "file does not use; no value changes");
+  } else if (!bf16_masters) {
+    params.note("fp32_optimizer_states",
+                "the CPU Adam keeps its moments in the masters' dtype, fp32 without "
+                "bf16.bf16_master_weights_and_grads; no value changes");
+  } else if (importer.is_set("bf16.optimizer_states") && !importer.is_true("bf16.optimizer_states")) {
+    params.refuse("fp32_optimizer_states",
+                  "false keeps the CPU Adam's moments in bf16 under bf16 master weights, which "
+                  "bf16.bf16_optimizer_states = false says they are not; write bf16_optimizer_states true (the same "
+                  "meaning) or drop one of the two");
+  } else if (!importer.is_true("bf16.optimizer_states")) {
+    params.take("fp32_optimizer_states");
+    importer.set("bf16.optimizer_states", true, params.path("fp32_optimizer_states"), params.at("fp32_optimizer_states"),
+                 "false under bf16 master weights and ZeRO-Offload: the CPU Adam keeps the moments in bf16, "
+                 "zhost's bf16.optimizer_states");
+  } else {
+    params.note("fp32_optimizer_states", "bf16_optimizer_states says the same; no value changes");
+  }
+}
+
 }  // namespace
 
 void import_optimizer(Importer& importer, Section& root) {
@@ -104,6 +147,7 @@ void import_optimizer(Importer& importer, Section& root) {
                     "CPU Adam under ZeRO-Offload); remove torch_adam, or the bf16 masters");
     else
       params.note("torch_adam", "torch's Adam/AdamW compute the same updates as zhost's; no value changes");
+    import_fp32_optimizer_states(importer, params);
     params.note("fused", "a torch kernel choice; no value changes");
     params.note("foreach", "a torch kernel choice; no value changes");
     params.note("set_grad_none", "how DeepSpeed clears gradients; no value changes");
