@@ -8,21 +8,24 @@
 // reduce-scattered, each rank adding its sums into its split; at the step every rank all-gathers the reduced
 // splits back into the flat buffer (a reduce-scatter and an all-gather: the bytes of a ring all-reduce) and
 // steps every parameter from it (one rank skips both collectives: it adds its gradients into its split and
-// steps from that). Communication buffers: the flat buffer (the gradients' size) and the split, which receives
-// each range's sums in place (Note [Sums written in place]; a range's receive buffer only when
-// debug.reduce_each_micro_batch adds later micro-batches). The reduction, the step prologue and the optimizer's arithmetic are those of stages 1-3 (Note [One
-// summation order], Note [Step prologue], Note [One optimizer arithmetic]), which is what makes them bitwise
-// equal to stage 0.
+// steps from that). The reduction, the step prologue and the optimizer's arithmetic are those of stages 1-3
+// (Note [One summation order], Note [Step prologue], Note [One optimizer arithmetic]), which is what makes
+// them bitwise equal to stage 0.
 //
-// Gradient accumulation: gradients accumulate in .grad across micro-batches and are reduced once, at the
-// boundary (as stage 1). With debug.reduce_each_micro_batch every micro-batch's gradients are reduced and the
-// sums accumulated, the order of stages 2 and 3, so that those can be compared with stage 0 bit for bit
-// under accumulation too (the plugin then zeroes each .grad it has taken). A parameter whose gradient did
-// not arrive in a reduced micro-batch (a block LayerDrop skipped) contributes zeros.
+// Note [Stage 0 holds its gradients once]: the plugin takes the gradients (ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS):
+// each .grad is copied to its place in the flat buffer as it arrives and the host frees it, so the flat buffer
+// is the rank's only full-size copy of the gradients (the host's .grad and a flat copy of them would be two).
+// Gradient accumulation adds each micro-batch's gradient into that place (x + y, as autograd adds into .grad,
+// so the bits are stage 1's) and reduces once, at the boundary. Beside it: the split, which receives each
+// range's sums in place (Note [Sums written in place]). With debug.reduce_each_micro_batch every micro-batch's
+// gradients are reduced and the sums accumulated in the split, the order of stages 2 and 3, so that those can
+// be compared with stage 0 bit for bit under accumulation too. A parameter whose gradient did not arrive in any
+// micro-batch of a reduced step (a block LayerDrop skipped) contributes zeros.
 #include "plugins/stage0/stage0.h"
 
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "zhost/cpp/partition.hpp"
@@ -61,6 +64,8 @@ class DataParallel : public sdk::PartitionHooks {
     rank_ = world.rank;
     world_size_ = world.size;
     layout_ = zero::FlatLayout(numels, world_size_);
+    accumulated_.assign(params_.size(), 0);
+    reduced_.assign(params_.size(), 0);
     const at::TensorOptions options = params_.front().model.options();
     grads_ = at::zeros({layout_.padded()}, options);  // the padding stays zero
     mine_ = at::zeros({layout_.partition_size()}, options);
@@ -75,28 +80,44 @@ class DataParallel : public sdk::PartitionHooks {
 
   void begin_micro_batch(const zhost_micro_batch_args& args) {
     boundary_ = args.is_boundary != 0;
+    if (args.micro_step == 0) std::fill(accumulated_.begin(), accumulated_.end(), 0);
+    std::fill(reduced_.begin(), reduced_.end(), 0);
     reducer_.begin_micro_batch(args.micro_step == 0, boundary_);
   }
 
-  // The host counts the parameters and their .grad; here: separate masters (mixed precision only), the
-  // optimizer states, and the communication buffers (the flat gradients, the split, a range's sums).
+  // The host counts the parameters; here: the gradients (the flat buffer, Note [Stage 0 holds its gradients
+  // once]), separate masters (mixed precision only), the optimizer states, and the communication buffers (the
+  // split, a range's receive buffer when one is needed).
   void memory(zhost_model_state_bytes& out) const {
     for (const auto& p : params_) {
       if (!p.master.is_same(p.model)) out.master += p.master.nbytes();
       out.optimizer += static_cast<uint64_t>(p.state.bytes());
     }
-    out.buffers = grads_.nbytes() + mine_.nbytes() + reducer_.buffer_bytes();
+    out.grads = grads_.nbytes();
+    out.buffers = mine_.nbytes() + reducer_.buffer_bytes();
   }
 
+  // The host frees the gradient after this call (Note [Stage 0 holds its gradients once]).
   void grad_ready(uint32_t id, const DLTensor& grad_view) {
-    if (!reduce_each_micro_batch_ && !boundary_) return;  // accumulating in .grad until the boundary
     const at::Tensor grad = kit::tensor_view(grad_view);
-    reducer_.add(id, grad);
-    if (reduce_each_micro_batch_) grad.zero_();  // taken: the next micro-batch accumulates afresh
+    if (reduce_each_micro_batch_) return reducer_.add(id, grad);  // staged at its place, reduced, summed
+    at::Tensor place = flat_place(id);
+    if (accumulated_[id])
+      place.add_(grad.reshape({-1}));
+    else
+      place.copy_(grad.reshape({-1}));
+    accumulated_[id] = 1;
+    if (boundary_) reduce(id);
   }
 
+  // At the boundary, the parameters that had gradients in earlier micro-batches but none in this one
+  // (LayerDrop) are reduced too, in id order as on every rank; then every range completes.
   void backward_end() {
-    if (reduce_each_micro_batch_ || boundary_) reducer_.finish();
+    if (!reduce_each_micro_batch_ && !boundary_) return;
+    if (!reduce_each_micro_batch_)
+      for (uint32_t id = 0; id < params_.size(); ++id)
+        if (accumulated_[id] && !reduced_[id]) reduce(id);
+    reducer_.finish();
   }
 
   void step(zhost_step_args& args) {
@@ -145,6 +166,18 @@ class DataParallel : public sdk::PartitionHooks {
     kit::OptimizerState state;
   };
 
+  // Parameter id's place in the flat buffer.
+  at::Tensor flat_place(uint32_t id) const {
+    return grads_.narrow(0, layout_.param_offset(id), params_[id].model.numel());
+  }
+
+  // Its accumulated gradient to the reducer, which stages it where it already lies (copy_ of a tensor onto
+  // itself returns at once).
+  void reduce(uint32_t id) {
+    reducer_.add(id, flat_place(id));
+    reduced_[id] = 1;
+  }
+
   // Every rank's split of the reduced gradients into every rank's flat buffer.
   void gather_reduced_gradients() {
     DLTensor send_dl = kit::dl_view(mine_), recv_dl = kit::dl_view(grads_);
@@ -160,10 +193,13 @@ class DataParallel : public sdk::PartitionHooks {
   int rank_ = 0;
   int world_size_ = 1;
   bool boundary_ = true;
+  std::vector<uint8_t> accumulated_;  // per parameter: its place in grads_ holds this step's gradient
+  std::vector<uint8_t> reduced_;      // per parameter: handed to the reducer in this micro-batch
   std::vector<Param> params_;
   zero::FlatLayout layout_;
   at::Tensor mine_;   // [S] compute dtype: this rank's split of the reduced gradients, accumulated to the step
-  at::Tensor grads_;  // [N*S] compute dtype: the gradients in flat order; at the step, every rank's split
+  at::Tensor grads_;  // [N*S] compute dtype: the gradients in flat order, accumulated; at the step, every
+                      // rank's reduced split
   zero::GradientReducer reducer_;  // staged in grads_, summing into mine_
   std::unique_ptr<kit::Optimizer> optimizer_;
 };
@@ -177,6 +213,7 @@ const zhost_plugin_descriptor* describe() {
           "data parallelism (the host's own): whole model states on every rank, gradients reduce-scattered and "
           "gathered from one flat buffer by the reducer of stages 1-3")
       .provides({"partition:stage0"})
+      .flags(ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS)  // Note [Stage 0 holds its gradients once]
       // Every stage's reduction bucket: the stages 1-3 read it (Note [Each key declared once]).
       .config_int("zero.reduce_bucket_size", 500000000, "gradient elements reducing at once (a bucket)", 1, 1e15)
       .config_bool("debug.reduce_each_micro_batch", false,

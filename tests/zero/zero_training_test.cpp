@@ -236,8 +236,30 @@ TEST_P(ZeroFormulas, CommunicationBuffersAreTheRangesOrTheGatherNeverBoth) {
       "one range, small gathers");
   // Ranges of at most 1000 elements; one gather of every partition.
   const double s = std::ceil(psi / n);
-  buffers_each_step(" --set zero.reduce_bucket_size=1000 --set zero.allgather_bucket_size=500000000",
-                    2 * (n * s + s), "small ranges, one gather");
+  buffers_each_step(" --set zero.reduce_bucket_size=1000 --set zero.allgather_bucket_size=500000000", 2 * (n * s + s),
+                    "small ranges, one gather");
+}
+
+// Note [Stage 0 holds its gradients once]: stage 0 takes the gradients into its flat buffer, so the rank holds one
+// full-size copy of them (2Ψ in bf16, padded to N*S) and, beside it, only its split (2S), which receives the sums
+// in place (Note [Sums written in place]). The host's .grad kept as well would count 2Ψ more gradient bytes; a
+// receive buffer, 2S more buffer bytes. Measured at every step, with accumulation.
+TEST(StageZeroMemory, GradientsOnceAndTheSplitBeside) {
+  ScratchDir dir;
+  const int ranks = 2;
+  RunOutput r = train(dir, "stage0", 0,
+                      job("gpt", 2) + " --nproc 2 --set bf16.enabled=true --set train_micro_batch_size_per_gpu=1"
+                                      " --set gradient_accumulation_steps=2");
+  const double psi = read_model_states(r)["num_params"].get<double>();
+  const double s = std::ceil(psi / ranks);
+  std::ifstream metrics(r.run_dir / "metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line); ++steps) {
+    const nlohmann::json memory = nlohmann::json::parse(line)["memory"];
+    EXPECT_EQ(memory["grads"].get<double>(), 2 * ranks * s) << line;
+    EXPECT_EQ(memory["buffers"].get<double>(), 2 * s) << line;
+  }
+  EXPECT_EQ(steps, 2);
 }
 
 // Stages 1-3 reduce through the one GradientReducer, which also checks what arrives: with

@@ -62,7 +62,8 @@ void import_fp32_optimizer_states(Importer& importer, Section& params) {
                   "meaning) or drop one of the two");
   } else if (!importer.is_true("bf16.optimizer_states")) {
     params.take("fp32_optimizer_states");
-    importer.set("bf16.optimizer_states", true, params.path("fp32_optimizer_states"), params.at("fp32_optimizer_states"),
+    importer.set("bf16.optimizer_states", true, params.path("fp32_optimizer_states"),
+                 params.at("fp32_optimizer_states"),
                  "false under bf16 master weights and ZeRO-Offload: the CPU Adam keeps the moments in bf16, "
                  "zhost's bf16.optimizer_states");
   } else {

@@ -171,7 +171,7 @@ void GradientReducer::launch(int r) {
   if (config_.before_launch) config_.before_launch(r);
   const int64_t mine = received_here(range);
   buffer.into_target = false;
-  if (config_.write_first_sums && !staged() && !summed_[static_cast<size_t>(r)] && mine > 0) {
+  if (config_.write_first_sums && !staged() && !summed_[static_cast<size_t>(r)]) {
     at::Tensor target = target_(r);  // Note [Sums written in place]
     if (target.scalar_type() == options_.dtype().toScalarType() && target.is_contiguous()) {
       buffer.recv_view = target.narrow(0, range.target_offset, mine);
