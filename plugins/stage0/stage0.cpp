@@ -15,8 +15,8 @@
 // Note [Stage 0 holds its gradients once]: the plugin takes the gradients (ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS):
 // each .grad is copied to its place in the flat buffer as it arrives and the host frees it, so the flat buffer
 // is the rank's only full-size copy of the gradients (the host's .grad and a flat copy of them would be two).
-// Gradient accumulation adds each micro-batch's gradient into that place (x + y, as autograd adds into .grad,
-// so the bits are stage 1's) and reduces once, at the boundary. Beside it: the split, which receives each
+// Gradient accumulation adds each micro-batch's gradient into that place and reduces once, at the boundary
+// (Note [Gradients accumulated where they are reduced]). Beside it: the split, which receives each
 // range's sums in place (Note [Sums written in place]). With debug.reduce_each_micro_batch every micro-batch's
 // gradients are reduced and the sums accumulated in the split, the order of stages 2 and 3, so that those can
 // be compared with stage 0 bit for bit under accumulation too. A parameter whose gradient did not arrive in any
@@ -25,7 +25,6 @@
 
 #include <ATen/ops/zeros.h>
 
-#include <algorithm>
 #include <vector>
 
 #include "zhost/cpp/partition.hpp"
@@ -64,8 +63,6 @@ class DataParallel : public sdk::PartitionHooks {
     rank_ = world.rank;
     world_size_ = world.size;
     layout_ = zero::FlatLayout(numels, world_size_);
-    accumulated_.assign(params_.size(), 0);
-    reduced_.assign(params_.size(), 0);
     const at::TensorOptions options = params_.front().model.options();
     grads_ = at::zeros({layout_.padded()}, options);  // the padding stays zero
     mine_ = at::zeros({layout_.partition_size()}, options);
@@ -80,8 +77,6 @@ class DataParallel : public sdk::PartitionHooks {
 
   void begin_micro_batch(const zhost_micro_batch_args& args) {
     boundary_ = args.is_boundary != 0;
-    if (args.micro_step == 0) std::fill(accumulated_.begin(), accumulated_.end(), 0);
-    std::fill(reduced_.begin(), reduced_.end(), 0);
     reducer_.begin_micro_batch(args.micro_step == 0, boundary_);
   }
 
@@ -97,27 +92,19 @@ class DataParallel : public sdk::PartitionHooks {
     out.buffers = mine_.nbytes() + reducer_.buffer_bytes();
   }
 
-  // The host frees the gradient after this call (Note [Stage 0 holds its gradients once]).
+  // The host frees the gradient after this call (Note [Stage 0 holds its gradients once]): before the boundary it
+  // is added at its place in grads_, at the boundary added and reduced (Note [Gradients accumulated where they
+  // are reduced]).
   void grad_ready(uint32_t id, const DLTensor& grad_view) {
     const at::Tensor grad = kit::tensor_view(grad_view);
-    if (reduce_each_micro_batch_) return reducer_.add(id, grad);  // staged at its place, reduced, summed
-    at::Tensor place = flat_place(id);
-    if (accumulated_[id])
-      place.add_(grad.reshape({-1}));
+    if (reduce_each_micro_batch_ || boundary_)
+      reducer_.add(id, grad);
     else
-      place.copy_(grad.reshape({-1}));
-    accumulated_[id] = 1;
-    if (boundary_) reduce(id);
+      reducer_.accumulate(id, grad);
   }
 
-  // At the boundary, the parameters that had gradients in earlier micro-batches but none in this one
-  // (LayerDrop) are reduced too, in id order as on every rank; then every range completes.
   void backward_end() {
-    if (!reduce_each_micro_batch_ && !boundary_) return;
-    if (!reduce_each_micro_batch_)
-      for (uint32_t id = 0; id < params_.size(); ++id)
-        if (accumulated_[id] && !reduced_[id]) reduce(id);
-    reducer_.finish();
+    if (reduce_each_micro_batch_ || boundary_) reducer_.finish();
   }
 
   void step(zhost_step_args& args) {
@@ -166,18 +153,6 @@ class DataParallel : public sdk::PartitionHooks {
     kit::OptimizerState state;
   };
 
-  // Parameter id's place in the flat buffer.
-  at::Tensor flat_place(uint32_t id) const {
-    return grads_.narrow(0, layout_.param_offset(id), params_[id].model.numel());
-  }
-
-  // Its accumulated gradient to the reducer, which stages it where it already lies (copy_ of a tensor onto
-  // itself returns at once).
-  void reduce(uint32_t id) {
-    reducer_.add(id, flat_place(id));
-    reduced_[id] = 1;
-  }
-
   // Every rank's split of the reduced gradients into every rank's flat buffer.
   void gather_reduced_gradients() {
     DLTensor send_dl = kit::dl_view(mine_), recv_dl = kit::dl_view(grads_);
@@ -193,8 +168,6 @@ class DataParallel : public sdk::PartitionHooks {
   int rank_ = 0;
   int world_size_ = 1;
   bool boundary_ = true;
-  std::vector<uint8_t> accumulated_;  // per parameter: its place in grads_ holds this step's gradient
-  std::vector<uint8_t> reduced_;      // per parameter: handed to the reducer in this micro-batch
   std::vector<Param> params_;
   zero::FlatLayout layout_;
   at::Tensor mine_;   // [S] compute dtype: this rank's split of the reduced gradients, accumulated to the step

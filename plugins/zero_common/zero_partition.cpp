@@ -119,13 +119,26 @@ void ZeroPartition::begin_micro_batch(const zhost_micro_batch_args& args) {
   reducer_.begin_micro_batch(args.micro_step == 0, boundary_);
 }
 
+// The host frees the gradient after this call. Stage 1: Note [Stage 1 accumulates in its flat staging].
 void ZeroPartition::grad_ready(uint32_t id, const DLTensor& grad_view) {
-  if (!reduces_now()) return;  // stage 1 outside the boundary: the host accumulates .grad
-  reducer_.add(id, tensor_view(grad_view));
+  const at::Tensor grad = tensor_view(grad_view);
+  if (options_.stage == 1 && !flat_grads_.defined()) {
+    flat_grads_ = at::empty({layout_.padded()}, grad.options());
+    reducer_.set_flat_staging(flat_grads_);
+  }
+  if (reduces_now())
+    reducer_.add(id, grad);
+  else
+    reducer_.accumulate(id, grad);
 }
 
 void ZeroPartition::backward_end() {
-  if (reduces_now()) reducer_.finish();
+  if (!reduces_now()) return;
+  reducer_.finish();
+  if (flat_grads_.defined()) {  // stage 1: reduced; given back before the step gathers
+    reducer_.set_flat_staging(at::Tensor());
+    flat_grads_ = at::Tensor();
+  }
 }
 
 at::Tensor ZeroPartition::ensure_grad_partition() {
@@ -230,6 +243,8 @@ void ZeroPartition::gather_updated_partitions(const at::Tensor& updated) {
 void ZeroPartition::memory(zhost_model_state_bytes& out) const {
   // The most held at once in a step (Note [Transient communication buffers]): the reduction's or the gather's.
   out.buffers = std::max(reducer_.buffer_bytes(), gather_bytes());
+  // Stage 1: the flat buffer it accumulates in, held through every step's backward.
+  if (options_.stage == 1) out.grads = static_cast<uint64_t>(layout_.padded()) * c10::elementSize(compute_dtype_);
   if (tier_.active()) {  // master, states and gradient partition are the tier's
     out.offloaded = delayed_ ? delayed_->tier_bytes() : tier_.bytes();  // a busy tier is not called
     out.buffers += updated_.nbytes() + (delayed_ ? delayed_->buffer_bytes() : 0);
@@ -237,7 +252,7 @@ void ZeroPartition::memory(zhost_model_state_bytes& out) const {
   }
   out.master = master_.nbytes();
   out.optimizer = static_cast<uint64_t>(state_.bytes());
-  out.grads = options_.stage == 2 ? grad_partition_.nbytes() : 0;  // stage 1: the host's .grad holds them
+  if (options_.stage == 2) out.grads = grad_partition_.nbytes();
 }
 
 // Checkpoints (docs/checkpoints.md): this rank's partition of the masters and optimizer states, parameter by

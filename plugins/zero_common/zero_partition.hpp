@@ -2,8 +2,9 @@
 // (zhost/partition.h), one class for both as in the ZeRO paper: they differ only in when gradients are
 // reduced and where they wait for the step.
 //
-//   stage 1 (optimizer states partitioned): gradients accumulate in the parameters' .grad; during the
-//     boundary micro-batch's backward they are reduced in buckets, each rank keeping its partition's slice.
+//   stage 1 (optimizer states partitioned): gradients accumulate in one flat buffer of the model's size
+//     (Note [Stage 1 accumulates in its flat staging]); during the boundary micro-batch's backward they are
+//     reduced in buckets from there, each rank keeping its partition's slice.
 //   stage 2 (+ gradients partitioned): every micro-batch's gradients are reduced from the gradient-ready
 //     hooks in buckets and accumulated into the rank's gradient partition; the host frees each .grad at
 //     once (ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS), so no rank holds full-size gradients.
@@ -21,6 +22,13 @@
 // goes on; the tier writes the updated partition to pinned host memory chunk by chunk
 // (zero.offload_optimizer.step_chunk_size), each chunk's copy to the device running while the next chunk
 // steps, all before the all-gather.
+//
+// Note [Stage 1 accumulates in its flat staging]: stage 1 takes the gradients too (the host frees each .grad
+// after grad_ready) and accumulates them at their places in a flat buffer that is also the reduction's staging
+// (Note [Gradients accumulated where they are reduced] in zhost/zero/gradient_reducer.hpp): one full-size copy
+// of the gradients instead of .grad plus a staged copy, and it is given back once the boundary's reductions
+// finish, before the step's all-gather takes its buffers. x + y as autograd adds, so stage 1 still equals
+// stage 0 bit for bit.
 //
 // Note [Transient communication buffers]: stages 1 and 2 hold no communication buffer between steps. A
 // range's staging buffer is taken when its first gradient arrives and given back once the micro-batch's
@@ -104,11 +112,12 @@ class ZeroPartition : public sdk::PartitionHooks {
   kit::OptimizerState state_;
   std::vector<std::string> state_names_;  // what a checkpoint holds: "master" and the optimizer's states
   at::Tensor grad_partition_;  // [S] compute dtype: this rank's reduced gradients (stage 1: boundary to step)
+  at::Tensor flat_grads_;      // stage 1: [N*S] compute dtype, the step's accumulated gradients until reduced
   GradientReducer reducer_;
-  OptimizerTier tier_;        // the optimizer's offload tier (inactive without one)
-  at::Tensor updated_;        // [S] compute dtype: the tier's updated partition, sent by the all-gather
-  HostCopies copies_;         // to and from the tier's host memory
-  StagedStep staged_step_;    // staged: the tier's step, chunk by chunk through pinned buffers
+  OptimizerTier tier_;      // the optimizer's offload tier (inactive without one)
+  at::Tensor updated_;      // [S] compute dtype: the tier's updated partition, sent by the all-gather
+  HostCopies copies_;       // to and from the tier's host memory
+  StagedStep staged_step_;  // staged: the tier's step, chunk by chunk through pinned buffers
   int64_t gather_chunk_ = 0;
   bool boundary_ = true;
   // Delayed update (Note [Delayed parameter update]): grad_partition_ is then its accumulator, and the step in

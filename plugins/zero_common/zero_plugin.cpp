@@ -68,7 +68,7 @@ const zhost_plugin_descriptor* describe(int stage) {
       ->summary(stage == 1 ? "ZeRO stage 1: optimizer states and fp32 master weights partitioned over ranks"
                            : "ZeRO stage 2: optimizer states, master weights and gradients partitioned over ranks")
       .provides({stage == 1 ? "partition:stage1" : "partition:stage2"})
-      .flags(stage == 2 ? ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS : 0);
+      .flags(ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS);  // stage 1: Note [Stage 1 accumulates in its flat staging]
   declare_keys(*builder, stage);
   return builder->build();  // the builder owns the descriptor's strings: kept for the plugin's lifetime
 }

@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -208,36 +209,40 @@ TEST_P(ZeroFormulas, ModelStateBytesAndTrafficMatch) {
 }
 
 // Communication buffers of stages 1 and 2 (Note [Transient communication buffers]), in bf16 (2 bytes), each
-// run measured at every step. During backward: the ranges' staging (one flat range of all Ψ at DeepSpeed's
-// default of 5e8 elements; this rank's share is received straight into its gradient partition, Note [Sums
-// written in place], and no regrouped copy is made, Note [Flat-range buckets]). During the step: the parameter
+// run measured at every step. During backward: stage 2's range staging (one flat range of all Ψ at DeepSpeed's
+// default of 5e8 elements); stage 1 stages in the flat buffer it accumulates the gradients in, reported as its
+// gradients, 2*N*S (Note [Stage 1 accumulates in its flat staging]). This rank's share of a range is received
+// straight into its gradient partition (Note [Sums written in place]). During the step: the parameter
 // all-gather's receive (N*chunk) and send (chunk) buffers. They are never held at once: the report is the
-// larger. A run with small gather chunks shows the staging alone (Ψ; a receive buffer would add S = Ψ/N), one
-// with small ranges the gather alone ((N+1)*S; held through backward it would add to the staging).
+// larger. A run with gathers of 64 elements per rank shows the staging alone (a receive buffer would add S =
+// Ψ/N), one with small ranges the gather alone ((N+1)*S; held through backward it would add to the staging).
 TEST_P(ZeroFormulas, CommunicationBuffersAreTheRangesOrTheGatherNeverBoth) {
-  const int ranks = GetParam().ranks;
+  const auto [stage, ranks] = GetParam();
   const double n = ranks;
-  auto buffers_each_step = [&](const std::string& buckets, double expected, const char* what) {
+  double psi = 0;
+  auto buffers_each_step = [&](const std::string& buckets, const std::function<double(double)>& expected,
+                               const char* what) {
     ScratchDir dir;
     RunOutput r = train_bf16_gpt(dir, 2, buckets);
-    expected = expected < 0 ? 2 * read_model_states(r)["num_params"].get<double>() : expected;
+    psi = read_model_states(r)["num_params"].get<double>();
     std::ifstream metrics(r.run_dir / "metrics.jsonl");
     int steps = 0;
     for (std::string line; std::getline(metrics, line); ++steps) {
-      const double buffers = nlohmann::json::parse(line)["memory"]["buffers"].get<double>();
-      EXPECT_NEAR(buffers / expected, 1.0, 0.001) << what << ": " << buffers << " bytes, expected " << expected;
+      const nlohmann::json memory = nlohmann::json::parse(line)["memory"];
+      const double buffers = memory["buffers"].get<double>(), want = expected(psi);
+      EXPECT_NEAR(buffers / want, 1.0, 0.001) << what << ": " << buffers << " bytes, expected " << want;
+      if (stage == 1) {
+        EXPECT_EQ(memory["grads"].get<double>(), 2 * n * std::ceil(psi / n)) << what;
+      }
     }
     EXPECT_EQ(steps, 2) << what;
-    return read_model_states(r)["num_params"].get<double>();
   };
-  // The staging of one range of all Ψ; gathers of 64 elements per rank.
-  const double psi = buffers_each_step(
-      " --set zero.reduce_bucket_size=500000000 --set zero.allgather_bucket_size=" + std::to_string(64 * ranks), -1,
-      "one range, small gathers");
-  // Ranges of at most 1000 elements; one gather of every partition.
-  const double s = std::ceil(psi / n);
-  buffers_each_step(" --set zero.reduce_bucket_size=1000 --set zero.allgather_bucket_size=500000000", 2 * (n * s + s),
-                    "small ranges, one gather");
+  buffers_each_step(
+      " --set zero.reduce_bucket_size=500000000 --set zero.allgather_bucket_size=" + std::to_string(64 * ranks),
+      [&](double p) { return stage == 2 ? 2 * p : 2 * 64 * (n + 1); }, "one range, small gathers");
+  buffers_each_step(
+      " --set zero.reduce_bucket_size=1000 --set zero.allgather_bucket_size=500000000",
+      [&](double p) { return 2 * (n + 1) * std::ceil(p / n); }, "small ranges, one gather");
 }
 
 // Note [Stage 0 holds its gradients once]: stage 0 takes the gradients into its flat buffer, so the rank holds one
@@ -248,8 +253,9 @@ TEST(StageZeroMemory, GradientsOnceAndTheSplitBeside) {
   ScratchDir dir;
   const int ranks = 2;
   RunOutput r = train(dir, "stage0", 0,
-                      job("gpt", 2) + " --nproc 2 --set bf16.enabled=true --set train_micro_batch_size_per_gpu=1"
-                                      " --set gradient_accumulation_steps=2");
+                      job("gpt", 2) +
+                          " --nproc 2 --set bf16.enabled=true --set train_micro_batch_size_per_gpu=1"
+                          " --set gradient_accumulation_steps=2");
   const double psi = read_model_states(r)["num_params"].get<double>();
   const double s = std::ceil(psi / ranks);
   std::ifstream metrics(r.run_dir / "metrics.jsonl");

@@ -63,6 +63,7 @@ GradientReducer::GradientReducer(const sdk::Host& host, std::vector<ReductionRan
   index_in_.assign(params, 0);
   added_.assign(params, 0);
   summed_.assign(ranges_.size(), 0);
+  accumulated_.assign(params, 0);
   for (size_t r = 0; r < ranges_.size(); ++r) {
     ReductionRange& range = ranges_[r];
     counts_given_.push_back(!range.counts.empty());
@@ -85,6 +86,30 @@ GradientReducer::~GradientReducer() {
 void GradientReducer::begin_micro_batch(bool first, bool boundary) {
   first_ = first;
   boundary_ = boundary;
+  if (first) std::fill(accumulated_.begin(), accumulated_.end(), 0);
+}
+
+void GradientReducer::set_flat_staging(const at::Tensor& flat) { config_.flat_staging = flat; }
+
+// The parameter's place in the flat staging.
+at::Tensor GradientReducer::flat_place(uint32_t param) const {
+  const int r = range_of_.at(param);
+  const ReductionRange& range = ranges_[static_cast<size_t>(r)];
+  const size_t i = static_cast<size_t>(index_in_[param]);
+  return config_.flat_staging.narrow(0, range.flat_offset + range.offsets[i], range.lengths[i]);
+}
+
+// Note [Gradients accumulated where they are reduced].
+void GradientReducer::accumulate(uint32_t param, const at::Tensor& grad) {
+  if (!config_.flat_staging.defined() || range_of_.at(param) < 0)
+    throw PluginError(ZHOST_ERR_INTERNAL, kit::format("{}: accumulate() needs a flat staging that holds parameter {}",
+                                                      config_.owner, config_.param_names.at(param)));
+  at::Tensor place = flat_place(param);
+  if (accumulated_[param])
+    place.add_(grad.reshape({-1}));
+  else
+    place.copy_(grad.reshape({-1}));
+  accumulated_[param] = 1;
 }
 
 // A free buffer for `range`: with flat_staging any free one, viewing the range's flat place; else the smallest
@@ -140,9 +165,12 @@ void GradientReducer::add(uint32_t param, const at::Tensor& grad) {
   if (progress.buffer < 0) progress.buffer = take_buffer(r);
   const ReductionRange& range = ranges_[static_cast<size_t>(r)];
   const size_t i = static_cast<size_t>(index_in_[param]);
-  buffers_[static_cast<size_t>(progress.buffer)]
-      ->staging.narrow(0, range.offsets[i], range.lengths[i])
-      .copy_(grad.reshape({-1}));
+  at::Tensor place =
+      buffers_[static_cast<size_t>(progress.buffer)]->staging.narrow(0, range.offsets[i], range.lengths[i]);
+  if (accumulated_[param])  // earlier micro-batches' sum is at this place (flat staging)
+    place.add_(grad.reshape({-1}));
+  else
+    place.copy_(grad.reshape({-1}));
   if (--progress.missing == 0) launch_ready(r);
 }
 
@@ -249,10 +277,11 @@ void GradientReducer::drain(Buffer& buffer) {
 }
 
 void GradientReducer::finish() {
-  // Parameters unused by this loss: an error, or zeros at their places.
+  // Parameters unused by this loss: an error, or zeros at their places; or reduced from their places when they
+  // accumulated in earlier micro-batches.
   for (size_t p = 0; p < added_.size(); ++p) {
     if (added_[p] || range_of_[p] < 0) continue;
-    if (!config_.ignore_unused_parameters)
+    if (!config_.ignore_unused_parameters && !accumulated_[p])
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT,
                         kit::format("{}: parameter {} received no gradient in this backward (unused by the loss); "
                                     "set zero.ignore_unused_parameters = true to treat it as zero",
@@ -262,7 +291,8 @@ void GradientReducer::finish() {
     if (progress.buffer < 0) progress.buffer = take_buffer(r);
     const ReductionRange& range = ranges_[static_cast<size_t>(r)];
     const size_t i = static_cast<size_t>(index_in_[p]);
-    buffers_[static_cast<size_t>(progress.buffer)]->staging.narrow(0, range.offsets[i], range.lengths[i]).zero_();
+    if (!accumulated_[p])  // else its place holds the earlier micro-batches' sum, reduced as it is
+      buffers_[static_cast<size_t>(progress.buffer)]->staging.narrow(0, range.offsets[i], range.lengths[i]).zero_();
     --progress.missing;
   }
   if (config_.fixed_order) {

@@ -25,7 +25,9 @@
 // launched as soon as it is complete, and the stage checks that the ranks agree (`before_launch`).
 //
 //   begin_micro_batch(first, boundary)   which micro-batch of the step this is
-//   add(p, grad)                         copy into p's range; launch what is ready
+//   accumulate(p, grad)                  flat staging only: add into p's place, reduce nothing (Note [Gradients
+//                                        accumulated where they are reduced])
+//   add(p, grad)                         copy (or add, after accumulate) into p's range; launch what is ready
 //   finish()                             launch every range left (missing gradients as zeros), complete every
 //                                        reduction, drain every copy: the targets hold the micro-batch's sums
 //
@@ -34,6 +36,13 @@
 // its own), cut once at setup. Flat order is owner order, so a range is reduce-scattered as it lies with
 // per-rank counts (its overlap with each rank's partition), and this rank's sums, one contiguous run, go to
 // their place in its partition: no regrouping copy, one bucket-sized buffer per range in flight.
+//
+// Note [Gradients accumulated where they are reduced]: a stage that reduces once per step (stages 0 and 1) and
+// takes the gradients (ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS) accumulates the micro-batches at their places in its
+// flat staging: accumulate() copies the first gradient of the step there and adds later ones (x + y, as autograd
+// adds into .grad: the same bits), and the boundary's add() adds its own, so the flat buffer is the rank's one
+// full-size copy of the gradients. At finish() a parameter that accumulated in earlier micro-batches but sent
+// nothing in the boundary one (a block LayerDrop skipped) is reduced from its place, like any other.
 //
 // Note [Sums written in place]: a reduce-scatter's output is this rank's sums, which are added into the
 // target. When the target's place is known to be zero (a stage's gradient partition or split just zeroed, the
@@ -89,6 +98,13 @@ struct ReducerOptions {
   // The targets are a tier's accumulator that may give its pages back after a step: prefaulted for writing
   // before the step's first add (kit::prefault_for_write).
   bool prefault_targets = false;
+  // Note [Gradients accumulated where they are reduced]: a stage that reduces once per step (stages 0 and 1) and
+  // takes the gradients (ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS) accumulates the micro-batches at their places in its
+  // flat staging: accumulate() copies the first gradient of the step there and adds later ones (x + y, as autograd
+  // adds into .grad: the same bits), and the boundary's add() adds its own, so the flat buffer is the rank's one
+  // full-size copy of the gradients. At finish() a parameter that accumulated in earlier micro-batches but sent
+  // nothing in the boundary one (a block LayerDrop skipped) is reduced from its place, like any other.
+  //
   // Note [Sums written in place]: the stage keeps each range's place in its target at zero until the reducer's
   // first sums go there (after construction and after each targets_cleared()), in the staging dtype: those
   // sums are received straight into the target instead of into a buffer and added.
@@ -114,8 +130,12 @@ class GradientReducer {
   GradientReducer& operator=(GradientReducer&&) = default;
 
   void begin_micro_batch(bool first, bool boundary);
+  void accumulate(uint32_t param, const at::Tensor& grad);
   void add(uint32_t param, const at::Tensor& grad);
   void finish();
+  // The flat staging (ReducerOptions::flat_staging) for the next micro-batches; an undefined tensor releases it
+  // (no accumulation may be pending then).
+  void set_flat_staging(const at::Tensor& flat);
   // With write_first_sums: the stage zeroed (or replaced) the targets; the next sums are written in place again.
   void targets_cleared();
   const std::vector<ReductionRange>& ranges() const { return ranges_; }
@@ -152,6 +172,7 @@ class GradientReducer {
   bool staged() const { return copies_.separate(); }
   int64_t received_here(const ReductionRange& range) const { return range.counts[static_cast<size_t>(rank_)]; }
   int take_buffer(int range);
+  at::Tensor flat_place(uint32_t param) const;
   void zero_padding(int range, Buffer& buffer);
   void launch_ready(int completed);
   void launch(int range);
@@ -168,10 +189,11 @@ class GradientReducer {
   Target target_;
   std::vector<uint8_t> counts_given_;  // per range: it came with counts (sent as recv_counts)
   std::vector<Progress> progress_;
-  std::vector<int> range_of_;   // per parameter, -1 for one no range sums
-  std::vector<int> index_in_;   // per parameter: its index in its range's params
-  std::vector<uint8_t> added_;  // per parameter: its gradient is in its range's buffer this micro-batch
-  std::vector<uint8_t> summed_;  // per range, with write_first_sums: sums went into its target since cleared
+  std::vector<int> range_of_;         // per parameter, -1 for one no range sums
+  std::vector<int> index_in_;         // per parameter: its index in its range's params
+  std::vector<uint8_t> added_;        // per parameter: its gradient is in its range's buffer this micro-batch
+  std::vector<uint8_t> summed_;       // per range, with write_first_sums: sums went into its target since cleared
+  std::vector<uint8_t> accumulated_;  // per parameter: its flat place holds this step's gradient (accumulate)
   int64_t largest_range_ = 0;
   std::vector<std::unique_ptr<Buffer>> buffers_;
   int next_launch_ = -1;        // fixed order: the next range to launch (they go in descending order)
