@@ -2,10 +2,11 @@
 """bench/vs_deepspeed/compare.py: the same ds_config.json, Hugging Face folder and batches trained by DeepSpeed and
 by zhost on 2 CPU ranks each, and their per-step losses, grad norms, lrs and final fp32 weights compared.
 
-  compare.py make WORK [--kind gpt2|llama]
+  compare.py make WORK [--kind gpt2|llama] [--model-config JSON] [--init-std S]
       WORK/model (a seeded HF folder, tests/hf/hf_models.py, dropout 0: zhost has none) and WORK/tokens.bin
       (the license texts of /usr/share/common-licenses as uint16 byte ids).
   compare.py one DS_CONFIG WORK [--steps N] [--name NAME] [--peer deepspeed|ddp|compile|fsdp2] [--attn A]
+                [--peer-dtype float32|float64]
       Trains DS_CONFIG with zhost and the peer (DeepSpeed unless --peer) and prints one JSON line: max |loss diff|,
       max |weight diff|, ...
   compare.py matrix WORK [--steps N] [--only NAME,...] [--kind gpt2|llama] [--out FILE]
@@ -113,13 +114,15 @@ def venv_python():
     return os.path.join(venv, "bin")
 
 
-def make(work, kind, overrides=None):
+def make(work, kind, overrides=None, init_std=0.2):
     """WORK/model, a seeded HF folder of SIZES[kind] (OVERRIDES, a dict, replaces entries: a bigger model for
-    memory), and WORK/tokens.bin, the license texts as byte tokens."""
+    memory; INIT_STD: the weights' normal init, GPT-2's own is 0.02), and WORK/tokens.bin, the license texts as
+    byte tokens."""
     model = os.path.join(work, "model")
     os.makedirs(model, exist_ok=True)
     subprocess.run([os.path.join(venv_python(), "python"), os.path.join(ROOT, "tests/hf/hf_models.py"), "make",
-                    kind, model, "--seed", "1", "--config", json.dumps({**SIZES[kind], **(overrides or {})})],
+                    kind, model, "--seed", "1", "--config", json.dumps({**SIZES[kind], **(overrides or {})}),
+                    "--std", str(init_std)],
                    check=True)
     licenses = "/usr/share/common-licenses"
     data = b"".join(open(os.path.join(licenses, f), "rb").read() for f in sorted(os.listdir(licenses))
@@ -178,14 +181,14 @@ def run_zhost(config_path, work, run, steps, zhost, threads, extra_set=(), expor
     return wall
 
 
-def run_peer(config_path, work, run, steps, threads, peer="deepspeed", attn="eager"):
+def run_peer(config_path, work, run, steps, threads, peer="deepspeed", attn="eager", dtype="float32"):
     out = os.path.join(run, peer)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [os.path.join(venv_python(), "torchrun"), "--nproc-per-node", "2", "--master-port",
            str(29500 + os.getpid() % 1000), os.path.join(HERE, "ds_train.py"),
            "--config", config_path, "--model", os.path.join(work, "model"), "--tokens",
            os.path.join(work, "tokens.bin"), "--seq-len", str(SEQ_LEN), "--steps", str(steps), "--seed",
-           str(SEED), "--out", out, "--peer", peer, "--attn", attn]
+           str(SEED), "--out", out, "--peer", peer, "--attn", attn, "--dtype", dtype]
     start = time.time()
     run_logged(cmd, out + ".log", threads_env(threads))
     return time.time() - start
@@ -230,7 +233,8 @@ def compare(run, peer="deepspeed"):
             "final_loss_deepspeed": d[-1]["loss"]}
 
 
-def one(config, work, name, steps, zhost, threads, extra_set=(), peer="deepspeed", attn="eager"):
+def one(config, work, name, steps, zhost, threads, extra_set=(), peer="deepspeed", attn="eager",
+        peer_dtype="float32"):
     run = os.path.join(work, "runs", name if peer == "deepspeed" else f"{name}-{peer}")
     os.makedirs(run, exist_ok=True)
     path = os.path.join(run, "ds_config.json")
@@ -240,7 +244,7 @@ def one(config, work, name, steps, zhost, threads, extra_set=(), peer="deepspeed
     else:
         shutil.copyfile(config, path)
     run_zhost(path, work, run, steps, zhost, threads, extra_set)
-    run_peer(path, work, run, steps, threads, peer, attn)
+    run_peer(path, work, run, steps, threads, peer, attn, peer_dtype)
     result = {"name": name if peer == "deepspeed" else f"{name} {peer}", **compare(run, peer)}
     print(json.dumps(result), flush=True)
     return result
@@ -417,6 +421,9 @@ def main():
                    help="one: the side set against zhost")
     p.add_argument("--set", action="append", default=[], dest="extra_set")
     p.add_argument("--zhost", default=os.path.join(ROOT, "build/bin/zhost"))
+    p.add_argument("--init-std", type=float, default=0.2, help="make: std of the weights' normal init")
+    p.add_argument("--peer-dtype", default="float32", choices=["float32", "float64"],
+                   help="one: the PyTorch peer's dtype (float64: a reference for fp32 rounding)")
     p.add_argument("--model-config", default="{}",
                    help="make: JSON entries that replace SIZES[kind]'s, e.g. '{\"n_layer\": 12, \"n_embd\": 768}'")
     a = p.parse_args()
@@ -431,11 +438,11 @@ def main():
                 out.write(text + "\n")
         return
     if a.what == "make":
-        make(os.path.abspath(a.args[0]), a.kind, json.loads(a.model_config))
+        make(os.path.abspath(a.args[0]), a.kind, json.loads(a.model_config), a.init_std)
     elif a.what == "one":
         config, work = a.args[0], os.path.abspath(a.args[1])
         one(config, work, a.name or os.path.splitext(os.path.basename(config))[0], a.steps, a.zhost, a.threads,
-            a.extra_set, a.peer, a.attn or "eager")
+            a.extra_set, a.peer, a.attn or "eager", a.peer_dtype)
     else:
         work = os.path.abspath(a.args[0])
         names = [n for n in CONFIGS if not a.only or n in a.only.split(",")]

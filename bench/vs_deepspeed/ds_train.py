@@ -40,21 +40,24 @@ def parse():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--attn", default="eager", help="HF attn_implementation (eager or sdpa)")
     p.add_argument("--peer", default="deepspeed", choices=["deepspeed", "ddp", "compile", "fsdp2"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"],
+                   help="the PyTorch peers' parameter dtype: float64 gives a reference for fp32 rounding")
     p.add_argument("--out", required=True)
     return p.parse_args()
 
 
-def load_model(folder, attn):
+def load_model(folder, attn, dtype="float32"):
     import transformers
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn,
-                                                              dtype=torch.float32)
+                                                              dtype=getattr(torch, dtype))
     model.train()
     return model
 
 
 def loss_of(model, tokens, targets):
     logits = model(input_ids=tokens).logits
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up to fp32; fp64 stays
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def main():
@@ -67,7 +70,9 @@ def main():
     micro = config["train_micro_batch_size_per_gpu"]
     gas = config.get("gradient_accumulation_steps", 1)
     data = samples.TokenFile(args.tokens, args.seq_len, args.seed)
-    model = load_model(args.model, args.attn)
+    if args.dtype != "float32" and args.peer == "deepspeed":
+        raise SystemExit("--dtype: only the PyTorch peers (--peer ddp, compile, fsdp2) take another dtype")
+    model = load_model(args.model, args.attn, args.dtype)
     if args.peer != "deepspeed":
         return train_torch(args, config, model, data, rank, world)
 

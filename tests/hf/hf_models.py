@@ -109,7 +109,7 @@ def read_safetensors(path):
     return out
 
 
-def make(kind, folder, shards=1, dtype="F32", seed=0, overrides="{}"):
+def make(kind, folder, shards=1, dtype="F32", seed=0, overrides="{}", std=0.2):
     config = dict(CONFIGS[kind])
     config.update(json.loads(overrides))
     generator = torch.Generator().manual_seed(seed)
@@ -119,7 +119,7 @@ def make(kind, folder, shards=1, dtype="F32", seed=0, overrides="{}"):
                 or name.endswith("ln_f.weight"):
             t = 1.0 + 0.1 * torch.randn(shape, generator=generator)
         else:
-            t = 0.2 * torch.randn(shape, generator=generator)
+            t = std * torch.randn(shape, generator=generator)
         tensors.append((name, t))
     with open(f"{folder}/config.json", "w") as out:
         json.dump(config, out, indent=2)
@@ -226,7 +226,7 @@ def main(argv):
     if argv[1] == "make":
         options = dict(zip(argv[4::2], argv[5::2]))
         make(argv[2], argv[3], int(options.get("--shards", 1)), options.get("--dtype", "F32"),
-             int(options.get("--seed", 0)), options.get("--config", "{}"))
+             int(options.get("--seed", 0)), options.get("--config", "{}"), float(options.get("--std", 0.2)))
     elif argv[1] == "make-set":
         import os
         for name, kind, shards, dtype in [("gpt2", "gpt2", 1, "F32"), ("llama", "llama", 3, "F32"),
