@@ -77,7 +77,7 @@ class Importer {
                        const std::string& zhost_path, const std::string& text);
   TextPosition position(const std::string& pointer) const;
   bool is_set(const std::string& zhost_path) const;
-  bool is_true(const std::string& zhost_path) const;  // set to the boolean true
+  bool is_true(const std::string& zhost_path) const;                              // set to the boolean true
   bool is_string(const std::string& zhost_path, const std::string& value) const;  // set to this string
 
  private:
