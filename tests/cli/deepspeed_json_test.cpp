@@ -718,6 +718,14 @@ TEST(DeepSpeedJson, Fp32OptimizerStatesFalseIsBf16StatesUnderBf16MastersWithCpuA
             std::string::npos)
       << fp32.out;
 
+  // NVMe offload steps with the CPU Adam too: the moments stay in the fp32 masters' dtype.
+  std::string nvme = config(R"("immediate_grad_update": false)", "false", true);
+  nvme.replace(nvme.find(R"("device": "cpu")"), 15, R"("device": "nvme", "nvme_path": ")" + dir.path().string() + "\"");
+  dir.write("nvme.json", nvme);
+  CliResult on_nvme = run_zhost(dir.path(), "config check nvme.json" + kPlugins);
+  ASSERT_EQ(on_nvme.exit_code, 0) << on_nvme.err;
+  EXPECT_NE(on_nvme.out.find("the CPU Adam keeps its moments in the masters' dtype"), std::string::npos) << on_nvme.out;
+
   dir.write("gpu.json", config(R"("immediate_grad_update": false)", "false", false));
   CliResult gpu = run_zhost(dir.path(), "config check gpu.json" + kPlugins);
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;

@@ -28,8 +28,8 @@ std::string zhost_optimizer(const std::string& name) {
 }
 
 // Note [fp32_optimizer_states]: DeepSpeed pops optimizer.params.fp32_optimizer_states (default true) and hands it
-// to its CPU Adam only, under ZeRO-Offload (offload_optimizer.device "cpu"); false keeps Adam's moments in the
-// dtype of the weights the CPU Adam steps: bf16 with bf16_master_weights_and_grads (which is what
+// to its CPU Adam only, under ZeRO-Offload (offload_optimizer.device "cpu" or "nvme"); false keeps Adam's moments in
+// the dtype of the weights the CPU Adam steps: bf16 with bf16_master_weights_and_grads (which is what
 // bf16_optimizer_states does; that key forces it false), fp32 otherwise, where nothing changes. Elsewhere
 // DeepSpeed drops it.
 void import_fp32_optimizer_states(Importer& importer, Section& params) {
@@ -39,7 +39,8 @@ void import_fp32_optimizer_states(Importer& importer, Section& params) {
     params.refuse("fp32_optimizer_states", "a boolean is expected (DeepSpeed's default: true)");
     return;
   }
-  const bool cpu_adam = importer.is_string("zero.offload_optimizer.device", "cpu");
+  const bool cpu_adam = importer.is_string("zero.offload_optimizer.device", "cpu") ||
+                        importer.is_string("zero.offload_optimizer.device", "nvme");
   const bool bf16_masters = importer.is_true("bf16.master_weights_and_grads");
   if (value.get<bool>()) {
     params.note("fp32_optimizer_states",
@@ -49,8 +50,8 @@ void import_fp32_optimizer_states(Importer& importer, Section& params) {
                     : "Adam's moments in fp32, the default; no value changes");
   } else if (!cpu_adam) {
     params.note("fp32_optimizer_states",
-                "read only by DeepSpeed's CPU Adam (zero_optimization.offload_optimizer.device \"cpu\"), which this "
-                "file does not use; no value changes");
+                "read only by DeepSpeed's CPU Adam (zero_optimization.offload_optimizer.device \"cpu\" or "
+                "\"nvme\"), which this file does not use; no value changes");
   } else if (!bf16_masters) {
     params.note("fp32_optimizer_states",
                 "the CPU Adam keeps its moments in the masters' dtype, fp32 without "
