@@ -36,6 +36,18 @@ RunOutput train(const ScratchDir& dir, const std::string& name, const std::strin
 
 const char* kOffload = " --set zero.offload_optimizer.device=cpu --set offload_cpu.threads=1";
 
+// `args` resumed (as run NAME) from CKPT_DIR's step 10 of the 20-step job `full`: steps 11-20 and the final weights
+// the same bits.
+void expect_resume_at_ten_is_bitwise(const ScratchDir& dir, const std::string& name, const std::string& args,
+                                     const std::string& ckpt_dir, const RunOutput& full) {
+  RunOutput resumed = train(
+      dir, name,
+      args + " --set checkpoint.dir=" + name + "-ckpt --resume " + (dir.path() / ckpt_dir / "step-00000010").string());
+  ASSERT_EQ(resumed.losses.size(), 10u) << name;
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(resumed.losses[i], full.losses[i + 10]) << name << ", step " << i + 11;
+  EXPECT_EQ(weights_mismatch(resumed, full, 0, 0), "") << name;
+}
+
 struct Case {
   const char* name;
   int stage;
@@ -139,12 +151,7 @@ TEST(Offload, Bf16MasterWeightsHoldFewerBytesAndResumeAcrossPrecisions) {
   EXPECT_NEAR(states["offloaded"].get<double>() / (14 * psi / n), 1.0, 0.05) << states.dump();
 
   // The bf16-master job resumed from its own step 10: steps 11-20 the same bits.
-  RunOutput resumed16 =
-      train(dir, "resumed16",
-            bf16_master + " --set checkpoint.dir=r16 --resume " + (dir.path() / "ckpt16" / "step-00000010").string());
-  ASSERT_EQ(resumed16.losses.size(), 10u);
-  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(resumed16.losses[i], full16.losses[i + 10]) << "step " << i + 11;
-  EXPECT_EQ(weights_mismatch(resumed16, full16, 0, 0), "");
+  expect_resume_at_ten_is_bitwise(dir, "resumed16", bf16_master, "ckpt16", full16);
 
   // Across: an fp32-master checkpoint resumed with bf16 masters, and back.
   RunOutput into16 =
@@ -156,8 +163,12 @@ TEST(Offload, Bf16MasterWeightsHoldFewerBytesAndResumeAcrossPrecisions) {
   EXPECT_EQ(into16.losses.size(), 10u);
   EXPECT_EQ(into32.losses.size(), 10u);
   // Step 11 runs on the same bf16 weights either way: a resume rounds the checkpoint's masters to bf16.
-  if (into16.losses.size() == 10u) EXPECT_EQ(into16.losses[0], full32.losses[10]);
-  if (into32.losses.size() == 10u) EXPECT_EQ(into32.losses[0], full16.losses[10]);
+  if (into16.losses.size() == 10u) {
+    EXPECT_EQ(into16.losses[0], full32.losses[10]);
+  }
+  if (into32.losses.size() == 10u) {
+    EXPECT_EQ(into32.losses[0], full16.losses[10]);
+  }
 }
 
 // bf16_optimizer_states too: Adam's moments in bf16, 10 bytes per owned parameter in the tier (2 + 2 + 2 and the fp32
@@ -177,12 +188,7 @@ TEST(Offload, Bf16OptimizerStatesHoldTenBytesAndResumeBitForBit) {
   auto states = read_model_states(full);
   const double psi = states["num_params"].get<double>(), n = 2;
   EXPECT_NEAR(states["offloaded"].get<double>() / (10 * psi / n), 1.0, 0.05) << states.dump();
-  RunOutput resumed =
-      train(dir, "resumed",
-            states16 + " --set checkpoint.dir=r16 --resume " + (dir.path() / "c16" / "step-00000010").string());
-  ASSERT_EQ(resumed.losses.size(), 10u);
-  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(resumed.losses[i], full.losses[i + 10]) << "step " << i + 11;
-  EXPECT_EQ(weights_mismatch(resumed, full, 0, 0), "");
+  expect_resume_at_ten_is_bitwise(dir, "resumed", states16, "c16", full);
 }
 
 // ZeRO-Infinity's CPU form: parameters and optimizer offloaded. The 16-bit (here fp32) shards live in the

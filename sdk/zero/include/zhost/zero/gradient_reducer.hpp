@@ -89,8 +89,9 @@ struct ReducerOptions {
   bool ignore_unused_parameters = true;  // a gradient that never arrives reduces as zeros (else: an error)
   bool local_sum_on_one_rank = true;     // one rank, unstaged: add into the target, no collective
   // Optional, with flat_ranges: the stage's own flat gradient buffer ([padded], compute dtype), which the
-  // ranges are staged in at their flat places instead of pool buffers (stage 0 gathers the reduced
-  // gradients back into it at the step).
+  // ranges are staged in at their flat places instead of pool buffers, and accumulate() adds into (stage 0
+  // keeps it and gathers the reduced gradients back into it at the step; stage 1 hands a new one in with
+  // set_flat_staging() each step and releases it after the boundary's finish()).
   at::Tensor flat_staging;
   // Keep the staging buffers between micro-batches, each sized to any range; else each fits its first range
   // and finish() gives their device memory back (their pinned host buffers stay).
