@@ -48,29 +48,27 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 // reduce-scatter, which is what makes them bitwise equal to one another (docs/architecture.md, "One
 // summation order"). all_reduce keeps the backend's own order (Gloo's ring, NCCL's): use it for values
 // whose bits do not matter or that are exact (integer sums, max, min).
-void reduce_chunks(const at::Tensor& chunks, const at::Tensor& output, ReduceOp op) {
+// The ranks' contributions to this rank's shard, in rank order, reduced into `output`.
+void reduce_pieces(const std::vector<at::Tensor>& pieces, const at::Tensor& output, ReduceOp op) {
   at::Tensor out = output;
-  const int64_t ranks = chunks.size(0);
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg: {
       const bool widen = out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf;
-      at::Tensor sum = widen ? chunks[0].to(at::kFloat) : out.copy_(chunks[0]);
-      for (int64_t rank = 1; rank < ranks; ++rank) sum.add_(chunks[rank]);
-      if (op == ReduceOp::kAvg) sum.div_(static_cast<double>(ranks));
+      at::Tensor sum = widen ? pieces[0].to(at::kFloat) : out.copy_(pieces[0]);
+      for (size_t rank = 1; rank < pieces.size(); ++rank) sum.add_(pieces[rank]);
+      if (op == ReduceOp::kAvg) sum.div_(static_cast<double>(pieces.size()));
       if (widen) out.copy_(sum);
       break;
     }
-    case ReduceOp::kMax: {
-      const int64_t rank_dim[] = {0};
-      at::amax_out(out, chunks, at::IntArrayRef(rank_dim));
+    case ReduceOp::kMax:
+      out.copy_(pieces[0]);
+      for (size_t rank = 1; rank < pieces.size(); ++rank) at::maximum_out(out, out, pieces[rank]);
       break;
-    }
-    case ReduceOp::kMin: {
-      const int64_t rank_dim[] = {0};
-      at::amin_out(out, chunks, at::IntArrayRef(rank_dim));
+    case ReduceOp::kMin:
+      out.copy_(pieces[0]);
+      for (size_t rank = 1; rank < pieces.size(); ++rank) at::minimum_out(out, out, pieces[rank]);
       break;
-    }
   }
 }
 
@@ -429,9 +427,15 @@ Work Comm::reduce_scatter_async(const at::Tensor& input, const at::Tensor& outpu
   return reduce_scatter_v_async(in, out, std::vector<int64_t>(group_->size, out.numel()), op);
 }
 
-// An all-to-all sends each rank the pieces of its shard (the same bytes a ring reduce-scatter moves), then
-// every rank reduces its w pieces locally in rank order (Note [One summation order]). Gloo has no
-// reduce-scatter, NCCL none with uneven counts, and neither sums in a fixed order.
+// Note [Reduce-scatter keeps its own piece]: Gloo has no reduce-scatter, NCCL none with uneven counts, and
+// neither sums in a fixed order, so a reduce-scatter is an all-to-all that sends each rank the pieces of its
+// shard (the bytes a ring reduce-scatter moves), after which every rank reduces the w pieces locally in rank
+// order (Note [One summation order]). A rank's own piece is not sent to itself: it is read where it lies in
+// the input, and only the other w - 1 pieces are received, so the transient receive buffer is (w - 1) / w of
+// the input (half at two ranks) and the own piece is not copied. An all-to-all's send and receive buffers are
+// one contiguous run each, which the input without the own piece is only where that piece is first or last:
+// with two ranks one all-to-all carries everything; with more, two do - the pieces for lower ranks, then
+// those for higher ones (each rank receiving, in turn, from the higher and the lower ranks).
 Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& counts,
                                   ReduceOp op) {
   constexpr auto kind = CollectiveKind::kReduceScatter;
@@ -443,23 +447,48 @@ Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& out
   expect_numel(out, counts[group_->rank], kind, "output", "this rank's count");
   expect_reducible(in, op, kind);
   const compat::BackendPtr& backend = group_->backend_for(in, kind);
-  const int64_t shard = counts[group_->rank];
+  const int size = group_->size, rank = group_->rank;
+  const int64_t shard = counts[rank];
+  const auto offset_of = [&](int r) { return std::accumulate(counts.begin(), counts.begin() + r, int64_t{0}); };
+  const int64_t own_offset = offset_of(rank);
   c10d::AllToAllOptions options;
   options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
-  auto state =
-      group_->start(kind, reduce_scatter_traffic(to_bytes(counts, in), group_->rank, group_->remote), in.is_cuda());
+  auto state = group_->start(kind, reduce_scatter_traffic(to_bytes(counts, in), rank, group_->remote), in.is_cuda());
   if (group_->completes_locally()) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
-  at::Tensor pieces = at::empty({group_->size * shard}, in.options());
-  state->finish = [pieces, out, op, size = group_->size, shard] { reduce_chunks(pieces.view({size, shard}), out, op); };
+  // [w - 1, shard]: the pieces of the other ranks, in rank order.
+  at::Tensor others = at::empty({(size - 1) * shard}, in.options());
+  state->finish = [in, others, out, op, size, rank, shard, own_offset] {
+    at::Tensor own = in.narrow(0, own_offset, shard);
+    if (own.is_alias_of(out)) own = own.clone();  // written in place: read it before the sum overwrites it
+    std::vector<at::Tensor> pieces;
+    for (int from = 0; from < size; ++from)
+      pieces.push_back(from == rank ? own : others.narrow(0, (from < rank ? from : from - 1) * shard, shard));
+    reduce_pieces(pieces, out, op);
+  };
   return group_->issue(std::move(state), [&](Work::State& issued) {
-    std::vector<int64_t> receive_counts(group_->size, shard);
-    std::vector<int64_t> send_counts = counts;
     const bool gloo = backend != group_->nccl;
-    at::Tensor wire_pieces = on_the_wire(group_->staged(issued, backend, pieces, Group::Staging::kOut), gloo);
-    at::Tensor wire_in = on_the_wire(group_->staged(issued, backend, in, Group::Staging::kIn), gloo);
-    return backend->alltoall_base(wire_pieces, wire_in, receive_counts, send_counts, options);
+    const at::Tensor wire_others = on_the_wire(group_->staged(issued, backend, others, Group::Staging::kOut), gloo);
+    const at::Tensor wire_in = on_the_wire(group_->staged(issued, backend, in, Group::Staging::kIn), gloo);
+    // One exchange: send each rank in [low, high) its piece of the input, and receive the pieces of the ranks in
+    // [receive_low, receive_high) into `others` (the own piece neither sent nor received).
+    const auto index_in_others = [&](int from) { return from < rank ? from : from - 1; };
+    auto exchange = [&](int low, int high, int receive_low, int receive_high) {
+      std::vector<int64_t> send_counts(size, 0), receive_counts(size, 0);
+      for (int to = low; to < high; ++to)
+        if (to != rank) send_counts[to] = counts[to];
+      for (int from = receive_low; from < receive_high; ++from)
+        if (from != rank) receive_counts[from] = shard;
+      const int64_t send_begin = offset_of(low) + (low == rank ? shard : 0);
+      const int64_t receive_begin = index_in_others(receive_low == rank ? rank + 1 : receive_low) * shard;
+      at::Tensor send = wire_in.narrow(0, send_begin, total(send_counts));
+      at::Tensor receive = wire_others.narrow(0, receive_begin, total(receive_counts));
+      return backend->alltoall_base(receive, send, receive_counts, send_counts, options);
+    };
+    if (size <= 2) return exchange(0, size, 0, size);           // the own piece is first or last
+    issued.works.push_back(exchange(0, rank, rank + 1, size));  // to the lower ranks, from the higher
+    return exchange(rank + 1, size, 0, rank);                   // to the higher ranks, from the lower
   });
 }
 

@@ -2,8 +2,11 @@
 // exactly against results computed locally; async overlap and sub-groups; single-rank and argument checks
 // in-process.
 #include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <numeric>
 
 #include "host/core/error.hpp"
@@ -46,7 +49,7 @@ void check_equal(const at::Tensor& actual, const at::Tensor& expected, const std
 
 // Uneven partition sizes, one of them empty.
 std::vector<int64_t> uneven_counts(int world_size) {
-  const std::vector<int64_t> counts{5, 0, 3};
+  const std::vector<int64_t> counts{5, 0, 3, 2};
   return {counts.begin(), counts.begin() + world_size};
 }
 
@@ -85,6 +88,41 @@ const bool reduce_scatter_registered = register_scenario("reduce_scatter", [](Ra
     check_equal(output, full.narrow(0, offset_of(counts, ctx.rank), counts[ctx.rank]),
                 fmt::format("reduce_scatter_v op {}", static_cast<int>(op)));
   }
+});
+
+// LibTorch's CPU allocations on this thread while it is installed: the most bytes held at once.
+class AllocationPeak : public c10::MemoryReportingInfoBase {
+ public:
+  void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device) override {
+    held_ += bytes;
+    peak_ = std::max(peak_, held_);
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  int64_t peak() const { return peak_; }
+
+ private:
+  int64_t held_ = 0, peak_ = 0;
+};
+
+// Note [Reduce-scatter keeps its own piece]: the one buffer a reduce-scatter allocates holds the other ranks'
+// pieces of this rank's shard, not its own; the sums are still exact (checked against the local reduction).
+const bool reduce_scatter_buffer_registered = register_scenario("reduce_scatter_buffer", [](RankContext& ctx) {
+  const int64_t shard = int64_t{1} << 20;  // 4 MiB of fp32 per rank
+  const at::Tensor input = rank_data(ctx.rank, shard * ctx.world_size);
+  at::Tensor output = at::empty({shard});
+  auto peak = std::make_shared<AllocationPeak>();
+  {
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, peak);
+    ctx.comm.reduce_scatter(input, output);
+  }
+  check_equal(
+      output,
+      reduce_over_ranks(ctx.world_size, shard * ctx.world_size, ReduceOp::kSum).narrow(0, ctx.rank * shard, shard),
+      "reduce_scatter");
+  const int64_t others = (ctx.world_size - 1) * shard * static_cast<int64_t>(sizeof(float));
+  SCENARIO_CHECK(peak->peak() >= others && peak->peak() <= others + (int64_t{64} << 10),
+                 "allocated at most {} bytes at once, expected the other {} ranks' pieces ({} bytes)", peak->peak(),
+                 ctx.world_size - 1, others);
 });
 
 const bool all_gather_registered = register_scenario("all_gather", [](RankContext& ctx) {
@@ -278,6 +316,9 @@ class CollectivesTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(CollectivesTest, AllReduceSumAvgMaxMinUneven) { expect_scenario_passes("all_reduce", GetParam()); }
 TEST_P(CollectivesTest, ReduceScatterEvenAndUneven) { expect_scenario_passes("reduce_scatter", GetParam()); }
+TEST_P(CollectivesTest, ReduceScatterReceivesOnlyTheOtherRanksPieces) {
+  expect_scenario_passes("reduce_scatter_buffer", GetParam());
+}
 TEST_P(CollectivesTest, AllGatherEvenAndUneven) { expect_scenario_passes("all_gather", GetParam()); }
 TEST_P(CollectivesTest, AllToAllUnevenAndEvenSplits) { expect_scenario_passes("all_to_all", GetParam()); }
 TEST_P(CollectivesTest, BroadcastAndBarrier) { expect_scenario_passes("broadcast", GetParam()); }
@@ -285,6 +326,10 @@ TEST_P(CollectivesTest, AsyncCollectivesOverlap) { expect_scenario_passes("async
 TEST_P(CollectivesTest, Bfloat16CollectivesWorkOnGloo) { expect_scenario_passes("bf16", GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest, ::testing::Values(2, 3), ::testing::PrintToStringParamName());
+
+// Four ranks: two of them in the middle, whose own piece splits the input (Note [Reduce-scatter keeps its own
+// piece]).
+TEST(CollectivesFourRanksTest, ReduceScatterEvenAndUneven) { expect_scenario_passes("reduce_scatter", 4); }
 
 // Two ranks on one GPU (the scenario's ranks exec afresh, so this process may have touched CUDA).
 TEST(GlooCudaTest, RanksSharingOneGpuGetEveryCollectiveRight) {
