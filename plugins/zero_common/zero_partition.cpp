@@ -83,10 +83,11 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   for (const Param& p : params_) reducing.param_names.push_back(p.name);
   reducing.in_flight_elements = options_.overlap_comm ? options_.reduce_bucket_size : 0;
   reducing.ignore_unused_parameters = options_.ignore_unused_parameters;
-  // Note [Transient communication buffers]: staging given back after each reduction; this rank's partition
-  // receives its first sums in place (Note [Sums written in place]) unless a tier's accumulator takes them.
+  // Note [Transient communication buffers]: staging given back after each reduction; this rank's partition (or
+  // the tier's accumulator, zeros after setup and after every step by the tier ABI) receives its first sums in
+  // place (Note [Sums written in place]).
   reducing.keep_buffers = false;
-  reducing.write_first_sums = !tier_.active();
+  reducing.write_first_sums = true;
   reducer_ = GradientReducer(host_, flat_ranges(layout_, rank_, options_.reduce_bucket_size), rank_, world_size_,
                              on_device.dtype(compute_dtype_), std::move(reducing), copies_,
                              [this](int) { return ensure_grad_partition(); });
@@ -154,9 +155,10 @@ void ZeroPartition::step(zhost_step_args& args) {
       step_prologue(host_, {grad_partition_}, world_size_, params_.front().model.device(), args);
   // Note [Delayed parameter update]: the update in flight is applied at this boundary even when this step
   // overflows.
-  if (delayed_) {
+  if (delayed_) {  // its accumulator is zeroed at every boundary
     delayed_->step(args, decision, zero::step_scalars(args, decision, optimizer_spec_),
                    [this](const kit::StepScalars& scalars) { step_tier(scalars); });
+    reducer_.targets_cleared();
     return;
   }
   if (decision.overflow) {  // skipped alike on every rank; the gradients are dropped
@@ -164,7 +166,11 @@ void ZeroPartition::step(zhost_step_args& args) {
     return;
   }
   const kit::StepScalars scalars = zero::step_scalars(args, decision, optimizer_spec_);
-  if (tier_.active()) return step_tier(scalars);
+  if (tier_.active()) {
+    step_tier(scalars);
+    reducer_.targets_cleared();  // the tier's step zeroed its accumulator
+    return;
+  }
   const at::Tensor grad =
       grad_partition_.scalar_type() == at::kFloat ? grad_partition_ : grad_partition_.to(at::kFloat);
   optimizer_->step(master_, grad, state_, scalars);
@@ -197,7 +203,7 @@ void ZeroPartition::release_gradients() {
     grad_partition_.zero_();
   else
     grad_partition_ = at::Tensor();
-  if (!tier_.active()) reducer_.targets_cleared();
+  reducer_.targets_cleared();
 }
 
 // The all-gather's buffers while it runs: the receive chunk of every rank, and a send chunk when the partition

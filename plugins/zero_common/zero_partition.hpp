@@ -32,8 +32,9 @@
 //
 // Note [Transient communication buffers]: stages 1 and 2 hold no communication buffer between steps. A
 // range's staging buffer is taken when its first gradient arrives and given back once the micro-batch's
-// reductions finish (ReducerOptions::keep_buffers false); without a tier the sums are received straight into
-// the gradient partition (Note [Sums written in place]); the all-gather's buffers live for the gather. So the
+// reductions finish (ReducerOptions::keep_buffers false); the sums are received straight into the gradient
+// partition, or a tier's accumulator, where the dtypes match (Note [Sums written in place]); the all-gather's
+// buffers live for the gather. So the
 // staging of the backward and the gather of the step are never held at once, and neither adds to the memory
 // between steps; the price is an allocation per reduction and per gather (pages faulted in again on the CPU).
 // memory() reports the most held at once: the larger of the two.

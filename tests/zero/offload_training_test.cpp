@@ -9,6 +9,8 @@
 // equals the same job without offload bit for bit, fp32 and bf16.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -113,6 +115,27 @@ TEST(Offload, Bf16StageTwoKeepsOnlyParametersOnTheDevice) {
   EXPECT_EQ(states["measured"]["master"].get<double>(), 0.0);
   EXPECT_EQ(states["measured"]["optimizer"].get<double>(), 0.0);
   EXPECT_NEAR(states["offloaded"].get<double>() / (16 * psi / n), 1.0, 0.05) << states.dump();
+}
+
+// Note [Sums written in place]: the tier's fp32 accumulator, zeros after every step, receives this rank's sums
+// of an fp32 job straight, as a gradient partition does. Stage 2's communication buffers at every step are then
+// its one range's staging (4Ψ at one range of DeepSpeed's default 5e8 elements, the all-gather in chunks of 64
+// elements smaller) and the updated partition the tier writes for the all-gather (4S); a receive buffer would
+// add 4S, from the second step on if the accumulator were not known to be zero after the tier's step.
+TEST(Offload, TheTiersAccumulatorReceivesTheSumsInPlace) {
+  ScratchDir dir;
+  const int ranks = 2;
+  RunOutput r = train(dir, "offloaded",
+                      "--nproc 2 --set train_micro_batch_size_per_gpu=2 --set zero.stage=2 "
+                      "--set zero.reduce_bucket_size=500000000 --set zero.allgather_bucket_size=128" +
+                          std::string(kOffload));
+  const double psi = read_model_states(r)["num_params"].get<double>();
+  const double s = std::ceil(psi / ranks);
+  std::ifstream metrics(r.run_dir / "metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line); ++steps)
+    EXPECT_EQ(nlohmann::json::parse(line)["memory"]["buffers"].get<double>(), 4 * psi + 4 * s) << line;
+  EXPECT_EQ(steps, 20);
 }
 
 // Stage 3 + offload keeps only the 16-bit parameter shards on the device side (2Ψ/N), the tier 16Ψ/N.

@@ -45,8 +45,9 @@
 // nothing in the boundary one (a block LayerDrop skipped) is reduced from its place, like any other.
 //
 // Note [Sums written in place]: a reduce-scatter's output is this rank's sums, which are added into the
-// target. When the target's place is known to be zero (a stage's gradient partition or split just zeroed, the
-// stage says so with write_first_sums and targets_cleared()), the first sums are received straight into it:
+// target. When the target's place is known to be zero (a stage's gradient partition or split just zeroed, an
+// offload tier's accumulator after its step: the stage says so with write_first_sums and targets_cleared()), the
+// first sums are received straight into it:
 // no receive buffer of the range's count and no add pass (x + 0 is x, so the bits are the same; a -0.0 sum
 // stays -0.0 where the add made it +0.0). Later micro-batches, a staged target (host memory, reached by copy)
 // or a target of another dtype go through the buffer and the add as before.
