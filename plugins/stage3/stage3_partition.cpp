@@ -113,6 +113,9 @@ void Stage3Partition::setup_reducer(const zero::HostCopies& copies) {
   options.ignore_unused_parameters = c.options.ignore_unused_parameters;
   options.local_sum_on_one_rank = false;  // a transform (ZeRO++ qgZ) may serve even one rank's reductions
   options.keep_buffers = false;
+  // The sub-groups' gradients (a tier's accumulators) are zeros after setup and after every step: this rank's
+  // first sums of a step are received there in place (Note [Sums written in place]).
+  options.write_first_sums = true;
   options.prefault_targets = optimizer_.offloaded();
   options.before_launch = [this](int unit) {
     context_.agreement.before(RankAgreement::Collective::kReduce, unit, context_.step);
@@ -175,7 +178,9 @@ void Stage3Partition::backward_end() {
 
 void Stage3Partition::step(zhost_step_args& args) {
   // Its shards changed: the persistent unit is gathered again; the other units are gathered when next needed.
-  if (optimizer_.step(args)) gatherer_.gather_persistent();
+  const bool applied = optimizer_.step(args);
+  reducer_.targets_cleared();  // applied or skipped, the step left every gradient zero
+  if (applied) gatherer_.gather_persistent();
 }
 
 void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {

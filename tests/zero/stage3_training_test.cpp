@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -138,6 +139,29 @@ TEST(Stage3Memory, ModelStatesAreSixteenPsiOverNPlusTheGatherWindow) {
       EXPECT_LT(window, 0.5 * psi * (std::string(precision) == "bf16" ? 2 : 4)) << name;
     }
   }
+}
+
+// Note [Sums written in place] at stage 3: the sub-groups' gradients are zeros after every step, so a step's
+// first sums of a unit are received straight into this rank's gradient shard. With every parameter persistent
+// there is one unit, and the reduction holds its staging alone (4 bytes per padded element, fp32) at every
+// step; a receive buffer would add the shard (padded / N elements: half as much again at 2 ranks).
+TEST(Stage3Memory, FirstSumsOfAStepAreReceivedInPlace) {
+  ScratchDir dir;
+  const int ranks = 2;
+  RunOutput r =
+      train(dir, "one-unit",
+            job("llama", 3, ranks, 1, 1) + kStage3 + " --set zero.stage3_param_persistence_threshold=100000000");
+  const std::string log = r.out + r.err;
+  const std::string marker = "largest unit ";
+  const size_t at = log.find(marker);
+  ASSERT_NE(at, std::string::npos) << log;
+  ASSERT_NE(log.find("in 1 fetch units"), std::string::npos) << log;
+  const double padded = std::stod(log.substr(at + marker.size()));
+  std::ifstream metrics(r.run_dir / "metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line); ++steps)
+    EXPECT_EQ(nlohmann::json::parse(line)["memory"]["buffers"].get<double>(), 4 * padded) << line;
+  EXPECT_EQ(steps, 3);
 }
 
 // Per step each rank sends about 3Ψ values' worth (forward gather, backward gather, gradient
