@@ -78,6 +78,34 @@ at::Tensor on_the_wire(const at::Tensor& tensor, bool gloo) {
   return gloo && tensor.scalar_type() == at::kBFloat16 ? tensor.view(at::kHalf) : tensor;
 }
 
+// Note [Gloo's all-gather in place]: Gloo's all-gather (and c10d's flat _allgather_base over it) receives into
+// a flat tensor of the whole output that it allocates, then copies into the caller's output: a transient copy of
+// every gathered byte, as large as the model for a stage's parameter or gradient gather, which the job's
+// malloc keeps as peak memory. zhost gathers on Gloo in place instead: the own piece is copied into the
+// output, then w - 1 exchanges, in round k each rank sending its input to rank + k and receiving rank - k's
+// piece straight into its place in the output (an all-to-all with one non-zero count each way). Each rank
+// sends and receives (w - 1) pieces, as in a ring all-gather; nothing else is allocated. NCCL's all-gather
+// writes the output in place itself and keeps it.
+compat::WorkPtr gather_in_place(const compat::BackendPtr& backend, const at::Tensor& in, const at::Tensor& out,
+                                const std::vector<int64_t>& counts, int rank, const c10d::AllToAllOptions& options,
+                                std::vector<compat::WorkPtr>& earlier) {
+  const int size = static_cast<int>(counts.size());
+  const auto offset_of = [&](int r) { return std::accumulate(counts.begin(), counts.begin() + r, int64_t{0}); };
+  out.narrow(0, offset_of(rank), counts[rank]).copy_(in);
+  compat::WorkPtr last;
+  for (int k = 1; k < size; ++k) {
+    const int to = (rank + k) % size, from = (rank - k + size) % size;
+    std::vector<int64_t> send_counts(size, 0), receive_counts(size, 0);
+    send_counts[to] = counts[rank];
+    receive_counts[from] = counts[from];
+    at::Tensor receive = out.narrow(0, offset_of(from), counts[from]);
+    at::Tensor send = in;
+    if (last) earlier.push_back(std::move(last));
+    last = backend->alltoall_base(receive, send, receive_counts, send_counts, options);
+  }
+  return last;
+}
+
 }  // namespace
 
 // ---- the job's first failure -------------------------------------------------------------------------
@@ -501,6 +529,8 @@ Work Comm::all_gather_async(const at::Tensor& input, const at::Tensor& output) {
   const compat::BackendPtr& backend = group_->backend_for(in, kind);
   c10d::AllgatherOptions options;
   options.timeout = group_->job->timeout;
+  c10d::AllToAllOptions exchange_options;
+  exchange_options.timeout = group_->job->timeout;
 
   std::lock_guard<std::mutex> lock(group_->issue_mutex);
   auto state = group_->start(
@@ -513,17 +543,15 @@ Work Comm::all_gather_async(const at::Tensor& input, const at::Tensor& output) {
       at::Tensor wire_in = group_->staged(issued, backend, in, Group::Staging::kIn);
       return backend->_allgather_base(wire_out, wire_in, options);
     }
-    // Gloo has no flat all-gather for every dtype: gather into views of the flat output.
     const at::Tensor wire_out = on_the_wire(group_->staged(issued, backend, out, Group::Staging::kOut), true);
-    std::vector<std::vector<at::Tensor>> outputs(1);
-    for (int rank = 0; rank < group_->size; ++rank)
-      outputs[0].push_back(wire_out.narrow(0, rank * in.numel(), in.numel()));
-    std::vector<at::Tensor> inputs{on_the_wire(group_->staged(issued, backend, in, Group::Staging::kIn), true)};
-    return backend->allgather(outputs, inputs, options);
+    const at::Tensor wire_in = on_the_wire(group_->staged(issued, backend, in, Group::Staging::kIn), true);
+    return gather_in_place(backend, wire_in, wire_out, std::vector<int64_t>(group_->size, in.numel()), group_->rank,
+                           exchange_options, issued.works);  // Note [Gloo's all-gather in place]
   });
 }
 
-// Uneven all-gather as an all-to-all: every rank sends its whole input to every rank.
+// Uneven all-gather: on Gloo in place (Note [Gloo's all-gather in place]); on NCCL as one all-to-all of the input
+// repeated for every rank.
 Work Comm::all_gather_v_async(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& counts) {
   constexpr auto kind = CollectiveKind::kAllGather;
   at::Tensor in = flat(input, kind, "input");
@@ -540,13 +568,16 @@ Work Comm::all_gather_v_async(const at::Tensor& input, const at::Tensor& output,
   auto state =
       group_->start(kind, all_gather_traffic(to_bytes(counts, in), group_->rank, group_->remote), in.is_cuda());
   if (group_->completes_locally()) return group_->complete_locally(std::move(state), [&] { out.copy_(in); });
-  at::Tensor copies = in.repeat({group_->size});
   return group_->issue(std::move(state), [&](Work::State& issued) {
+    if (backend != group_->nccl) {
+      const at::Tensor wire_out = on_the_wire(group_->staged(issued, backend, out, Group::Staging::kOut), true);
+      const at::Tensor wire_in = on_the_wire(group_->staged(issued, backend, in, Group::Staging::kIn), true);
+      return gather_in_place(backend, wire_in, wire_out, counts, group_->rank, options, issued.works);
+    }
     std::vector<int64_t> receive_counts = counts;
     std::vector<int64_t> send_counts(group_->size, in.numel());
-    const bool gloo = backend != group_->nccl;
-    at::Tensor wire_out = on_the_wire(group_->staged(issued, backend, out, Group::Staging::kOut), gloo);
-    at::Tensor wire_copies = on_the_wire(group_->staged(issued, backend, copies, Group::Staging::kIn), gloo);
+    at::Tensor wire_out = group_->staged(issued, backend, out, Group::Staging::kOut);
+    at::Tensor wire_copies = group_->staged(issued, backend, in.repeat({group_->size}), Group::Staging::kIn);
     return backend->alltoall_base(wire_out, wire_copies, receive_counts, send_counts, options);
   });
 }

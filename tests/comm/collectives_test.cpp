@@ -3,10 +3,11 @@
 // in-process.
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
-#include <c10/util/ThreadLocalDebugInfo.h>
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
-#include <memory>
+#include <atomic>
+#include <cstring>
 #include <numeric>
 
 #include "host/core/error.hpp"
@@ -90,19 +91,43 @@ const bool reduce_scatter_registered = register_scenario("reduce_scatter", [](Ra
   }
 });
 
-// LibTorch's CPU allocations on this thread while it is installed: the most bytes held at once.
-class AllocationPeak : public c10::MemoryReportingInfoBase {
+// While installed: LibTorch's CPU allocations on every thread (the caller's and the backend's workers), and the
+// most bytes they held at once beyond what was held when it was installed.
+class CountingAllocator final : public c10::Allocator {
  public:
-  void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device) override {
-    held_ += bytes;
-    peak_ = std::max(peak_, held_);
+  CountingAllocator() : base_(c10::GetCPUAllocator()) { c10::SetCPUAllocator(this, kPriority); }
+  ~CountingAllocator() override { c10::SetCPUAllocator(base_, kPriority); }
+  CountingAllocator(const CountingAllocator&) = delete;
+  CountingAllocator& operator=(const CountingAllocator&) = delete;
+
+  c10::DataPtr allocate(size_t bytes) override {
+    c10::DataPtr inner = base_->allocate(bytes);
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    held_ += static_cast<int64_t>(bytes);
+    peak_ = std::max(peak_.load(), held_.load());
+    return {data, new Allocation{std::move(inner), bytes, this}, &release, device};
   }
-  bool memoryProfilingEnabled() const override { return true; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
   int64_t peak() const { return peak_; }
 
  private:
-  int64_t held_ = 0, peak_ = 0;
+  static constexpr uint8_t kPriority = 100;  // above LibTorch's own registration
+  struct Allocation {
+    c10::DataPtr inner;
+    size_t bytes;
+    CountingAllocator* owner;
+  };
+  static void release(void* context) {
+    auto* allocation = static_cast<Allocation*>(context);
+    allocation->owner->held_ -= static_cast<int64_t>(allocation->bytes);
+    delete allocation;
+  }
+  c10::Allocator* base_;
+  std::atomic<int64_t> held_{0}, peak_{0};
 };
+
+constexpr int64_t kAllocationSlack = int64_t{64} << 10;
 
 // Note [Reduce-scatter keeps its own piece]: the one buffer a reduce-scatter allocates holds the other ranks'
 // pieces of this rank's shard, not its own; the sums are still exact (checked against the local reduction).
@@ -110,19 +135,45 @@ const bool reduce_scatter_buffer_registered = register_scenario("reduce_scatter_
   const int64_t shard = int64_t{1} << 20;  // 4 MiB of fp32 per rank
   const at::Tensor input = rank_data(ctx.rank, shard * ctx.world_size);
   at::Tensor output = at::empty({shard});
-  auto peak = std::make_shared<AllocationPeak>();
+  int64_t peak = 0;
   {
-    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, peak);
+    CountingAllocator counting;
     ctx.comm.reduce_scatter(input, output);
+    peak = counting.peak();
   }
   check_equal(
       output,
       reduce_over_ranks(ctx.world_size, shard * ctx.world_size, ReduceOp::kSum).narrow(0, ctx.rank * shard, shard),
       "reduce_scatter");
   const int64_t others = (ctx.world_size - 1) * shard * static_cast<int64_t>(sizeof(float));
-  SCENARIO_CHECK(peak->peak() >= others && peak->peak() <= others + (int64_t{64} << 10),
-                 "allocated at most {} bytes at once, expected the other {} ranks' pieces ({} bytes)", peak->peak(),
+  SCENARIO_CHECK(peak >= others && peak <= others + kAllocationSlack,
+                 "allocated at most {} bytes at once, expected the other {} ranks' pieces ({} bytes)", peak,
                  ctx.world_size - 1, others);
+});
+
+// Note [Gloo's all-gather in place]: an all-gather, even or uneven, allocates nothing of the gathered size.
+const bool all_gather_buffer_registered = register_scenario("all_gather_buffer", [](RankContext& ctx) {
+  const int64_t shard = int64_t{1} << 20;  // 4 MiB of fp32 per rank
+  at::Tensor output = at::empty({shard * ctx.world_size});
+  std::vector<int64_t> counts;
+  for (int rank = 0; rank < ctx.world_size; ++rank) counts.push_back(shard - 1000 * rank);
+  at::Tensor uneven_output = at::empty({offset_of(counts, ctx.world_size)});
+  const at::Tensor mine = rank_data(ctx.rank, shard), mine_uneven = rank_data(ctx.rank, counts[ctx.rank]);
+  int64_t peak = 0;
+  {
+    CountingAllocator counting;
+    ctx.comm.all_gather(mine, output);
+    ctx.comm.all_gather_v(mine_uneven, uneven_output, counts);
+    peak = counting.peak();
+  }
+  std::vector<at::Tensor> expected, expected_uneven;
+  for (int rank = 0; rank < ctx.world_size; ++rank) {
+    expected.push_back(rank_data(rank, shard));
+    expected_uneven.push_back(rank_data(rank, counts[rank]));
+  }
+  check_equal(output, at::cat(expected), "all_gather");
+  check_equal(uneven_output, at::cat(expected_uneven), "all_gather_v");
+  SCENARIO_CHECK(peak <= kAllocationSlack, "allocated {} bytes at once during the all-gathers, expected none", peak);
 });
 
 const bool all_gather_registered = register_scenario("all_gather", [](RankContext& ctx) {
@@ -319,6 +370,9 @@ TEST_P(CollectivesTest, ReduceScatterEvenAndUneven) { expect_scenario_passes("re
 TEST_P(CollectivesTest, ReduceScatterReceivesOnlyTheOtherRanksPieces) {
   expect_scenario_passes("reduce_scatter_buffer", GetParam());
 }
+TEST_P(CollectivesTest, AllGatherAllocatesNothingOfTheGatheredSize) {
+  expect_scenario_passes("all_gather_buffer", GetParam());
+}
 TEST_P(CollectivesTest, AllGatherEvenAndUneven) { expect_scenario_passes("all_gather", GetParam()); }
 TEST_P(CollectivesTest, AllToAllUnevenAndEvenSplits) { expect_scenario_passes("all_to_all", GetParam()); }
 TEST_P(CollectivesTest, BroadcastAndBarrier) { expect_scenario_passes("broadcast", GetParam()); }
@@ -328,8 +382,9 @@ TEST_P(CollectivesTest, Bfloat16CollectivesWorkOnGloo) { expect_scenario_passes(
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest, ::testing::Values(2, 3), ::testing::PrintToStringParamName());
 
 // Four ranks: two of them in the middle, whose own piece splits the input (Note [Reduce-scatter keeps its own
-// piece]).
+// piece]), and three exchanges per all-gather (Note [Gloo's all-gather in place]).
 TEST(CollectivesFourRanksTest, ReduceScatterEvenAndUneven) { expect_scenario_passes("reduce_scatter", 4); }
+TEST(CollectivesFourRanksTest, AllGatherEvenAndUneven) { expect_scenario_passes("all_gather", 4); }
 
 // Two ranks on one GPU (the scenario's ranks exec afresh, so this process may have touched CUDA).
 TEST(GlooCudaTest, RanksSharingOneGpuGetEveryCollectiveRight) {
