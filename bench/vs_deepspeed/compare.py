@@ -369,6 +369,7 @@ CHECKS = {  # name: (max |loss diff| at any step, max |weight diff| but the key 
     "s0-onecycle": (5e-5, 1e-3, 1e-9),  # OneCycle's momentum: stage 0's per-step betas
     "s2-offload-onecycle": (5e-5, 1e-3, 1e-9),  # the CPU tier's
     "s3-bf16": (2e-2, 5e-2, 1e-9),
+    "s2-offload-bf16states": (2e-2, 5e-2, 1e-9),  # bf16 masters and Adam moments in the CPU tier
 }
 # The same on the Llama folder (`make --kind llama`: rotary embeddings, RMSNorm, SiLU gating, grouped key/value
 # heads), fp32 at stage 3; its bf16 rows are outside the GPT-2 bf16 tolerance (RESULTS.md, Llama).
