@@ -254,9 +254,12 @@ struct Trainer::Impl {
             partition.plugin->info.name, model->parameters()[id].name, phase, block);
   }
 
+  // Which high-water mark of the materialised parameter storage is the gather window.
+  enum class Window { kNow, kStep, kRun };
+
   // This rank's model-state bytes: the partition plugin's report plus what the host holds for it. The
-  // gather window is the live parameter storage, or with `peak` its peak over the run.
-  ModelStateBytes measure_model_states(bool peak) {
+  // gather window is the parameter storage materialised now, the most at once in this step, or in the run.
+  ModelStateBytes measure_model_states(Window window) {
     ModelStateBytes measured;
     if (api.memory) {
       zhost_model_state_bytes reported{};
@@ -280,7 +283,10 @@ struct Trainer::Impl {
       measured.buffers += static_cast<double>(reported.buffers);
     }
     if (param_store) {
-      measured.gather_window = static_cast<double>(peak ? param_store->peak_bytes() : param_store->live_bytes());
+      const uint64_t bytes = window == Window::kRun    ? param_store->peak_bytes()
+                             : window == Window::kStep ? param_store->step_peak_bytes()
+                                                       : param_store->live_bytes();
+      measured.gather_window = static_cast<double>(bytes);
     } else {
       double param_bytes = 0;
       for (const auto& p : model->parameters()) param_bytes += static_cast<double>(p.tensor.nbytes());
@@ -301,7 +307,7 @@ struct Trainer::Impl {
     // The contiguous checkpoint buffer on the device was allocated before any forward: activations too.
     const double checkpoint_device = activation_checkpoints ? activation_checkpoints->device_bytes() : 0;
     const double checkpoint_host = activation_checkpoints ? activation_checkpoints->host_bytes() : 0;
-    return memory_categories(measure_model_states(false),
+    return memory_categories(measure_model_states(current_step > 0 ? Window::kStep : Window::kNow),
                              static_cast<double>(services.live_buffer_bytes(ZHOST_MEMORY_PINNED)),
                              activation_bytes + checkpoint_device, checkpoint_host,
                              static_cast<double>(services.tier_storage_bytes(tier_step_in_flight())));
@@ -314,7 +320,7 @@ struct Trainer::Impl {
   // With partitioned parameters the parameters' own storage is the gather window, reported apart: at the
   // start what setup() left materialised, at the end (`after_training`) its peak over the run.
   void report_model_states(bool after_training) {
-    const ModelStateBytes measured = measure_model_states(after_training);
+    const ModelStateBytes measured = measure_model_states(after_training ? Window::kRun : Window::kNow);
     const ModelStateShape shape = model_state_shape(settings, world.world_size(), model->num_parameters());
     spdlog::info("{}", describe_model_states(measured, shape));
     if (world.rank() == 0) run_dir.write_file("model_states.json", model_states_json(measured, shape) + "\n");
@@ -586,6 +592,7 @@ struct Trainer::Impl {
     const TraceScope step_span(trace, "step", "step", "step", step);
     world.begin_step(step);
     current_step = step;
+    if (param_store) param_store->begin_step();
     activation_bytes = 0;
     double loss_sum = 0;
     const int64_t gas = settings.batch.gradient_accumulation_steps;

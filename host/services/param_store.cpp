@@ -35,7 +35,7 @@ struct ParamStore::State {
   model::Model* model = nullptr;
   std::vector<std::unique_ptr<zhost_param_group>> groups;
   std::vector<zhost_param_group*> group_of;  // per parameter id
-  uint64_t live = 0, peak = 0;
+  uint64_t live = 0, peak = 0, step_peak = 0;
   zhost_param_services table{};
 };
 
@@ -122,6 +122,7 @@ zhost_status* materialize(zhost_host_context* ctx, zhost_param_group_args* args)
       group->live = true;
       s.live += group->nbytes;
       s.peak = std::max(s.peak, s.live);
+      s.step_peak = std::max(s.step_peak, s.live);
     }
     *flat = DLTensor{};
     flat->data = group->storage.data_ptr().get();
@@ -199,5 +200,7 @@ bool ParamStore::has_storage(size_t id) const {
 }
 uint64_t ParamStore::live_bytes() const { return state_->live; }
 uint64_t ParamStore::peak_bytes() const { return state_->peak; }
+void ParamStore::begin_step() { state_->step_peak = state_->live; }
+uint64_t ParamStore::step_peak_bytes() const { return state_->step_peak; }
 
 }  // namespace zhost

@@ -34,8 +34,10 @@ class ParamStore {
 
   // True when parameter `id` belongs to a materialised group.
   bool has_storage(size_t id) const;
-  uint64_t live_bytes() const;  // bytes of materialised groups now
-  uint64_t peak_bytes() const;  // their high-water mark
+  uint64_t live_bytes() const;       // bytes of materialised groups now
+  uint64_t peak_bytes() const;       // their high-water mark over the run
+  void begin_step();                 // starts the step's high-water mark at what is materialised now
+  uint64_t step_peak_bytes() const;  // the high-water mark since begin_step()
 
   struct State;
 

@@ -9,7 +9,8 @@
 //                      and autograd's .grad when the plugin does not take them): the categories of ZeRO's
 //                      formula (model_states.hpp), so measured/formula is their sum over zero_formula()
 //   buffers            the plugin's communication buckets and staging (not in the formula)
-//   gather_window      stage 3: parameter storage materialised at that moment (ParamStore)
+//   gather_window      stage 3: the most parameter storage materialised at once (ParamStore) since the step
+//                      began (a step's record: over that step; before the first step: what is materialised)
 //   pinned             page-locked host buffers plugins hold from the host services (ZHOST_MEMORY_PINNED)
 //   tier_host          bytes an offload tier holds in host memory (the plugin's "offloaded")
 //   tier_nvme          bytes the storing offload tiers keep in storage of their own (storage_bytes of the

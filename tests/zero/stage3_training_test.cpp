@@ -11,6 +11,7 @@
 // bf16 (llama, 2 ranks): bit for bit with bf16 stage 0 as well.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -162,6 +163,27 @@ TEST(Stage3Memory, FirstSumsOfAStepAreReceivedInPlace) {
   for (std::string line; std::getline(metrics, line); ++steps)
     EXPECT_EQ(nlohmann::json::parse(line)["memory"]["buffers"].get<double>(), 4 * padded) << line;
   EXPECT_EQ(steps, 3);
+}
+
+// Note [Memory categories]: a step's gather_window is the most parameter storage materialised at once in that
+// step, not what is left at its end (units are released as soon as used: little or nothing). The run's peak
+// (model_states.json) is then the largest step's, and every step from the first holds at least one whole unit.
+TEST(Stage3Memory, EachStepReportsTheMostGatheredAtOnce) {
+  ScratchDir dir;
+  RunOutput r =
+      train(dir, "window", job("llama", 3, 2, 1, 1) + kStage3 + " --set zero.stage3_param_persistence_threshold=0");
+  const double run_peak = read_model_states(r).at("gather_window").get<double>();
+  ASSERT_GT(run_peak, 0);
+  std::ifstream metrics(r.run_dir / "metrics.jsonl");
+  double largest = 0;
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line); ++steps) {
+    const double window = nlohmann::json::parse(line)["memory"]["gather_window"].get<double>();
+    EXPECT_GT(window, 0.25 * run_peak) << line;
+    largest = std::max(largest, window);
+  }
+  EXPECT_EQ(steps, 3);
+  EXPECT_EQ(largest, run_peak);
 }
 
 // Per step each rank sends about 3Ψ values' worth (forward gather, backward gather, gradient
