@@ -122,8 +122,7 @@ class DataParallel : public sdk::PartitionHooks {
         if (!p.master.is_same(p.model)) kit::copy_master_to_model(p.model, p.master);
       }
     }
-    mine_.zero_();
-    reducer_.targets_cleared();
+    mine_.zero_();  // Note [Sums written in place]: zero for the next step's first sums
   }
 
   // Checkpoints (docs/checkpoints.md): every rank holds every state, and saves only its split of the flat

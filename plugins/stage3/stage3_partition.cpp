@@ -178,9 +178,8 @@ void Stage3Partition::backward_end() {
 
 void Stage3Partition::step(zhost_step_args& args) {
   // Its shards changed: the persistent unit is gathered again; the other units are gathered when next needed.
-  const bool applied = optimizer_.step(args);
-  reducer_.targets_cleared();  // applied or skipped, the step left every gradient zero
-  if (applied) gatherer_.gather_persistent();
+  // Applied or skipped, the step leaves every gradient zero (Note [Sums written in place]).
+  if (optimizer_.step(args)) gatherer_.gather_persistent();
 }
 
 void Stage3Partition::gather_param(uint32_t id, DLTensor& out) {

@@ -158,7 +158,6 @@ void ZeroPartition::step(zhost_step_args& args) {
   if (delayed_) {  // its accumulator is zeroed at every boundary
     delayed_->step(args, decision, zero::step_scalars(args, decision, optimizer_spec_),
                    [this](const kit::StepScalars& scalars) { step_tier(scalars); });
-    reducer_.targets_cleared();
     return;
   }
   if (decision.overflow) {  // skipped alike on every rank; the gradients are dropped
@@ -166,11 +165,7 @@ void ZeroPartition::step(zhost_step_args& args) {
     return;
   }
   const kit::StepScalars scalars = zero::step_scalars(args, decision, optimizer_spec_);
-  if (tier_.active()) {
-    step_tier(scalars);
-    reducer_.targets_cleared();  // the tier's step zeroed its accumulator
-    return;
-  }
+  if (tier_.active()) return step_tier(scalars);  // the tier's step zeroes its accumulator
   const at::Tensor grad =
       grad_partition_.scalar_type() == at::kFloat ? grad_partition_ : grad_partition_.to(at::kFloat);
   optimizer_->step(master_, grad, state_, scalars);
@@ -203,7 +198,6 @@ void ZeroPartition::release_gradients() {
     grad_partition_.zero_();
   else
     grad_partition_ = at::Tensor();
-  reducer_.targets_cleared();
 }
 
 // The all-gather's buffers while it runs: the receive chunk of every rank, and a send chunk when the partition

@@ -86,7 +86,10 @@ GradientReducer::~GradientReducer() {
 void GradientReducer::begin_micro_batch(bool first, bool boundary) {
   first_ = first;
   boundary_ = boundary;
-  if (first) std::fill(accumulated_.begin(), accumulated_.end(), 0);
+  if (first) {  // a new step: nothing accumulated, every target zero again (Note [Sums written in place])
+    std::fill(accumulated_.begin(), accumulated_.end(), 0);
+    std::fill(summed_.begin(), summed_.end(), 0);
+  }
 }
 
 void GradientReducer::set_flat_staging(const at::Tensor& flat) { config_.flat_staging = flat; }
@@ -311,8 +314,6 @@ void GradientReducer::finish() {
   if (!config_.keep_buffers)  // device memory back; the pinned host buffers stay (costly to allocate)
     for (auto& buffer : buffers_) buffer->staging = buffer->received = at::Tensor();
 }
-
-void GradientReducer::targets_cleared() { std::fill(summed_.begin(), summed_.end(), 0); }
 
 uint64_t GradientReducer::buffer_bytes() const { return std::max(held_now(), held_at_finish_); }
 

@@ -45,9 +45,9 @@
 // nothing in the boundary one (a block LayerDrop skipped) is reduced from its place, like any other.
 //
 // Note [Sums written in place]: a reduce-scatter's output is this rank's sums, which are added into the
-// target. When the target's place is known to be zero (a stage's gradient partition or split just zeroed, an
-// offload tier's accumulator after its step: the stage says so with write_first_sums and targets_cleared()), the
-// first sums are received straight into it:
+// target. When the stage keeps its targets at zero at the start of every step (a gradient partition or split
+// zeroed by the step, an offload tier's accumulator after its step: the stage says so with write_first_sums),
+// each range's first sums of a step are received straight into it:
 // no receive buffer of the range's count and no add pass (x + 0 is x, so the bits are the same; a -0.0 sum
 // stays -0.0 where the add made it +0.0). Later micro-batches, a staged target (host memory, reached by copy)
 // or a target of another dtype go through the buffer and the add as before.
@@ -100,16 +100,9 @@ struct ReducerOptions {
   // The targets are a tier's accumulator that may give its pages back after a step: prefaulted for writing
   // before the step's first add (kit::prefault_for_write).
   bool prefault_targets = false;
-  // Note [Gradients accumulated where they are reduced]: a stage that reduces once per step (stages 0 and 1) and
-  // takes the gradients (ZHOST_PLUGIN_FLAG_TAKES_GRADIENTS) accumulates the micro-batches at their places in its
-  // flat staging: accumulate() copies the first gradient of the step there and adds later ones (x + y, as autograd
-  // adds into .grad: the same bits), and the boundary's add() adds its own, so the flat buffer is the rank's one
-  // full-size copy of the gradients. At finish() a parameter that accumulated in earlier micro-batches but sent
-  // nothing in the boundary one (a block LayerDrop skipped) is reduced from its place, like any other.
-  //
-  // Note [Sums written in place]: the stage keeps each range's place in its target at zero until the reducer's
-  // first sums go there (after construction and after each targets_cleared()), in the staging dtype: those
-  // sums are received straight into the target instead of into a buffer and added.
+  // Note [Sums written in place]: the stage's targets are zero whenever a step's first micro-batch begins
+  // (begin_micro_batch with first), so each range's first sums of the step, in the staging dtype, are received
+  // straight into the target instead of into a buffer and added.
   bool write_first_sums = false;
   std::function<void(int range)> before_launch;  // optional: just before a range's reduce-scatter starts
   // Optional: on the step's last micro-batch, once a range's sums are in its target.
@@ -138,8 +131,6 @@ class GradientReducer {
   // The flat staging (ReducerOptions::flat_staging) for the next micro-batches; an undefined tensor releases it
   // (no accumulation may be pending then).
   void set_flat_staging(const at::Tensor& flat);
-  // With write_first_sums: the stage zeroed (or replaced) the targets; the next sums are written in place again.
-  void targets_cleared();
   const std::vector<ReductionRange>& ranges() const { return ranges_; }
   int64_t largest_range() const { return largest_range_; }
   // Bytes of the staging and receive buffers (communication buffers, not model state): those held now, or,
@@ -194,7 +185,7 @@ class GradientReducer {
   std::vector<int> range_of_;         // per parameter, -1 for one no range sums
   std::vector<int> index_in_;         // per parameter: its index in its range's params
   std::vector<uint8_t> added_;        // per parameter: its gradient is in its range's buffer this micro-batch
-  std::vector<uint8_t> summed_;       // per range, with write_first_sums: sums went into its target since cleared
+  std::vector<uint8_t> summed_;       // per range, with write_first_sums: sums went into its target this step
   std::vector<uint8_t> accumulated_;  // per parameter: its flat place holds this step's gradient (accumulate)
   int64_t largest_range_ = 0;
   std::vector<std::unique_ptr<Buffer>> buffers_;
