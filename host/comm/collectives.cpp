@@ -86,19 +86,23 @@ at::Tensor on_the_wire(const at::Tensor& tensor, bool gloo) {
 // piece straight into its place in the output (an all-to-all with one non-zero count each way). Each rank
 // sends and receives (w - 1) pieces, as in a ring all-gather; nothing else is allocated. NCCL's all-gather
 // writes the output in place itself and keeps it.
+// Where rank `rank`'s piece begins in a buffer of every rank's piece, in rank order.
+int64_t offset_of(const std::vector<int64_t>& counts, int rank) {
+  return std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+}
+
 compat::WorkPtr gather_in_place(const compat::BackendPtr& backend, const at::Tensor& in, const at::Tensor& out,
                                 const std::vector<int64_t>& counts, int rank, const c10d::AllToAllOptions& options,
                                 std::vector<compat::WorkPtr>& earlier) {
   const int size = static_cast<int>(counts.size());
-  const auto offset_of = [&](int r) { return std::accumulate(counts.begin(), counts.begin() + r, int64_t{0}); };
-  out.narrow(0, offset_of(rank), counts[rank]).copy_(in);
+  out.narrow(0, offset_of(counts, rank), counts[rank]).copy_(in);
   compat::WorkPtr last;
   for (int k = 1; k < size; ++k) {
     const int to = (rank + k) % size, from = (rank - k + size) % size;
     std::vector<int64_t> send_counts(size, 0), receive_counts(size, 0);
     send_counts[to] = counts[rank];
     receive_counts[from] = counts[from];
-    at::Tensor receive = out.narrow(0, offset_of(from), counts[from]);
+    at::Tensor receive = out.narrow(0, offset_of(counts, from), counts[from]);
     at::Tensor send = in;
     if (last) earlier.push_back(std::move(last));
     last = backend->alltoall_base(receive, send, receive_counts, send_counts, options);
@@ -477,8 +481,7 @@ Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& out
   const compat::BackendPtr& backend = group_->backend_for(in, kind);
   const int size = group_->size, rank = group_->rank;
   const int64_t shard = counts[rank];
-  const auto offset_of = [&](int r) { return std::accumulate(counts.begin(), counts.begin() + r, int64_t{0}); };
-  const int64_t own_offset = offset_of(rank);
+  const int64_t own_offset = offset_of(counts, rank);
   c10d::AllToAllOptions options;
   options.timeout = group_->job->timeout;
 
@@ -508,7 +511,7 @@ Work Comm::reduce_scatter_v_async(const at::Tensor& input, const at::Tensor& out
         if (to != rank) send_counts[to] = counts[to];
       for (int from = receive_low; from < receive_high; ++from)
         if (from != rank) receive_counts[from] = shard;
-      const int64_t send_begin = offset_of(low) + (low == rank ? shard : 0);
+      const int64_t send_begin = offset_of(counts, low) + (low == rank ? shard : 0);
       const int64_t receive_begin = index_in_others(receive_low == rank ? rank + 1 : receive_low) * shard;
       at::Tensor send = wire_in.narrow(0, send_begin, total(send_counts));
       at::Tensor receive = wire_others.narrow(0, receive_begin, total(receive_counts));
