@@ -681,7 +681,7 @@ TEST(CpuOptimizerCopies, ReferenceConversionsKnownValues) {
 // adam_step_typed on bf16 masters (fp32 or bf16 moments) is, step after step, the fp32 step of the widened values
 // rounded to nearest even (the test's own rounding), on every path: the arithmetic is unchanged, only the loads
 // widen and the stores round. The bf16 copy is the master's bits. With kF32AsBf16 the gradient used is its bf16
-// rounding.
+// rounding, and a bf16 gradient buffer (kBf16) steps to the same bits as that rounding held in fp32.
 TEST(CpuOptimizerBf16Master, IsTheFp32StepRoundedOnEveryPath) {
   constexpr int64_t n = 1001;  // a masked or scalar tail on every path
   std::mt19937 rng(11);
@@ -697,9 +697,11 @@ TEST(CpuOptimizerBf16Master, IsTheFp32StepRoundedOnEveryPath) {
   hyper.grad_scale = 0.5;
   for (const Isa isa : supported_isas()) {
     for (const StateType states : {StateType::kF32, StateType::kBf16}) {
-      for (const GradType grad_type : {GradType::kF32, GradType::kF32AsBf16}) {
+      for (const GradType grad_type : {GradType::kF32, GradType::kF32AsBf16, GradType::kBf16}) {
         SCOPED_TRACE(std::string(isa_name(isa)) + (states == StateType::kBf16 ? ", bf16 moments" : ", fp32 moments") +
-                     (grad_type == GradType::kF32AsBf16 ? ", grads as bf16" : ", fp32 grads"));
+                     (grad_type == GradType::kF32AsBf16
+                          ? ", grads as bf16"
+                          : (grad_type == GradType::kBf16 ? ", bf16 grads" : ", fp32 grads")));
         StepOptions options;
         options.isa = isa;
         std::vector<uint16_t> master(n), m16(n, 0), v16(n, 0), copy(n);
@@ -710,13 +712,16 @@ TEST(CpuOptimizerBf16Master, IsTheFp32StepRoundedOnEveryPath) {
         for (int step = 1; step <= kSteps; ++step) {
           hyper.step = step;
           const std::vector<float>& g = grads[step - 1];
+          std::vector<uint16_t> g16(n);
+          for (int64_t i = 0; i < n; ++i) g16[i] = round_to_bf16(g[i]);
+          const void* grad = grad_type == GradType::kBf16 ? static_cast<const void*>(g16.data()) : g.data();
           void* m = states == StateType::kBf16 ? static_cast<void*>(m16.data()) : m32.data();
           void* v = states == StateType::kBf16 ? static_cast<void*>(v16.data()) : v32.data();
-          adam_step_typed(hyper, master.data(), StateType::kBf16, g.data(), grad_type, m, v, states, copy.data(),
+          adam_step_typed(hyper, master.data(), StateType::kBf16, grad, grad_type, m, v, states, copy.data(),
                           Copy16::kBf16, n, options);
           // The reference: the plain fp32 step, then everything kept in bf16 rounded.
           std::vector<float> used = g;
-          if (grad_type == GradType::kF32AsBf16)
+          if (grad_type != GradType::kF32)
             for (float& x : used) x = static_cast<float>(decode_bf16(round_to_bf16(x)));
           adam_step(hyper, ref_p.data(), used.data(), GradType::kF32, ref_m.data(), ref_v.data(), nullptr,
                     Copy16::kNone, n, options);
@@ -781,9 +786,9 @@ TEST(CpuOptimizerBf16Master, RefusesWhatItDoesNotBuild) {
   EXPECT_THROW(adam_step_typed(AdamHyper{}, &m, StateType::kF32, &g, GradType::kF32, &m16, &m16, StateType::kBf16,
                                nullptr, Copy16::kNone, 1),
                std::invalid_argument);  // bf16 moments, fp32 master
-  EXPECT_THROW(adam_step_typed(AdamHyper{}, &p, StateType::kBf16, &m16, GradType::kBf16, &m, &v, StateType::kF32,
+  EXPECT_THROW(adam_step_typed(AdamHyper{}, &p, StateType::kBf16, &m16, GradType::kF16, &m, &v, StateType::kF32,
                                nullptr, Copy16::kNone, 1),
-               std::invalid_argument);  // a bf16 gradient buffer
+               std::invalid_argument);  // an fp16 gradient buffer
   EXPECT_THROW(lion_step(LionHyper{}, &m, &g, GradType::kF32AsBf16, &v, nullptr, Copy16::kNone, 1),
                std::invalid_argument);
 }

@@ -54,13 +54,12 @@ inline std::vector<double> widen(const std::vector<float>& values) {
   return std::vector<double>(values.begin(), values.end());
 }
 
-// Bitwise equality of two fp32 tensors of one shape (any device).
+// Bitwise equality of two tensors of one shape and dtype (any device).
 inline bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
-  if (a.sizes() != b.sizes()) return false;
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
   const at::Tensor left = a.to(at::kCPU).contiguous();
   const at::Tensor right = b.to(at::kCPU).contiguous();
-  return std::memcmp(left.data_ptr<float>(), right.data_ptr<float>(),
-                     static_cast<size_t>(left.numel()) * sizeof(float)) == 0;
+  return std::memcmp(left.data_ptr(), right.data_ptr(), static_cast<size_t>(left.nbytes())) == 0;
 }
 
 // Checks max|actual - expected| <= rtol * max|expected| (relative error in the max norm) and reports the

@@ -4,6 +4,7 @@
 // and (when present) CUDA; and argument checks.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/zeros_like.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -225,6 +226,68 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, OptimizerTest,
                            return std::get<0>(param_info.param).name +
                                   testing::device_suffix(std::get<1>(param_info.param));
                          });
+
+// Note [bf16 masters without offload]: Adam on a bf16 tensor keeps bf16 moments, and on the CPU is the fused kernel's
+// adam_step_typed bit for bit, with a bf16 or an fp32 gradient; every other kind refuses a bf16 tensor.
+TEST(Bf16Adam, CpuStepIsTheTypedKernelBitForBit) {
+  const int64_t n = 1003;
+  for (const OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kAdam}) {
+    for (const at::ScalarType grad_dtype : {at::kBFloat16, at::kFloat}) {
+      SCOPED_TRACE(std::string(optimizer_kind_name(kind)) + ", " + c10::toString(grad_dtype) + " gradient");
+      const OptimizerSpec spec = spec_of(kind, 1e-2, 0.1);
+      const auto optimizer = make_optimizer(spec);
+      at::Tensor param = testing::to_tensor(testing::random_normal(n, 21)).to(at::kBFloat16);
+      at::Tensor raw = param.clone();
+      at::Tensor m = at::zeros_like(param), v = at::zeros_like(param);
+      OptimizerState state;
+      for (int64_t step = 1; step <= 3; ++step) {
+        const at::Tensor grad =
+            testing::to_tensor(testing::random_normal(n, static_cast<uint32_t>(200 + step), 0.1f)).to(grad_dtype);
+        const double lr = testing::test_lr(spec.lr, step);
+        optimizer->step(param, grad, state, step, lr, 0.3);
+        cpu_optim::AdamHyper h;
+        h.lr = lr;
+        h.beta1 = spec.beta1;
+        h.beta2 = spec.beta2;
+        h.eps = spec.eps;
+        h.weight_decay = spec.weight_decay;
+        h.decoupled = kind == OptimizerKind::kAdamW;
+        h.step = step;
+        h.grad_scale = 0.3;
+        cpu_optim::adam_step_typed(h, raw.data_ptr(), cpu_optim::StateType::kBf16, grad.data_ptr(),
+                                   grad_dtype == at::kBFloat16 ? cpu_optim::GradType::kBf16 : cpu_optim::GradType::kF32,
+                                   m.data_ptr(), v.data_ptr(), cpu_optim::StateType::kBf16, nullptr,
+                                   cpu_optim::Copy16::kNone, n);
+      }
+      EXPECT_EQ(param.scalar_type(), at::kBFloat16);
+      EXPECT_TRUE(testing::bitwise_equal(param, raw));
+      EXPECT_TRUE(testing::bitwise_equal(state.get("exp_avg"), m));
+      EXPECT_TRUE(testing::bitwise_equal(state.get("exp_avg_sq"), v));
+      EXPECT_EQ(state.get("exp_avg").scalar_type(), at::kBFloat16);
+      EXPECT_EQ(state.bytes(), 4 * n);  // two moments, 2 bytes each
+    }
+  }
+}
+
+// A checkpoint's fp32 moment imported into a bf16 state is rounded to nearest even; kinds that step fp32 only, and a
+// bf16 param with an fp16 gradient, are refused.
+TEST(Bf16Adam, ImportRoundsAndOtherKindsRefuse) {
+  const auto adam = make_optimizer(OptimizerSpec::defaults(OptimizerKind::kAdamW));
+  const at::Tensor param = testing::to_tensor(testing::random_normal(9, 1)).to(at::kBFloat16);
+  const at::Tensor value = testing::to_tensor(testing::random_normal(9, 2));
+  OptimizerState state;
+  adam->import_state(state, "exp_avg", value, param);
+  EXPECT_TRUE(testing::bitwise_equal(state.get("exp_avg"), value.to(at::kBFloat16)));
+  EXPECT_THROW(adam->step(param, value.to(at::kHalf), state, 1, 1e-3), sdk::PluginError);
+  OptimizerSpec sgd = OptimizerSpec::defaults(OptimizerKind::kSgd);
+  sgd.momentum = 0.9;
+  for (const OptimizerSpec& spec : {sgd, OptimizerSpec::defaults(OptimizerKind::kLion)}) {
+    OptimizerState other;
+    EXPECT_FALSE(steps_bf16(spec));
+    EXPECT_THROW(make_optimizer(spec)->step(param, param, other, 1, 1e-3), sdk::PluginError)
+        << optimizer_kind_name(spec.kind);
+  }
+}
 
 TEST(OptimizerStateBytes, MatchZeroAccounting) {
   EXPECT_EQ(make_optimizer(OptimizerSpec::defaults(OptimizerKind::kAdamW))->state_bytes_per_param(), 8);

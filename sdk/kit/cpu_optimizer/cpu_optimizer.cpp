@@ -182,8 +182,8 @@ void adam_step_typed(const AdamHyper& hyper, void* param, StateType param_type, 
     throw std::invalid_argument("cpu optimizer: unknown parameter or state type");
   if (state_type == StateType::kBf16 && param_type != StateType::kBf16)
     throw std::invalid_argument("cpu optimizer: bf16 optimizer states need bf16 parameters (master weights)");
-  if (param_type == StateType::kBf16 && grad_type != GradType::kF32 && grad_type != GradType::kF32AsBf16)
-    throw std::invalid_argument("cpu optimizer: bf16 parameters take an fp32 gradient buffer (kF32 or kF32AsBf16)");
+  if (param_type == StateType::kBf16 && grad_type == GradType::kF16)
+    throw std::invalid_argument("cpu optimizer: bf16 parameters take an fp32 or a bf16 gradient buffer, not fp16");
   if (n > 0 && exp_avg_sq == nullptr) throw std::invalid_argument("cpu optimizer: null exp_avg_sq buffer");
   if (hyper.step < 1) {
     throw std::invalid_argument("cpu optimizer: Adam step count must start at 1, got " + std::to_string(hyper.step));

@@ -304,10 +304,11 @@ struct AdamKernel {
       adam_span<Ops, G, C, false, P, S>(c, b, begin, end);
     }
   }
-  // bf16 parameters (and moments) take fp32 gradients only (adam_step_typed checks it): fewer copies compiled.
+  // bf16 parameters (and moments) take fp32 or bf16 gradients only (adam_step_typed checks it): fewer copies
+  // compiled.
   template <class Ops, GradType G, Copy16 C>
   static void run(const AdamConsts& c, const Buffers& b, int64_t begin, int64_t end) {
-    if constexpr (G == GradType::kF32 || G == GradType::kF32AsBf16) {
+    if constexpr (G != GradType::kF16) {
       if (b.param_type == StateType::kBf16) {
         if (b.state_type == StateType::kBf16)
           return run_types<Ops, G, C, StateType::kBf16, StateType::kBf16>(c, b, begin, end);

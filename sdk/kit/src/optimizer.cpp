@@ -1,6 +1,7 @@
-// sdk/kit/src/optimizer.cpp: AdamW, Adam, SGD, Lion and Lamb steps of fp32 tensors: on the CPU through the
-// fused CPU optimizer (Note [One optimizer arithmetic], zhost/kit/cpu_optimizer.hpp), elsewhere (CUDA) as
-// in-place ATen updates with the same formulas; Lamb as ATen updates everywhere.
+// sdk/kit/src/optimizer.cpp: AdamW, Adam, SGD, Lion and Lamb steps of fp32 tensors (Adam kinds: bf16 too, Note
+// [bf16 masters without offload]): on the CPU through the fused CPU optimizer (Note [One optimizer arithmetic],
+// zhost/kit/cpu_optimizer.hpp), elsewhere (CUDA) as in-place ATen updates with the same formulas; Lamb as ATen
+// updates everywhere.
 //
 // Every update but Lamb's is elementwise, so stepping a flat buffer in slices gives the same bits as stepping
 // it whole. Scalars (lr, betas, bias corrections) are computed on the host in double.
@@ -93,7 +94,8 @@ int64_t Optimizer::state_bytes_per_param() const { return static_cast<int64_t>(s
 namespace {
 
 void check_state_tensor_matches(std::string_view name, const at::Tensor& tensor, const at::Tensor& param) {
-  if (tensor.scalar_type() != at::kFloat || tensor.sizes() != param.sizes() || tensor.device() != param.device()) {
+  if (tensor.scalar_type() != param.scalar_type() || tensor.sizes() != param.sizes() ||
+      tensor.device() != param.device()) {
     detail::fail(ZHOST_ERR_INVALID_ARGUMENT,
                  "optimizer state '{}' is {} but its parameter is {}: they must match (was the state made for "
                  "another partitioning?)",
@@ -115,18 +117,21 @@ at::Tensor Optimizer::state_tensor(OptimizerState& state, std::string_view name,
   return tensor;
 }
 
-void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& grad, const StepScalars& scalars) {
+void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& grad, const StepScalars& scalars,
+                                     bool bf16_params) {
   const int64_t step = scalars.step;
   const double lr = scalars.lr;
   const double grad_scale = scalars.grad_scale;
   if (!param.defined() || !grad.defined())
     detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step needs a parameter and its gradient");
-  if (param.scalar_type() != at::kFloat || grad.scalar_type() != at::kFloat || param.sizes() != grad.sizes() ||
-      param.device() != grad.device()) {
+  const bool bf16 = bf16_params && param.scalar_type() == at::kBFloat16;  // Note [bf16 masters without offload]
+  const bool types = bf16 ? (grad.scalar_type() == at::kBFloat16 || grad.scalar_type() == at::kFloat)
+                          : (param.scalar_type() == at::kFloat && grad.scalar_type() == at::kFloat);
+  if (!types || param.sizes() != grad.sizes() || param.device() != grad.device()) {
     detail::fail(ZHOST_ERR_INVALID_ARGUMENT,
-                 "optimizer step needs an fp32 parameter and an fp32 gradient of one shape on one device, got "
+                 "optimizer step needs an fp32 parameter{} and an fp32 gradient{} of one shape on one device, got "
                  "parameter {} and gradient {}",
-                 describe(param), describe(grad));
+                 bf16_params ? " (or bf16)" : "", bf16_params ? " (or bf16)" : "", describe(param), describe(grad));
   }
   if (step < 1) detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step count must start at 1, got {}", step);
   if (!std::isfinite(lr) || lr < 0)
@@ -177,7 +182,7 @@ void Optimizer::import_state(OptimizerState& state, std::string_view name, const
     detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "{} keeps no state named '{}' (it keeps: {})", optimizer_kind_name(kind()),
                  name, detail::join(expected));
   }
-  if (value.scalar_type() != at::kFloat || value.sizes() != param.sizes()) {
+  if (value.scalar_type() != at::kFloat || value.sizes() != param.sizes()) {  // param's dtype: rounded by copy_
     detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer state '{}' to import is {} but its parameter is {}", name,
                  describe(value), describe(param));
   }
@@ -190,36 +195,58 @@ namespace {
 // AdamW (kind kAdamW: p *= 1 - lr*wd) and Adam (kind kAdam: g += wd*p), then
 // m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g^2;
 // p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)  with bc_i = 1 - beta_i^step (1 without bias correction).
+// A bf16 param and its bf16 moments are updated in fp32 and stored rounded (Note [bf16 masters without offload]).
 class Adam final : public Optimizer {
  public:
   using Optimizer::Optimizer;
   using Optimizer::step;
   void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state,
             const StepScalars& scalars) const override {
-    check_step_arguments(param, grad, scalars);
+    check_step_arguments(param, grad, scalars, /*bf16_params=*/true);
     at::NoGradGuard no_grad;
-    const OptimizerSpec& hyper = spec();
-    const auto [step, lr, grad_scale, beta1, beta2] = scalars;
     const at::Tensor exp_avg = state_tensor(state, "exp_avg", param);
     const at::Tensor exp_avg_sq = state_tensor(state, "exp_avg_sq", param);
-    if (fused({&param, &grad, &exp_avg, &exp_avg_sq})) {
-      cpu_optim::AdamHyper fused_hyper;
-      fused_hyper.lr = lr;
-      fused_hyper.beta1 = beta1;
-      fused_hyper.beta2 = beta2;
-      fused_hyper.eps = hyper.eps;
-      fused_hyper.weight_decay = hyper.weight_decay;
-      fused_hyper.decoupled = kind() == OptimizerKind::kAdamW;
-      fused_hyper.bias_correction = hyper.bias_correction;
-      fused_hyper.step = step;
-      fused_hyper.grad_scale = grad_scale;
-      run_fused([&] {
-        cpu_optim::adam_step(fused_hyper, param.data_ptr<float>(), grad.data_ptr<float>(), cpu_optim::GradType::kF32,
-                             exp_avg.data_ptr<float>(), exp_avg_sq.data_ptr<float>(), nullptr, cpu_optim::Copy16::kNone,
-                             param.numel(), fused_options());
-      });
-      return;
-    }
+    if (fused({&param, &grad, &exp_avg, &exp_avg_sq})) return step_fused(param, grad, exp_avg, exp_avg_sq, scalars);
+    if (param.scalar_type() == at::kFloat) return step_aten(param, grad, exp_avg, exp_avg_sq, scalars);
+    const at::Tensor param32 = param.to(at::kFloat), exp_avg32 = exp_avg.to(at::kFloat);
+    const at::Tensor exp_avg_sq32 = exp_avg_sq.to(at::kFloat);
+    step_aten(param32, grad.to(at::kFloat), exp_avg32, exp_avg_sq32, scalars);
+    param.copy_(param32);  // rounded to nearest even
+    exp_avg.copy_(exp_avg32);
+    exp_avg_sq.copy_(exp_avg_sq32);
+  }
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+
+ private:
+  // CPU tensors, fp32 or (Note [bf16 masters without offload]) a bf16 param and moments with a bf16 or fp32 grad.
+  void step_fused(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                  const at::Tensor& exp_avg_sq, const StepScalars& scalars) const {
+    const OptimizerSpec& hyper = spec();
+    cpu_optim::AdamHyper fused_hyper;
+    fused_hyper.lr = scalars.lr;
+    fused_hyper.beta1 = scalars.beta1;
+    fused_hyper.beta2 = scalars.beta2;
+    fused_hyper.eps = hyper.eps;
+    fused_hyper.weight_decay = hyper.weight_decay;
+    fused_hyper.decoupled = kind() == OptimizerKind::kAdamW;
+    fused_hyper.bias_correction = hyper.bias_correction;
+    fused_hyper.step = scalars.step;
+    fused_hyper.grad_scale = scalars.grad_scale;
+    const cpu_optim::StateType type =
+        param.scalar_type() == at::kBFloat16 ? cpu_optim::StateType::kBf16 : cpu_optim::StateType::kF32;
+    const cpu_optim::GradType grad_type =
+        grad.scalar_type() == at::kBFloat16 ? cpu_optim::GradType::kBf16 : cpu_optim::GradType::kF32;
+    run_fused([&] {
+      cpu_optim::adam_step_typed(fused_hyper, param.data_ptr(), type, grad.data_ptr(), grad_type, exp_avg.data_ptr(),
+                                 exp_avg_sq.data_ptr(), type, nullptr, cpu_optim::Copy16::kNone, param.numel(),
+                                 fused_options());
+    });
+  }
+  // fp32 tensors on any device, by in-place ATen ops.
+  void step_aten(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                 const at::Tensor& exp_avg_sq, const StepScalars& scalars) const {
+    const OptimizerSpec& hyper = spec();
+    const auto [step, lr, grad_scale, beta1, beta2] = scalars;
     at::Tensor effective_grad = grad_scale == 1.0 ? grad : grad.mul(grad_scale);
     if (hyper.weight_decay != 0) {
       if (kind() == OptimizerKind::kAdamW) {
@@ -237,7 +264,6 @@ class Adam final : public Optimizer {
     denom.mul_(1.0 / std::sqrt(bias_correction2)).add_(hyper.eps);
     param.addcdiv_(exp_avg, denom, -lr / bias_correction1);
   }
-  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 };
 
 // d = g + wd*p;  buf = momentum*buf + d (buf starts at d, which zeros-then-update gives exactly);

@@ -82,8 +82,9 @@ void adam_step(const AdamHyper& hyper, float* param, const void* grad, GradType 
 // element into fp32, updates it there and stores it back rounded to nearest even (its simd.h). adam_step_typed
 // does the same: the arithmetic above, unchanged, between a load that widens (exact) and a store that rounds to
 // nearest even (NaN kept, made quiet), on every ISA path alike. The 16-bit copy is then the same bits as a bf16
-// master. param_type kBf16 takes state_type kF32 or kBf16, and grad_type kF32 or kF32AsBf16; state_type kBf16
-// needs param_type kBf16 (DeepSpeed's rule); kF32/kF32 is adam_step. Other combinations throw
+// master. param_type kBf16 takes state_type kF32 or kBf16, and grad_type kF32, kF32AsBf16 or kBf16 (a bf16
+// gradient partition on the device side, Note [bf16 masters without offload] in zhost/kit/optimizer.hpp);
+// state_type kBf16 needs param_type kBf16 (DeepSpeed's rule); kF32/kF32 is adam_step. Other combinations throw
 // std::invalid_argument.
 void adam_step_typed(const AdamHyper& hyper, void* param, StateType param_type, const void* grad, GradType grad_type,
                      void* exp_avg, void* exp_avg_sq, StateType state_type, void* copy16, Copy16 copy16_type, int64_t n,

@@ -3,12 +3,12 @@
 // Note [Lamb steps whole parameters]).
 //
 // One Optimizer steps one fp32 tensor at a time: a model parameter, or a flat 1-D shard of a flattened
-// parameter group (ZeRO stage 1/2 partitions, stage 3 shards, offload sub-groups). Its moments live in an
-// OptimizerState owned by the caller, one per stepped tensor, allocated on first use like the tensor
-// (same shape, device, fp32). The Optimizer itself holds only hyper-parameters, so one object can step
-// every tensor of a run, from any thread. CPU tensors are stepped by the fused CPU optimizer, with the
-// arithmetic of the CPU-offload tier (Note [One optimizer arithmetic], zhost/kit/cpu_optimizer.hpp); CUDA
-// tensors by in-place ATen ops. No autograd.
+// parameter group (ZeRO stage 1/2 partitions, stage 3 shards, offload sub-groups); Adam and AdamW also step bf16
+// tensors (Note [bf16 masters without offload]). Its moments live in an OptimizerState owned by the caller, one
+// per stepped tensor, allocated on first use like the tensor (same shape, device and dtype). The Optimizer itself holds
+// only hyper-parameters, so one object can step every tensor of a run, from any thread. CPU tensors are stepped by the
+// fused CPU optimizer, with the arithmetic of the CPU-offload tier (Note [One optimizer arithmetic],
+// zhost/kit/cpu_optimizer.hpp); CUDA tensors by in-place ATen ops. No autograd.
 //
 // The caller hands over gradients checked for overflow, and the one factor (grad_scale) that makes them
 // final: averaging over the data-parallel world, unscaling by the loss scale and clipping (see
@@ -31,6 +31,18 @@
 #include "zhost/optimizer.h"
 
 namespace zhost::kit {
+
+// Note [bf16 masters without offload]: DeepSpeed's bf16_master_weights_and_grads with bf16_optimizer_states and no
+// ZeRO-Offload keeps a rank's master partition, its gradients and Adam's moments on the device in bf16: 2 + 2 + 4
+// bytes per owned parameter where fp32 masters and moments take 4 + 8 (the gradient partition is in the compute
+// dtype either way). The kit's Adam and AdamW step such a bf16 tensor: its moments are then bf16 as well (the
+// tensor's dtype, as torch's optimizers keep them), its gradient bf16 or fp32; each element is widened to fp32,
+// updated with the arithmetic of Note [One optimizer arithmetic] and stored rounded to nearest even, as DeepSpeed's
+// fused Adam does (Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp). On the CPU that is the fused
+// kernel's adam_step_typed, so a bf16 partition steps to the same bits as the CPU tier's bf16 masters and moments;
+// on CUDA, ATen ops on fp32 copies (same formulas, not the same bits). Every other kind steps fp32 tensors only.
+// Checkpoints hold the bf16 values widened to fp32 (exact), and loading rounds to nearest even (state_io.hpp), so
+// a job resumes across fp32 and bf16 masters.
 
 enum class OptimizerKind {
   kAdamW,  // torch.optim.AdamW: decoupled weight decay, p *= 1 - lr*wd
@@ -108,9 +120,10 @@ class Optimizer {
   const OptimizerSpec& spec() const { return spec_; }
   OptimizerKind kind() const { return spec_.kind; }
 
-  // One optimizer step on `param` in place (shape S, fp32, any device; a view into a flat buffer is
-  // fine, except for Lamb). `grad`: shape S, fp32, same device; the step uses grad * grad_scale (see the top
-  // of this file). `state`: this param's state, empty before its first step. `scalars`: this step's.
+  // One optimizer step on `param` in place (shape S, fp32 (Adam kinds: or bf16), any device; a view into a flat
+  // buffer is fine, except for Lamb). `grad`: shape S, same device, fp32 (for a bf16 param: or bf16); the step uses
+  // grad * grad_scale (see the top of this file). `state`: this param's state, empty before its first step, in
+  // param's dtype. `scalars`: this step's.
   virtual void step(const at::Tensor& param, const at::Tensor& grad, OptimizerState& state,
                     const StepScalars& scalars) const = 0;
   // The same with the spec's betas: step >= 1 counts applied steps; lr is this step's.
@@ -137,7 +150,8 @@ class Optimizer {
   // accounted for from the start (ZeRO's model-state report).
   void allocate_state(OptimizerState& state, const at::Tensor& param) const;
   // Checkpoint import: copies `value` (any device, fp32, param's shape) into `state` under `name`, which
-  // must be one of state_names(); the copy lives on param's device.
+  // must be one of state_names(); the copy lives on param's device, in param's dtype (rounded to nearest even
+  // for a bf16 param).
   void import_state(OptimizerState& state, std::string_view name, const at::Tensor& value,
                     const at::Tensor& param) const;
 
@@ -145,9 +159,11 @@ class Optimizer {
   // The state tensor `name` for `param` (a handle sharing storage): zeros like param on first use,
   // checked against param after.
   static at::Tensor state_tensor(OptimizerState& state, std::string_view name, const at::Tensor& param);
-  // Throws unless param and grad are defined fp32 tensors of one shape on one device, step >= 1, lr
-  // is finite and >= 0, grad_scale finite and the betas in [0, 1).
-  static void check_step_arguments(const at::Tensor& param, const at::Tensor& grad, const StepScalars& scalars);
+  // Throws unless param and grad are defined fp32 tensors of one shape on one device (with `bf16_params`, param
+  // may be bf16 and its grad bf16 or fp32), step >= 1, lr is finite and >= 0, grad_scale finite and the betas in
+  // [0, 1).
+  static void check_step_arguments(const at::Tensor& param, const at::Tensor& grad, const StepScalars& scalars,
+                                   bool bf16_params = false);
 
  private:
   OptimizerSpec spec_;
@@ -156,6 +172,11 @@ class Optimizer {
 // For a partition that steps flat shards of parameters: throws ZHOST_ERR_CONFIG, naming `where` (its setting,
 // "zero.stage = 2"), when `spec` needs whole parameters (Lamb: Note [Lamb steps whole parameters]).
 void require_elementwise(const OptimizerSpec& spec, const std::string& where);
+
+// Whether the optimizer of `spec` steps bf16 tensors (Note [bf16 masters without offload]): Adam and AdamW.
+inline bool steps_bf16(const OptimizerSpec& spec) {
+  return spec.kind == OptimizerKind::kAdamW || spec.kind == OptimizerKind::kAdam;
+}
 
 // Validates the spec (ZHOST_ERR_CONFIG naming the bad setting) and builds the optimizer.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);
