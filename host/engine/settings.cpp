@@ -202,8 +202,8 @@ ModelStateShape model_state_shape(const TrainSettings& settings, int world_size,
   shape.num_params = num_params;
   shape.compute_bytes = settings.precision == Precision::kFp32 ? 4 : 2;
   shape.master_bytes = settings.bf16_master ? 2 : 4;
-  if (settings.bf16_states) shape.optimizer_bytes_per_param /= 2;  // Adam's two moments, 2 bytes each
   shape.optimizer_bytes_per_param = static_cast<int>(kit::make_optimizer(settings.optimizer)->state_bytes_per_param());
+  if (settings.bf16_states) shape.optimizer_bytes_per_param /= 2;  // Adam's two moments, 2 bytes each
   shape.optimizer_offloaded = settings.optimizer_offloaded;
   shape.params_offloaded = settings.params_offloaded;
   return shape;
