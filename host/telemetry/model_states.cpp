@@ -14,7 +14,8 @@ ModelStateBytes zero_formula(const ModelStateShape& s) {
   ModelStateBytes b;
   b.params = s.stage >= 3 ? c * psi / n : c * psi;
   b.grads = s.stage >= 2 ? c * psi / n : c * psi;
-  if (s.stage == 0 || (s.stage >= 3 && s.compute_bytes == 4)) {  // fp32: the parameter (shard) is the master
+  // A master in the compute dtype (fp32 runs; bf16 masters in bf16 runs) is the stage 3 parameter shard.
+  if (s.stage == 0 || (s.stage >= 3 && s.compute_bytes == s.master_bytes)) {
     b.master = s.stage == 0 ? (s.compute_bytes == 4 ? 0 : 4 * psi) : 0;
     b.optimizer = s.stage == 0 ? k * psi : k * psi / n;
   } else {
@@ -47,7 +48,7 @@ std::string formula_text(const ModelStateShape& s) {
     case 2:
       return fmt::format("{}Ψ+{}Ψ/N", c, c + s.master_bytes + k);
     default:
-      return fmt::format("{}Ψ/N", 2 * c + (c == 4 ? 0 : s.master_bytes) + k);
+      return fmt::format("{}Ψ/N", 2 * c + (c == s.master_bytes ? 0 : s.master_bytes) + k);
   }
 }
 
@@ -69,7 +70,7 @@ nlohmann::json to_json(const ModelStateBytes& b) {
 std::string describe_model_states(const ModelStateBytes& measured, const ModelStateShape& shape) {
   const ModelStateBytes formula = zero_formula(shape);
   return fmt::format(
-      "model states per rank: params {}, grads {}, fp32 master {}, optimizer {}, total {}; ZeRO stage {} formula {} "
+      "model states per rank: params {}, grads {}, master {}, optimizer {}, total {}; ZeRO stage {} formula {} "
       "(Ψ={}, N={}): {} (measured/formula {:.3f}); communication buffers {}{}{}{}{}",
       mb(measured.params), mb(measured.grads), mb(measured.master), mb(measured.optimizer), mb(measured.total()),
       shape.stage, formula_text(shape), shape.num_params, shape.world_size, mb(formula.total()),

@@ -98,6 +98,7 @@ const zhost_plugin_descriptor* describe() {
     zero::read_gradient_keys(*builder);
     builder->reads_keys({"zero.contiguous_gradients"});  // stage 2's
     zero::read_delayed_update_keys(*builder);
+    zero::read_master_keys(*builder);  // Note [bf16 masters without offload]
     return builder->build();
   }();
   return descriptor;

@@ -145,19 +145,16 @@ void Stage3Partition::log_setup(const zhost_partition_setup& setup) const {
   const Stage3Context& c = context_;
   int64_t largest = 0;
   for (const FetchUnit& unit : c.layout.units()) largest = std::max(largest, unit.padded());
-  c.host.info(kit::format(
-      "stage 3: {} parameters in {} fetch units{} ({} elements per rank, largest unit {} elements "
-      "gathered), {} optimizer sub-group(s); prefetch {} / live {} / reuse distance {} elements{}",
-      setup.num_params, c.units(),
-      c.layout.persistent_unit() >= 0
-          ? kit::format(", {} of them persistent (at most {} elements each)",
-                        c.unit(c.layout.persistent_unit()).params.size(), c.options.persistence_threshold)
-          : "",
-      c.layout.shard_elements(), largest, c.layout.sub_groups().size(), c.options.prefetch_bucket_size,
-      c.options.max_live_parameters, c.options.max_reuse_distance,
-      optimizer_.offloaded()
-          ? kit::format("; optimizer offloaded to tier '{}'{}", optimizer_.tier().name(), optimizer_.delayed_summary())
-          : ""));
+  c.host.info(
+      kit::format("stage 3: {} parameters in {} fetch units{} ({} elements per rank, largest unit {} elements "
+                  "gathered), {} optimizer sub-group(s); prefetch {} / live {} / reuse distance {} elements{}",
+                  setup.num_params, c.units(),
+                  c.layout.persistent_unit() >= 0
+                      ? kit::format(", {} of them persistent (at most {} elements each)",
+                                    c.unit(c.layout.persistent_unit()).params.size(), c.options.persistence_threshold)
+                      : "",
+                  c.layout.shard_elements(), largest, c.layout.sub_groups().size(), c.options.prefetch_bucket_size,
+                  c.options.max_live_parameters, c.options.max_reuse_distance, optimizer_.summary()));
 }
 
 void Stage3Partition::begin_micro_batch(const zhost_micro_batch_args& args) {

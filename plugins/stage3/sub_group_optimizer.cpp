@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "zhost/kit/format.hpp"
 #include "zhost/kit/grad_numerics.hpp"
 #include "zhost/kit/state_io.hpp"
 #include "zhost/zero/step_prologue.hpp"
@@ -28,18 +29,20 @@ void SubGroupOptimizer::stage_through(const zero::HostCopies& copies) {
 void SubGroupOptimizer::set_optimizer(const zhost_optimizer_desc& optimizer, bool steps_here) {
   optimizer_spec_ = kit::optimizer_spec_from_abi(optimizer);
   kit::require_elementwise(optimizer_spec_, "zero.stage = 3");
+  master_dtype_ = zero::master_dtype(context_.host, tier_, optimizer_spec_);
   if (steps_here) optimizer_ = kit::make_optimizer(optimizer_spec_);
 }
 
-// Sub-group buffers; each unit's shard, master and gradient are views into its sub-group's. In fp32 runs the
-// shard is the master, unless a tier keeps the master. With a tier the master only passes through here on its
+// Sub-group buffers; each unit's shard, master and gradient are views into its sub-group's. When the master is
+// in the compute dtype (fp32 runs; bf16 masters in bf16 runs, Note [bf16 masters without offload]) the shard is
+// the master, unless a tier keeps the master. With a tier the master only passes through here, in fp32, on its
 // way to host memory: it is kept off the device.
 void SubGroupOptimizer::add_sub_group(size_t g) {
   const int64_t numel = context_.layout.sub_groups()[g].numel;
   const bool offloaded = tier_.active();
   SubGroupState s;
-  s.master = at::zeros({numel}, (offloaded ? at::TensorOptions() : context_.on_device).dtype(at::kFloat));
-  if (context_.compute_dtype != at::kFloat || offloaded) s.shard = at::zeros({numel}, context_.on_device);
+  s.master = at::zeros({numel}, (offloaded ? at::TensorOptions() : context_.on_device).dtype(master_dtype_));
+  if (context_.compute_dtype != master_dtype_ || offloaded) s.shard = at::zeros({numel}, context_.on_device);
   if (!offloaded) {
     s.grad = at::zeros({numel}, context_.on_device);
     optimizer_->allocate_state(s.state, s.master);
@@ -94,8 +97,11 @@ void SubGroupOptimizer::write_shards(const std::vector<at::Tensor>& weights) {
   }
 }
 
-std::string SubGroupOptimizer::delayed_summary() const {
-  return delayed_ ? zero::delayed_update_summary(context_.options.delayed) : std::string();
+std::string SubGroupOptimizer::summary() const {
+  if (tier_.active())
+    return kit::format("; optimizer offloaded to tier '{}'{}", tier_.name(),
+                       delayed_ ? zero::delayed_update_summary(context_.options.delayed) : std::string());
+  return master_dtype_ == at::kBFloat16 ? zero::kBf16MastersSummary : "";
 }
 
 at::Tensor SubGroupOptimizer::grad_of(int unit) const {
@@ -154,7 +160,7 @@ bool SubGroupOptimizer::step(zhost_step_args& args) {
       step_offloaded(scalars);
     } else {
       for (SubGroupState& g : sub_groups_) {  // one sub-group at a time: at most one fp32 copy of 16-bit gradients
-        const at::Tensor grad = g.grad.scalar_type() == at::kFloat ? g.grad : g.grad.to(at::kFloat);
+        const at::Tensor grad = g.grad.scalar_type() == g.master.scalar_type() ? g.grad : g.grad.to(at::kFloat);
         optimizer_->step(g.master, grad, g.state, scalars);
         if (g.shard.defined()) kit::copy_master_to_model(g.shard, g.master);
       }
@@ -222,9 +228,10 @@ void SubGroupOptimizer::memory(zhost_model_state_bytes& out) const {
     if (g.shard.defined()) {  // 16-bit shards (or any shards next to a tier's masters)
       out.params += g.shard.nbytes();
       if (g.master.defined()) out.master += g.master.nbytes();
-    } else if (g.master.defined()) {  // fp32: the master is the parameter shard; 16-bit with parameter offload
-      // alone: the shard is the params tier's (Note [Parameter offload alone]), the master only a master
-      (offload_.active() && context_.compute_dtype != at::kFloat ? out.master : out.params) += g.master.nbytes();
+    } else if (g.master.defined()) {  // in the compute dtype: the master is the parameter shard; an fp32 master in
+      // 16-bit runs with parameter offload alone: the shard is the params tier's (Note [Parameter offload alone]),
+      // the master only a master
+      (offload_.active() && context_.compute_dtype != master_dtype_ ? out.master : out.params) += g.master.nbytes();
     }
     if (!tier_.active()) out.grads += g.grad.nbytes();
     out.optimizer += static_cast<uint64_t>(g.state.bytes());

@@ -1,5 +1,6 @@
 // plugins/stage3/sub_group_optimizer.hpp: the optimizer over this rank's shards, sub-group by sub-group
-// (DeepSpeed's sub_group_size; fetch_units.hpp): each sub-group's fp32 master, 16-bit shard, gradient and
+// (DeepSpeed's sub_group_size; fetch_units.hpp): each sub-group's master (fp32, or bf16: Note [bf16 masters without
+// offload] in zhost/kit/optimizer.hpp), 16-bit shard, gradient and
 // optimizer states, or, with zero.offload_optimizer, the tier's group of the same index; the step (unscale,
 // global norm, clip, then one sub-group at a time), delayed with zero.offload_optimizer.delayed_update (Note
 // [Delayed parameter update]: every sub-group is a group of the DelayedTierStep); and the checkpointed states.
@@ -41,7 +42,7 @@ class SubGroupOptimizer {
   // (master_from_shard); then its master and states handed to the tier, the device shards dropped with
   // parameter offload (finish_sub_group).
   void add_sub_group(size_t g);
-  at::Tensor shard_of(int unit) const;  // [S] compute dtype view (fp32 runs without a tier: the master's)
+  at::Tensor shard_of(int unit) const;  // [S] compute dtype view (a master in the compute dtype: the master's)
   void master_from_shard(int unit);
   void finish_sub_group(size_t g, const zhost_optimizer_desc& optimizer);
   // After the last sub-group, with a tier: delays its steps as zero.offload_optimizer.delayed_update says (Note
@@ -68,13 +69,14 @@ class SubGroupOptimizer {
   void load_states(const zhost_state_io& io);
   // After load_states: the 16-bit shards from the masters (in the parameter tier with parameter offload).
   void refresh_shards();
-  // The zero.offload_optimizer.delayed_update summary for the setup line ("" without it).
-  std::string delayed_summary() const;
+  // Where the optimizer runs, for the setup line: "; optimizer offloaded to tier ..." (and the delayed update's
+  // summary), the bf16 masters kept here, or "".
+  std::string summary() const;
 
  private:
   struct SubGroupState {
-    at::Tensor master;  // [G] fp32 (none with a tier: it keeps the masters)
-    at::Tensor shard;   // [G] compute dtype (16-bit runs; fp32 runs use master)
+    at::Tensor master;  // [G] master_dtype_ (none with a tier: it keeps the masters)
+    at::Tensor shard;   // [G] compute dtype (none when the master is in the compute dtype: it is the shard)
     at::Tensor grad;    // [G] compute dtype (with a tier: its fp32 accumulator)
     kit::OptimizerState state;
   };
@@ -101,6 +103,7 @@ class SubGroupOptimizer {
   kit::OptimizerSpec optimizer_spec_;          // the job's, whoever steps it
   std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
   std::vector<std::string> state_names_;       // what a checkpoint holds: "master" and the optimizer's states
+  at::ScalarType master_dtype_ = at::kFloat;   // of the masters kept here (zero::master_dtype)
   zero::OptimizerTier tier_;                   // zero.offload_optimizer's tier (inactive without one)
   bool staged_ = false;                        // the tier's memory is reached by copies (a device of its own)
   zero::HostCopies copies_;                    // to and from the tier's host memory

@@ -46,13 +46,15 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   layout_ = FlatLayout(numels, world_size_);
   const int64_t partition = layout_.partition_size();
 
-  // This rank's fp32 master partition, from the (identically initialised) parameters; padding stays 0. With
-  // a tier it only passes through here on its way to host memory: it is built there.
+  // This rank's master partition (fp32, or bf16: Note [bf16 masters without offload] in zhost/kit/optimizer.hpp),
+  // from the (identically initialised) parameters; padding stays 0. With a tier it only passes through here, in
+  // fp32, on its way to host memory: it is built there.
   tier_ = OptimizerTier::find(host_);
   optimizer_spec_ = kit::optimizer_spec_from_abi(setup.optimizer);
   kit::require_elementwise(optimizer_spec_, kit::format("zero.stage = {}", options_.stage));
   state_names_ = kit::checkpoint_state_names(optimizer_spec_);
-  master_ = at::zeros({partition}, (tier_.active() ? at::TensorOptions() : on_device).dtype(at::kFloat));
+  const at::ScalarType master_dtype = zero::master_dtype(host_, tier_, optimizer_spec_);
+  master_ = at::zeros({partition}, (tier_.active() ? at::TensorOptions() : on_device).dtype(master_dtype));
   const int64_t begin = rank_ * partition;
   for (const Segment& s : layout_.segments(begin, begin + partition))
     master_.narrow(0, s.flat_offset - begin, s.length)
@@ -96,6 +98,8 @@ void ZeroPartition::setup(const zhost_partition_setup& setup) {
   if (tier_.active()) {
     offload = kit::format("; optimizer offloaded to tier '{}'", tier_.name());
     if (delayed_) offload += delayed_update_summary(options_.delayed);
+  } else if (master_dtype != at::kFloat) {
+    offload = kBf16MastersSummary;
   }
   host_.info(
       kit::format("stage {}: {} parameters padded to {} = {} partitions of {} elements; this rank owns "
@@ -166,8 +170,9 @@ void ZeroPartition::step(zhost_step_args& args) {
   }
   const kit::StepScalars scalars = zero::step_scalars(args, decision, optimizer_spec_);
   if (tier_.active()) return step_tier(scalars);  // the tier's step zeroes its accumulator
+  // A 16-bit partition steps an fp32 master from an fp32 copy; a bf16 master steps from it directly.
   const at::Tensor grad =
-      grad_partition_.scalar_type() == at::kFloat ? grad_partition_ : grad_partition_.to(at::kFloat);
+      grad_partition_.scalar_type() == master_.scalar_type() ? grad_partition_ : grad_partition_.to(at::kFloat);
   optimizer_->step(master_, grad, state_, scalars);
   gather_updated_partitions(master_);
   release_gradients();
@@ -204,7 +209,7 @@ void ZeroPartition::release_gradients() {
 // that steps is not in the compute dtype (an fp32 master in 16-bit training).
 uint64_t ZeroPartition::gather_bytes() const {
   const uint64_t element = c10::elementSize(compute_dtype_);
-  const bool cast = !tier_.active() && compute_dtype_ != at::kFloat;
+  const bool cast = !tier_.active() && compute_dtype_ != master_.scalar_type();
   return element * static_cast<uint64_t>(gather_chunk_) * ((world_size_ > 1 ? world_size_ : 0) + (cast ? 1 : 0));
 }
 

@@ -11,7 +11,8 @@
 //
 // Gradients are reduced by the GradientReducer (gradient_reducer.hpp) into this rank's gradient partition.
 // step() runs the step prologue (Note [Step prologue]: overflow, exact global norm, one gradient factor),
-// steps the optimizer on the rank's fp32 master partition, and all-gathers the updated partitions back into
+// steps the optimizer on the rank's master partition (fp32, or bf16 with bf16.master_weights_and_grads: Note [bf16
+// masters without offload] in zhost/kit/optimizer.hpp), and all-gathers the updated partitions back into
 // every rank's parameters in chunks of allgather_bucket_size elements.
 //
 // With zero.offload_optimizer.device set, the host hands over the tier serving it (tier_for): the tier
@@ -109,7 +110,7 @@ class ZeroPartition : public sdk::PartitionHooks {
   at::ScalarType compute_dtype_ = at::kFloat;
   kit::OptimizerSpec optimizer_spec_;          // the job's, whoever steps it
   std::unique_ptr<kit::Optimizer> optimizer_;  // none when a tier runs the optimizer
-  at::Tensor master_;                          // [S] fp32: this rank's partition of the parameters
+  at::Tensor master_;                          // [S] fp32 or bf16: this rank's partition of the parameters
   kit::OptimizerState state_;
   std::vector<std::string> state_names_;  // what a checkpoint holds: "master" and the optimizer's states
   at::Tensor grad_partition_;  // [S] compute dtype: this rank's reduced gradients (stage 1: boundary to step)

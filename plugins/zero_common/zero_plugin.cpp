@@ -25,6 +25,7 @@ void declare_keys(sdk::DescriptorBuilder& builder, int stage) {
     builder.reads_keys({"zero.allgather_bucket_size", "zero.round_robin_gradients"});
   }
   read_delayed_update_keys(builder);
+  read_master_keys(builder);  // Note [bf16 masters without offload]
   if (stage == 2)
     builder.config_bool("zero.contiguous_gradients", true,
                         "keep reduced gradients in one contiguous partition (zhost always does)");

@@ -142,10 +142,18 @@ std::vector<RuleCase> rule_cases() {
       {"Bf16MasterAtStage0", "[bf16]\nenabled = true\nmaster_weights_and_grads = true\n",
        "train.toml:3: bf16.master_weights_and_grads = true needs zero.stage 1, 2 or 3 (DeepSpeed: bf16 master "
        "weights and gradients are only supported with ZeRO stages 1-3)"},
-      {"Bf16MasterWithoutOffload", "[bf16]\nenabled = true\nmaster_weights_and_grads = true\n[zero]\nstage = 2\n",
-       "train.toml:3: bf16.master_weights_and_grads = true needs ZeRO-Offload with DeepSpeed's CPU Adam, as in "
-       "DeepSpeed (zero.offload_optimizer.device = \"cpu\" and optimizer.type Adam or AdamW; this config has "
-       "\"none\" and AdamW)"},
+      {"Bf16MasterWithoutOffloadOrBf16States",
+       "[bf16]\nenabled = true\nmaster_weights_and_grads = true\n[zero]\nstage = 2\n",
+       "train.toml:3: bf16.master_weights_and_grads = true without ZeRO-Offload needs bf16.optimizer_states = true, "
+       "as in DeepSpeed (fp32 moments beside bf16 masters need its CPU Adam)"},
+      {"Bf16MasterWithoutOffloadNotAdam",
+       "[bf16]\nenabled = true\nmaster_weights_and_grads = true\noptimizer_states = true\n[optimizer]\n"
+       "type = \"SGD\"\n[zero]\nstage = 3\n",
+       "train.toml:3: bf16.master_weights_and_grads = true without ZeRO-Offload is built for optimizer.type Adam and "
+       "AdamW, and this config has SGD"},
+      {"Bf16MasterWithoutOffloadInFp32Training",
+       "[bf16]\nmaster_weights_and_grads = true\noptimizer_states = true\n[zero]\nstage = 1\n",
+       "train.toml:2: bf16.master_weights_and_grads = true is built for bf16 training, and bf16.enabled is false"},
       {"Bf16MasterWithLion",
        "[bf16]\nenabled = true\nmaster_weights_and_grads = true\n[optimizer]\ntype = \"Lion\"\n[zero]\nstage = 1\n"
        "[zero.offload_optimizer]\ndevice = \"cpu\"\n",
@@ -167,9 +175,6 @@ std::vector<RuleCase> rule_cases() {
        "[bf16]\nenabled = true\noptimizer_states = true\n[zero]\nstage = 2\n[zero.offload_optimizer]\n"
        "device = \"cpu\"\n",
        "train.toml:3: bf16.optimizer_states = true needs bf16.master_weights_and_grads = true, as in DeepSpeed"},
-      {"Bf16StatesWithoutOffload",
-       "[bf16]\nenabled = true\nmaster_weights_and_grads = true\noptimizer_states = true\n[zero]\nstage = 1\n",
-       "train.toml:4: bf16.optimizer_states = true without ZeRO-Offload is not built yet"},
       // The file itself.
       // A JSON file is DeepSpeed's config, read with DeepSpeed's names (deepspeed_json_test.cpp).
       {"DeepSpeedJsonKeyChangingTheMath", "{\"train_batch_size\": 8, \"gradient_allreduce_op\": \"sum\"}\n",

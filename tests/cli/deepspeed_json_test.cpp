@@ -657,7 +657,8 @@ TEST(DeepSpeedJson, Fp16InsideZeroOptimizationPointsToTheTopLevelTable) {
       << nested.err;
 }
 
-// bf16_master_weights_and_grads maps to zhost's key; DeepSpeed's asserts refuse it without ZeRO-Offload's CPU Adam,
+// bf16_master_weights_and_grads maps to zhost's key; DeepSpeed's asserts refuse it without ZeRO-Offload's CPU Adam
+// unless bf16_optimizer_states keeps the moments in bf16 on the device too (Note [bf16 masters without offload]),
 // and so do both commands, and torch_adam (which replaces the CPU Adam) is refused with it.
 TEST(DeepSpeedJson, Bf16MasterWeightsMapWithDeepSpeedsRules) {
   ScratchDir dir;
@@ -674,10 +675,18 @@ TEST(DeepSpeedJson, Bf16MasterWeightsMapWithDeepSpeedsRules) {
   dir.write("plain.json", plain);
   CliResult refused = run_zhost(dir.path(), "config check plain.json" + kPlugins);
   EXPECT_EQ(refused.exit_code, 2);
-  EXPECT_NE(refused.err.find("plain.json:2:3: bf16.master_weights_and_grads = true needs ZeRO-Offload with "
-                             "DeepSpeed's CPU Adam"),
+  EXPECT_NE(refused.err.find("plain.json:2:3: bf16.master_weights_and_grads = true without ZeRO-Offload needs "
+                             "bf16.optimizer_states = true"),
             std::string::npos)
       << refused.err;
+
+  std::string on_device = plain;
+  on_device.replace(on_device.find(R"("bf16_master_weights_and_grads": true)"), 37,
+                    R"("bf16_master_weights_and_grads": true, "bf16_optimizer_states": true)");
+  dir.write("on_device.json", on_device);
+  CliResult states = run_zhost(dir.path(), "config check on_device.json" + kPlugins);
+  EXPECT_EQ(states.exit_code, 0) << states.err;
+  EXPECT_NE(states.out.find("optimizer_states = true"), std::string::npos) << states.out;
 
   std::string torch_adam = offload;
   torch_adam.replace(torch_adam.find(R"("lr": 1e-3)"), 10, R"("lr": 1e-3, "torch_adam": true)");

@@ -214,6 +214,94 @@ TEST(Offload, Bf16OptimizerStatesHoldTenBytesAndResumeBitForBit) {
   expect_resume_at_ten_is_bitwise(dir, "resumed", states16, "c16", full);
 }
 
+// Note [bf16 masters without offload]: without ZeRO-Offload, each stage keeps its bf16 masters and Adam moments
+// itself and steps them with the kit's Adam, the CPU tier's kernel, so the job trains to the same bits as the same job
+// with the CPU tier's bf16 masters and moments (Offload.Bf16* above), and its model states are 2 + 4 bytes of master
+// and moments per owned parameter, the formula's. (Stage 1 accumulates in its flat staging either way; stages 2 and
+// 3 would part with gradient accumulation: their partitions add in bf16, the tier in fp32.)
+struct DeviceBf16Case {
+  const char* name;
+  const char* args;
+  const char* formula;
+};
+
+void PrintTo(const DeviceBf16Case& c, std::ostream* os) { *os << c.name; }
+
+class Bf16MastersOnTheDevice : public ::testing::TestWithParam<DeviceBf16Case> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    Stages, Bf16MastersOnTheDevice,
+    ::testing::Values(DeviceBf16Case{"Stage1Accumulating",
+                                     "--nproc 2 --set zero.stage=1 --set train_micro_batch_size_per_gpu=1 "
+                                     "--set gradient_accumulation_steps=2",
+                                     "4Ψ+6Ψ/N"},
+                      DeviceBf16Case{"Stage2ThreeRanks",
+                                     "--nproc 3 --set zero.stage=2 --set train_micro_batch_size_per_gpu=2", "2Ψ+8Ψ/N"},
+                      DeviceBf16Case{"Stage3SubGroups",
+                                     "--nproc 2 --set zero.stage=3 --set train_micro_batch_size_per_gpu=2 "
+                                     "--set zero.stage3_param_persistence_threshold=40 --set zero.sub_group_size=3000",
+                                     "8Ψ/N"}),
+    [](const ::testing::TestParamInfo<DeviceBf16Case>& c) { return std::string(c.param.name); });
+
+TEST_P(Bf16MastersOnTheDevice, EqualTheCpuTiersBitForBitInFewerBytes) {
+  const DeviceBf16Case& c = GetParam();
+  ScratchDir dir;
+  const std::string args = std::string(c.args) +
+                           " --set bf16.enabled=true --set bf16.master_weights_and_grads=true "
+                           "--set bf16.optimizer_states=true";
+  RunOutput device = train(dir, "device", args);
+  RunOutput tier = train(dir, "tier", args + kOffload);
+  ASSERT_EQ(device.losses.size(), 20u);
+  EXPECT_NE(device.err.find("bf16 master weights and optimizer states"), std::string::npos) << device.err;
+  EXPECT_EQ(device.losses, tier.losses);
+  EXPECT_EQ(weights_mismatch(device, tier, 0, 0), "");
+  RunOutput fp32_masters = train(dir, "fp32", std::string(c.args) + " --set bf16.enabled=true");
+  EXPECT_NE(device.losses, fp32_masters.losses);  // bf16 masters round every update
+
+  auto states = read_model_states(device);
+  const double psi = states["num_params"].get<double>(), n = states["world_size"].get<double>();
+  EXPECT_EQ(states["formula_text"], c.formula) << states.dump();
+  EXPECT_NEAR(states["ratio"].get<double>(), 1.0, 0.05) << states.dump();
+  // The master and Adam's two moments at 2 bytes each (stage 3: the master is the parameter shard).
+  const double master = states["measured"]["master"].get<double>(), optimizer = states["measured"]["optimizer"];
+  EXPECT_NEAR(optimizer / (4 * psi / n), 1.0, 0.05) << states.dump();
+  if (std::string(c.name).rfind("Stage3", 0) == 0) {
+    EXPECT_EQ(master, 0.0) << states.dump();
+  } else {
+    EXPECT_NEAR(master / (2 * psi / n), 1.0, 0.05) << states.dump();
+  }
+}
+
+// A checkpoint of bf16 masters and moments kept on the device resumes bit for bit, holds fp32 values like any other
+// (resumed across fp32 masters both ways), and the CPU tier's bf16 job resumes from it.
+TEST(Bf16MastersOnTheDevice, ResumeBitForBitAndAcrossPrecisionsAndTiers) {
+  ScratchDir dir;
+  const std::string fp32_masters =
+      "--nproc 2 --set train_micro_batch_size_per_gpu=2 --set bf16.enabled=true --set zero.stage=2 "
+      "--set checkpoint.interval=10";
+  const std::string bf16_masters =
+      fp32_masters + " --set bf16.master_weights_and_grads=true --set bf16.optimizer_states=true";
+  RunOutput full32 = train(dir, "full32", fp32_masters + " --set checkpoint.dir=ckpt32");
+  RunOutput full16 = train(dir, "full16", bf16_masters + " --set checkpoint.dir=ckpt16");
+  ASSERT_EQ(full16.losses.size(), 20u);
+  expect_resume_at_ten_is_bitwise(dir, "resumed16", bf16_masters, "ckpt16", full16);
+  // The CPU tier's bf16 masters and moments from the device's checkpoint: the same job, so the same bits.
+  expect_resume_at_ten_is_bitwise(dir, "tier16", bf16_masters + kOffload, "ckpt16", full16);
+
+  RunOutput into16 =
+      train(dir, "into16",
+            bf16_masters + " --set checkpoint.dir=i16 --resume " + (dir.path() / "ckpt32" / "step-00000010").string());
+  RunOutput into32 =
+      train(dir, "into32",
+            fp32_masters + " --set checkpoint.dir=i32 --resume " + (dir.path() / "ckpt16" / "step-00000010").string());
+  ASSERT_EQ(into16.losses.size(), 10u);
+  ASSERT_EQ(into32.losses.size(), 10u);
+  // Step 11 runs on the same bf16 weights either way; the steps after it part (masters rounded or not).
+  EXPECT_EQ(into16.losses[0], full32.losses[10]);
+  EXPECT_EQ(into32.losses[0], full16.losses[10]);
+  EXPECT_NE(into16.losses.back(), full32.losses.back());
+}
+
 // ZeRO-Infinity's CPU form: parameters and optimizer offloaded. The 16-bit (here fp32) shards live in the
 // tier and come back through one staging buffer per gather in flight (buffer_count = 1 forces every
 // prefetch to wait for the gather before it); training equals stage 3 without offload bit for bit, and

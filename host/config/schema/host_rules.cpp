@@ -102,14 +102,27 @@ void add_bf16_master_rules(Schema& schema) {
           return std::string(
               "bf16.master_weights_and_grads = true with zero.offload_optimizer.device = \"nvme\" is not built "
               "(zhost keeps bf16 master weights in host memory); use \"cpu\", or remove it");
-        // DeepSpeed keeps bf16 masters with bf16 states on the GPU without offload: the rule below says not yet.
-        if (device == "none" && config.get_bool("bf16.optimizer_states")) return std::nullopt;
-        if (device != "cpu" || (type != "Adam" && type != "AdamW"))
+        const bool adam = type == "Adam" || type == "AdamW";
+        // DeepSpeed keeps bf16 masters with bf16 states on the device without offload (Note [bf16 masters without
+        // offload] in zhost/kit/optimizer.hpp); zhost's steps them with its Adam kinds.
+        if (device == "none" && config.get_bool("bf16.optimizer_states")) {
+          if (!adam)
+            return fmt::format(
+                "bf16.master_weights_and_grads = true without ZeRO-Offload is built for optimizer.type Adam and "
+                "AdamW, and this config has {}; use one of them, or remove it",
+                type);
+        } else if (device == "none" && adam) {
+          return std::string(
+              "bf16.master_weights_and_grads = true without ZeRO-Offload needs bf16.optimizer_states = true, as in "
+              "DeepSpeed (fp32 moments beside bf16 masters need its CPU Adam); set bf16.optimizer_states = true or "
+              "zero.offload_optimizer.device = \"cpu\", or remove it");
+        } else if (device != "cpu" || !adam) {
           return fmt::format(
               "bf16.master_weights_and_grads = true needs ZeRO-Offload with DeepSpeed's CPU Adam, as in DeepSpeed "
               "(zero.offload_optimizer.device = \"cpu\" and optimizer.type Adam or AdamW; this config has \"{}\" "
               "and {}); set them, or remove it",
               text::excerpt(device), type);
+        }
         if (!config.get_bool("bf16.enabled"))
           return std::string(
               "bf16.master_weights_and_grads = true is built for bf16 training, and bf16.enabled is false; set "
@@ -125,8 +138,7 @@ void add_bf16_master_rules(Schema& schema) {
               "zero.offload_optimizer.swap_schedule is not built for them; remove one of the two");
         return std::nullopt;
       });
-  rule(schema,
-       {"bf16.optimizer_states", "bf16.master_weights_and_grads", "zero.stage", "zero.offload_optimizer.device"},
+  rule(schema, {"bf16.optimizer_states", "bf16.master_weights_and_grads", "zero.stage"},
        [](const ResolvedConfig& config) -> Problem {
          if (!config.get_bool("bf16.optimizer_states")) return std::nullopt;
          if (config.get_int("zero.stage") == 0)
@@ -137,10 +149,6 @@ void add_bf16_master_rules(Schema& schema) {
            return std::string(
                "bf16.optimizer_states = true needs bf16.master_weights_and_grads = true, as in DeepSpeed; set it, or "
                "remove bf16.optimizer_states");
-         if (config.get_string("zero.offload_optimizer.device") == "none")
-           return std::string(
-               "bf16.optimizer_states = true without ZeRO-Offload is not built yet (zhost keeps bf16 moments in its "
-               "CPU tier only); set zero.offload_optimizer.device = \"cpu\", or remove it");
          return std::nullopt;
        });
 }

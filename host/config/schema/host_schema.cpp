@@ -219,12 +219,14 @@ void add_precision_keys(HostKeys& keys) {
   keys.flag("fp16.consecutive_hysteresis", false, "refill hysteresis after each step without overflow");
   keys.number("fp16.min_loss_scale", 1.0, "lowest dynamic loss scale", above(0));
   keys.flag("bf16.enabled", false, "train in bf16 (no loss scaling)");
-  // DeepSpeed's bf16 keys of the same names (Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp).
+  // DeepSpeed's bf16 keys of the same names (Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp, Note [bf16
+  // masters without offload] in zhost/kit/optimizer.hpp).
   keys.flag("bf16.master_weights_and_grads", false,
-            "keep the optimizer's master weights in bf16 and step them on bf16 gradients (ZeRO-Offload's CPU tier, "
-            "Adam/AdamW)");
+            "keep the optimizer's master weights in bf16 and step them on bf16 gradients (Adam/AdamW, stages 1-3: "
+            "ZeRO-Offload's CPU tier, or without offload together with bf16.optimizer_states)");
   keys.flag("bf16.optimizer_states", false,
-            "keep Adam's moments in bf16 too (needs bf16.master_weights_and_grads; ZeRO-Offload's CPU tier)");
+            "keep Adam's moments in bf16 too (needs bf16.master_weights_and_grads; in the CPU tier, or on the "
+            "device without offload)");
 }
 
 void add_zero_keys(HostKeys& keys) {

@@ -251,4 +251,18 @@ HostCopies::Copy HostCopies::start(const at::Tensor& src, const at::Tensor& dst)
   return Copy(host_, host_.copy_start(src_dl, dst_dl));
 }
 
+at::ScalarType master_dtype(const sdk::Host& host, const OptimizerTier& tier, const kit::OptimizerSpec& optimizer) {
+  if (tier.active() || !host.config_bool("bf16.master_weights_and_grads")) return at::kFloat;
+  if (!kit::steps_bf16(optimizer))
+    throw sdk::PluginError(ZHOST_ERR_CONFIG,
+                           kit::format("bf16.master_weights_and_grads = true is built for Adam and AdamW, and the "
+                                       "optimizer is {}; use one of them, or remove it",
+                                       kit::optimizer_kind_name(optimizer.kind)));
+  return at::kBFloat16;
+}
+
+void read_master_keys(sdk::DescriptorBuilder& builder) {
+  builder.reads_keys({"bf16.master_weights_and_grads", "bf16.optimizer_states"});
+}
+
 }  // namespace zhost::zero

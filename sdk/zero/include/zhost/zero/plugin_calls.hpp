@@ -186,4 +186,15 @@ class StagedStep {
   int next_ = 0;
 };
 
+// The dtype of a partition's master weights when no tier runs its optimizer: bf16 with bf16.master_weights_and_grads
+// (Note [bf16 masters without offload] in zhost/kit/optimizer.hpp; the host's rules pair it with
+// bf16.optimizer_states and bf16 training there), else fp32. With a tier, fp32: the tier keeps the masters and
+// reads the keys itself (Note [bf16 master weights]). Throws ZHOST_ERR_CONFIG for an optimizer that steps fp32
+// only. A stage that calls it declares read_master_keys.
+at::ScalarType master_dtype(const sdk::Host& host, const OptimizerTier& tier, const kit::OptimizerSpec& optimizer);
+void read_master_keys(sdk::DescriptorBuilder& builder);
+// The end of a stage's setup line when master_dtype is bf16.
+inline constexpr const char* kBf16MastersSummary =
+    "; bf16 master weights and optimizer states (bf16.master_weights_and_grads)";
+
 }  // namespace zhost::zero
