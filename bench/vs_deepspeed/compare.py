@@ -106,6 +106,8 @@ for _stage in (1, 2, 3):  # DeepSpeed's bf16 master weights and gradients (ZeRO-
     CONFIGS[f"s{_stage}-offload-bf16master"] = variant(_stage, "bf16", offload=True, bf16_master=True)
     CONFIGS[f"s{_stage}-offload-bf16states"] = variant(_stage, "bf16", offload=True, bf16_master=True,
                                                         bf16_states=True)
+    # without offload: masters and moments in bf16 on the device (DeepSpeed's fused Adam; zhost's kit Adam)
+    CONFIGS[f"s{_stage}-bf16states"] = variant(_stage, "bf16", bf16_master=True, bf16_states=True)
 
 
 def venv_python():
@@ -370,6 +372,7 @@ CHECKS = {  # name: (max |loss diff| at any step, max |weight diff| but the key 
     "s2-offload-onecycle": (5e-5, 1e-3, 1e-9),  # the CPU tier's
     "s3-bf16": (2e-2, 5e-2, 1e-9),
     "s2-offload-bf16states": (2e-2, 5e-2, 1e-9),  # bf16 masters and Adam moments in the CPU tier
+    "s3-bf16states": (2e-2, 5e-2, 1e-9),  # the same without offload, kept by stage 3 (the master is the shard)
 }
 # The same on the Llama folder (`make --kind llama`: rotary embeddings, RMSNorm, SiLU gating, grouped key/value
 # heads), fp32 at stage 3; its bf16 rows are outside the GPT-2 bf16 tolerance (RESULTS.md, Llama).
