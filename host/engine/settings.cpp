@@ -113,6 +113,13 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
   if (s.model.type == "hf") s.model = model::resolve_spec(s.model);
   s.layer_drop = c.get_float("model.layer_drop");
   s.layer_drop_per_rank = c.get_bool("debug.layer_drop_per_rank");
+  for (const double layer : c.get_float_list("random_ltd.layers"))
+    s.random_ltd.layers.push_back(static_cast<int64_t>(layer));
+  s.random_ltd.min_tokens = c.get_int("random_ltd.min_tokens");
+  s.random_ltd.max_tokens =
+      c.get_int("random_ltd.max_tokens") == 0 ? s.model.seq_len : c.get_int("random_ltd.max_tokens");
+  s.random_ltd.require_steps = c.get_int("random_ltd.require_steps");
+  s.random_ltd.tokens_per_increase = c.get_int("random_ltd.tokens_per_increase");
   s.rank = rank;
 
   s.data.source = c.get_string("data.type");

@@ -10,6 +10,7 @@
 #include "host/config/schema/resolved.hpp"
 #include "host/data/data.hpp"
 #include "host/engine/activation_checkpoints.hpp"
+#include "host/engine/random_ltd.hpp"
 #include "host/model/model.hpp"
 #include "host/optim/loss_scaler.hpp"
 #include "host/optim/schedule.hpp"
@@ -52,6 +53,7 @@ struct TrainSettings {
   // drawn from (seed, step, micro-batch, block) and, with layer_drop_per_rank, the rank.
   double layer_drop = 0;
   bool layer_drop_per_rank = false;
+  RandomLtdSpec random_ltd;  // Note [Random-LTD]; max_tokens resolved (0 -> model.seq_len)
   int rank = 0;
   model::ModelSpec model;
   data::DataSpec data;

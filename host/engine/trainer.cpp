@@ -6,12 +6,14 @@
 #include <ATen/ops/mul.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <filesystem>
@@ -27,6 +29,7 @@
 #include "host/engine/device.hpp"
 #include "host/engine/observers/observers.hpp"
 #include "host/engine/preflight.hpp"
+#include "host/engine/random_ltd.hpp"
 #include "host/engine/storage_swap.hpp"
 #include "host/model/hf_layout.hpp"
 #include "host/services/host_services.hpp"
@@ -204,6 +207,7 @@ struct Trainer::Impl {
                               model::Placement{device, compute_dtype(settings.precision), !partitions_params});
     if (partitions_params) param_store = std::make_unique<ParamStore>(*model, services);
     if (world.rank() == 0) warn_about_unapplied_hf_settings();
+    check_random_ltd();
     loader = std::make_unique<data::DataLoader>(settings.data);
     schedule = optim::make_schedule(settings.schedule, settings.optimizer.lr);
     if (settings.precision == Precision::kFp16) scaler = optim::LossScaler(settings.loss_scale);
@@ -478,6 +482,43 @@ struct Trainer::Impl {
     return static_cast<double>(key >> 11) * 0x1.0p-53 < settings.layer_drop;
   }
 
+  // Note [Random-LTD]: what the config rules could not see before the model was built (an HF folder's layers and
+  // positions); then the schedule once on rank 0.
+  void check_random_ltd() const {
+    const RandomLtdSpec& ltd = settings.random_ltd;
+    if (!ltd.enabled()) return;
+    if (!model->positions_from_embedding())
+      fail_usage(
+          "random_ltd.layers is set, and {} computes rotary positions in every layer, which would renumber the "
+          "tokens a layer keeps; random-LTD is built for models with learned positions (gpt, GPT-2): remove "
+          "random_ltd.layers",
+          settings.model.path.empty() ? settings.model.type : settings.model.path);
+    if (ltd.layers.back() >= settings.model.layers)
+      fail_usage("random_ltd.layers names layer {}, and the model has {} (0 to {}); fix random_ltd.layers",
+                 ltd.layers.back(), settings.model.layers, settings.model.layers - 1);
+    if (world.rank() == 0)
+      spdlog::info(
+          "random-LTD: layers {} run on a random {} of the {} tokens of each sample at step 1, rising to {} by step {} "
+          "(multiples of {})",
+          fmt::join(ltd.layers, ","), random_ltd_tokens(ltd, 1), settings.model.seq_len,
+          std::min(ltd.max_tokens, settings.model.seq_len), ltd.require_steps + 1, ltd.tokens_per_increase);
+  }
+
+  // Note [Random-LTD]: the tokens block b keeps in this micro-batch ([B, k] positions), or none (it runs whole).
+  at::Tensor kept_tokens(int64_t step, int32_t micro_step, size_t b, const at::Tensor& x) const {
+    const RandomLtdSpec& ltd = settings.random_ltd;
+    if (!ltd.enabled() || b == 0 || b + 1 >= model->num_blocks()) return {};
+    const auto layer = static_cast<int64_t>(b) - 1;
+    if (!std::binary_search(ltd.layers.begin(), ltd.layers.end(), layer)) return {};
+    const int64_t keep = random_ltd_tokens(ltd, step);
+    if (keep >= x.size(1)) return {};
+    uint64_t key = settings.seed ^ 0x52616E644C54440Aull;  // "RandLTD\n"
+    for (const uint64_t part : {static_cast<uint64_t>(step), static_cast<uint64_t>(micro_step),
+                                static_cast<uint64_t>(layer), static_cast<uint64_t>(settings.rank)})
+      key = mix64(key ^ part);
+    return random_ltd_positions(key, x.size(0), x.size(1), keep);
+  }
+
   at::Tensor forward(const at::Tensor& tokens, int64_t step, int32_t micro_step) {
     at::Tensor x = tokens;
     for (size_t b = 0; b < model->num_blocks(); ++b) {
@@ -490,8 +531,13 @@ struct Trainer::Impl {
       }
       check_materialized(block, "forward");
       const auto block_start = Clock::now();
-      x = activation_checkpoints && activation_checkpoints->checkpointed(b) ? activation_checkpoints->forward(b, x)
-                                                                            : model->forward_block(b, x);
+      const auto run_block = [&](const at::Tensor& input) {
+        return activation_checkpoints && activation_checkpoints->checkpointed(b)
+                   ? activation_checkpoints->forward(b, input)
+                   : model->forward_block(b, input);
+      };
+      const at::Tensor kept = kept_tokens(step, micro_step, b, x);
+      x = kept.defined() ? run_on_kept_tokens(x, kept, run_block) : run_block(x);
       if (profiled) {
         sync_for_timing();
         profiled->block_forward_ms[b] += ms_since(block_start);

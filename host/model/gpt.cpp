@@ -56,6 +56,7 @@ class Gpt final : public Model {
 
  protected:
   bool has_attention() const override { return true; }
+  bool positions_from_embedding() const override { return true; }
 
   at::Tensor run_block(size_t block, const at::Tensor& x) const override {
     if (block == 0) {

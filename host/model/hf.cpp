@@ -49,6 +49,7 @@ class HfModel final : public Model {
 
  protected:
   bool has_attention() const override { return true; }
+  bool positions_from_embedding() const override { return config_.gpt2(); }  // Llama, Mistral: rotary
 
   void load_parameter_shard(size_t param_index, int64_t flat_offset, at::Tensor& target) const override {
     const formats::SafetensorsSet::Found found = weights_->find(file_names_[param_index]);

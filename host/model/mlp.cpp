@@ -42,6 +42,7 @@ class Mlp final : public Model {
 
  protected:
   bool has_attention() const override { return false; }
+  bool positions_from_embedding() const override { return true; }
 
   at::Tensor run_block(size_t block, const at::Tensor& x) const override {
     if (block == 0) return at::embedding(token_embedding_, x);                        // tokens [B, T] -> [B, T, C]

@@ -96,6 +96,12 @@ class Model {
   // Mean next-token cross-entropy, computed in fp32: logits [B, T, V], targets [B, T] int64 -> scalar.
   at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) const;
 
+  // Whether a transformer block sees its tokens' positions only through what block 0 added to them (learned absolute
+  // positions: gpt, GPT-2; mlp has none), so that it may run on a subset of the sequence, causal among the tokens
+  // kept (random-LTD, Note [Random-LTD] in host/engine/random_ltd.hpp). false for rotary positions (llama, HF Llama
+  // and Mistral), which a block computes from where a token sits in its input.
+  virtual bool positions_from_embedding() const = 0;
+
   const std::vector<ParamEntry>& parameters() const { return params_; }
   // For each block, the ids (indices into parameters()) of every parameter it reads, ascending; includes
   // parameters owned by another block (gpt's head lists the tied embedding, id 0).

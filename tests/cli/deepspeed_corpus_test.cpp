@@ -1,10 +1,12 @@
 // tests/cli/deepspeed_corpus_test.cpp: the corpus of real DeepSpeed configs (tests/config/deepspeed_corpus)
 // checked as `zhost config check` does (prepare_job, then the data and precision checks), in one process
-// so that the ~200 files take seconds: each file against its line in EXPECTED, "FILE [--set=K=V ...] accepted"
-// or "FILE [--set=K=V ...] refused TEXT", TEXT being part of the first error line. Every file must be
-// listed. --set=K=V stands for the trainer's arguments that fill a file's HF "auto" values (Note [HF's
-// "auto"]): such a file is checked without them too, where its "auto"s take HF Trainer's defaults, which
-// the listed arguments are (but bf16 where listed), and must give the same outcome. A second test reports
+// so that the ~200 files take seconds: each file against its line in EXPECTED, "FILE [--with=K=V ...] [--set=K=V
+// ...] accepted" or "FILE [...] refused TEXT", TEXT being part of the first error line. Every file must be
+// listed. --with=K=V is the model the file's own training script trains (what a companion TOML or --set gives
+// zhost, Note [A DeepSpeed JSON alone]), for a file whose settings name that model's layers: always applied.
+// --set=K=V stands for the trainer's arguments that fill a file's HF "auto" values (Note [HF's "auto"]): such a
+// file is checked without them too, where its "auto"s take HF Trainer's defaults, which the listed arguments are
+// (but bf16 where listed), and must give the same outcome. A second test reports
 // the share of the files that need nothing out of scope that are accepted (Note [Corpus share]).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -48,10 +50,11 @@ std::vector<std::string> check(const fs::path& file, const std::vector<std::stri
   }
 }
 
-// One line of EXPECTED: FILE [--set=K=V ...] accepted|refused [TEXT].
+// One line of EXPECTED: FILE [--with=K=V ...] [--set=K=V ...] accepted|refused [TEXT].
 struct Expected {
   std::string file, outcome, reason;
-  std::vector<std::string> arguments;
+  std::vector<std::string> model;      // --with: the model the file's training script trains
+  std::vector<std::string> arguments;  // --set: the trainer's arguments that fill its "auto"s
 };
 
 std::vector<Expected> read_expected(const fs::path& corpus) {
@@ -62,6 +65,9 @@ std::vector<Expected> read_expected(const fs::path& corpus) {
     std::istringstream fields(line);
     Expected expected;
     fields >> expected.file >> expected.outcome;
+    for (const std::string prefix = "--with="; expected.outcome.rfind(prefix, 0) == 0; fields >> expected.outcome) {
+      expected.model.push_back(expected.outcome.substr(prefix.size()));
+    }
     for (const std::string prefix = "--set="; expected.outcome.rfind(prefix, 0) == 0; fields >> expected.outcome) {
       expected.arguments.push_back(expected.outcome.substr(prefix.size()));
     }
@@ -89,7 +95,7 @@ TEST(DeepSpeedCorpus, EachRealConfigGivesItsExpectedOutcome) {
     listed.push_back(file);
     if (!arguments.empty()) {
       ++with_arguments;
-      const std::vector<std::string> unfilled = check(corpus / file, {});
+      const std::vector<std::string> unfilled = check(corpus / file, line.model);
       EXPECT_TRUE(std::none_of(unfilled.begin(), unfilled.end(),
                                [](const std::string& e) { return e.find(kAutoUnfilled) != std::string::npos; }))
           << file << ": without the trainer's arguments its \"auto\"s take HF Trainer's defaults";
@@ -99,7 +105,9 @@ TEST(DeepSpeedCorpus, EachRealConfigGivesItsExpectedOutcome) {
       else
         EXPECT_NE(first.find(reason), std::string::npos) << file << " without the trainer's arguments: " << first;
     }
-    const std::vector<std::string> errors = check(corpus / file, arguments);
+    std::vector<std::string> overrides = line.model;
+    overrides.insert(overrides.end(), arguments.begin(), arguments.end());
+    const std::vector<std::string> errors = check(corpus / file, overrides);
     const std::string error = errors.empty() ? "" : errors.front();
     // Each file's outcome in the log, for reviewing EXPECTED after a change.
     std::printf("OUTCOME\t%s\t%s\n", file.c_str(), error.c_str());
@@ -162,7 +170,7 @@ constexpr Reason kDeepSpeedRefuses[] = {
 };
 
 // The overall share reached (Note [Corpus share]); raise it when a fix lets more files through.
-constexpr double kShareFloor = 0.95;
+constexpr double kShareFloor = 0.99;
 
 const Reason* find_reason(const std::vector<std::string>& errors, const Reason* begin, const Reason* end) {
   for (const std::string& error : errors) {
@@ -183,7 +191,9 @@ TEST(DeepSpeedCorpus, ShareOfInScopeConfigsAcceptedStaysAboveItsFloor) {
   std::map<std::string, Counts> by_project;
   std::map<std::string, size_t> in_scope_reasons;
   for (const Expected& line : read_expected(corpus)) {
-    const std::vector<std::string> errors = check(corpus / line.file, line.arguments);
+    std::vector<std::string> overrides = line.model;
+    overrides.insert(overrides.end(), line.arguments.begin(), line.arguments.end());
+    const std::vector<std::string> errors = check(corpus / line.file, overrides);
     Counts& counts = by_project[line.file.substr(0, line.file.find('/'))];
     if (errors.empty()) {
       ++counts.accepted;

@@ -830,11 +830,11 @@ TEST(DeepSpeedJson, FeaturesDeepSpeedRemovedAreRefusedSayingSo) {
   ASSERT_EQ(off.exit_code, 0) << off.err;
   EXPECT_NE(off.out.find("progressive_layer_drop.enabled = false: off"), std::string::npos) << off.out;
   dir.write("kept.json", R"({"train_micro_batch_size_per_gpu": 2,
-  "data_efficiency": {"enabled": true}})");
+  "data_efficiency": {"enabled": true, "data_sampling": {"enabled": true, "num_workers": 0}}})");
   CliResult kept = run_zhost(dir.path(), "config check kept.json" + kPlugins);
   EXPECT_EQ(kept.exit_code, 2);
-  EXPECT_NE(kept.err.find("DeepSpeed's data efficiency library is a feature zhost lacks; set it to false, or train "
-                          "with DeepSpeed"),
+  EXPECT_NE(kept.err.find("data_efficiency.data_sampling.enabled = true: curriculum learning (DeepSpeed's data "
+                          "sampling) is a feature zhost lacks; set it to false, or train with DeepSpeed"),
             std::string::npos)
       << kept.err;
 }

@@ -281,6 +281,77 @@ void import_zero(Importer& importer, Section& root) {
   zero.finish();
 }
 
+namespace {
+
+// DeepSpeed's data efficiency library: its random-LTD is zhost's random_ltd table (Note [Random-LTD] in
+// host/engine/random_ltd.hpp); its data sampling (curriculum learning) is a feature zhost lacks.
+void import_data_efficiency(Section& root) {
+  Section efficiency = root.sub("data_efficiency");
+  const auto on = [](Section& section) {
+    const json* enabled = section.take("enabled");
+    if (enabled && enabled->is_boolean() && enabled->get<bool>()) return true;
+    if (enabled) section.note("enabled", "off");  // taken above: noted only if present
+    section.note_rest("the feature is off, so it changes nothing");
+    return false;
+  };
+  if (!on(efficiency)) return;
+  efficiency.note("seed", "seeds DeepSpeed's data sampler; zhost draws random-LTD's tokens from the job's seed");
+  Section sampling = efficiency.sub("data_sampling");
+  if (sampling.object()) {
+    const json* enabled = sampling.take("enabled");
+    if (enabled && !(enabled->is_boolean() && !enabled->get<bool>()))
+      sampling.refuse(
+          "enabled",
+          "curriculum learning (DeepSpeed's data sampling) is a feature zhost lacks; set it to false, or train with "
+          "DeepSpeed");
+    sampling.note_rest("part of data sampling");
+  }
+  Section routing = efficiency.sub("data_routing");
+  if (!on(routing)) return;
+  Section ltd = routing.sub("random_ltd");
+  if (!on(ltd)) return;
+  const json* ids = ltd.has("random_ltd_layer_id") ? &ltd.object()->at("random_ltd_layer_id") : nullptr;
+  ltd.map("random_ltd_layer_id", "random_ltd.layers");
+  if (const json* count = ltd.take("random_ltd_layer_num"); count && ids && ids->is_array()) {
+    if (!count->is_number_integer() || count->get<int64_t>() != static_cast<int64_t>(ids->size()))
+      ltd.refuse(
+          "random_ltd_layer_num",
+          fmt::format("it must be the length of random_ltd_layer_id ({}), as DeepSpeed requires; fix it", ids->size()));
+  }
+  ltd.note("total_layer_num", "DeepSpeed counts consumed layer tokens with it; zhost takes the model's layers");
+  ltd.note("model_mask_name", "zhost's models attend causally among the tokens a layer keeps, as DeepSpeed's mask");
+  ltd.note("hidden_state_order", "zhost's blocks hold [batch, sequence, width]");
+  ltd.inert("model_type", "decoder",
+            "random-LTD of an encoder (BERT) is a feature zhost lacks: its models are decoders; write \"decoder\", or "
+            "train with DeepSpeed");
+  Section schedule = ltd.sub("random_ltd_schedule");
+  schedule.map("min_value", "random_ltd.min_tokens");
+  schedule.map("max_value", "random_ltd.max_tokens");
+  schedule.inert(
+      "schedule_type", "fixed_linear",
+      "DeepSpeed's random-LTD has the fixed_linear schedule only (it raises 'Unsupported random LTD schedule "
+      "type'); write \"fixed_linear\"");
+  Section steps = schedule.sub("schedule_config");
+  steps.map("require_steps", "random_ltd.require_steps");
+  steps.map("seq_per_step", "random_ltd.tokens_per_increase");
+  steps.finish();
+  schedule.finish();
+  Section token_lr = ltd.sub("layer_token_lr_schedule");
+  if (token_lr.object()) {
+    const json* enabled = token_lr.take("enabled");
+    if (enabled && !(enabled->is_boolean() && !enabled->get<bool>()))
+      token_lr.refuse("enabled",
+                      "the layer-token lr schedule is a feature zhost lacks, and DeepSpeed 0.19.8 refuses it too ('not "
+                      "yet support'); set it to false");
+    token_lr.note_rest("part of the layer-token lr schedule");
+  }
+  ltd.note_rest("DeepSpeed's random-LTD bookkeeping (batch sizes it fills itself)");
+  routing.note_rest("part of DeepSpeed's data routing");
+  efficiency.note_rest("part of DeepSpeed's data efficiency library");
+}
+
+}  // namespace
+
 void import_features(Importer& importer, Section& root) {
   // Monitoring and profiling: they observe the run, they do not change it. zhost has DeepSpeed's
   // comms_logger and the flops profiler's keys (enabling the profiler is refused: not built).
@@ -342,6 +413,7 @@ void import_features(Importer& importer, Section& root) {
     Section section = root.sub(noted.table);
     section.note_rest(noted.reason);
   }
+  import_data_efficiency(root);
   // Features zhost lacks: refused when enabled, noted when off. Note [Features DeepSpeed removed]: DeepSpeed
   // 0.19.8, the version zhost reads configs as, refuses some of these tables itself, whatever they hold
   // (deepspeedai/DeepSpeed#8489 removed the features); zhost's refusal says so, since no current DeepSpeed
@@ -367,7 +439,6 @@ void import_features(Importer& importer, Section& root) {
            Feature{"eigenvalue", "eigenvalue computation", true},
            Feature{"progressive_layer_drop", "progressive layer dropping", true},
            Feature{"curriculum_learning", "curriculum learning", true},
-           Feature{"data_efficiency", "DeepSpeed's data efficiency library", false},
            Feature{"hybrid_engine", "the hybrid (RLHF) engine", false},
            Feature{"quantize_training", "quantization-aware training", true},
            Feature{"compile", "torch.compile / DeepCompile", false},

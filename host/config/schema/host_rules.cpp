@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -311,6 +312,62 @@ void add_model_rules(Schema& schema) {
         "model.width / model.heads = {} / {} = {}; change width or heads, e.g. width = {}",
         width, heads, width / heads, width + heads);
   });
+}
+
+// Note [Random-LTD] (host/engine/random_ltd.hpp): the schedule's keys need layers; the layers must exist and see
+// positions through the embedding (llama's rotary ones are refused; an HF folder's model is checked when it loads).
+void add_random_ltd_rules(Schema& schema) {
+  const std::vector<std::string> schedule = {"random_ltd.min_tokens", "random_ltd.max_tokens",
+                                             "random_ltd.require_steps", "random_ltd.tokens_per_increase"};
+  for (const std::string& key : schedule) {
+    rule(schema, {key, "random_ltd.layers"},
+         [key, fallback = schema.default_value(key)](const ResolvedConfig& config) -> Problem {
+           if (!config.has(key) || config.get(key) == fallback || !config.get_float_list("random_ltd.layers").empty())
+             return std::nullopt;
+           return fmt::format(
+               "{} is set, but random_ltd.layers is empty, so random-LTD is off; list the layers in "
+               "random_ltd.layers, or remove it",
+               key);
+         });
+  }
+  rule(schema, {"random_ltd.layers", "model.type", "model.layers"}, [](const ResolvedConfig& config) -> Problem {
+    const std::vector<double>& layers = config.get_float_list("random_ltd.layers");
+    if (layers.empty()) return std::nullopt;
+    const std::string& type = config.get_string("model.type");
+    if (type == "llama")
+      return std::string(
+          "random_ltd.layers is set, and model.type = \"llama\" computes rotary positions in every layer, which "
+          "would renumber the tokens a layer keeps; random-LTD is built for gpt and GPT-2 (learned positions); "
+          "remove random_ltd.layers, or use model.type = \"gpt\"");
+    const int64_t count = config.get_int("model.layers");
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const double layer = layers[i];
+      if (layer != std::floor(layer) || layer < 0 || (type != "hf" && layer >= static_cast<double>(count)))
+        return fmt::format(
+            "random_ltd.layers[{}] = {} is not a layer of this model: layers count from 0 to model.layers - 1 = {}; "
+            "fix it",
+            i, layer, count - 1);
+      if (i > 0 && layer <= layers[i - 1])
+        return fmt::format("random_ltd.layers must ascend without repeats, and [{}] = {} follows {}; sort them", i,
+                           layer, layers[i - 1]);
+    }
+    return std::nullopt;
+  });
+  rule(schema, {"random_ltd.min_tokens", "random_ltd.max_tokens", "random_ltd.tokens_per_increase", "model.seq_len"},
+       [](const ResolvedConfig& config) -> Problem {
+         const int64_t low = config.get_int("random_ltd.min_tokens"),
+                       step = config.get_int("random_ltd.tokens_per_increase");
+         const int64_t high = config.get_int("random_ltd.max_tokens") == 0 ? config.get_int("model.seq_len")
+                                                                           : config.get_int("random_ltd.max_tokens");
+         if (low > high)
+           return fmt::format("random_ltd.min_tokens = {} is above the schedule's end ({}); lower it", low, high);
+         if (low < step)
+           return fmt::format(
+               "random_ltd.min_tokens = {} is below random_ltd.tokens_per_increase = {}, so the schedule would start "
+               "at 0 tokens (it keeps multiples of it); raise min_tokens or lower tokens_per_increase",
+               low, step);
+         return std::nullopt;
+       });
 }
 
 void add_data_rules(Schema& schema) {
@@ -723,6 +780,7 @@ void add_host_rules(Schema& schema) {
   add_optimizer_rules(schema);
   add_scheduler_rules(schema);
   add_model_rules(schema);
+  add_random_ltd_rules(schema);
   add_data_rules(schema);
   add_zero_rules(schema);
   add_gradient_rules(schema);  // before the delayed update's: the warnings keep their order

@@ -137,6 +137,23 @@ void add_model_keys(HostKeys& keys) {
               "LayerDrop: probability that a transformer block is skipped in a training micro-batch", from_below(0, 1));
 }
 
+// DeepSpeed's random-LTD (data_efficiency.data_routing.random_ltd; Note [Random-LTD] in host/engine/random_ltd.hpp).
+void add_random_ltd_keys(HostKeys& keys) {
+  keys.number_list("random_ltd.layers", {},
+                   "random-LTD: the transformer layers (0-based) that run on a random subset of each sample's tokens "
+                   "(DeepSpeed's random_ltd_layer_id); empty = off");
+  keys.integer("random_ltd.min_tokens", 1, "random-LTD: tokens kept at the schedule's start (DeepSpeed's min_value)",
+               at_least(1));
+  keys.integer("random_ltd.max_tokens", 0,
+               "random-LTD: tokens kept at its end (max_value); 0 = model.seq_len, where the layers run whole",
+               at_least(0));
+  keys.integer("random_ltd.require_steps", 1,
+               "random-LTD: steps from min_tokens to max_tokens, linearly (schedule_config.require_steps)",
+               at_least(1));
+  keys.integer("random_ltd.tokens_per_increase", 1,
+               "random-LTD: the tokens kept are a multiple of this (schedule_config.seq_per_step)", at_least(1));
+}
+
 void add_data_keys(HostKeys& keys) {
   keys.choice("data.type", "synthetic", {"synthetic", "tokens", "text"},
               "synthetic random tokens, a binary token file, or a text file");
@@ -362,6 +379,7 @@ void add_host_keys(Schema& schema) {
   HostKeys keys(schema);
   add_training_keys(keys);
   add_model_keys(keys);
+  add_random_ltd_keys(keys);
   add_data_keys(keys);
   add_optimizer_keys(keys);
   add_scheduler_keys(keys);
