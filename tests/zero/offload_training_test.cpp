@@ -50,6 +50,25 @@ void expect_resume_at_ten_is_bitwise(const ScratchDir& dir, const std::string& n
   EXPECT_EQ(weights_mismatch(resumed, full, 0, 0), "") << name;
 }
 
+// Checkpoints hold fp32 values whatever the masters' dtype: the fp32-master job's step-10 checkpoint (CKPT32) resumed
+// with `bf16_args`, and the bf16-master job's (CKPT16) with `fp32_args`. Step 11 runs on the same bf16 weights either
+// way (a resume rounds the checkpoint's masters to bf16), so its loss is the uninterrupted job's; the steps after it
+// part (masters rounded or not).
+void expect_resumes_across_precisions(const ScratchDir& dir, const std::string& bf16_args, const std::string& fp32_args,
+                                      const RunOutput& full16, const RunOutput& full32) {
+  RunOutput into16 =
+      train(dir, "into16",
+            bf16_args + " --set checkpoint.dir=i16 --resume " + (dir.path() / "ckpt32" / "step-00000010").string());
+  RunOutput into32 =
+      train(dir, "into32",
+            fp32_args + " --set checkpoint.dir=i32 --resume " + (dir.path() / "ckpt16" / "step-00000010").string());
+  ASSERT_EQ(into16.losses.size(), 10u);
+  ASSERT_EQ(into32.losses.size(), 10u);
+  EXPECT_EQ(into16.losses[0], full32.losses[10]);
+  EXPECT_EQ(into32.losses[0], full16.losses[10]);
+  EXPECT_NE(into16.losses.back(), full32.losses.back());
+}
+
 struct Case {
   const char* name;
   int stage;
@@ -177,21 +196,7 @@ TEST(Offload, Bf16MasterWeightsHoldFewerBytesAndResumeAcrossPrecisions) {
   expect_resume_at_ten_is_bitwise(dir, "resumed16", bf16_master, "ckpt16", full16);
 
   // Across: an fp32-master checkpoint resumed with bf16 masters, and back.
-  RunOutput into16 =
-      train(dir, "into16",
-            bf16_master + " --set checkpoint.dir=i16 --resume " + (dir.path() / "ckpt32" / "step-00000010").string());
-  RunOutput into32 =
-      train(dir, "into32",
-            fp32_master + " --set checkpoint.dir=i32 --resume " + (dir.path() / "ckpt16" / "step-00000010").string());
-  EXPECT_EQ(into16.losses.size(), 10u);
-  EXPECT_EQ(into32.losses.size(), 10u);
-  // Step 11 runs on the same bf16 weights either way: a resume rounds the checkpoint's masters to bf16.
-  if (into16.losses.size() == 10u) {
-    EXPECT_EQ(into16.losses[0], full32.losses[10]);
-  }
-  if (into32.losses.size() == 10u) {
-    EXPECT_EQ(into32.losses[0], full16.losses[10]);
-  }
+  expect_resumes_across_precisions(dir, bf16_master, fp32_master, full16, full32);
 }
 
 // bf16_optimizer_states too: Adam's moments in bf16, 10 bytes per owned parameter in the tier (2 + 2 + 2 and the fp32
@@ -288,18 +293,7 @@ TEST(Bf16MastersOnTheDevice, ResumeBitForBitAndAcrossPrecisionsAndTiers) {
   // The CPU tier's bf16 masters and moments from the device's checkpoint: the same job, so the same bits.
   expect_resume_at_ten_is_bitwise(dir, "tier16", bf16_masters + kOffload, "ckpt16", full16);
 
-  RunOutput into16 =
-      train(dir, "into16",
-            bf16_masters + " --set checkpoint.dir=i16 --resume " + (dir.path() / "ckpt32" / "step-00000010").string());
-  RunOutput into32 =
-      train(dir, "into32",
-            fp32_masters + " --set checkpoint.dir=i32 --resume " + (dir.path() / "ckpt16" / "step-00000010").string());
-  ASSERT_EQ(into16.losses.size(), 10u);
-  ASSERT_EQ(into32.losses.size(), 10u);
-  // Step 11 runs on the same bf16 weights either way; the steps after it part (masters rounded or not).
-  EXPECT_EQ(into16.losses[0], full32.losses[10]);
-  EXPECT_EQ(into32.losses[0], full16.losses[10]);
-  EXPECT_NE(into16.losses.back(), full32.losses.back());
+  expect_resumes_across_precisions(dir, bf16_masters, fp32_masters, full16, full32);
 }
 
 // ZeRO-Infinity's CPU form: parameters and optimizer offloaded. The 16-bit (here fp32) shards live in the
