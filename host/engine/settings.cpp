@@ -154,7 +154,8 @@ TrainSettings read_settings(const config::ResolvedConfig& c, int world_size, int
 
   if (c.get_bool("bf16.enabled")) s.precision = Precision::kBf16;
   // Read by the CPU tier (active only with it; its rules refuse them elsewhere).
-  s.bf16_master = c.active("bf16.master_weights_and_grads") && c.get_bool("bf16.master_weights_and_grads");
+  s.half_master = (c.active("bf16.master_weights_and_grads") && c.get_bool("bf16.master_weights_and_grads")) ||
+                  (c.active("fp16.master_weights_and_grads") && c.get_bool("fp16.master_weights_and_grads"));
   s.bf16_states = c.active("bf16.optimizer_states") && c.get_bool("bf16.optimizer_states");
   if (c.get_bool("fp16.enabled")) {
     s.precision = Precision::kFp16;
@@ -208,7 +209,7 @@ ModelStateShape model_state_shape(const TrainSettings& settings, int world_size,
   shape.world_size = world_size;
   shape.num_params = num_params;
   shape.compute_bytes = settings.precision == Precision::kFp32 ? 4 : 2;
-  shape.master_bytes = settings.bf16_master ? 2 : 4;
+  shape.master_bytes = settings.half_master ? 2 : 4;
   shape.optimizer_bytes_per_param = static_cast<int>(kit::make_optimizer(settings.optimizer)->state_bytes_per_param());
   if (settings.bf16_states) shape.optimizer_bytes_per_param /= 2;  // Adam's two moments, 2 bytes each
   shape.optimizer_offloaded = settings.optimizer_offloaded;

@@ -60,9 +60,9 @@ struct TrainSettings {
   kit::OptimizerSpec optimizer;
   optim::ScheduleSpec schedule;
   Precision precision = Precision::kFp32;
-  // bf16.master_weights_and_grads, bf16.optimizer_states: 2-byte masters, and moments, in the CPU tier (Note [bf16
-  // master weights]) or on the device (Note [bf16 masters without offload]).
-  bool bf16_master = false;
+  // bf16.master_weights_and_grads (or fp16's), bf16.optimizer_states: 2-byte masters, and moments, in the CPU tier
+  // (Note [bf16 master weights]) or on the device (Note [bf16 masters without offload]).
+  bool half_master = false;
   bool bf16_states = false;
   optim::LossScaleSpec loss_scale;  // fp16 only
   comm::Backend backend = comm::Backend::kAuto;

@@ -1,6 +1,6 @@
 // plugins/offload_cpu/offload_cpu.cpp: the host-memory offload tier ("offload:cpu"), ZeRO-Offload's CPU
-// side. It keeps, per optimizer group handed to it by a partition plugin, the master weights (fp32, or bf16 with
-// bf16.master_weights_and_grads: Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp), the
+// side. It keeps, per optimizer group handed to it by a partition plugin, the master weights (fp32, or bf16 or fp16
+// with bf16/fp16.master_weights_and_grads: Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp), the
 // optimizer states and an fp32 gradient accumulator in host memory (pinned with
 // zero.offload_optimizer.pin_memory), and steps them with the fused SIMD optimizer of cpu_optimizer.hpp:
 // one pass that also writes the updated weights in the compute dtype for the all-gather. It also stores
@@ -82,21 +82,26 @@ bool is_bf16(const DLTensor& t) { return t.dtype.code == kDLBfloat && t.dtype.bi
 
 size_t element_bytes(const DLTensor& t) { return (t.dtype.bits * t.dtype.lanes + 7) / 8; }
 
-// n elements of a group's state kept with `bytes` per element (4: fp32, 2: bf16) read as fp32 (exact), and written
-// from fp32 (bf16: rounded to nearest even, as the optimizer stores them): the ABI's state ranges, checkpoints and
-// the hot-swap stream are fp32 whatever the tier keeps, so each side of them resumes the other.
-void read_as_floats(const void* state, int bytes, float* out, int64_t n) {
-  if (bytes == 4)
-    std::memcpy(out, state, static_cast<size_t>(n) * 4);
-  else
+// n elements of a group's state kept as `type` (fp32, bf16, fp16) read as fp32 (exact), and written from fp32 (16-bit:
+// rounded to nearest even, as the optimizer stores them): the ABI's state ranges, checkpoints and the hot-swap stream
+// are fp32 whatever the tier keeps, so each side of them resumes the other.
+void read_as_floats(const void* state, cpu_optim::StateType type, float* out, int64_t n) {
+  if (type == cpu_optim::StateType::kBf16)
     cpu_optim::floats_from_bf16(static_cast<const uint16_t*>(state), out, n);
-}
-void write_from_floats(const float* in, void* state, int bytes, int64_t n) {
-  if (bytes == 4)
-    std::memcpy(state, in, static_cast<size_t>(n) * 4);
+  else if (type == cpu_optim::StateType::kF16)
+    cpu_optim::floats_from_f16(static_cast<const uint16_t*>(state), out, n);
   else
-    cpu_optim::bf16_from_floats(in, static_cast<uint16_t*>(state), n);
+    std::memcpy(out, state, static_cast<size_t>(n) * 4);
 }
+void write_from_floats(const float* in, void* state, cpu_optim::StateType type, int64_t n) {
+  if (type == cpu_optim::StateType::kBf16)
+    cpu_optim::bf16_from_floats(in, static_cast<uint16_t*>(state), n);
+  else if (type == cpu_optim::StateType::kF16)
+    cpu_optim::f16_from_floats(in, static_cast<uint16_t*>(state), n);
+  else
+    std::memcpy(state, in, static_cast<size_t>(n) * 4);
+}
+int bytes_of(cpu_optim::StateType type) { return type == cpu_optim::StateType::kF32 ? 4 : 2; }
 constexpr int64_t kConvertPiece = 16384;  // elements converted at a time through an fp32 piece
 
 // The optimizer's threads: offload_cpu.threads, or else this machine's hardware threads shared among the
@@ -124,7 +129,9 @@ class CpuTier : public zhost::sdk::TierDefaults {
       ZHOST_PLUGIN_FLAG_TIER_STORES | ZHOST_PLUGIN_FLAG_TIER_COMPUTES | ZHOST_PLUGIN_FLAG_TIER_USES_STORAGE;
 
   explicit CpuTier(const Host& host) : host_(host), pinned_(host.config_bool("zero.offload_optimizer.pin_memory")) {
-    if (host.config_bool("bf16.master_weights_and_grads")) bytes_.master = 2;
+    if (host.config_bool("bf16.master_weights_and_grads")) master_type_ = cpu_optim::StateType::kBf16;
+    if (host.config_bool("fp16.master_weights_and_grads")) master_type_ = cpu_optim::StateType::kF16;
+    bytes_.master = bytes_of(master_type_);
     if (host.config_bool("bf16.optimizer_states")) bytes_.moments = 2;
     kernel_.isa = optimizer_isa();
     kernel_.threads = optimizer_threads(host.config_int("offload_cpu.threads"));
@@ -135,7 +142,9 @@ class CpuTier : public zhost::sdk::TierDefaults {
     storage_->write_behind = host.config_bool("zero.offload_optimizer.pipeline_write");
     host_.info(std::string("host-memory tier ready; optimizer kernel ") + cpu_optim::isa_name(*kernel_.isa) + ", " +
                std::to_string(kernel_.threads) + " thread(s)" + (pinned_ ? ", pinned buffers" : "") +
-               (bytes_.master == 2 ? ", bf16 master weights" : "") + (bytes_.moments == 2 ? " and states" : ""));
+               (master_type_ == cpu_optim::StateType::kBf16 ? ", bf16 master weights" : "") +
+               (master_type_ == cpu_optim::StateType::kF16 ? ", fp16 master weights" : "") +
+               (bytes_.moments == 2 ? " and states" : ""));
   }
   ~CpuTier() {  // groups before their storages: they drop their buffers from the storage tier
     pending_.clear();
@@ -232,8 +241,9 @@ class CpuTier : public zhost::sdk::TierDefaults {
                         "zero.offload_optimizer, or train SGD without offload");
     if (bytes_.master != 4 && opt.kind == ZHOST_OPTIMIZER_LION)
       throw PluginError(ZHOST_ERR_CONFIG,
-                        "offload_cpu: bf16 master weights (bf16.master_weights_and_grads) are built for Adam and "
-                        "AdamW, as DeepSpeed's CPU Adam; use one of them, or fp32 masters");
+                        "offload_cpu: 16-bit master weights (bf16.master_weights_and_grads, "
+                        "fp16.master_weights_and_grads) are built for Adam and AdamW, as DeepSpeed's CPU Adam; use one "
+                        "of them, or fp32 masters");
     if (!is_float(*setup.initial_master, 32))
       throw PluginError(ZHOST_ERR_INVALID_ARGUMENT, "offload_cpu: the initial master weights must be fp32");
     const int64_t n = numel(*setup.initial_master);
@@ -241,8 +251,7 @@ class CpuTier : public zhost::sdk::TierDefaults {
     groups_.erase(setup.key);
     Group& g = add_group(groups_, generation_, setup.key, opt, n);
     g.states->visit(0, n, 0, GroupStates::kAll, [&](void* const* states, int64_t begin, int64_t count) {
-      write_from_floats(initial + begin, states[GroupStates::kMaster], g.states->element_bytes(GroupStates::kMaster),
-                        count);
+      write_from_floats(initial + begin, states[GroupStates::kMaster], state_type(GroupStates::kMaster), count);
       for (int s = 1; s < g.states->num_states(); ++s)
         std::memset(states[s], 0, static_cast<size_t>(count) * static_cast<size_t>(g.states->element_bytes(s)));
     });
@@ -306,7 +315,7 @@ class CpuTier : public zhost::sdk::TierDefaults {
       w.u64(static_cast<uint64_t>(g.numel));
       for (int s = 0; s < g.states->num_states(); ++s)
         g.states->visit(0, g.numel, 1u << s, 0, [&](void* const* states, int64_t, int64_t count) {
-          w.floats(states[s], g.states->element_bytes(s), count);
+          w.floats(states[s], state_type(s), count);
         });
     }
     w.u64(buffers_.size());
@@ -335,7 +344,7 @@ class CpuTier : public zhost::sdk::TierDefaults {
       Group& g = add_group(groups, generation, key, desc, n);
       for (int s = 0; s < g.states->num_states(); ++s)
         g.states->visit(0, n, 0, 1u << s, [&](void* const* states, int64_t, int64_t piece) {
-          r.floats(states[s], g.states->element_bytes(s), piece);
+          r.floats(states[s], state_type(s), piece);
         });
     }
     for (uint64_t i = 0, count = r.u64(); i < count; ++i) {
@@ -446,39 +455,37 @@ class CpuTier : public zhost::sdk::TierDefaults {
     // This step's betas: a momentum schedule's (ABI 1.1), else the group's own.
     const bool scheduled = args.struct_size >= ZHOST_STRUCT_SIZE(zhost_tier_step_args, beta2);
     const double beta1 = scheduled ? args.beta1 : o.beta1, beta2 = scheduled ? args.beta2 : o.beta2;
-    g.states->visit(
-        offset, offset + count, GroupStates::kAll, GroupStates::kAll,
-        [&](void* const* states, int64_t begin, int64_t n) {
-          void* master = states[GroupStates::kMaster];
-          g.states->grad_before_step(g.grad.floats(), begin, n);
-          float* grad = g.grad.floats() + begin;
-          void* piece_out = out ? out + static_cast<size_t>(begin - offset) * out_element : nullptr;
-          if (o.kind == ZHOST_OPTIMIZER_LION) {
-            cpu_optim::LionHyper h{args.lr, beta1, beta2, o.weight_decay, args.grad_scale};
-            cpu_optim::lion_step(h, static_cast<float*>(master), grad, cpu_optim::GradType::kF32,
-                                 static_cast<float*>(states[GroupStates::kExpAvg]), piece_out, copy, n, kernel_);
-          } else {
-            cpu_optim::AdamHyper h{args.lr,
-                                   beta1,
-                                   beta2,
-                                   o.eps,
-                                   o.weight_decay,
-                                   o.kind == ZHOST_OPTIMIZER_ADAMW,
-                                   o.bias_correction != 0,
-                                   args.step,
-                                   args.grad_scale};
-            // bf16 masters step on the gradients' bf16 rounding, as DeepSpeed's bf16 gradient buffer
-            // holds them (the ABI's accumulator stays fp32).
-            cpu_optim::adam_step_typed(h, master, state_type(GroupStates::kMaster), grad,
-                                       bytes_.master == 2 ? cpu_optim::GradType::kF32AsBf16 : cpu_optim::GradType::kF32,
-                                       states[GroupStates::kExpAvg], states[GroupStates::kExpAvgSq],
-                                       state_type(GroupStates::kExpAvg), piece_out, copy, n, kernel_);
-          }
-          if (piece_out && copy == cpu_optim::Copy16::kNone)
-            read_as_floats(master, g.states->element_bytes(GroupStates::kMaster), static_cast<float*>(piece_out), n);
-          std::memset(grad, 0, static_cast<size_t>(n) * 4);
-          g.states->grad_after_step(g.grad.floats(), begin, n);
-        });
+    g.states->visit(offset, offset + count, GroupStates::kAll, GroupStates::kAll,
+                    [&](void* const* states, int64_t begin, int64_t n) {
+                      void* master = states[GroupStates::kMaster];
+                      g.states->grad_before_step(g.grad.floats(), begin, n);
+                      float* grad = g.grad.floats() + begin;
+                      void* piece_out = out ? out + static_cast<size_t>(begin - offset) * out_element : nullptr;
+                      if (o.kind == ZHOST_OPTIMIZER_LION) {
+                        cpu_optim::LionHyper h{args.lr, beta1, beta2, o.weight_decay, args.grad_scale};
+                        cpu_optim::lion_step(h, static_cast<float*>(master), grad, cpu_optim::GradType::kF32,
+                                             static_cast<float*>(states[GroupStates::kExpAvg]), piece_out, copy, n,
+                                             kernel_);
+                      } else {
+                        cpu_optim::AdamHyper h{args.lr,
+                                               beta1,
+                                               beta2,
+                                               o.eps,
+                                               o.weight_decay,
+                                               o.kind == ZHOST_OPTIMIZER_ADAMW,
+                                               o.bias_correction != 0,
+                                               args.step,
+                                               args.grad_scale};
+                        // The ABI's accumulator stays fp32: grad_type() says how a 16-bit master steps on it.
+                        cpu_optim::adam_step_typed(h, master, state_type(GroupStates::kMaster), grad, grad_type(),
+                                                   states[GroupStates::kExpAvg], states[GroupStates::kExpAvgSq],
+                                                   state_type(GroupStates::kExpAvg), piece_out, copy, n, kernel_);
+                      }
+                      if (piece_out && copy == cpu_optim::Copy16::kNone)
+                        read_as_floats(master, state_type(GroupStates::kMaster), static_cast<float*>(piece_out), n);
+                      std::memset(grad, 0, static_cast<size_t>(n) * 4);
+                      g.states->grad_after_step(g.grad.floats(), begin, n);
+                    });
   }
 
   struct Writer {
@@ -489,13 +496,14 @@ class CpuTier : public zhost::sdk::TierDefaults {
         throw PluginError(ZHOST_ERR_IO, "offload_cpu: export stopped by the writer");
     }
     void u64(uint64_t v) const { bytes(&v, sizeof(v)); }
-    // n elements of a state kept with `element` bytes each, written as fp32.
-    void floats(const void* state, int element, int64_t n) const {
+    // n elements of a state kept as `type`, written as fp32.
+    void floats(const void* state, cpu_optim::StateType type, int64_t n) const {
+      const int element = bytes_of(type);
       if (element == 4) return bytes(state, static_cast<size_t>(n) * 4);
       std::vector<float> piece(static_cast<size_t>(std::min(n, kConvertPiece)));
       for (int64_t at = 0; at < n; at += kConvertPiece) {
         const int64_t count = std::min(kConvertPiece, n - at);
-        read_as_floats(static_cast<const char*>(state) + at * element, element, piece.data(), count);
+        read_as_floats(static_cast<const char*>(state) + at * element, type, piece.data(), count);
         bytes(piece.data(), static_cast<size_t>(count) * 4);
       }
     }
@@ -523,14 +531,15 @@ class CpuTier : public zhost::sdk::TierDefaults {
       bytes(&v, sizeof(v));
       return v;
     }
-    // n fp32 elements into a state kept with `element` bytes each.
-    void floats(void* state, int element, int64_t n) const {
+    // n fp32 elements into a state kept as `type`.
+    void floats(void* state, cpu_optim::StateType type, int64_t n) const {
+      const int element = bytes_of(type);
       if (element == 4) return bytes(state, static_cast<size_t>(n) * 4);
       std::vector<float> piece(static_cast<size_t>(std::min(n, kConvertPiece)));
       for (int64_t at = 0; at < n; at += kConvertPiece) {
         const int64_t count = std::min(kConvertPiece, n - at);
         bytes(piece.data(), static_cast<size_t>(count) * 4);
-        write_from_floats(piece.data(), static_cast<char*>(state) + at * element, element, count);
+        write_from_floats(piece.data(), static_cast<char*>(state) + at * element, type, count);
       }
     }
     zhost_optimizer_desc desc() const {
@@ -584,9 +593,9 @@ class CpuTier : public zhost::sdk::TierDefaults {
                     [&](void* const* states, int64_t begin, int64_t n) {
                       float* at = data + (begin - args.offset);
                       if (into_group)
-                        write_from_floats(at, states[s], g.states->element_bytes(s), n);
+                        write_from_floats(at, states[s], state_type(s), n);
                       else
-                        read_as_floats(states[s], g.states->element_bytes(s), at, n);
+                        read_as_floats(states[s], state_type(s), at, n);
                     });
   }
 
@@ -598,8 +607,8 @@ class CpuTier : public zhost::sdk::TierDefaults {
   uint64_t copy_to_storage(const zhost_tier_ref* target) {
     if (bytes_.master != 4 || bytes_.moments != 4)
       throw PluginError(ZHOST_ERR_UNSUPPORTED,
-                        "offload_cpu: bf16 master weights or states stay in host memory; moving them into a storage "
-                        "tier is not built (remove zero.offload_optimizer.swap_schedule, or use fp32 masters)");
+                        "offload_cpu: 16-bit master weights or states stay in host memory; moving them into a "
+                        "storage tier is not built (remove zero.offload_optimizer.swap_schedule, or use fp32 masters)");
     pending_.clear();
     pending_storage_ = std::make_unique<StateStorage>();
     pending_storage_->chunk = storage_->chunk;
@@ -677,13 +686,21 @@ class CpuTier : public zhost::sdk::TierDefaults {
   }
 
   cpu_optim::StateType state_type(int s) const {
-    return (s == GroupStates::kMaster ? bytes_.master : bytes_.moments) == 2 ? cpu_optim::StateType::kBf16
-                                                                             : cpu_optim::StateType::kF32;
+    if (s == GroupStates::kMaster) return master_type_;
+    return bytes_.moments == 2 ? cpu_optim::StateType::kBf16 : cpu_optim::StateType::kF32;
+  }
+  // The accumulator's fp32 sums as the step uses them: bf16 masters step on their bf16 rounding, as DeepSpeed's bf16
+  // gradient buffer holds them. fp16 masters step on the fp32 sums: fp16 training's gradients are fp16 already, and
+  // their sums over micro-batches, rounded to fp16, could overflow after the step's overflow check has passed.
+  cpu_optim::GradType grad_type() const {
+    return master_type_ == cpu_optim::StateType::kBf16 ? cpu_optim::GradType::kF32AsBf16 : cpu_optim::GradType::kF32;
   }
 
   Host host_;
   bool pinned_;
-  // Of every group: bf16.master_weights_and_grads, bf16.optimizer_states (Note [bf16 master weights]).
+  // Of every group: bf16.master_weights_and_grads or fp16.master_weights_and_grads, bf16.optimizer_states (Note
+  // [bf16 master weights]).
+  cpu_optim::StateType master_type_ = cpu_optim::StateType::kF32;
   ElementBytes bytes_;
   cpu_optim::StepOptions kernel_;  // the instruction set and threads, fixed at creation
   // The storage tier under this one (inactive: resident), on the heap: groups point at it, and a storage
@@ -714,7 +731,8 @@ const zhost_plugin_descriptor* describe() {
                   1, 1e12)
       // With a storage tier (Note [Storage pipeline]); the host declares them, as its rules check them.
       .reads_keys({"zero.offload_optimizer.buffer_count", "zero.offload_optimizer.pipeline_read",
-                   "zero.offload_optimizer.pipeline_write", "bf16.master_weights_and_grads", "bf16.optimizer_states"});
+                   "zero.offload_optimizer.pipeline_write", "bf16.master_weights_and_grads", "bf16.optimizer_states",
+                   "fp16.master_weights_and_grads"});
   return builder.build();
 }
 

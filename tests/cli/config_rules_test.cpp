@@ -171,6 +171,19 @@ std::vector<RuleCase> rule_cases() {
        "[zero.offload_optimizer]\ndevice = \"cpu\"\nswap_schedule = [\"2:cpu\"]\n",
        "train.toml:4: bf16.master_weights_and_grads = true keeps the masters in host memory: "
        "zero.offload_optimizer.swap_schedule is not built for them"},
+      // fp16 master weights: DeepSpeed's asserts (ZeRO-Offload's CPU Adam, stages 1-3), then fp16 training.
+      {"Fp16MasterAtStage0", "[fp16]\nenabled = true\nmaster_weights_and_grads = true\n",
+       "train.toml:3: fp16.master_weights_and_grads = true needs zero.stage 1, 2 or 3"},
+      {"Fp16MasterWithoutOffload", "[fp16]\nenabled = true\nmaster_weights_and_grads = true\n[zero]\nstage = 2\n",
+       "train.toml:3: fp16.master_weights_and_grads = true needs ZeRO-Offload with DeepSpeed's CPU Adam"},
+      {"Fp16MasterInBf16Training",
+       "[bf16]\nenabled = true\n[fp16]\nmaster_weights_and_grads = true\n[zero]\nstage = 2\n"
+       "[zero.offload_optimizer]\ndevice = \"cpu\"\n",
+       "train.toml:4: fp16.master_weights_and_grads = true is built for fp16 training, and fp16.enabled is false"},
+      {"Fp16AndBf16Masters",
+       "[bf16]\nmaster_weights_and_grads = true\n[fp16]\nenabled = true\nmaster_weights_and_grads = true\n[zero]\n"
+       "stage = 2\n[zero.offload_optimizer]\ndevice = \"cpu\"\n",
+       "train.toml:5: fp16.master_weights_and_grads and bf16.master_weights_and_grads are both true"},
       {"Bf16StatesWithoutMasters",
        "[bf16]\nenabled = true\noptimizer_states = true\n[zero]\nstage = 2\n[zero.offload_optimizer]\n"
        "device = \"cpu\"\n",

@@ -697,6 +697,38 @@ TEST(DeepSpeedJson, Bf16MasterWeightsMapWithDeepSpeedsRules) {
       << torch.err;
 }
 
+// fp16_master_weights_and_grads maps to zhost's key: accepted under ZeRO-Offload's CPU Adam, refused without it as
+// DeepSpeed's assert refuses it, and fp32_optimizer_states = false (fp16 moments) is refused: zhost has none.
+TEST(DeepSpeedJson, Fp16MasterWeightsMapWithDeepSpeedsRules) {
+  ScratchDir dir;
+  const std::string offload = R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true,
+  "fp16_master_weights_and_grads": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})";
+  dir.write("offload.json", offload);
+  CliResult ok = run_zhost(dir.path(), "config check offload.json" + kPlugins);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("master_weights_and_grads = true  # offload.json"), std::string::npos) << ok.out;
+
+  std::string plain = offload;
+  plain.replace(plain.find(R"(, "offload_optimizer": {"device": "cpu"})"), 40, "");
+  dir.write("plain.json", plain);
+  CliResult refused = run_zhost(dir.path(), "config check plain.json" + kPlugins);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("fp16.master_weights_and_grads = true needs ZeRO-Offload with DeepSpeed's CPU Adam"),
+            std::string::npos)
+      << refused.err;
+
+  std::string moments = offload;
+  moments.replace(moments.find(R"("lr": 1e-3)"), 10, R"("lr": 1e-3, "fp32_optimizer_states": false)");
+  dir.write("moments.json", moments);
+  CliResult fp16_moments = run_zhost(dir.path(), "config check moments.json" + kPlugins);
+  EXPECT_EQ(fp16_moments.exit_code, 2);
+  EXPECT_NE(fp16_moments.err.find("false under fp16 master weights keeps the CPU Adam's moments in fp16, which zhost "
+                                  "does not build"),
+            std::string::npos)
+      << fp16_moments.err;
+}
+
 // Note [fp32_optimizer_states]: false under bf16 masters and ZeRO-Offload is DeepSpeed's CPU Adam with bf16 moments,
 // zhost's bf16.optimizer_states; without the CPU Adam, or with fp32 masters, nothing changes and it is noted.
 TEST(DeepSpeedJson, Fp32OptimizerStatesFalseIsBf16StatesUnderBf16MastersWithCpuAdam) {

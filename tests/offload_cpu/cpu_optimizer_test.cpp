@@ -749,6 +749,58 @@ TEST(CpuOptimizerBf16Master, IsTheFp32StepRoundedOnEveryPath) {
   }
 }
 
+// DeepSpeed's fp16_master_weights_and_grads: fp16 masters with fp32 moments step as the fp32 step of the widened
+// master rounded to fp16 (nearest even), on every path; the fp16 copy is the master's bits.
+TEST(CpuOptimizerF16Master, IsTheFp32StepRoundedOnEveryPath) {
+  constexpr int64_t n = 1001;
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> initial(n);
+  for (float& x : initial) x = 0.1f * normal(rng);
+  std::vector<std::vector<float>> grads(kSteps, std::vector<float>(n));
+  for (auto& g : grads)
+    for (float& x : g) x = normal(rng);
+  AdamHyper hyper;
+  hyper.lr = 1e-2;
+  hyper.weight_decay = 0.01;
+  hyper.grad_scale = 0.5;
+  for (const Isa isa : supported_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    StepOptions options;
+    options.isa = isa;
+    std::vector<uint16_t> master(n), copy(n);
+    for (int64_t i = 0; i < n; ++i) master[i] = round_to_f16(initial[i]);
+    std::vector<float> m(n, 0.0f), v(n, 0.0f), ref_p(n), ref_m(n, 0.0f), ref_v(n, 0.0f);
+    for (int64_t i = 0; i < n; ++i) ref_p[i] = static_cast<float>(decode_f16(master[i]));
+    for (int step = 1; step <= kSteps; ++step) {
+      hyper.step = step;
+      adam_step_typed(hyper, master.data(), StateType::kF16, grads[step - 1].data(), GradType::kF32, m.data(), v.data(),
+                      StateType::kF32, copy.data(), Copy16::kF16, n, options);
+      adam_step(hyper, ref_p.data(), grads[step - 1].data(), GradType::kF32, ref_m.data(), ref_v.data(), nullptr,
+                Copy16::kNone, n, options);
+      int64_t off = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t p = round_to_f16(ref_p[i]);
+        ref_p[i] = static_cast<float>(decode_f16(p));
+        const bool same =
+            master[i] == p && copy[i] == p && bits_of(m[i]) == bits_of(ref_m[i]) && bits_of(v[i]) == bits_of(ref_v[i]);
+        if (!same && ++off <= 3)
+          ADD_FAILURE() << "step " << step << ", element " << i << ": master 0x" << std::hex << master[i]
+                        << ", reference 0x" << p << std::dec;
+      }
+      ASSERT_EQ(off, 0) << "step " << step;
+    }
+  }
+  uint16_t p = 0, m16 = 0;
+  float g = 0, m32 = 0, v32 = 0;
+  EXPECT_THROW(adam_step_typed(AdamHyper{}, &p, StateType::kF16, &g, GradType::kF32, &m16, &m16, StateType::kF16,
+                               nullptr, Copy16::kNone, 1),
+               std::invalid_argument);  // fp16 moments
+  EXPECT_THROW(adam_step_typed(AdamHyper{}, &p, StateType::kF16, &m16, GradType::kBf16, &m32, &v32, StateType::kF32,
+                               nullptr, Copy16::kNone, 1),
+               std::invalid_argument);  // a 16-bit gradient buffer
+}
+
 // Rounding a master to bf16 loses what fp32 keeps: an update below half a bf16 ulp leaves the bf16 master as
 // it is, where the fp32 master moves (the test fails if a "bf16" master were kept in fp32 and rounded only
 // in the copy).

@@ -70,6 +70,7 @@ struct Tier {
       return std::map<std::string, ConfigValue>{{"zero.offload_optimizer.pin_memory", false},
                                                 {"bf16.master_weights_and_grads", bf16_master},
                                                 {"bf16.optimizer_states", bf16_states},
+                                                {"fp16.master_weights_and_grads", false},
                                                 {"offload_cpu.threads", int64_t{1}},
                                                 {"offload_cpu.storage_chunk_elements", int64_t{1} << 20},
                                                 {"zero.offload_optimizer.buffer_count", int64_t{4}},

@@ -51,14 +51,14 @@ void expect_resume_at_ten_is_bitwise(const ScratchDir& dir, const std::string& n
 }
 
 // Checkpoints hold fp32 values whatever the masters' dtype: the fp32-master job's step-10 checkpoint (CKPT32) resumed
-// with `bf16_args`, and the bf16-master job's (CKPT16) with `fp32_args`. Step 11 runs on the same bf16 weights either
-// way (a resume rounds the checkpoint's masters to bf16), so its loss is the uninterrupted job's; the steps after it
-// part (masters rounded or not).
-void expect_resumes_across_precisions(const ScratchDir& dir, const std::string& bf16_args, const std::string& fp32_args,
+// with `half_args` (16-bit masters), and the 16-bit-master job's (CKPT16) with `fp32_args`. Step 11 runs on the same
+// 16-bit weights either way (a resume rounds the checkpoint's masters), so its loss is the uninterrupted job's; the
+// steps after it part (masters rounded or not).
+void expect_resumes_across_precisions(const ScratchDir& dir, const std::string& half_args, const std::string& fp32_args,
                                       const RunOutput& full16, const RunOutput& full32) {
   RunOutput into16 =
       train(dir, "into16",
-            bf16_args + " --set checkpoint.dir=i16 --resume " + (dir.path() / "ckpt32" / "step-00000010").string());
+            half_args + " --set checkpoint.dir=i16 --resume " + (dir.path() / "ckpt32" / "step-00000010").string());
   RunOutput into32 =
       train(dir, "into32",
             fp32_args + " --set checkpoint.dir=i32 --resume " + (dir.path() / "ckpt16" / "step-00000010").string());
@@ -197,6 +197,29 @@ TEST(Offload, Bf16MasterWeightsHoldFewerBytesAndResumeAcrossPrecisions) {
 
   // Across: an fp32-master checkpoint resumed with bf16 masters, and back.
   expect_resumes_across_precisions(dir, bf16_master, fp32_master, full16, full32);
+}
+
+// DeepSpeed's fp16_master_weights_and_grads (Note [bf16 master weights], the same with fp16): in fp16 training the
+// tier keeps 2-byte fp16 masters beside fp32 moments and accumulator (14 bytes per owned parameter), the job trains
+// differently from fp32 masters, resumes bit for bit, and checkpoints resume across the two.
+TEST(Offload, Fp16MasterWeightsHoldFewerBytesAndResumeAcrossPrecisions) {
+  ScratchDir dir;
+  const std::string fp32_master =
+      "--nproc 2 --set train_micro_batch_size_per_gpu=2 --set fp16.enabled=true --set zero.stage=2 "
+      "--set checkpoint.interval=10" +
+      std::string(kOffload);
+  const std::string fp16_master = fp32_master + " --set fp16.master_weights_and_grads=true";
+  RunOutput full32 = train(dir, "full32", fp32_master + " --set checkpoint.dir=ckpt32");
+  RunOutput full16 = train(dir, "full16", fp16_master + " --set checkpoint.dir=ckpt16");
+  ASSERT_EQ(full16.losses.size(), 20u);
+  EXPECT_NE(full16.err.find("fp16 master weights"), std::string::npos) << full16.err;
+  EXPECT_NE(full16.losses, full32.losses);  // fp16 masters round every update
+  EXPECT_LT(full16.losses.back(), full16.losses.front());
+  auto states = read_model_states(full16);
+  const double psi = states["num_params"].get<double>(), n = 2;
+  EXPECT_NEAR(states["offloaded"].get<double>() / (14 * psi / n), 1.0, 0.05) << states.dump();
+  expect_resume_at_ten_is_bitwise(dir, "resumed16", fp16_master, "ckpt16", full16);
+  expect_resumes_across_precisions(dir, fp16_master, fp32_master, full16, full32);
 }
 
 // bf16_optimizer_states too: Adam's moments in bf16, 10 bytes per owned parameter in the tier (2 + 2 + 2 and the fp32

@@ -315,8 +315,7 @@ void Importer::precision(Section& root) {
   fp16.note("auto_cast",
             "DeepSpeed casts the model's floating-point inputs to fp16; zhost's models take token ids (int64), "
             "which it leaves as they are, so it changes nothing");
-  fp16.inert("fp16_master_weights_and_grads", false,
-             "zhost keeps fp32 master weights and gradients (fp16 masters change the updates); set it to false");
+  fp16.map("fp16_master_weights_and_grads", "fp16.master_weights_and_grads");
   fp16.finish();
 
   // bf16, or its old name bfloat16.

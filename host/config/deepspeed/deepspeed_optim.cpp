@@ -52,6 +52,10 @@ void import_fp32_optimizer_states(Importer& importer, Section& params) {
     params.note("fp32_optimizer_states",
                 "read only by DeepSpeed's CPU Adam (zero_optimization.offload_optimizer.device \"cpu\" or "
                 "\"nvme\"), which this file does not use; no value changes");
+  } else if (importer.is_true("fp16.master_weights_and_grads")) {
+    params.refuse("fp32_optimizer_states",
+                  "false under fp16 master weights keeps the CPU Adam's moments in fp16, which zhost does not build "
+                  "(its CPU tier keeps fp32 or bf16 moments); remove it, or set it to true");
   } else if (!bf16_masters) {
     params.note("fp32_optimizer_states",
                 "the CPU Adam keeps its moments in the masters' dtype, fp32 without "
@@ -143,10 +147,12 @@ void import_optimizer(Importer& importer, Section& root) {
                  "train with DeepSpeed");
     // DeepSpeed's bf16 master weights assert that the optimizer is its CPU Adam, which torch_adam replaces.
     if (params.has("torch_adam") && params.object()->at("torch_adam") == json(true) &&
-        importer.is_true("bf16.master_weights_and_grads"))
-      params.refuse("torch_adam",
-                    "DeepSpeed refuses torch's Adam with bf16_master_weights_and_grads (bf16 master weights need its "
-                    "CPU Adam under ZeRO-Offload); remove torch_adam, or the bf16 masters");
+        (importer.is_true("bf16.master_weights_and_grads") || importer.is_true("fp16.master_weights_and_grads")))
+      params.refuse(
+          "torch_adam",
+          "DeepSpeed refuses torch's Adam with bf16_master_weights_and_grads or fp16_master_weights_and_grads "
+          "(16-bit master weights need its CPU Adam under ZeRO-Offload); remove torch_adam, or the 16-bit "
+          "masters");
     else
       params.note("torch_adam", "torch's Adam/AdamW compute the same updates as zhost's; no value changes");
     import_fp32_optimizer_states(importer, params);

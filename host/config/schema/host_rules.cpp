@@ -83,62 +83,81 @@ void read_only_when(Schema& schema, const std::string& selector, const std::vect
   });
 }
 
-// bf16 master weights (Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp): DeepSpeed's own asserts first
+// 16-bit master weights (Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp): DeepSpeed's own asserts first
 // (runtime/config.py, base_optimizer.py _configure_master_weights), with their reasons, then what zhost does not
-// build.
-void add_bf16_master_rules(Schema& schema) {
-  rule(
-      schema,
-      {"bf16.master_weights_and_grads", "zero.stage", "zero.offload_optimizer.device", "optimizer.type", "bf16.enabled",
-       "zero.offload_optimizer.storage", "zero.offload_optimizer.swap_schedule", "bf16.optimizer_states"},
-      [](const ResolvedConfig& config) -> Problem {
-        if (!config.get_bool("bf16.master_weights_and_grads")) return std::nullopt;
-        if (config.get_int("zero.stage") == 0)
-          return std::string(
-              "bf16.master_weights_and_grads = true needs zero.stage 1, 2 or 3 (DeepSpeed: bf16 master weights and "
-              "gradients are only supported with ZeRO stages 1-3); set zero.stage, or remove it");
-        const std::string& device = config.get_string("zero.offload_optimizer.device");
-        const std::string& type = config.get_string("optimizer.type");
-        if (device == "nvme")  // DeepSpeed's stage 3 takes it; zhost keeps bf16 masters in host memory only
-          return std::string(
-              "bf16.master_weights_and_grads = true with zero.offload_optimizer.device = \"nvme\" is not built "
-              "(zhost keeps bf16 master weights in host memory); use \"cpu\", or remove it");
-        const bool adam = type == "Adam" || type == "AdamW";
-        // DeepSpeed keeps bf16 masters with bf16 states on the device without offload (Note [bf16 masters without
-        // offload] in zhost/kit/optimizer.hpp); zhost's steps them with its Adam kinds.
-        if (device == "none" && config.get_bool("bf16.optimizer_states")) {
-          if (!adam)
-            return fmt::format(
-                "bf16.master_weights_and_grads = true without ZeRO-Offload is built for optimizer.type Adam and "
-                "AdamW, and this config has {}; use one of them, or remove it",
-                type);
-        } else if (device == "none" && adam) {
-          return std::string(
-              "bf16.master_weights_and_grads = true without ZeRO-Offload needs bf16.optimizer_states = true, as in "
-              "DeepSpeed (fp32 moments beside bf16 masters need its CPU Adam); set bf16.optimizer_states = true or "
-              "zero.offload_optimizer.device = \"cpu\", or remove it");
-        } else if (device != "cpu" || !adam) {
-          return fmt::format(
-              "bf16.master_weights_and_grads = true needs ZeRO-Offload with DeepSpeed's CPU Adam, as in DeepSpeed "
-              "(zero.offload_optimizer.device = \"cpu\" and optimizer.type Adam or AdamW; this config has \"{}\" "
-              "and {}); set them, or remove it",
-              text::excerpt(device), type);
-        }
-        if (!config.get_bool("bf16.enabled"))
-          return std::string(
-              "bf16.master_weights_and_grads = true is built for bf16 training, and bf16.enabled is false; set "
-              "bf16.enabled = true, or remove it");
-        if (config.get_string("zero.offload_optimizer.storage") != "none")
-          return fmt::format(
-              "bf16.master_weights_and_grads = true keeps the masters in host memory: a storage tier under the CPU "
-              "tier (zero.offload_optimizer.storage = \"{}\") is not built for them; remove one of the two",
-              text::excerpt(config.get_string("zero.offload_optimizer.storage")));
-        if (!config.get_string_list("zero.offload_optimizer.swap_schedule").empty())
-          return std::string(
-              "bf16.master_weights_and_grads = true keeps the masters in host memory: "
-              "zero.offload_optimizer.swap_schedule is not built for them; remove one of the two");
-        return std::nullopt;
-      });
+// build. `type` is "bf16" or "fp16": its <type>.master_weights_and_grads, trained with <type>.enabled; bf16 masters
+// may stay on the device with bf16 states (Note [bf16 masters without offload] in zhost/kit/optimizer.hpp).
+Problem master_weights_problem(const ResolvedConfig& config, const std::string& type) {
+  const std::string key = type + ".master_weights_and_grads";
+  if (!config.get_bool(key)) return std::nullopt;
+  if (config.get_int("zero.stage") == 0)
+    return fmt::format(
+        "{} = true needs zero.stage 1, 2 or 3 (DeepSpeed: {} master weights and gradients are only supported with "
+        "ZeRO stages 1-3); set zero.stage, or remove it",
+        key, type);
+  if (type == "fp16" && config.get_bool("bf16.master_weights_and_grads"))
+    return std::string(
+        "fp16.master_weights_and_grads and bf16.master_weights_and_grads are both true, and DeepSpeed takes one "
+        "(they are mutually exclusive); remove one");
+  const std::string& device = config.get_string("zero.offload_optimizer.device");
+  const std::string& optimizer = config.get_string("optimizer.type");
+  if (device == "nvme")  // DeepSpeed's stage 3 takes it; zhost keeps 16-bit masters in host memory only
+    return fmt::format(
+        "{} = true with zero.offload_optimizer.device = \"nvme\" is not built (zhost keeps {} master weights in host "
+        "memory); use \"cpu\", or remove it",
+        key, type);
+  const bool adam = optimizer == "Adam" || optimizer == "AdamW";
+  // DeepSpeed keeps bf16 masters with bf16 states on the device without offload; zhost's stages step them with its
+  // Adam kinds.
+  if (type == "bf16" && device == "none" && config.get_bool("bf16.optimizer_states")) {
+    if (!adam)
+      return fmt::format(
+          "{} = true without ZeRO-Offload is built for optimizer.type Adam and AdamW, and this config has {}; use one "
+          "of them, or remove it",
+          key, optimizer);
+  } else if (type == "bf16" && device == "none" && adam) {
+    return fmt::format(
+        "{} = true without ZeRO-Offload needs bf16.optimizer_states = true, as in DeepSpeed (fp32 moments beside bf16 "
+        "masters need its CPU Adam); set bf16.optimizer_states = true or zero.offload_optimizer.device = \"cpu\", or "
+        "remove it",
+        key);
+  } else if (device != "cpu" || !adam) {
+    return fmt::format(
+        "{} = true needs ZeRO-Offload with DeepSpeed's CPU Adam, as in DeepSpeed (zero.offload_optimizer.device = "
+        "\"cpu\" and optimizer.type Adam or AdamW; this config has \"{}\" and {}); set them, or remove it",
+        key, text::excerpt(device), optimizer);
+  }
+  if (!config.get_bool(type + ".enabled"))
+    return fmt::format(
+        "{} = true is built for {} training, and {}.enabled is false; set {}.enabled = true, or remove it", key, type,
+        type, type);
+  if (config.get_string("zero.offload_optimizer.storage") != "none")
+    return fmt::format(
+        "{} = true keeps the masters in host memory: a storage tier under the CPU tier "
+        "(zero.offload_optimizer.storage = \"{}\") is not built for them; remove one of the two",
+        key, text::excerpt(config.get_string("zero.offload_optimizer.storage")));
+  if (!config.get_string_list("zero.offload_optimizer.swap_schedule").empty())
+    return fmt::format(
+        "{} = true keeps the masters in host memory: zero.offload_optimizer.swap_schedule is not built for them; "
+        "remove one of the two",
+        key);
+  return std::nullopt;
+}
+
+void add_master_weights_rules(Schema& schema) {
+  for (const std::string type : {"bf16", "fp16"}) {
+    std::vector<std::string> keys = {type + ".master_weights_and_grads",
+                                     "zero.stage",
+                                     "zero.offload_optimizer.device",
+                                     "optimizer.type",
+                                     type + ".enabled",
+                                     "zero.offload_optimizer.storage",
+                                     "zero.offload_optimizer.swap_schedule",
+                                     "bf16.optimizer_states"};
+    if (type == "fp16") keys.push_back("bf16.master_weights_and_grads");
+    rule(schema, std::move(keys),
+         [type](const ResolvedConfig& config) { return master_weights_problem(config, type); });
+  }
   rule(schema, {"bf16.optimizer_states", "bf16.master_weights_and_grads", "zero.stage"},
        [](const ResolvedConfig& config) -> Problem {
          if (!config.get_bool("bf16.optimizer_states")) return std::nullopt;
@@ -167,7 +186,7 @@ void add_precision_rules(Schema& schema) {
   read_only_when(schema, "fp16.enabled", {"true"},
                  {"fp16.loss_scale", "fp16.initial_scale_power", "fp16.loss_scale_window", "fp16.hysteresis",
                   "fp16.consecutive_hysteresis", "fp16.min_loss_scale"});
-  add_bf16_master_rules(schema);
+  add_master_weights_rules(schema);
 }
 
 void add_optimizer_rules(Schema& schema) {

@@ -235,6 +235,10 @@ void add_precision_keys(HostKeys& keys) {
   keys.integer("fp16.hysteresis", 2, "overflows tolerated before the scale halves", at_least(1));
   keys.flag("fp16.consecutive_hysteresis", false, "refill hysteresis after each step without overflow");
   keys.number("fp16.min_loss_scale", 1.0, "lowest dynamic loss scale", above(0));
+  // DeepSpeed's fp16_master_weights_and_grads (Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp).
+  keys.flag("fp16.master_weights_and_grads", false,
+            "keep the optimizer's master weights in fp16 and step them on fp16 gradients (ZeRO-Offload's CPU tier, "
+            "Adam/AdamW; moments stay fp32)");
   keys.flag("bf16.enabled", false, "train in bf16 (no loss scaling)");
   // DeepSpeed's bf16 keys of the same names (Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp, Note [bf16
   // masters without offload] in zhost/kit/optimizer.hpp).

@@ -177,13 +177,16 @@ void adam_step_typed(const AdamHyper& hyper, void* param, StateType param_type, 
                      void* exp_avg, void* exp_avg_sq, StateType state_type, void* copy16, Copy16 copy16_type, int64_t n,
                      const StepOptions& options) {
   check_common(param, grad, grad_type, exp_avg, copy16, copy16_type, n, options, /*adam=*/true);
-  auto known = [](StateType t) { return t == StateType::kF32 || t == StateType::kBf16; };
+  auto known = [](StateType t) { return t == StateType::kF32 || t == StateType::kBf16 || t == StateType::kF16; };
   if (!known(param_type) || !known(state_type))
     throw std::invalid_argument("cpu optimizer: unknown parameter or state type");
+  if (state_type == StateType::kF16) throw std::invalid_argument("cpu optimizer: fp16 optimizer states are not built");
   if (state_type == StateType::kBf16 && param_type != StateType::kBf16)
     throw std::invalid_argument("cpu optimizer: bf16 optimizer states need bf16 parameters (master weights)");
   if (param_type == StateType::kBf16 && grad_type == GradType::kF16)
     throw std::invalid_argument("cpu optimizer: bf16 parameters take an fp32 or a bf16 gradient buffer, not fp16");
+  if (param_type == StateType::kF16 && grad_type != GradType::kF32)
+    throw std::invalid_argument("cpu optimizer: fp16 parameters take an fp32 gradient buffer");
   if (n > 0 && exp_avg_sq == nullptr) throw std::invalid_argument("cpu optimizer: null exp_avg_sq buffer");
   if (hyper.step < 1) {
     throw std::invalid_argument("cpu optimizer: Adam step count must start at 1, got " + std::to_string(hyper.step));
@@ -218,6 +221,14 @@ void floats_from_bf16(const uint16_t* in, float* out, int64_t n) {
 
 void bf16_from_floats(const float* in, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = simd::bf16_from_float(in[i]);
+}
+
+void floats_from_f16(const uint16_t* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = simd::float_from_f16(in[i]);
+}
+
+void f16_from_floats(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = simd::f16_from_float(in[i]);
 }
 
 void lion_step(const LionHyper& hyper, float* param, const void* grad, GradType grad_type, float* exp_avg, void* copy16,

@@ -106,11 +106,13 @@ inline typename Ops::F load_grad(const void* grad, int64_t i, Lanes lanes) {
   }
 }
 
-// Element i of a parameter or moment buffer of type T, as an fp32; and stored back (bf16: nearest even).
+// Element i of a parameter or moment buffer of type T, as an fp32; and stored back (16-bit: nearest even).
 template <class Ops, StateType T, class Lanes>
 inline typename Ops::F load_state(const void* data, int64_t i, Lanes lanes) {
   if constexpr (T == StateType::kBf16) {
     return Ops::template load_elems<simd::Elem::kBf16>(data, i, lanes);
+  } else if constexpr (T == StateType::kF16) {
+    return Ops::template load_elems<simd::Elem::kF16>(data, i, lanes);
   } else {
     return Ops::load(static_cast<const float*>(data) + i, lanes);
   }
@@ -119,6 +121,8 @@ template <class Ops, StateType T, class Lanes>
 inline void store_state(void* data, int64_t i, typename Ops::F x, Lanes lanes) {
   if constexpr (T == StateType::kBf16) {
     Ops::template store_elems<simd::Elem::kBf16>(data, i, x, lanes);
+  } else if constexpr (T == StateType::kF16) {
+    Ops::template store_elems<simd::Elem::kF16>(data, i, x, lanes);
   } else {
     Ops::store(static_cast<float*>(data) + i, x, lanes);
   }
@@ -304,8 +308,8 @@ struct AdamKernel {
       adam_span<Ops, G, C, false, P, S>(c, b, begin, end);
     }
   }
-  // bf16 parameters (and moments) take fp32 or bf16 gradients only (adam_step_typed checks it): fewer copies
-  // compiled.
+  // bf16 parameters (and moments) take fp32 or bf16 gradients only, fp16 parameters fp32 ones with fp32 moments
+  // (adam_step_typed checks it): fewer copies compiled.
   template <class Ops, GradType G, Copy16 C>
   static void run(const AdamConsts& c, const Buffers& b, int64_t begin, int64_t end) {
     if constexpr (G != GradType::kF16) {
@@ -314,6 +318,10 @@ struct AdamKernel {
           return run_types<Ops, G, C, StateType::kBf16, StateType::kBf16>(c, b, begin, end);
         return run_types<Ops, G, C, StateType::kBf16, StateType::kF32>(c, b, begin, end);
       }
+    }
+    if constexpr (G == GradType::kF32) {
+      if (b.param_type == StateType::kF16)
+        return run_types<Ops, G, C, StateType::kF16, StateType::kF32>(c, b, begin, end);
     }
     run_types<Ops, G, C, StateType::kF32, StateType::kF32>(c, b, begin, end);
   }

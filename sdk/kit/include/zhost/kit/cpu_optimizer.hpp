@@ -31,7 +31,8 @@ namespace zhost::cpu_optim {
 // even), as a bf16 gradient buffer would hold them (Note [bf16 master weights]); Adam only.
 enum class GradType { kF32, kBf16, kF16, kF32AsBf16 };
 enum class Copy16 { kNone, kBf16, kF16 };  // 16-bit copy of the updated parameter to write, if any
-enum class StateType { kF32, kBf16 };      // element type in memory of master weights or of optimizer moments
+// Element type in memory of master weights or of optimizer moments (kF16: master weights only).
+enum class StateType { kF32, kBf16, kF16 };
 
 struct AdamHyper {
   double lr = 1e-3;
@@ -84,7 +85,9 @@ void adam_step(const AdamHyper& hyper, float* param, const void* grad, GradType 
 // nearest even (NaN kept, made quiet), on every ISA path alike. The 16-bit copy is then the same bits as a bf16
 // master. param_type kBf16 takes state_type kF32 or kBf16, and grad_type kF32, kF32AsBf16 or kBf16 (a bf16
 // gradient partition on the device side, Note [bf16 masters without offload] in zhost/kit/optimizer.hpp);
-// state_type kBf16 needs param_type kBf16 (DeepSpeed's rule); kF32/kF32 is adam_step. Other combinations throw
+// state_type kBf16 needs param_type kBf16 (DeepSpeed's rule); kF32/kF32 is adam_step. DeepSpeed's
+// fp16_master_weights_and_grads is the same with fp16: param_type kF16 takes state_type kF32 and grad_type kF32
+// (fp16 stores round to nearest even and overflow to inf). Other combinations throw
 // std::invalid_argument.
 void adam_step_typed(const AdamHyper& hyper, void* param, StateType param_type, const void* grad, GradType grad_type,
                      void* exp_avg, void* exp_avg_sq, StateType state_type, void* copy16, Copy16 copy16_type, int64_t n,
@@ -94,6 +97,9 @@ void adam_step_typed(const AdamHyper& hyper, void* param, StateType param_type, 
 // the conversions of adam_step_typed, for a caller that reads or writes a bf16 state as fp32 (checkpoints).
 void floats_from_bf16(const uint16_t* in, float* out, int64_t n);
 void bf16_from_floats(const float* in, uint16_t* out, int64_t n);
+// The same for fp16 (IEEE half: nearest even, overflow to inf).
+void floats_from_f16(const uint16_t* in, float* out, int64_t n);
+void f16_from_floats(const float* in, uint16_t* out, int64_t n);
 
 // One Lion step over n elements, in place on param and exp_avg:
 //   p *= 1 - lr*wd;  p -= lr * sign(beta1*m + (1-beta1)*g);  m = beta2*m + (1-beta2)*g
