@@ -504,6 +504,21 @@ struct Trainer::Impl {
           std::min(ltd.max_tokens, settings.model.seq_len), ltd.require_steps + 1, ltd.tokens_per_increase);
   }
 
+  // Training FLOPs per token of step `step`: the model's, less what random-LTD's layers skip (Note [Random-LTD]).
+  double flops_per_token(int64_t step) const {
+    const RandomLtdSpec& ltd = settings.random_ltd;
+    if (!ltd.enabled()) return model->flops_per_token();
+    const int64_t keep = random_ltd_tokens(ltd, step);
+    double macs = 0;
+    for (size_t b = 0; b < model->num_blocks(); ++b) {
+      const auto layer = static_cast<int64_t>(b) - 1;
+      const bool dropping =
+          b > 0 && b + 1 < model->num_blocks() && std::binary_search(ltd.layers.begin(), ltd.layers.end(), layer);
+      macs += model->forward_macs_per_token(b, dropping ? keep : 0);
+    }
+    return 6.0 * macs;
+  }
+
   // Note [Random-LTD]: the tokens block b keeps in this micro-batch ([B, k] positions), or none (it runs whole).
   at::Tensor kept_tokens(int64_t step, int32_t micro_step, size_t b, const at::Tensor& x) const {
     const RandomLtdSpec& ltd = settings.random_ltd;
@@ -728,6 +743,7 @@ struct Trainer::Impl {
     const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
 
     // The step's own record (metrics.jsonl, steps.rankN.jsonl): its own throughput and timers.
+    rates.flops_per_token = flops_per_token(record.step);
     rates.fill(record, step_seconds, 1);
     timing.averages_into(record);
     for (const auto& [name, total_span] : services.take_span_totals())

@@ -235,14 +235,15 @@ double Model::flops_per_token() const {
   return 6.0 * macs;
 }
 
-double Model::forward_macs_per_token(size_t block) const {
+double Model::forward_macs_per_token(size_t block, int64_t kept) const {
   if (block == 0) return 0;  // block 0 looks its tables up by token id: no matmul
   double macs = 0;
   for (size_t id : used_by_block_[block])
     if (!inits_[id].lookup_only) macs += static_cast<double>(params_[id].tensor.numel());
   const bool layer = block + 1 < num_blocks();
-  if (layer && has_attention()) macs += 2.0 * static_cast<double>(spec_.width) * static_cast<double>(spec_.seq_len);
-  return macs;
+  const int64_t tokens = layer && kept > 0 && kept < spec_.seq_len ? kept : spec_.seq_len;
+  if (layer && has_attention()) macs += 2.0 * static_cast<double>(spec_.width) * static_cast<double>(tokens);
+  return macs * static_cast<double>(tokens) / static_cast<double>(spec_.seq_len);
 }
 
 void Model::to(at::ScalarType dtype) {

@@ -118,7 +118,9 @@ class Model {
   // Forward multiply-accumulates per token of block b (the flops profiler's MACs): the elements of the parameters
   // block b reads in matmuls (not block 0's lookups, nor lookup-only tables), plus 2 * width * seq_len for a
   // transformer layer's attention (scores and weighted sum). 6 x their sum over the blocks is flops_per_token().
-  double forward_macs_per_token(size_t block) const;
+  // With `kept` in (0, seq_len): per token of the sequence when the block runs on `kept` of them (random-LTD,
+  // Note [Random-LTD]): kept / seq_len of the matmuls, and attention over `kept` tokens.
+  double forward_macs_per_token(size_t block, int64_t kept = 0) const;
 
   // Fills `full` (any dtype, any device, the parameter's full shape) with parameter param_index's initial
   // value. A Hugging Face model's come from its safetensors (read from the memory map: only the bytes of

@@ -131,6 +131,7 @@ void RunDirectory::append_metrics(const StepRecord& r) {
                    {"samples_per_s", r.samples_per_s},
                    {"tokens_per_s", r.tokens_per_s},
                    {"tflops", r.tflops},
+                   {"flops_per_token", r.flops_per_token},
                    {"mfu", r.mfu},
                    {"forward_ms", r.forward_ms},
                    {"backward_ms", r.backward_ms},

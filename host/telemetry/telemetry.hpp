@@ -37,8 +37,9 @@ struct StepRecord {
   bool skipped = false;
   double samples_per_s = 0;
   double tokens_per_s = 0;
-  double tflops = 0;  // model FLOPs (6N + attention) per second, all ranks together
-  double mfu = 0;     // tflops / the job's peak (Note [Model FLOPs utilization], peak_flops.hpp)
+  double tflops = 0;           // model FLOPs (6N + attention) per second, all ranks together
+  double flops_per_token = 0;  // the training FLOPs per token behind tflops (random-LTD lowers a step's)
+  double mfu = 0;              // tflops / the job's peak (Note [Model FLOPs utilization], peak_flops.hpp)
   double forward_ms = 0, backward_ms = 0, reduction_ms = 0, step_ms = 0;  // averages since the previous record
   // Plugins' trace spans ("plugin/name", ms per step since the previous record), e.g. stage3/gather_wait.
   std::vector<std::pair<std::string, double>> plugin_ms;

@@ -14,7 +14,7 @@ using namespace zhost::testing;
 namespace {
 
 // 12 steps of a 4-layer gpt on 32 tokens; layers 1 and 2 keep 8 tokens at step 1, rising by 8 to all 32 at step 10
-// (min 8, max 32, require_steps 9: k = 8 + (s-1) * 24 / 9 rounded down to a multiple of 8).
+// (min 8, max 32, require_steps 9: k = 8 + (s-1) * 24 / 9 rounded down to a multiple of 8; step 5: 16).
 const char* kJob =
     "--set steps=12 --set model.layers=4 --set model.seq_len=32 --set train_micro_batch_size_per_gpu=2 "
     "--set checkpoint.interval=6";
@@ -41,6 +41,15 @@ TEST(RandomLtd, ChangesTheJobAndRepeatsItBitForBit) {
   EXPECT_NE(ltd.losses, plain.losses);
   EXPECT_EQ(ltd.losses, again.losses);
   EXPECT_EQ(weights_mismatch(ltd, again, 0, 0), "");
+  // MFU counts the work done: fewer FLOPs per token while the layers keep fewer tokens, the model's once they keep
+  // all 32 (step 10 on).
+  ASSERT_EQ(ltd.metrics.size(), 12u);
+  ASSERT_EQ(plain.metrics.size(), 12u);
+  const double full = plain.metrics[0].at("flops_per_token");
+  EXPECT_LT(ltd.metrics[0].at("flops_per_token"), ltd.metrics[4].at("flops_per_token"));
+  EXPECT_LT(ltd.metrics[4].at("flops_per_token"), full);
+  EXPECT_EQ(ltd.metrics[9].at("flops_per_token"), full);
+  EXPECT_EQ(plain.metrics[11].at("flops_per_token"), full);
 }
 
 // The recomputation of a checkpointed layer runs on the tokens its forward kept: the same bits as without

@@ -37,6 +37,7 @@ class StepLinesObserver : public StepObserver {
     }
     window_.add(report.timing);
     window_loss_ += record.loss;
+    window_flops_per_token_ += record.flops_per_token;
     ++window_steps_;
     // plugin spans of unprinted steps join the window's average
     for (const auto& [name, ms] : record.plugin_ms) window_plugin_ms_[name] += ms;
@@ -45,7 +46,9 @@ class StepLinesObserver : public StepObserver {
     // The printed line averages the steps since the last print.
     StepRecord line = record;
     line.loss = window_loss_ / static_cast<double>(window_steps_);
-    rates_.fill(line, std::chrono::duration<double>(Clock::now() - window_start_).count(), window_steps_);
+    StepRates rates = rates_;  // the window's own FLOPs per token: each step's (Note [Random-LTD] lowers some)
+    rates.flops_per_token = window_flops_per_token_ / static_cast<double>(window_steps_);
+    rates.fill(line, std::chrono::duration<double>(Clock::now() - window_start_).count(), window_steps_);
     window_.averages_into(line);
     line.plugin_ms.clear();
     for (const auto& [name, ms] : window_plugin_ms_)
@@ -58,6 +61,7 @@ class StepLinesObserver : public StepObserver {
     records_.push_back(line);
     window_plugin_ms_.clear();
     window_loss_ = 0;
+    window_flops_per_token_ = 0;
     window_steps_ = 0;
     window_ = StepTiming{};
     restart_window_ = true;
@@ -74,6 +78,7 @@ class StepLinesObserver : public StepObserver {
   // Since the last printed line:
   StepTiming window_;
   double window_loss_ = 0;
+  double window_flops_per_token_ = 0;
   int64_t window_steps_ = 0;
   std::map<std::string, double> window_plugin_ms_;  // plugin spans' ms summed
   Clock::time_point window_start_;

@@ -79,6 +79,7 @@ struct StepRates {
   void fill(StepRecord& record, double seconds, int64_t steps) const {
     record.samples_per_s = static_cast<double>(samples_per_step * steps) / seconds;
     record.tokens_per_s = record.samples_per_s * static_cast<double>(seq_len);
+    record.flops_per_token = flops_per_token;
     record.tflops = flops_per_token * record.tokens_per_s / 1e12;
     record.mfu = peak_tflops > 0 ? record.tflops / peak_tflops : 0;
     record.step_time_ms = seconds * 1e3 / static_cast<double>(steps);
