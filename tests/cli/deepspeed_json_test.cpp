@@ -657,6 +657,19 @@ TEST(DeepSpeedJson, Fp16InsideZeroOptimizationPointsToTheTopLevelTable) {
       << nested.err;
 }
 
+// `text` written as NAME.json and checked with `zhost config check`.
+CliResult check_json(const ScratchDir& dir, const std::string& name, const std::string& text) {
+  dir.write(name + ".json", text);
+  return run_zhost(dir.path(), "config check " + name + ".json" + kPlugins);
+}
+
+// `text` with `from` (which it holds) replaced by `to`.
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  return text.replace(text.find(from), from.size(), to);
+}
+
+constexpr const char* kCpuOffload = R"(, "offload_optimizer": {"device": "cpu"})";
+
 // bf16_master_weights_and_grads maps to zhost's key; DeepSpeed's asserts refuse it without ZeRO-Offload's CPU Adam
 // unless bf16_optimizer_states keeps the moments in bf16 on the device too (Note [bf16 masters without offload]),
 // and so do both commands, and torch_adam (which replaces the CPU Adam) is refused with it.
@@ -665,33 +678,26 @@ TEST(DeepSpeedJson, Bf16MasterWeightsMapWithDeepSpeedsRules) {
   const std::string offload = R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true,
   "bf16_master_weights_and_grads": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
   "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})";
-  dir.write("offload.json", offload);
-  CliResult ok = run_zhost(dir.path(), "config check offload.json" + kPlugins);
+  CliResult ok = check_json(dir, "offload", offload);
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("master_weights_and_grads = true"), std::string::npos) << ok.out;
 
-  std::string plain = offload;
-  plain.replace(plain.find(R"(, "offload_optimizer": {"device": "cpu"})"), 40, "");
-  dir.write("plain.json", plain);
-  CliResult refused = run_zhost(dir.path(), "config check plain.json" + kPlugins);
+  const std::string plain = replaced(offload, kCpuOffload, "");
+  CliResult refused = check_json(dir, "plain", plain);
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find("plain.json:2:3: bf16.master_weights_and_grads = true without ZeRO-Offload needs "
                              "bf16.optimizer_states = true"),
             std::string::npos)
       << refused.err;
 
-  std::string on_device = plain;
-  on_device.replace(on_device.find(R"("bf16_master_weights_and_grads": true)"), 37,
-                    R"("bf16_master_weights_and_grads": true, "bf16_optimizer_states": true)");
-  dir.write("on_device.json", on_device);
-  CliResult states = run_zhost(dir.path(), "config check on_device.json" + kPlugins);
+  CliResult states = check_json(dir, "on_device",
+                                replaced(plain, R"("bf16_master_weights_and_grads": true)",
+                                         R"("bf16_master_weights_and_grads": true, "bf16_optimizer_states": true)"));
   EXPECT_EQ(states.exit_code, 0) << states.err;
   EXPECT_NE(states.out.find("optimizer_states = true"), std::string::npos) << states.out;
 
-  std::string torch_adam = offload;
-  torch_adam.replace(torch_adam.find(R"("lr": 1e-3)"), 10, R"("lr": 1e-3, "torch_adam": true)");
-  dir.write("torch_adam.json", torch_adam);
-  CliResult torch = run_zhost(dir.path(), "config check torch_adam.json" + kPlugins);
+  CliResult torch =
+      check_json(dir, "torch_adam", replaced(offload, R"("lr": 1e-3)", R"("lr": 1e-3, "torch_adam": true)"));
   EXPECT_EQ(torch.exit_code, 2);
   EXPECT_NE(torch.err.find("DeepSpeed refuses torch's Adam with bf16_master_weights_and_grads"), std::string::npos)
       << torch.err;
@@ -704,29 +710,23 @@ TEST(DeepSpeedJson, Fp16MasterWeightsMapWithDeepSpeedsRules) {
   const std::string offload = R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true,
   "fp16_master_weights_and_grads": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
   "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})";
-  dir.write("offload.json", offload);
-  CliResult ok = run_zhost(dir.path(), "config check offload.json" + kPlugins);
+  CliResult ok = check_json(dir, "offload", offload);
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("master_weights_and_grads = true  # offload.json"), std::string::npos) << ok.out;
 
-  std::string plain = offload;
-  plain.replace(plain.find(R"(, "offload_optimizer": {"device": "cpu"})"), 40, "");
-  dir.write("plain.json", plain);
-  CliResult refused = run_zhost(dir.path(), "config check plain.json" + kPlugins);
+  CliResult refused = check_json(dir, "plain", replaced(offload, kCpuOffload, ""));
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find("fp16.master_weights_and_grads = true needs ZeRO-Offload with DeepSpeed's CPU Adam"),
             std::string::npos)
       << refused.err;
 
-  std::string moments = offload;
-  moments.replace(moments.find(R"("lr": 1e-3)"), 10, R"("lr": 1e-3, "fp32_optimizer_states": false)");
-  dir.write("moments.json", moments);
-  CliResult fp16_moments = run_zhost(dir.path(), "config check moments.json" + kPlugins);
-  EXPECT_EQ(fp16_moments.exit_code, 2);
-  EXPECT_NE(fp16_moments.err.find("false under fp16 master weights keeps the CPU Adam's moments in fp16, which zhost "
-                                  "does not build"),
+  CliResult moments =
+      check_json(dir, "moments", replaced(offload, R"("lr": 1e-3)", R"("lr": 1e-3, "fp32_optimizer_states": false)"));
+  EXPECT_EQ(moments.exit_code, 2);
+  EXPECT_NE(moments.err.find("false under fp16 master weights keeps the CPU Adam's moments in fp16, which zhost does "
+                             "not build"),
             std::string::npos)
-      << fp16_moments.err;
+      << moments.err;
 }
 
 // Note [fp32_optimizer_states]: false under bf16 masters and ZeRO-Offload is DeepSpeed's CPU Adam with bf16 moments,

@@ -678,10 +678,11 @@ TEST(CpuOptimizerCopies, ReferenceConversionsKnownValues) {
 
 // ---- bf16 master weights and moments (Note [bf16 master weights]) ----
 
-// adam_step_typed on bf16 masters (fp32 or bf16 moments) is, step after step, the fp32 step of the widened values
-// rounded to nearest even (the test's own rounding), on every path: the arithmetic is unchanged, only the loads
-// widen and the stores round. The bf16 copy is the master's bits. With kF32AsBf16 the gradient used is its bf16
-// rounding, and a bf16 gradient buffer (kBf16) steps to the same bits as that rounding held in fp32.
+// adam_step_typed on 16-bit masters is, step after step, the fp32 step of the widened values rounded to nearest even
+// (the test's own rounding), on every path: the arithmetic is unchanged, only the loads widen and the stores round.
+// The 16-bit copy is the master's bits. bf16 masters with fp32 or bf16 moments; with kF32AsBf16 the gradient used is
+// its bf16 rounding, and a bf16 gradient buffer (kBf16) steps to the same bits as that rounding held in fp32. fp16
+// masters (DeepSpeed's fp16_master_weights_and_grads) with fp32 moments and an fp32 gradient buffer.
 TEST(CpuOptimizerBf16Master, IsTheFp32StepRoundedOnEveryPath) {
   constexpr int64_t n = 1001;  // a masked or scalar tail on every path
   std::mt19937 rng(11);
@@ -695,110 +696,70 @@ TEST(CpuOptimizerBf16Master, IsTheFp32StepRoundedOnEveryPath) {
   hyper.lr = 1e-2;
   hyper.weight_decay = 0.01;
   hyper.grad_scale = 0.5;
+  struct Case {
+    StateType master, states;
+    GradType grad_type;
+    const char* name;
+  };
+  const Case cases[] = {
+      {StateType::kBf16, StateType::kF32, GradType::kF32, "bf16 masters, fp32 moments, fp32 grads"},
+      {StateType::kBf16, StateType::kF32, GradType::kF32AsBf16, "bf16 masters, fp32 moments, grads as bf16"},
+      {StateType::kBf16, StateType::kF32, GradType::kBf16, "bf16 masters, fp32 moments, bf16 grads"},
+      {StateType::kBf16, StateType::kBf16, GradType::kF32, "bf16 masters, bf16 moments, fp32 grads"},
+      {StateType::kBf16, StateType::kBf16, GradType::kF32AsBf16, "bf16 masters, bf16 moments, grads as bf16"},
+      {StateType::kBf16, StateType::kBf16, GradType::kBf16, "bf16 masters, bf16 moments, bf16 grads"},
+      {StateType::kF16, StateType::kF32, GradType::kF32, "fp16 masters, fp32 moments, fp32 grads"},
+  };
   for (const Isa isa : supported_isas()) {
-    for (const StateType states : {StateType::kF32, StateType::kBf16}) {
-      for (const GradType grad_type : {GradType::kF32, GradType::kF32AsBf16, GradType::kBf16}) {
-        SCOPED_TRACE(std::string(isa_name(isa)) + (states == StateType::kBf16 ? ", bf16 moments" : ", fp32 moments") +
-                     (grad_type == GradType::kF32AsBf16
-                          ? ", grads as bf16"
-                          : (grad_type == GradType::kBf16 ? ", bf16 grads" : ", fp32 grads")));
-        StepOptions options;
-        options.isa = isa;
-        std::vector<uint16_t> master(n), m16(n, 0), v16(n, 0), copy(n);
-        for (int64_t i = 0; i < n; ++i) master[i] = round_to_bf16(initial[i]);
-        std::vector<float> m32(n, 0.0f), v32(n, 0.0f);
-        std::vector<float> ref_p(n), ref_m(n, 0.0f), ref_v(n, 0.0f);
-        for (int64_t i = 0; i < n; ++i) ref_p[i] = static_cast<float>(decode_bf16(master[i]));
-        for (int step = 1; step <= kSteps; ++step) {
-          hyper.step = step;
-          const std::vector<float>& g = grads[step - 1];
-          std::vector<uint16_t> g16(n);
-          for (int64_t i = 0; i < n; ++i) g16[i] = round_to_bf16(g[i]);
-          const void* grad = grad_type == GradType::kBf16 ? static_cast<const void*>(g16.data()) : g.data();
-          void* m = states == StateType::kBf16 ? static_cast<void*>(m16.data()) : m32.data();
-          void* v = states == StateType::kBf16 ? static_cast<void*>(v16.data()) : v32.data();
-          adam_step_typed(hyper, master.data(), StateType::kBf16, grad, grad_type, m, v, states, copy.data(),
-                          Copy16::kBf16, n, options);
-          // The reference: the plain fp32 step, then everything kept in bf16 rounded.
-          std::vector<float> used = g;
-          if (grad_type != GradType::kF32)
-            for (float& x : used) x = static_cast<float>(decode_bf16(round_to_bf16(x)));
-          adam_step(hyper, ref_p.data(), used.data(), GradType::kF32, ref_m.data(), ref_v.data(), nullptr,
-                    Copy16::kNone, n, options);
-          int64_t off = 0;
-          for (int64_t i = 0; i < n; ++i) {
-            const uint16_t p = round_to_bf16(ref_p[i]);
-            ref_p[i] = static_cast<float>(decode_bf16(p));
-            bool same = master[i] == p && copy[i] == p;
-            if (states == StateType::kBf16) {
-              const uint16_t rm = round_to_bf16(ref_m[i]), rv = round_to_bf16(ref_v[i]);
-              ref_m[i] = static_cast<float>(decode_bf16(rm));
-              ref_v[i] = static_cast<float>(decode_bf16(rv));
-              same = same && m16[i] == rm && v16[i] == rv;
-            } else {
-              same = same && bits_of(m32[i]) == bits_of(ref_m[i]) && bits_of(v32[i]) == bits_of(ref_v[i]);
-            }
-            if (!same && ++off <= 3)
-              ADD_FAILURE() << "step " << step << ", element " << i << ": master 0x" << std::hex << master[i]
-                            << ", reference 0x" << p << std::dec;
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + ", " + c.name);
+      const bool fp16 = c.master == StateType::kF16;
+      const auto round16 = [fp16](float x) { return fp16 ? round_to_f16(x) : round_to_bf16(x); };
+      const auto decode16 = [fp16](uint16_t h) { return static_cast<float>(fp16 ? decode_f16(h) : decode_bf16(h)); };
+      StepOptions options;
+      options.isa = isa;
+      std::vector<uint16_t> master(n), m16(n, 0), v16(n, 0), copy(n);
+      for (int64_t i = 0; i < n; ++i) master[i] = round16(initial[i]);
+      std::vector<float> m32(n, 0.0f), v32(n, 0.0f);
+      std::vector<float> ref_p(n), ref_m(n, 0.0f), ref_v(n, 0.0f);
+      for (int64_t i = 0; i < n; ++i) ref_p[i] = decode16(master[i]);
+      for (int step = 1; step <= kSteps; ++step) {
+        hyper.step = step;
+        const std::vector<float>& g = grads[step - 1];
+        std::vector<uint16_t> g16(n);
+        for (int64_t i = 0; i < n; ++i) g16[i] = round_to_bf16(g[i]);
+        const void* grad = c.grad_type == GradType::kBf16 ? static_cast<const void*>(g16.data()) : g.data();
+        void* m = c.states == StateType::kBf16 ? static_cast<void*>(m16.data()) : m32.data();
+        void* v = c.states == StateType::kBf16 ? static_cast<void*>(v16.data()) : v32.data();
+        adam_step_typed(hyper, master.data(), c.master, grad, c.grad_type, m, v, c.states, copy.data(),
+                        fp16 ? Copy16::kF16 : Copy16::kBf16, n, options);
+        // The reference: the plain fp32 step, then everything kept in 16 bits rounded.
+        std::vector<float> used = g;
+        if (c.grad_type != GradType::kF32)
+          for (float& x : used) x = static_cast<float>(decode_bf16(round_to_bf16(x)));
+        adam_step(hyper, ref_p.data(), used.data(), GradType::kF32, ref_m.data(), ref_v.data(), nullptr, Copy16::kNone,
+                  n, options);
+        int64_t off = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const uint16_t p = round16(ref_p[i]);
+          ref_p[i] = decode16(p);
+          bool same = master[i] == p && copy[i] == p;
+          if (c.states == StateType::kBf16) {
+            const uint16_t rm = round_to_bf16(ref_m[i]), rv = round_to_bf16(ref_v[i]);
+            ref_m[i] = static_cast<float>(decode_bf16(rm));
+            ref_v[i] = static_cast<float>(decode_bf16(rv));
+            same = same && m16[i] == rm && v16[i] == rv;
+          } else {
+            same = same && bits_of(m32[i]) == bits_of(ref_m[i]) && bits_of(v32[i]) == bits_of(ref_v[i]);
           }
-          ASSERT_EQ(off, 0) << "step " << step;
+          if (!same && ++off <= 3)
+            ADD_FAILURE() << "step " << step << ", element " << i << ": master 0x" << std::hex << master[i]
+                          << ", reference 0x" << p << std::dec;
         }
+        ASSERT_EQ(off, 0) << "step " << step;
       }
     }
   }
-}
-
-// DeepSpeed's fp16_master_weights_and_grads: fp16 masters with fp32 moments step as the fp32 step of the widened
-// master rounded to fp16 (nearest even), on every path; the fp16 copy is the master's bits.
-TEST(CpuOptimizerF16Master, IsTheFp32StepRoundedOnEveryPath) {
-  constexpr int64_t n = 1001;
-  std::mt19937 rng(12);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> initial(n);
-  for (float& x : initial) x = 0.1f * normal(rng);
-  std::vector<std::vector<float>> grads(kSteps, std::vector<float>(n));
-  for (auto& g : grads)
-    for (float& x : g) x = normal(rng);
-  AdamHyper hyper;
-  hyper.lr = 1e-2;
-  hyper.weight_decay = 0.01;
-  hyper.grad_scale = 0.5;
-  for (const Isa isa : supported_isas()) {
-    SCOPED_TRACE(isa_name(isa));
-    StepOptions options;
-    options.isa = isa;
-    std::vector<uint16_t> master(n), copy(n);
-    for (int64_t i = 0; i < n; ++i) master[i] = round_to_f16(initial[i]);
-    std::vector<float> m(n, 0.0f), v(n, 0.0f), ref_p(n), ref_m(n, 0.0f), ref_v(n, 0.0f);
-    for (int64_t i = 0; i < n; ++i) ref_p[i] = static_cast<float>(decode_f16(master[i]));
-    for (int step = 1; step <= kSteps; ++step) {
-      hyper.step = step;
-      adam_step_typed(hyper, master.data(), StateType::kF16, grads[step - 1].data(), GradType::kF32, m.data(), v.data(),
-                      StateType::kF32, copy.data(), Copy16::kF16, n, options);
-      adam_step(hyper, ref_p.data(), grads[step - 1].data(), GradType::kF32, ref_m.data(), ref_v.data(), nullptr,
-                Copy16::kNone, n, options);
-      int64_t off = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t p = round_to_f16(ref_p[i]);
-        ref_p[i] = static_cast<float>(decode_f16(p));
-        const bool same =
-            master[i] == p && copy[i] == p && bits_of(m[i]) == bits_of(ref_m[i]) && bits_of(v[i]) == bits_of(ref_v[i]);
-        if (!same && ++off <= 3)
-          ADD_FAILURE() << "step " << step << ", element " << i << ": master 0x" << std::hex << master[i]
-                        << ", reference 0x" << p << std::dec;
-      }
-      ASSERT_EQ(off, 0) << "step " << step;
-    }
-  }
-  uint16_t p = 0, m16 = 0;
-  float g = 0, m32 = 0, v32 = 0;
-  EXPECT_THROW(adam_step_typed(AdamHyper{}, &p, StateType::kF16, &g, GradType::kF32, &m16, &m16, StateType::kF16,
-                               nullptr, Copy16::kNone, 1),
-               std::invalid_argument);  // fp16 moments
-  EXPECT_THROW(adam_step_typed(AdamHyper{}, &p, StateType::kF16, &m16, GradType::kBf16, &m32, &v32, StateType::kF32,
-                               nullptr, Copy16::kNone, 1),
-               std::invalid_argument);  // a 16-bit gradient buffer
 }
 
 // Rounding a master to bf16 loses what fp32 keeps: an update below half a bf16 ulp leaves the bf16 master as
@@ -843,6 +804,12 @@ TEST(CpuOptimizerBf16Master, RefusesWhatItDoesNotBuild) {
                std::invalid_argument);  // an fp16 gradient buffer
   EXPECT_THROW(lion_step(LionHyper{}, &m, &g, GradType::kF32AsBf16, &v, nullptr, Copy16::kNone, 1),
                std::invalid_argument);
+  EXPECT_THROW(adam_step_typed(AdamHyper{}, &p, StateType::kF16, &g, GradType::kF32, &m16, &m16, StateType::kF16,
+                               nullptr, Copy16::kNone, 1),
+               std::invalid_argument);  // fp16 moments
+  EXPECT_THROW(adam_step_typed(AdamHyper{}, &p, StateType::kF16, &m16, GradType::kBf16, &m, &v, StateType::kF32,
+                               nullptr, Copy16::kNone, 1),
+               std::invalid_argument);  // a 16-bit gradient buffer with fp16 masters
 }
 
 // ---- ISA selection and arguments ----

@@ -171,55 +171,45 @@ TEST(Offload, Bf16StageThreeKeepsOnlyParameterShardsOnTheDevice) {
   EXPECT_NEAR(states["offloaded"].get<double>() / (16 * psi / n), 1.0, 0.05) << states.dump();
 }
 
-// DeepSpeed's bf16_master_weights_and_grads (Note [bf16 master weights]): the tier keeps 2-byte masters (14 bytes per
-// owned parameter with the fp32 accumulator and Adam's moments), the job trains differently from fp32 masters, a
-// bf16-master checkpoint resumes bit for bit, and checkpoints resume across the two (fp32 values in both).
-TEST(Offload, Bf16MasterWeightsHoldFewerBytesAndResumeAcrossPrecisions) {
+// DeepSpeed's bf16_master_weights_and_grads and fp16_master_weights_and_grads (Note [bf16 master weights]): in that
+// 16-bit training the tier keeps 2-byte masters (14 bytes per owned parameter with the fp32 accumulator and Adam's
+// moments), the job trains differently from fp32 masters, a 16-bit-master checkpoint resumes bit for bit, and
+// checkpoints resume across the two (fp32 values in both).
+struct HalfCase {
+  const char* name;
+  const char* type;  // "bf16" or "fp16": <type>.enabled and <type>.master_weights_and_grads
+};
+
+void PrintTo(const HalfCase& c, std::ostream* os) { *os << c.name; }
+
+class HalfMasterWeights : public ::testing::TestWithParam<HalfCase> {};
+
+INSTANTIATE_TEST_SUITE_P(Types, HalfMasterWeights,
+                         ::testing::Values(HalfCase{"Bf16", "bf16"}, HalfCase{"Fp16", "fp16"}),
+                         [](const ::testing::TestParamInfo<HalfCase>& c) { return std::string(c.param.name); });
+
+TEST_P(HalfMasterWeights, HoldFewerBytesAndResumeAcrossPrecisions) {
+  const std::string type = GetParam().type;
   ScratchDir dir;
-  const std::string fp32_master =
-      "--nproc 2 --set train_micro_batch_size_per_gpu=2 --set bf16.enabled=true --set zero.stage=2 "
-      "--set checkpoint.interval=10" +
-      std::string(kOffload);
-  const std::string bf16_master = fp32_master + " --set bf16.master_weights_and_grads=true";
+  const std::string fp32_master = "--nproc 2 --set train_micro_batch_size_per_gpu=2 --set " + type +
+                                  ".enabled=true --set zero.stage=2 --set checkpoint.interval=10" + kOffload;
+  const std::string half_master = fp32_master + " --set " + type + ".master_weights_and_grads=true";
   RunOutput full32 = train(dir, "full32", fp32_master + " --set checkpoint.dir=ckpt32");
-  RunOutput full16 = train(dir, "full16", bf16_master + " --set checkpoint.dir=ckpt16");
+  RunOutput full16 = train(dir, "full16", half_master + " --set checkpoint.dir=ckpt16");
   ASSERT_EQ(full16.losses.size(), 20u);
-  EXPECT_NE(full16.err.find("bf16 master weights"), std::string::npos) << full16.err;
-  EXPECT_NE(full16.losses, full32.losses);  // bf16 masters round every update
+  EXPECT_NE(full16.err.find(type + " master weights"), std::string::npos) << full16.err;
+  EXPECT_NE(full16.losses, full32.losses);  // 16-bit masters round every update
   EXPECT_LT(full16.losses.back(), full16.losses.front());
 
   auto states = read_model_states(full16);
   const double psi = states["num_params"].get<double>(), n = 2;
   EXPECT_NEAR(states["offloaded"].get<double>() / (14 * psi / n), 1.0, 0.05) << states.dump();
 
-  // The bf16-master job resumed from its own step 10: steps 11-20 the same bits.
-  expect_resume_at_ten_is_bitwise(dir, "resumed16", bf16_master, "ckpt16", full16);
+  // The 16-bit-master job resumed from its own step 10: steps 11-20 the same bits.
+  expect_resume_at_ten_is_bitwise(dir, "resumed16", half_master, "ckpt16", full16);
 
-  // Across: an fp32-master checkpoint resumed with bf16 masters, and back.
-  expect_resumes_across_precisions(dir, bf16_master, fp32_master, full16, full32);
-}
-
-// DeepSpeed's fp16_master_weights_and_grads (Note [bf16 master weights], the same with fp16): in fp16 training the
-// tier keeps 2-byte fp16 masters beside fp32 moments and accumulator (14 bytes per owned parameter), the job trains
-// differently from fp32 masters, resumes bit for bit, and checkpoints resume across the two.
-TEST(Offload, Fp16MasterWeightsHoldFewerBytesAndResumeAcrossPrecisions) {
-  ScratchDir dir;
-  const std::string fp32_master =
-      "--nproc 2 --set train_micro_batch_size_per_gpu=2 --set fp16.enabled=true --set zero.stage=2 "
-      "--set checkpoint.interval=10" +
-      std::string(kOffload);
-  const std::string fp16_master = fp32_master + " --set fp16.master_weights_and_grads=true";
-  RunOutput full32 = train(dir, "full32", fp32_master + " --set checkpoint.dir=ckpt32");
-  RunOutput full16 = train(dir, "full16", fp16_master + " --set checkpoint.dir=ckpt16");
-  ASSERT_EQ(full16.losses.size(), 20u);
-  EXPECT_NE(full16.err.find("fp16 master weights"), std::string::npos) << full16.err;
-  EXPECT_NE(full16.losses, full32.losses);  // fp16 masters round every update
-  EXPECT_LT(full16.losses.back(), full16.losses.front());
-  auto states = read_model_states(full16);
-  const double psi = states["num_params"].get<double>(), n = 2;
-  EXPECT_NEAR(states["offloaded"].get<double>() / (14 * psi / n), 1.0, 0.05) << states.dump();
-  expect_resume_at_ten_is_bitwise(dir, "resumed16", fp16_master, "ckpt16", full16);
-  expect_resumes_across_precisions(dir, fp16_master, fp32_master, full16, full32);
+  // Across: an fp32-master checkpoint resumed with 16-bit masters, and back.
+  expect_resumes_across_precisions(dir, half_master, fp32_master, full16, full32);
 }
 
 // bf16_optimizer_states too: Adam's moments in bf16, 10 bytes per owned parameter in the tier (2 + 2 + 2 and the fp32
