@@ -20,6 +20,7 @@
 #include "host/data/data.hpp"
 #include "host/engine/cpu_threads.hpp"
 #include "host/engine/device.hpp"
+#include "host/engine/random_ltd.hpp"
 #include "host/model/model.hpp"
 #include "host/telemetry/model_states.hpp"
 
@@ -44,12 +45,23 @@ int64_t check_model(const config::ResolvedConfig& config) {
   spec.type = "hf";
   spec.path = config.get_string("model.path");
   spec.seq_len = config.get_int("model.seq_len");
+  std::unique_ptr<model::Model> model;
   try {
     // Shapes only, nothing allocated or read but config.json and the safetensors headers.
-    return model::make_model(spec, model::Placement{at::kCPU, at::kFloat, false})->spec().vocab;
+    model = model::make_model(spec, model::Placement{at::kCPU, at::kFloat, false});
   } catch (const UsageError& e) {
     fail_usage("{} model.path: {}", config.location("model.path"), e.what());
   }
+  // Note [Random-LTD]: the folder's model decides whether its layers may drop tokens, as the trainer checks.
+  RandomLtdSpec ltd;
+  for (const double layer : config.get_float_list("random_ltd.layers"))
+    ltd.layers.push_back(static_cast<int64_t>(layer));
+  try {
+    check_random_ltd_model(ltd, *model);
+  } catch (const UsageError& e) {
+    fail_usage("{} {}", config.location("random_ltd.layers"), e.what());
+  }
+  return model->spec().vocab;
 }
 
 void check_data(const config::ResolvedConfig& config) {

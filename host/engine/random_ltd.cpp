@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "host/core/error.hpp"
+#include "host/model/model.hpp"
+
 namespace zhost::engine {
 
 int64_t random_ltd_tokens(const RandomLtdSpec& spec, int64_t step) {
@@ -16,6 +19,26 @@ int64_t random_ltd_tokens(const RandomLtdSpec& spec, int64_t step) {
                                                static_cast<double>(spec.min_tokens)));
   value -= value % spec.tokens_per_increase;
   return std::min(value, spec.max_tokens);
+}
+
+int64_t random_ltd_last_ramp_step(const RandomLtdSpec& spec, int64_t seq) {
+  const int64_t end = std::min(spec.max_tokens, seq);
+  int64_t step = 1;
+  while (step <= spec.require_steps && random_ltd_tokens(spec, step) < end) ++step;
+  return step;
+}
+
+void check_random_ltd_model(const RandomLtdSpec& spec, const model::Model& model) {
+  if (!spec.enabled()) return;
+  const model::ModelSpec& m = model.spec();
+  if (!model.positions_from_embedding())
+    fail_usage(
+        "random_ltd.layers is set, and {} computes rotary positions in every layer, which would renumber the tokens "
+        "a layer keeps; random-LTD is built for models with learned positions (gpt, GPT-2): remove random_ltd.layers",
+        m.path.empty() ? m.type : m.path);
+  if (spec.layers.back() >= m.layers)
+    fail_usage("random_ltd.layers names layer {}, and the model has {} (0 to {}); fix random_ltd.layers",
+               spec.layers.back(), m.layers, m.layers - 1);
 }
 
 at::Tensor random_ltd_positions(uint64_t key, int64_t batch, int64_t seq, int64_t keep) {

@@ -20,9 +20,15 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>
+
+namespace zhost::model {
+class Model;
+}
 
 namespace zhost::engine {
 
@@ -33,10 +39,21 @@ struct RandomLtdSpec {
   int64_t require_steps = 1;        // steps from min to max (schedule_config.require_steps)
   int64_t tokens_per_increase = 1;  // k is a multiple of it (schedule_config.seq_per_step)
   bool enabled() const { return !layers.empty(); }
+  // Whether block b (layer b - 1) is one of the layers.
+  bool drops_tokens_in(size_t block) const {
+    return block > 0 && std::binary_search(layers.begin(), layers.end(), static_cast<int64_t>(block) - 1);
+  }
 };
+
+// Refuses (UsageError, one line saying what to change) random-LTD on a model it is not built for: rotary
+// positions (Model::positions_from_embedding false), or layers the model lacks. `config check` runs it on an HF
+// folder's model, and the trainer on every model, so both refuse alike.
+void check_random_ltd_model(const RandomLtdSpec& spec, const model::Model& model);
 
 // k, the tokens the chosen layers keep in the forward passes of optimizer step `step` (1-based; Note [Random-LTD]).
 int64_t random_ltd_tokens(const RandomLtdSpec& spec, int64_t step);
+// The first step whose layers keep all of `seq` tokens (or reach max_tokens), for the setup line.
+int64_t random_ltd_last_ramp_step(const RandomLtdSpec& spec, int64_t seq);
 
 // The positions each of `batch` samples keeps: [batch, keep] int64 on the CPU, ascending in each row, drawn
 // uniformly without replacement from [0, seq) by a generator seeded with `key`. keep <= seq.

@@ -487,21 +487,14 @@ struct Trainer::Impl {
   void check_random_ltd() const {
     const RandomLtdSpec& ltd = settings.random_ltd;
     if (!ltd.enabled()) return;
-    if (!model->positions_from_embedding())
-      fail_usage(
-          "random_ltd.layers is set, and {} computes rotary positions in every layer, which would renumber the "
-          "tokens a layer keeps; random-LTD is built for models with learned positions (gpt, GPT-2): remove "
-          "random_ltd.layers",
-          settings.model.path.empty() ? settings.model.type : settings.model.path);
-    if (ltd.layers.back() >= settings.model.layers)
-      fail_usage("random_ltd.layers names layer {}, and the model has {} (0 to {}); fix random_ltd.layers",
-                 ltd.layers.back(), settings.model.layers, settings.model.layers - 1);
+    check_random_ltd_model(ltd, *model);
     if (world.rank() == 0)
       spdlog::info(
           "random-LTD: layers {} run on a random {} of the {} tokens of each sample at step 1, rising to {} by step {} "
           "(multiples of {})",
           fmt::join(ltd.layers, ","), random_ltd_tokens(ltd, 1), settings.model.seq_len,
-          std::min(ltd.max_tokens, settings.model.seq_len), ltd.require_steps + 1, ltd.tokens_per_increase);
+          std::min(ltd.max_tokens, settings.model.seq_len), random_ltd_last_ramp_step(ltd, settings.model.seq_len),
+          ltd.tokens_per_increase);
   }
 
   // Training FLOPs per token of step `step`: the model's, less what random-LTD's layers skip (Note [Random-LTD]).
@@ -510,21 +503,16 @@ struct Trainer::Impl {
     if (!ltd.enabled()) return model->flops_per_token();
     const int64_t keep = random_ltd_tokens(ltd, step);
     double macs = 0;
-    for (size_t b = 0; b < model->num_blocks(); ++b) {
-      const auto layer = static_cast<int64_t>(b) - 1;
-      const bool dropping =
-          b > 0 && b + 1 < model->num_blocks() && std::binary_search(ltd.layers.begin(), ltd.layers.end(), layer);
-      macs += model->forward_macs_per_token(b, dropping ? keep : 0);
-    }
+    for (size_t b = 0; b < model->num_blocks(); ++b)
+      macs += model->forward_macs_per_token(b, ltd.drops_tokens_in(b) ? keep : 0);
     return 6.0 * macs;
   }
 
   // Note [Random-LTD]: the tokens block b keeps in this micro-batch ([B, k] positions), or none (it runs whole).
   at::Tensor kept_tokens(int64_t step, int32_t micro_step, size_t b, const at::Tensor& x) const {
     const RandomLtdSpec& ltd = settings.random_ltd;
-    if (!ltd.enabled() || b == 0 || b + 1 >= model->num_blocks()) return {};
+    if (!ltd.drops_tokens_in(b)) return {};
     const auto layer = static_cast<int64_t>(b) - 1;
-    if (!std::binary_search(ltd.layers.begin(), ltd.layers.end(), layer)) return {};
     const int64_t keep = random_ltd_tokens(ltd, step);
     if (keep >= x.size(1)) return {};
     uint64_t key = settings.seed ^ 0x52616E644C54440Aull;  // "RandLTD\n"

@@ -139,6 +139,23 @@ TEST(HfConfigCheck, RefusesAFolderThatDoesNotFitWithItsLocation) {
       << err;
 }
 
+// Note [Random-LTD]: an HF Llama folder computes rotary positions, so random-LTD is refused; `config check` reads the
+// folder and refuses it with the same words as `run`, at random_ltd.layers.
+TEST(HfConfigCheck, RandomLtdOnARotaryFolderIsRefusedAsRunRefusesIt) {
+  REQUIRE_PYTHON();
+  ScratchDir dir;
+  dir.write("train.toml", job_config(model_folder("llama1")) + "[random_ltd]\nlayers = [0]\nmin_tokens = 8\n");
+  const std::string refusal = "train.toml:24: random_ltd.layers is set, and " + model_folder("llama1") +
+                              " computes rotary positions in every layer";
+  for (const std::string command : {"config check train.toml", "run train.toml --nproc 1"}) {
+    const int status =
+        std::system(("cd " + dir.path().string() + " && " ZHOST_EXE " " + command + " >out.txt 2>err.txt").c_str());
+    EXPECT_EQ(WEXITSTATUS(status), 2) << command;
+    const std::string err = read_text_file(dir.path() / "err.txt");
+    EXPECT_NE(err.find(refusal), std::string::npos) << command << ": " << err;
+  }
+}
+
 }  // namespace
 
 // HF's GPT-2 config defaults to dropout 0.1 (embd, attn, resid); zhost's models apply none, and say so once with

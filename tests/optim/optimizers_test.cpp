@@ -279,6 +279,9 @@ TEST(Bf16Adam, ImportRoundsAndOtherKindsRefuse) {
   adam->import_state(state, "exp_avg", value, param);
   EXPECT_TRUE(testing::bitwise_equal(state.get("exp_avg"), value.to(at::kBFloat16)));
   EXPECT_THROW(adam->step(param, value.to(at::kHalf), state, 1, 1e-3), sdk::PluginError);
+  const at::Tensor square = testing::to_tensor(testing::random_normal(9, 3)).to(at::kBFloat16).reshape({3, 3});
+  OptimizerState strided;
+  EXPECT_THROW(adam->step(square.t(), square.t(), strided, 1, 1e-3), sdk::PluginError);  // not contiguous
   OptimizerSpec sgd = OptimizerSpec::defaults(OptimizerKind::kSgd);
   sgd.momentum = 0.9;
   for (const OptimizerSpec& spec : {sgd, OptimizerSpec::defaults(OptimizerKind::kLion)}) {

@@ -287,10 +287,11 @@ namespace {
 // host/engine/random_ltd.hpp); its data sampling (curriculum learning) is a feature zhost lacks.
 void import_data_efficiency(Section& root) {
   Section efficiency = root.sub("data_efficiency");
+  // On unless `enabled` is absent, false or null, as the feature tables below read it.
   const auto on = [](Section& section) {
     const json* enabled = section.take("enabled");
-    if (enabled && enabled->is_boolean() && enabled->get<bool>()) return true;
-    if (enabled) section.note("enabled", "off");  // taken above: noted only if present
+    if (enabled && !(enabled->is_boolean() && !enabled->get<bool>()) && !enabled->is_null()) return true;
+    if (enabled) section.note("enabled", "off");
     section.note_rest("the feature is off, so it changes nothing");
     return false;
   };

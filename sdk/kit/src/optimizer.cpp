@@ -127,6 +127,9 @@ void Optimizer::check_step_arguments(const at::Tensor& param, const at::Tensor& 
   const bool bf16 = bf16_params && param.scalar_type() == at::kBFloat16;  // Note [bf16 masters without offload]
   const bool types = bf16 ? (grad.scalar_type() == at::kBFloat16 || grad.scalar_type() == at::kFloat)
                           : (param.scalar_type() == at::kFloat && grad.scalar_type() == at::kFloat);
+  if (bf16 && !param.is_contiguous())
+    detail::fail(ZHOST_ERR_INVALID_ARGUMENT, "optimizer step: a bf16 parameter must be contiguous, got {}",
+                 describe(param));
   if (!types || param.sizes() != grad.sizes() || param.device() != grad.device()) {
     detail::fail(ZHOST_ERR_INVALID_ARGUMENT,
                  "optimizer step needs an fp32 parameter{} and an fp32 gradient{} of one shape on one device, got "
@@ -197,6 +200,8 @@ namespace {
 // p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)  with bc_i = 1 - beta_i^step (1 without bias correction).
 // A bf16 param and its bf16 moments are updated in fp32 and stored rounded (Note [bf16 masters without offload]).
 class Adam final : public Optimizer {
+  static constexpr int64_t kBf16Piece = int64_t{1} << 22;  // elements per fp32 piece of a bf16 step off the CPU
+
  public:
   using Optimizer::Optimizer;
   using Optimizer::step;
@@ -208,12 +213,19 @@ class Adam final : public Optimizer {
     const at::Tensor exp_avg_sq = state_tensor(state, "exp_avg_sq", param);
     if (fused({&param, &grad, &exp_avg, &exp_avg_sq})) return step_fused(param, grad, exp_avg, exp_avg_sq, scalars);
     if (param.scalar_type() == at::kFloat) return step_aten(param, grad, exp_avg, exp_avg_sq, scalars);
-    const at::Tensor param32 = param.to(at::kFloat), exp_avg32 = exp_avg.to(at::kFloat);
-    const at::Tensor exp_avg_sq32 = exp_avg_sq.to(at::kFloat);
-    step_aten(param32, grad.to(at::kFloat), exp_avg32, exp_avg_sq32, scalars);
-    param.copy_(param32);  // rounded to nearest even
-    exp_avg.copy_(exp_avg32);
-    exp_avg_sq.copy_(exp_avg_sq32);
+    // bf16 off the CPU: fp32 copies of one piece at a time (the update is elementwise), so that the step holds
+    // 16 bytes per element of a piece, not of the whole partition the bf16 masters were chosen to shrink.
+    const at::Tensor p = param.view(-1), g = grad.reshape(-1), m = exp_avg.view(-1), v = exp_avg_sq.view(-1);
+    for (int64_t start = 0; start < p.numel(); start += kBf16Piece) {
+      const int64_t length = std::min(kBf16Piece, p.numel() - start);
+      const at::Tensor p32 = p.narrow(0, start, length).to(at::kFloat);
+      const at::Tensor m32 = m.narrow(0, start, length).to(at::kFloat);
+      const at::Tensor v32 = v.narrow(0, start, length).to(at::kFloat);
+      step_aten(p32, g.narrow(0, start, length).to(at::kFloat), m32, v32, scalars);
+      p.narrow(0, start, length).copy_(p32);  // rounded to nearest even
+      m.narrow(0, start, length).copy_(m32);
+      v.narrow(0, start, length).copy_(v32);
+    }
   }
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 

@@ -40,9 +40,9 @@ namespace zhost::kit {
 // updated with the arithmetic of Note [One optimizer arithmetic] and stored rounded to nearest even, as DeepSpeed's
 // fused Adam does (Note [bf16 master weights] in zhost/kit/cpu_optimizer.hpp). On the CPU that is the fused
 // kernel's adam_step_typed, so a bf16 partition steps to the same bits as the CPU tier's bf16 masters and moments;
-// on CUDA, ATen ops on fp32 copies (same formulas, not the same bits). Every other kind steps fp32 tensors only.
-// Checkpoints hold the bf16 values widened to fp32 (exact), and loading rounds to nearest even (state_io.hpp), so
-// a job resumes across fp32 and bf16 masters.
+// on CUDA, ATen ops on fp32 copies of one piece at a time (same formulas, not the same bits; never run on a GPU). Every
+// other kind steps fp32 tensors only. Checkpoints hold the bf16 values widened to fp32 (exact), and loading rounds to
+// nearest even (state_io.hpp), so a job resumes across fp32 and bf16 masters.
 
 enum class OptimizerKind {
   kAdamW,  // torch.optim.AdamW: decoupled weight decay, p *= 1 - lr*wd
